@@ -27,6 +27,7 @@ pub mod clock;
 pub mod controller;
 pub mod criticality;
 pub mod erlang;
+pub mod error;
 pub mod limit;
 pub mod limiter;
 pub mod queue;
@@ -39,5 +40,6 @@ pub mod throttle;
 pub mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::ConfigError;
 pub use criticality::{Criticality, ParseCriticalityError, PerCriticality};
 pub use random::{FixedRandom, RandomSource, SeededRandom, ThreadRandom};
