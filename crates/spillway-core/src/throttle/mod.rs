@@ -1,0 +1,234 @@
+//! Client-side adaptive throttling: a client stops sending what the backend would refuse anyway.
+//!
+//! Why: a rejection is cheap but not free, and a backend that spends its CPU refusing a flood of
+//! requests stays overloaded (SRE book ch. 21, "Client-side throttling"). So each client keeps,
+//! per backend, two counts over a sliding window — `requests` it tried to send and `accepts` the
+//! backend took — and refuses new requests locally, before they reach the network, with
+//!
+//! ```text
+//! P(reject) = max(0, (requests − K · accepts) / (requests + 1))
+//! ```
+//!
+//! The two details that make it work, both from the chapter, are kept exactly:
+//! - a request this throttle refuses still counts in `requests`, so the client cannot talk itself
+//!   into believing the pressure has gone;
+//! - `P` never reaches 1 (`requests / (requests + 1) < 1`; clamped as well, because in `f64` that
+//!   ratio rounds to 1 for huge counts): a trickle always leaks through to detect recovery, and
+//!   the throttle releases itself as `accepts` climbs back.
+//!
+//! Defaults and their sources: window 120 s ("the last two minutes", SRE ch. 21), in 120 buckets
+//! of 1 s; K = 2 (SRE ch. 21: "K = 2 … allows twice as many requests as the backend is
+//! accepting"; lower K is more aggressive). The optional minimum request rate is the
+//! `rps_threshold` idea of Envoy's admission-control filter: a client that has sent too little
+//! has too little history to judge — notably a cold client whose first burst is still in flight,
+//! which the formula alone would throttle (`n` unanswered requests give `P = n / (n + 1)`). It is
+//! off by default, as the formula is specified; setting ~1 request/s is a sensible guard.
+//!
+//! The hot path ([`AdaptiveThrottle::try_acquire`]) takes no lock and allocates nothing: two
+//! [`WindowedCounter`] sums, one draw, one atomic add.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::error::{check_range, ConfigError};
+use crate::random::{RandomSource, ThreadRandom};
+use crate::window::{WindowedCounter, MAX_BUCKETS};
+
+#[cfg(test)]
+mod tests;
+
+/// The largest probability the throttle ever reports: the greatest `f64` below 1.
+pub const MAX_PROBABILITY: f64 = 1.0 - f64::EPSILON / 2.0;
+
+/// Settings of one [`AdaptiveThrottle`] (one per backend a client talks to).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct ThrottleConfig {
+    /// How far back requests and accepts are remembered. Default 120 s (SRE ch. 21, "the last two
+    /// minutes"). Serialized as seconds.
+    #[cfg_attr(feature = "serde", serde(with = "crate::window::serde_secs"))]
+    pub window: Duration,
+    /// How many buckets the window is kept in: old traffic is forgotten one bucket at a time.
+    /// Default 120 (1 s each). Accepted: `1..=3600`.
+    pub buckets: usize,
+    /// The multiplier `K`: the client sends up to `K ×` what the backend accepts before throttling.
+    /// Default 2 (SRE ch. 21). Accepted: finite, `> 0`; lower is more aggressive.
+    pub k: f64,
+    /// Below this many requests per second (averaged over the window) the throttle never refuses.
+    /// Default 0 = off. Accepted: finite, `>= 0`.
+    pub min_requests_per_sec: f64,
+}
+
+impl Default for ThrottleConfig {
+    fn default() -> Self {
+        ThrottleConfig {
+            window: Duration::from_secs(120),
+            buckets: 120,
+            k: 2.0,
+            min_requests_per_sec: 0.0,
+        }
+    }
+}
+
+impl ThrottleConfig {
+    /// Checks every field; the error names the first one that is out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.window.is_zero() {
+            return Err(ConfigError::new(
+                "throttle.window",
+                format_args!("{:?}", self.window),
+                "a duration > 0 (default 120 s)",
+            ));
+        }
+        if self.buckets == 0 || self.buckets > MAX_BUCKETS {
+            return Err(ConfigError::new(
+                "throttle.buckets",
+                self.buckets,
+                "an integer in 1..=3600 (default 120)",
+            ));
+        }
+        if self.window < Duration::from_nanos(self.buckets as u64) {
+            return Err(ConfigError::new(
+                "throttle.window",
+                format_args!("{:?}", self.window),
+                "a duration of at least 1 ns per bucket",
+            ));
+        }
+        if !(self.k.is_finite() && self.k > 0.0) {
+            return Err(ConfigError::new(
+                "throttle.k",
+                self.k,
+                "a finite number > 0 (default 2; lower throttles harder)",
+            ));
+        }
+        check_range(
+            "throttle.min_requests_per_sec",
+            self.min_requests_per_sec,
+            0.0,
+            f64::MAX,
+            "a finite number >= 0 (0 = off)",
+        )
+    }
+}
+
+/// The throttle refused a request locally; it was never sent.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error(
+    "throttled locally: the backend is refusing requests (reject probability {probability:.3})"
+)]
+pub struct Throttled {
+    /// The reject probability in force when the request was refused, in `[0, 1)`.
+    pub probability: f64,
+}
+
+/// Adaptive client-side throttle for one backend (SRE ch. 21). `Send + Sync`; share it by `Arc`.
+///
+/// Use: call [`try_acquire`](Self::try_acquire) before sending; if it returns `Ok`, send, and call
+/// [`record_accept`](Self::record_accept) when the backend did not refuse for overload (any answer
+/// but an overload refusal counts as accepted — even an application error shows the backend is
+/// taking work).
+pub struct AdaptiveThrottle<R: RandomSource = ThreadRandom> {
+    requests: WindowedCounter,
+    accepts: WindowedCounter,
+    k: f64,
+    /// `min_requests_per_sec × window` in requests: below it the throttle stays open.
+    min_requests: f64,
+    rng: R,
+}
+
+impl AdaptiveThrottle<ThreadRandom> {
+    /// A throttle with the thread-local random source; time is measured from `origin`.
+    pub fn new(cfg: ThrottleConfig, origin: Instant) -> Result<Self, ConfigError> {
+        Self::with_random(cfg, origin, ThreadRandom)
+    }
+}
+
+impl<R: RandomSource> AdaptiveThrottle<R> {
+    /// A throttle drawing its random numbers from `rng` (e.g. [`crate::SeededRandom`] in tests).
+    pub fn with_random(cfg: ThrottleConfig, origin: Instant, rng: R) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        Ok(AdaptiveThrottle {
+            requests: WindowedCounter::new(cfg.window, cfg.buckets, origin),
+            accepts: WindowedCounter::new(cfg.window, cfg.buckets, origin),
+            k: cfg.k,
+            min_requests: cfg.min_requests_per_sec * cfg.window.as_secs_f64(),
+            rng,
+        })
+    }
+
+    /// `P(reject)` from given counts, with this throttle's `K` and minimum rate; in `[0, 1)`.
+    pub fn probability_for(&self, requests: u64, accepts: u64) -> f64 {
+        let req = requests as f64;
+        if req < self.min_requests {
+            return 0.0;
+        }
+        reject_probability(requests, accepts, self.k)
+    }
+
+    /// The probability that a request sent at `now` is refused locally, in `[0, 1)`.
+    pub fn probability(&self, now: Instant) -> f64 {
+        let (requests, accepts) = self.counts(now);
+        self.probability_for(requests, accepts)
+    }
+
+    /// Decides whether a request may be sent at `now`. Counts it as a request either way.
+    pub fn try_acquire(&self, now: Instant) -> Result<(), Throttled> {
+        // P is taken from the history *before* this request: counting it first would refuse a
+        // brand-new client's first request half the time (1 / (1 + 1)).
+        let probability = self.probability(now);
+        self.requests.add(now, 1);
+        // No draw when P = 0: cheaper, and keeps injected sources in step with actual decisions.
+        if probability > 0.0 && self.rng.uniform() < probability {
+            Err(Throttled { probability })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The backend accepted a request sent earlier (anything but an overload refusal).
+    pub fn record_accept(&self, now: Instant) {
+        self.accepts.add(now, 1);
+    }
+
+    /// `(requests, accepts)` over the window ending at `now`.
+    pub fn counts(&self, now: Instant) -> (u64, u64) {
+        (self.requests.sum(now), self.accepts.sum(now))
+    }
+
+    /// The multiplier `K` in force.
+    pub fn k(&self) -> f64 {
+        self.k
+    }
+
+    /// The injected random source.
+    pub fn random(&self) -> &R {
+        &self.rng
+    }
+}
+
+impl<R: RandomSource> fmt::Debug for AdaptiveThrottle<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdaptiveThrottle")
+            .field("window", &self.requests.window())
+            .field("buckets", &self.requests.buckets())
+            .field("k", &self.k)
+            .field("min_requests", &self.min_requests)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The SRE book's client-side throttling formula, `max(0, (requests − K·accepts) / (requests + 1))`,
+/// clamped to `[0, `[`MAX_PROBABILITY`]`]` (and 0 for a `K` that is not a finite number > 0).
+pub fn reject_probability(requests: u64, accepts: u64, k: f64) -> f64 {
+    if !(k.is_finite() && k > 0.0) {
+        return 0.0;
+    }
+    let req = requests as f64;
+    let p = (req - k * accepts as f64) / (req + 1.0);
+    if p > 0.0 {
+        p.min(MAX_PROBABILITY)
+    } else {
+        0.0 // also maps a NaN to "no throttling"
+    }
+}
