@@ -1,0 +1,259 @@
+use super::*;
+
+fn hv(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap()
+}
+
+#[test]
+fn grpc_timeout_parses_every_unit() {
+    for (s, d) in [
+        ("1H", Duration::from_secs(3600)),
+        ("2M", Duration::from_secs(120)),
+        ("3S", Duration::from_secs(3)),
+        ("250m", Duration::from_millis(250)),
+        ("7u", Duration::from_micros(7)),
+        ("99999999n", Duration::from_nanos(99_999_999)),
+        ("0m", Duration::ZERO),
+        ("99999999H", Duration::from_secs(99_999_999 * 3600)),
+    ] {
+        assert_eq!(parse_grpc_timeout(&hv(s)), Ok(d), "{s}");
+    }
+}
+
+#[test]
+fn grpc_timeout_rejects_malformed_and_names_the_header() {
+    for s in [
+        "",
+        "m",
+        "100",
+        "123456789m",
+        "10x",
+        "-5m",
+        "1.5S",
+        " 5m",
+        "5 m",
+    ] {
+        let e = parse_grpc_timeout(&hv(s)).unwrap_err();
+        assert_eq!(e.header, "grpc-timeout", "{s}");
+        assert!(e.to_string().contains("H, M, S, m, u, n"), "{e}");
+    }
+}
+
+#[test]
+fn grpc_timeout_formats_in_finest_fitting_unit_rounding_up() {
+    assert_eq!(format_grpc_timeout(Duration::from_nanos(5)), "5n");
+    assert_eq!(format_grpc_timeout(Duration::from_millis(250)), "250000u");
+    assert_eq!(format_grpc_timeout(Duration::from_secs(1)), "1000000u");
+    assert_eq!(format_grpc_timeout(Duration::from_secs(1000)), "1000000m");
+    // 100_000_000 ns does not fit 8 digits: next unit, rounded up.
+    assert_eq!(
+        format_grpc_timeout(Duration::from_nanos(100_000_001)),
+        "100001u"
+    );
+    assert_eq!(format_grpc_timeout(Duration::ZERO), "0n");
+    assert_eq!(format_grpc_timeout(Duration::MAX), "99999999H");
+}
+
+#[test]
+fn grpc_timeout_round_trips_within_one_unit() {
+    for ns in [
+        1u64,
+        999,
+        1_000_001,
+        123_456_789,
+        86_400_000_000_000,
+        7_777_777_777_777,
+    ] {
+        let d = Duration::from_nanos(ns);
+        let back = parse_grpc_timeout(&format_grpc_timeout(d)).unwrap();
+        assert!(back >= d, "{ns}: {back:?}");
+        assert!(
+            (back - d).as_secs_f64() <= d.as_secs_f64() * 1e-5 + 1e-9,
+            "{ns}"
+        );
+    }
+}
+
+#[test]
+fn deadline_ms_parses_and_formats_rounding_up() {
+    assert_eq!(
+        parse_deadline_ms(&hv("250")),
+        Ok(Duration::from_millis(250))
+    );
+    assert_eq!(parse_deadline_ms(&hv("0")), Ok(Duration::ZERO));
+    for s in ["", "-1", "1.5", "abc", "12345678901234567890"] {
+        let e = parse_deadline_ms(&hv(s)).unwrap_err();
+        assert_eq!(e.header, "x-spillway-deadline-ms");
+    }
+    assert_eq!(format_deadline_ms(Duration::from_micros(1)), "1");
+    assert_eq!(format_deadline_ms(Duration::from_millis(250)), "250");
+    assert_eq!(format_deadline_ms(Duration::ZERO), "0");
+}
+
+#[test]
+fn attempt_conversion_between_dialects() {
+    assert_eq!(parse_attempt(&hv("1")), Ok(1));
+    assert_eq!(parse_attempt(&hv("3")), Ok(3));
+    assert_eq!(
+        parse_attempt(&hv("0")).unwrap_err().header,
+        "x-spillway-attempt"
+    );
+    assert!(parse_attempt(&hv("x")).is_err());
+    assert_eq!(parse_previous_attempts(&hv("0")), Ok(1));
+    assert_eq!(parse_previous_attempts(&hv("2")), Ok(3));
+    assert_eq!(parse_previous_attempts(&hv("4294967295")), Ok(u32::MAX));
+    assert!(parse_previous_attempts(&hv("-1")).is_err());
+
+    let mut h = HeaderMap::new();
+    assert_eq!(read_attempt(&h), Ok(1));
+    set_attempt(&mut h, 1, Protocol::Grpc);
+    assert!(
+        h.get(GRPC_PREVIOUS_RPC_ATTEMPTS).is_none(),
+        "absent on the first attempt"
+    );
+    set_attempt(&mut h, 3, Protocol::Grpc);
+    assert_eq!(h.get(GRPC_PREVIOUS_RPC_ATTEMPTS).unwrap(), "2");
+    assert_eq!(read_attempt(&h), Ok(3));
+    set_attempt(&mut h, 2, Protocol::Http);
+    assert_eq!(read_attempt(&h), Ok(2), "HTTP form preferred");
+}
+
+#[test]
+fn criticality_header() {
+    assert_eq!(
+        parse_criticality(&hv("sheddable-plus")),
+        Ok(Criticality::SheddablePlus)
+    );
+    assert_eq!(
+        parse_criticality(&format_criticality(Criticality::CriticalPlus)),
+        Ok(Criticality::CriticalPlus)
+    );
+    let e = parse_criticality(&hv("urgent")).unwrap_err();
+    assert_eq!(e.header, "x-spillway-criticality");
+    assert!(e.to_string().contains("SHEDDABLE_PLUS"), "{e}");
+    assert!(parse_criticality(&HeaderValue::from_bytes(b"\xffcrit").unwrap()).is_err());
+}
+
+#[test]
+fn customer_header() {
+    assert_eq!(parse_customer(&hv("acme-corp_1")), Ok("acme-corp_1"));
+    for s in ["", "a b", "a,b", &"x".repeat(129)] {
+        assert_eq!(
+            parse_customer(&hv(s)).unwrap_err().header,
+            "x-spillway-customer"
+        );
+    }
+    let long = parse_customer(&hv(&"y".repeat(500))).unwrap_err();
+    assert!(long.value.len() <= 64, "hostile values are truncated");
+}
+
+#[test]
+fn retry_after_rounds_up_to_at_least_one_second() {
+    assert_eq!(format_retry_after(Duration::ZERO), "1");
+    assert_eq!(format_retry_after(Duration::from_millis(1)), "1");
+    assert_eq!(format_retry_after(Duration::from_millis(1001)), "2");
+    assert_eq!(format_retry_after(Duration::from_secs(30)), "30");
+    assert_eq!(parse_retry_after(&hv("7")), Ok(Duration::from_secs(7)));
+    let e = parse_retry_after(&hv("Wed, 21 Oct 2015 07:28:00 GMT")).unwrap_err();
+    assert_eq!(e.header, "retry-after");
+}
+
+#[test]
+fn pushback_follows_grfc_a6() {
+    assert_eq!(
+        parse_pushback(&hv("1500")),
+        Pushback::RetryAfter(Duration::from_millis(1500))
+    );
+    assert_eq!(
+        parse_pushback(&hv("0")),
+        Pushback::RetryAfter(Duration::ZERO)
+    );
+    assert_eq!(parse_pushback(&hv("-1")), Pushback::DontRetry);
+    assert_eq!(
+        parse_pushback(&hv("soon")),
+        Pushback::DontRetry,
+        "unparseable = don't retry"
+    );
+    assert_eq!(
+        parse_pushback(&hv("99999999999")),
+        Pushback::DontRetry,
+        "not an i32"
+    );
+    assert_eq!(format_pushback(Pushback::DontRetry), "-1");
+    assert_eq!(
+        format_pushback(Pushback::RetryAfter(Duration::from_micros(1500))),
+        "2"
+    );
+    assert_eq!(
+        format_pushback(Pushback::RetryAfter(Duration::MAX)),
+        "2147483647"
+    );
+
+    let mut h = HeaderMap::new();
+    assert!(
+        !is_dont_retry(&h),
+        "absent pushback leaves the client's backoff in charge"
+    );
+    h.insert(GRPC_RETRY_PUSHBACK_MS, hv("100"));
+    assert!(!is_dont_retry(&h));
+    h.insert(GRPC_RETRY_PUSHBACK_MS, hv("-1"));
+    assert!(is_dont_retry(&h));
+    let mut h = HeaderMap::new();
+    h.insert(DONT_RETRY, hv("1"));
+    assert!(is_dont_retry(&h));
+}
+
+#[test]
+fn protocol_and_grpc_status() {
+    let mut h = HeaderMap::new();
+    assert_eq!(Protocol::of(&h), Protocol::Http);
+    h.insert(http::header::CONTENT_TYPE, hv("application/grpc+proto"));
+    assert_eq!(Protocol::of(&h), Protocol::Grpc);
+    h.insert(http::header::CONTENT_TYPE, hv("application/json"));
+    assert_eq!(Protocol::of(&h), Protocol::Http);
+    assert_eq!(grpc_status(&h), None);
+    h.insert(GRPC_STATUS, hv("14"));
+    assert_eq!(grpc_status(&h), Some(GRPC_UNAVAILABLE));
+    h.insert(GRPC_STATUS, hv("x"));
+    assert_eq!(grpc_status(&h), None);
+}
+
+#[test]
+fn orca_text_round_trip() {
+    let r = OrcaReport {
+        cpu_utilization: Some(0.42),
+        application_utilization: Some(0.9),
+        ..Default::default()
+    };
+    let v = format_orca(&r);
+    assert_eq!(
+        v,
+        "TEXT cpu_utilization=0.4200, application_utilization=0.9000"
+    );
+    assert_eq!(parse_orca(&v), Ok(r));
+    let p = parse_orca(&hv(
+        "TEXT cpu_utilization=0.3, mem_utilization=0.8, rps_fractional=10.0, eps=1, named_metrics.x=0.4",
+    ))
+    .unwrap();
+    assert_eq!(p.mem_utilization, Some(0.8));
+    assert_eq!(p.rps_fractional, Some(10.0));
+    assert_eq!(
+        parse_orca(&hv("JSON {}")).unwrap_err().header,
+        "endpoint-load-metrics"
+    );
+    assert!(parse_orca(&hv("TEXT cpu_utilization")).is_err());
+    assert!(parse_orca(&hv("TEXT cpu_utilization=NaN")).is_err());
+}
+
+#[test]
+fn give_up_response_carries_the_marker() {
+    let g = OverloadGiveUp {
+        attempts: 3,
+        reason: "budget",
+    };
+    let res: http::Response<String> = g.to_response();
+    assert_eq!(res.status(), 503);
+    assert!(is_dont_retry(res.headers()));
+    assert_eq!(res.extensions().get::<OverloadGiveUp>(), Some(&g));
+    assert!(g.to_string().contains("3 attempt(s): budget"));
+}
