@@ -374,6 +374,8 @@ impl ProcessCpu {
     }
 
     /// As [`new`](Self::new), with `cfg` and the time origin of later `utilisation(now)` calls.
+    /// `origin` should be the current instant: the first sample measures CPU time from the
+    /// reading taken here, as if it had been taken at `origin`.
     pub fn with_config(cfg: ProcessCpuConfig, origin: Instant) -> Result<Self, SignalError> {
         if !cfg!(target_os = "linux") {
             return Err(SignalError::Unsupported {
