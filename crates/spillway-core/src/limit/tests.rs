@@ -1,0 +1,643 @@
+//! Deterministic tests on simulated sample streams (injected `Instant`s, no sleeps).
+
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::random::{FixedRandom, SeededRandom};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn at(t0: Instant, ms: u64) -> Instant {
+    t0 + Duration::from_millis(ms)
+}
+
+fn sample(now: Instant, rtt: Duration, in_flight: usize, dropped: bool) -> Sample {
+    Sample {
+        rtt,
+        in_flight,
+        dropped,
+        now,
+    }
+}
+
+// ---------------------------------------------------------------- fixed
+
+#[test]
+fn fixed_never_moves() {
+    let t0 = Instant::now();
+    let mut l = LimitConfig::Fixed(FixedConfig { limit: 42 }).build(t0);
+    assert_eq!(l.name(), "fixed");
+    for i in 0..100u64 {
+        let rtt = [Duration::ZERO, Duration::MAX, 10 * MS][(i % 3) as usize];
+        l.on_sample(&sample(at(t0, i), rtt, (i * 7) as usize, i % 2 == 0));
+        assert_eq!(l.limit(), 42);
+    }
+}
+
+// ---------------------------------------------------------------- aimd
+
+fn aimd(initial: usize, min: usize, max: usize) -> AimdLimit {
+    AimdLimit::new(&AimdConfig {
+        initial_limit: initial,
+        min_limit: min,
+        max_limit: max,
+        ..AimdConfig::default()
+    })
+    .expect("valid config")
+}
+
+#[test]
+fn aimd_grows_by_one_per_sample_when_saturated() {
+    let t0 = Instant::now();
+    let mut l = aimd(10, 1, 100);
+    for i in 0..10u64 {
+        let limit = l.limit();
+        l.on_sample(&sample(at(t0, i), 10 * MS, limit, false));
+        assert_eq!(l.limit(), limit + 1);
+    }
+    assert_eq!(l.limit(), 20);
+}
+
+#[test]
+fn aimd_holds_when_app_limited() {
+    let t0 = Instant::now();
+    let mut l = aimd(10, 1, 100);
+    // in_flight * 2 < limit: the limit is not what constrains throughput.
+    for i in 0..50u64 {
+        l.on_sample(&sample(at(t0, i), 10 * MS, 4, false));
+    }
+    assert_eq!(l.limit(), 10);
+    // Half-used counts as used (Netflix: in_flight * 2 >= limit).
+    l.on_sample(&sample(at(t0, 60), 10 * MS, 5, false));
+    assert_eq!(l.limit(), 11);
+}
+
+#[test]
+fn aimd_backs_off_by_ratio_on_drop_and_timeout() {
+    let t0 = Instant::now();
+    let mut l = aimd(100, 1, 200);
+    l.on_sample(&sample(t0, 10 * MS, 100, true));
+    assert_eq!(l.limit(), 90);
+    l.on_sample(&sample(t0, 10 * MS, 90, true));
+    assert_eq!(l.limit(), 81);
+    // An rtt above the 5 s timeout is a drop even when not flagged.
+    l.on_sample(&sample(t0, Duration::from_secs(6), 1, false));
+    assert_eq!(l.limit(), 72);
+    // Exactly the timeout is not.
+    l.on_sample(&sample(t0, Duration::from_secs(5), 72, false));
+    assert_eq!(l.limit(), 73);
+}
+
+#[test]
+fn aimd_small_limits_still_back_off_and_respect_bounds() {
+    let t0 = Instant::now();
+    let mut l = aimd(5, 2, 6);
+    l.on_sample(&sample(t0, MS, 0, true)); // floor(4.5) = 4
+    assert_eq!(l.limit(), 4);
+    l.on_sample(&sample(t0, MS, 0, true)); // floor(3.6) = 3
+    assert_eq!(l.limit(), 3);
+    for _ in 0..5 {
+        l.on_sample(&sample(t0, MS, 0, true));
+    }
+    assert_eq!(l.limit(), 2, "clamped at min_limit");
+    for _ in 0..10 {
+        let limit = l.limit();
+        l.on_sample(&sample(t0, MS, limit, false));
+    }
+    assert_eq!(l.limit(), 6, "clamped at max_limit");
+}
+
+// ---------------------------------------------------------------- gradient2
+
+fn g2(min: usize, initial: usize, max: usize) -> Gradient2Limit {
+    Gradient2Limit::new(&Gradient2Config {
+        initial_limit: initial,
+        min_limit: min,
+        max_limit: max,
+        ..Gradient2Config::default()
+    })
+    .expect("valid config")
+}
+
+/// Feeds `n` saturated samples (in_flight = limit) of a constant rtt; returns the limit path.
+fn feed_saturated(l: &mut Gradient2Limit, t: &mut Instant, n: usize, rtt: Duration) -> Vec<usize> {
+    (0..n)
+        .map(|_| {
+            *t += MS;
+            let in_flight = l.limit();
+            l.on_sample(&sample(*t, rtt, in_flight, false));
+            l.limit()
+        })
+        .collect()
+}
+
+#[test]
+fn gradient2_grows_to_max_at_steady_latency_under_load() {
+    let mut t = Instant::now();
+    let mut l = g2(20, 20, 200);
+    let path = feed_saturated(&mut l, &mut t, 400, 10 * MS);
+    // Gradient 1: +queue_size·smoothing = +0.8 per sample.
+    assert!(path.windows(2).all(|w| w[1] >= w[0]), "monotone");
+    assert_eq!(l.limit(), 200);
+}
+
+#[test]
+fn gradient2_shrinks_when_rtt_doubles_and_recovers_at_baseline() {
+    let mut t = Instant::now();
+    let mut l = g2(10, 100, 200);
+    feed_saturated(&mut l, &mut t, 1000, 10 * MS);
+    assert_eq!(l.limit(), 200);
+
+    // Latency doubles: 1.5 · long/short ≈ 0.75 → shrink. The long average then catches up
+    // with the new latency (that is Gradient2's design: a sustained shift becomes the new
+    // baseline), so the fall is monotone only until the gradient returns to ~1.
+    let down = feed_saturated(&mut l, &mut t, 100, 20 * MS);
+    assert!(
+        down[..60].windows(2).all(|w| w[1] <= w[0]),
+        "shrinks monotonically: {down:?}"
+    );
+    let bottom = down.iter().copied().min().unwrap_or(200);
+    assert!(bottom < 50, "bottom {bottom} should be far below 200");
+    assert!(bottom >= 10);
+    assert!(l.limit() < 60, "limit {} still well below 200", l.limit());
+
+    // Back at baseline: gradient 1 again, the limit grows back.
+    let low = l.limit();
+    let up = feed_saturated(&mut l, &mut t, 100, 10 * MS);
+    assert!(up.windows(2).all(|w| w[1] >= w[0]), "grows monotonically");
+    assert!(l.limit() >= low + 60, "grew from {low} to {}", l.limit());
+    assert!(l.limit() <= 200);
+}
+
+#[test]
+fn gradient2_app_limited_samples_do_not_move_the_limit() {
+    let t0 = Instant::now();
+    let mut l = g2(20, 100, 200);
+    for i in 0..200u64 {
+        // 49 < 100 / 2: app-limited, even though latency is terrible.
+        l.on_sample(&sample(at(t0, i), Duration::from_secs(1 + i), 49, false));
+    }
+    assert_eq!(l.limit(), 100);
+}
+
+#[test]
+fn gradient2_long_rtt_decays_toward_short_after_overload() {
+    let mut t = Instant::now();
+    let mut l = g2(20, 20, 200);
+    feed_saturated(&mut l, &mut t, 2000, 100 * MS);
+    let long_before = l.long_rtt_nanos();
+    assert!((long_before - 100e6).abs() < 1e6);
+    feed_saturated(&mut l, &mut t, 60, 10 * MS);
+    // A plain EMA over 600 samples would still be above 90 ms; the ×0.95 drift rule
+    // (while long/short > 2) brings it within 2× of the short rtt.
+    assert!(
+        l.long_rtt_nanos() <= 2.0 * 10e6 + 1.0,
+        "long rtt {} ns",
+        l.long_rtt_nanos()
+    );
+}
+
+// ---------------------------------------------------------------- envoy gradient
+
+fn envoy_cfg() -> EnvoyGradientConfig {
+    EnvoyGradientConfig {
+        interval: Duration::from_secs(1),
+        request_count: 5,
+        jitter: 0.0,
+        min_concurrency: 3,
+        update_interval: Duration::from_millis(100),
+        ..EnvoyGradientConfig::default()
+    }
+}
+
+/// Feeds one 100 ms sampling window starting at `start_ms`: 10 samples of `rtt`, each started
+/// after `start_ms` (so none is discarded as predating a minRTT window).
+fn envoy_window(l: &mut EnvoyGradientLimit, t0: Instant, start_ms: u64, rtt_ms: u64) {
+    for i in 0..10u64 {
+        let now = start_ms + rtt_ms + i * 10;
+        l.on_sample(&sample(
+            at(t0, now),
+            Duration::from_millis(rtt_ms),
+            l.limit(),
+            false,
+        ));
+    }
+}
+
+fn envoy_measured(
+    t0: Instant,
+    cfg: &EnvoyGradientConfig,
+    rng: Box<dyn RandomSource>,
+) -> EnvoyGradientLimit {
+    let mut l = EnvoyGradientLimit::new(cfg, t0, rng).expect("valid config");
+    assert!(l.measuring_min_rtt());
+    for i in 1..=5u64 {
+        assert_eq!(l.limit(), 3, "pinned to min_concurrency while measuring");
+        l.on_sample(&sample(at(t0, 10 * i), 10 * MS, 1, false));
+    }
+    assert!(!l.measuring_min_rtt());
+    l
+}
+
+#[test]
+fn envoy_pins_during_min_rtt_window_then_grows_near_min_rtt() {
+    let t0 = Instant::now();
+    let mut l = envoy_measured(t0, &envoy_cfg(), Box::new(FixedRandom(0.0)));
+    let min_rtt = l.min_rtt_nanos();
+    assert!((min_rtt - 10e6).abs() <= 0.05 * 10e6, "minRTT {min_rtt}");
+
+    let mut path = vec![l.limit()];
+    for w in 1..9u64 {
+        envoy_window(&mut l, t0, 100 * w, 10);
+        path.push(l.limit());
+    }
+    // gradient = 1.25 (the buffer) and headroom √limit: strictly growing.
+    assert!(path.windows(2).all(|w| w[1] > w[0]), "path {path:?}");
+    let grown = l.limit();
+    assert!(grown > 20 && grown <= 1000);
+
+    // The next minRTT window (due at 50 ms + 1 s, no jitter) pins the limit again …
+    envoy_window(&mut l, t0, 1100, 10);
+    assert!(!l.measuring_min_rtt(), "5 samples completed the window");
+    // … and restores the previous limit once it has its samples.
+    assert_eq!(l.limit(), grown);
+
+    let mut l2 = envoy_measured(t0, &envoy_cfg(), Box::new(FixedRandom(0.0)));
+    envoy_window(&mut l2, t0, 100, 10);
+    let before = l2.limit();
+    // This sample opens the window; it started before the window, so it is not counted.
+    l2.on_sample(&sample(at(t0, 1100), 10 * MS, 1, false));
+    assert!(l2.measuring_min_rtt());
+    assert_eq!(l2.limit(), 3);
+    for i in 1..=4u64 {
+        l2.on_sample(&sample(at(t0, 1100 + 10 * i), 5 * MS, 1, false));
+        assert!(l2.measuring_min_rtt());
+        assert_eq!(l2.limit(), 3);
+    }
+    for i in 5..=5u64 {
+        l2.on_sample(&sample(at(t0, 1100 + 10 * i), 5 * MS, 1, false));
+    }
+    assert!(!l2.measuring_min_rtt());
+    assert_eq!(l2.limit(), before);
+}
+
+#[test]
+fn envoy_shrinks_when_sample_rtt_far_above_min_rtt() {
+    let t0 = Instant::now();
+    let cfg = EnvoyGradientConfig {
+        interval: Duration::from_secs(3600),
+        ..envoy_cfg()
+    };
+    let mut l = envoy_measured(t0, &cfg, Box::new(FixedRandom(0.0)));
+    for w in 1..9u64 {
+        envoy_window(&mut l, t0, 100 * w, 10);
+    }
+    // A window is summarised when the first sample after it arrives, so the first slow window
+    // still closes the last fast one (and grows the limit once more).
+    envoy_window(&mut l, t0, 900, 100);
+    let high = l.limit();
+    assert!(high > 20);
+    // 10× minRTT: gradient clamps at 0.5 → limit/2 + √(limit/2) each window.
+    let mut path = vec![high];
+    for w in 1..5u64 {
+        envoy_window(&mut l, t0, 900 + 100 * w, 100);
+        path.push(l.limit());
+    }
+    assert!(path.windows(2).all(|w| w[1] < w[0]), "path {path:?}");
+    let half = high as f64 / 2.0;
+    assert_eq!(path[1], (half + half.sqrt()).floor() as usize);
+    assert!(l.limit() >= 3);
+}
+
+#[test]
+fn envoy_discards_samples_started_before_the_min_rtt_window() {
+    let t0 = Instant::now();
+    let mut l = EnvoyGradientLimit::new(&envoy_cfg(), t0, Box::new(FixedRandom(0.0))).unwrap();
+    // Window opened at t0; a request that took 50 ms but completed at t0 + 20 ms started earlier.
+    for i in 0..10u64 {
+        l.on_sample(&sample(at(t0, 20 + i), 50 * MS, 1, false));
+    }
+    assert!(
+        l.measuring_min_rtt(),
+        "old requests must not complete the measurement"
+    );
+    assert_eq!(l.limit(), 3);
+}
+
+#[test]
+fn envoy_remeasures_min_rtt_after_five_windows_at_the_floor() {
+    let t0 = Instant::now();
+    let cfg = EnvoyGradientConfig {
+        interval: Duration::from_secs(3600),
+        ..envoy_cfg()
+    };
+    let mut l = envoy_measured(t0, &cfg, Box::new(FixedRandom(0.0)));
+    // Latency 20× minRTT: the limit sits at the floor (3) window after window.
+    for w in 1..=7u64 {
+        envoy_window(&mut l, t0, 100 * w, 200);
+        if l.measuring_min_rtt() {
+            // Opened by the stale-minRTT rule, long before the hour-long interval.
+            assert!(w >= 6, "opened after {w} windows");
+            return;
+        }
+        assert_eq!(l.limit(), 3);
+    }
+    panic!("minRTT was not re-measured after 5 windows at the floor");
+}
+
+#[test]
+fn envoy_jitter_is_bounded_by_the_configured_fraction() {
+    let t0 = Instant::now();
+    let cfg = EnvoyGradientConfig {
+        jitter: 0.1,
+        ..envoy_cfg()
+    };
+    let finished = at(t0, 50);
+    let mut delays = Vec::new();
+    for seed in 0..200u64 {
+        let l = envoy_measured(t0, &cfg, Box::new(SeededRandom::new(seed)));
+        delays.push(l.next_min_rtt_at() - finished);
+    }
+    for d in &delays {
+        assert!(
+            *d >= Duration::from_secs(1) && *d < Duration::from_millis(1100),
+            "{d:?}"
+        );
+    }
+    // It is actually random, and spreads across the range.
+    let lo = delays.iter().min().copied().unwrap_or_default();
+    let hi = delays.iter().max().copied().unwrap_or_default();
+    assert!(hi - lo > Duration::from_millis(50), "{lo:?}..{hi:?}");
+
+    let l = envoy_measured(t0, &cfg, Box::new(FixedRandom(0.0)));
+    assert_eq!(l.next_min_rtt_at() - finished, Duration::from_secs(1));
+}
+
+#[test]
+fn envoy_separate_floor_does_not_pin_and_fixed_min_rtt_skips_measuring() {
+    let t0 = Instant::now();
+    let cfg = EnvoyGradientConfig {
+        min_concurrency_limit: Some(10),
+        ..envoy_cfg()
+    };
+    let l = EnvoyGradientLimit::new(&cfg, t0, Box::new(FixedRandom(0.0))).unwrap();
+    assert!(l.measuring_min_rtt());
+    assert_eq!(
+        l.limit(),
+        10,
+        "not pinned to min_concurrency 3; floor is 10"
+    );
+
+    let cfg = EnvoyGradientConfig {
+        fixed_min_rtt: Some(10 * MS),
+        ..envoy_cfg()
+    };
+    let mut l = EnvoyGradientLimit::new(&cfg, t0, Box::new(FixedRandom(0.0))).unwrap();
+    assert!(!l.measuring_min_rtt());
+    envoy_window(&mut l, t0, 0, 10);
+    envoy_window(&mut l, t0, 100, 10);
+    assert!(l.limit() > 3);
+    assert_eq!(l.min_rtt_nanos(), 10e6);
+}
+
+// ---------------------------------------------------------------- config
+
+#[test]
+fn default_is_gradient2_and_defaults_validate() {
+    assert!(matches!(LimitConfig::default(), LimitConfig::Gradient2(_)));
+    assert_eq!(LimitConfig::default().name(), "gradient2");
+    let t0 = Instant::now();
+    for cfg in [
+        LimitConfig::Fixed(FixedConfig::default()),
+        LimitConfig::Aimd(AimdConfig::default()),
+        LimitConfig::Gradient2(Gradient2Config::default()),
+        LimitConfig::EnvoyGradient(EnvoyGradientConfig::default()),
+    ] {
+        cfg.validate().expect("defaults are valid");
+        let l = cfg.try_build(t0).expect("builds");
+        assert_eq!(l.name(), cfg.name());
+        assert!(l.limit() >= 1);
+    }
+}
+
+#[test]
+fn invalid_configs_name_the_field() {
+    let cases: Vec<(LimitConfig, &str)> = vec![
+        (
+            LimitConfig::Fixed(FixedConfig { limit: 0 }),
+            "limit.fixed.limit",
+        ),
+        (
+            LimitConfig::Aimd(AimdConfig {
+                backoff_ratio: 1.0,
+                ..Default::default()
+            }),
+            "limit.aimd.backoff_ratio",
+        ),
+        (
+            LimitConfig::Aimd(AimdConfig {
+                backoff_ratio: 0.4,
+                ..Default::default()
+            }),
+            "limit.aimd.backoff_ratio",
+        ),
+        (
+            LimitConfig::Aimd(AimdConfig {
+                timeout: Duration::ZERO,
+                ..Default::default()
+            }),
+            "limit.aimd.timeout_ms",
+        ),
+        (
+            LimitConfig::Aimd(AimdConfig {
+                min_limit: 0,
+                initial_limit: 0,
+                ..Default::default()
+            }),
+            "limit.aimd.min_limit",
+        ),
+        (
+            LimitConfig::Gradient2(Gradient2Config {
+                smoothing: 0.0,
+                ..Default::default()
+            }),
+            "limit.gradient2.smoothing",
+        ),
+        (
+            LimitConfig::Gradient2(Gradient2Config {
+                smoothing: f64::NAN,
+                ..Default::default()
+            }),
+            "limit.gradient2.smoothing",
+        ),
+        (
+            LimitConfig::Gradient2(Gradient2Config {
+                rtt_tolerance: 0.9,
+                ..Default::default()
+            }),
+            "limit.gradient2.rtt_tolerance",
+        ),
+        (
+            LimitConfig::Gradient2(Gradient2Config {
+                max_limit: 10,
+                ..Default::default()
+            }),
+            "limit.gradient2.max_limit",
+        ),
+        (
+            LimitConfig::Gradient2(Gradient2Config {
+                initial_limit: 500,
+                ..Default::default()
+            }),
+            "limit.gradient2.initial_limit",
+        ),
+        (
+            LimitConfig::Gradient2(Gradient2Config {
+                long_window: 0,
+                ..Default::default()
+            }),
+            "limit.gradient2.long_window",
+        ),
+        (
+            LimitConfig::EnvoyGradient(EnvoyGradientConfig {
+                jitter: 1.5,
+                ..Default::default()
+            }),
+            "limit.envoy_gradient.jitter",
+        ),
+        (
+            LimitConfig::EnvoyGradient(EnvoyGradientConfig {
+                interval: Duration::ZERO,
+                ..Default::default()
+            }),
+            "limit.envoy_gradient.interval_ms",
+        ),
+        (
+            LimitConfig::EnvoyGradient(EnvoyGradientConfig {
+                sample_percentile: 0.0,
+                ..Default::default()
+            }),
+            "limit.envoy_gradient.sample_percentile",
+        ),
+        (
+            LimitConfig::EnvoyGradient(EnvoyGradientConfig {
+                max_concurrency_limit: 2,
+                ..Default::default()
+            }),
+            "limit.envoy_gradient.max_concurrency_limit",
+        ),
+        (
+            LimitConfig::EnvoyGradient(EnvoyGradientConfig {
+                min_concurrency: 0,
+                ..Default::default()
+            }),
+            "limit.envoy_gradient.min_concurrency",
+        ),
+    ];
+    for (cfg, field) in cases {
+        let err = cfg.validate().expect_err(field);
+        assert_eq!(err.field, field);
+        assert!(err.to_string().contains(field));
+        // build never panics even on an invalid config, and the limit is still sane.
+        let l = cfg.build(Instant::now());
+        assert!(l.limit() >= 1);
+    }
+}
+
+// ---------------------------------------------------------------- properties
+
+fn any_rtt() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::MAX),
+        Just(Duration::from_nanos(u64::MAX)),
+        (0u64..10_000_000_000).prop_map(Duration::from_nanos),
+        (0u64..100_000).prop_map(Duration::from_micros),
+    ]
+}
+
+fn any_stream() -> impl Strategy<Value = Vec<(u64, Duration, usize, bool)>> {
+    prop::collection::vec(
+        (
+            prop_oneof![0u64..1_000, 0u64..200_000_000, Just(90_000_000_000)],
+            any_rtt(),
+            prop_oneof![0usize..2_000, Just(usize::MAX)],
+            any::<bool>(),
+        ),
+        0..400,
+    )
+}
+
+fn configs(min: usize, span: usize, seed: u64) -> Vec<LimitConfig> {
+    let max = min + span;
+    vec![
+        LimitConfig::Fixed(FixedConfig { limit: min }),
+        LimitConfig::Aimd(AimdConfig {
+            initial_limit: min,
+            min_limit: min,
+            max_limit: max,
+            ..Default::default()
+        }),
+        LimitConfig::Gradient2(Gradient2Config {
+            initial_limit: max,
+            min_limit: min,
+            max_limit: max,
+            queue_size: if seed & 1 == 0 {
+                QueueSize::SquareRoot
+            } else {
+                QueueSize::Fixed(4)
+            },
+            ..Default::default()
+        }),
+        LimitConfig::EnvoyGradient(EnvoyGradientConfig {
+            min_concurrency: min,
+            max_concurrency_limit: max,
+            request_count: 3,
+            interval: Duration::from_millis(500),
+            ..Default::default()
+        }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn every_limit_stays_within_bounds_on_any_stream(
+        stream in any_stream(),
+        min in 1usize..50,
+        span in 0usize..500,
+        seed in any::<u64>(),
+    ) {
+        let t0 = Instant::now();
+        for cfg in configs(min, span, seed) {
+            prop_assert!(cfg.validate().is_ok());
+            let mut l = cfg.build_with_random(t0, Box::new(SeededRandom::new(seed)));
+            let mut now = t0;
+            for &(advance_ns, rtt, in_flight, dropped) in &stream {
+                now += Duration::from_nanos(advance_ns);
+                l.on_sample(&Sample { rtt, in_flight, dropped, now });
+                let limit = l.limit();
+                prop_assert!(limit >= 1, "{} limit 0", l.name());
+                prop_assert!(limit >= min && limit <= min + span,
+                    "{} limit {} outside [{}, {}]", l.name(), limit, min, min + span);
+            }
+        }
+    }
+
+    #[test]
+    fn gradient2_estimate_is_never_nan(stream in any_stream()) {
+        let mut l = Gradient2Limit::new(&Gradient2Config {
+            min_limit: 1,
+            initial_limit: 1,
+            ..Default::default()
+        }).unwrap();
+        let mut now = Instant::now();
+        for &(advance_ns, rtt, in_flight, dropped) in &stream {
+            now += Duration::from_nanos(advance_ns);
+            l.on_sample(&Sample { rtt, in_flight, dropped, now });
+            prop_assert!(l.estimate().is_finite());
+            prop_assert!(l.long_rtt_nanos().is_finite());
+        }
+    }
+}
