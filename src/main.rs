@@ -1,1 +1,59 @@
-fn main() {}
+//! The `spillway` binary: a thin command-line layer over the Spillway crates.
+//!
+//! Each subcommand lives in its own module with a clap `Args` struct and a `run` function that
+//! returns `anyhow::Result<()>`; adding one is a variant in [`Command`] and an arm in `main`.
+//! Exit codes: 0 success, 2 bad arguments (clap's own convention, which we follow for errors
+//! found after parsing too, via [`UsageError`]), 1 anything else.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod calc;
+
+/// Overload protection: criticality-aware admission, quotas, adaptive throttling, retry budgets.
+#[derive(Debug, Parser)]
+#[command(name = "spillway", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Where the utilisation knee is for your concurrency, and when to start refusing work
+    /// (M/M/c queueing arithmetic).
+    Calc(calc::CalcArgs),
+}
+
+/// A bad argument found after clap parsed the command line: reported like clap's own errors,
+/// with exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn main() -> ExitCode {
+    // Usage errors, --help and --version exit here with clap's codes (2 for errors).
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Calc(args) => calc::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.chain().any(|cause| cause.is::<UsageError>()) {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
