@@ -42,6 +42,35 @@
 //! [`QuotaConfig::max_retry_after`]. Debt from enforced charges is floored at
 //! `max_retry_after` of quota below zero, so a mis-measured cost delays a customer boundedly.
 //!
+//! # Example
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use spillway_core::quota::{CustomerQuota, QuotaBook, QuotaConfig};
+//! use spillway_core::Criticality;
+//!
+//! let t0 = Instant::now();
+//! // 10 CPU-seconds/s for "search" across 5 tasks: 2 per task; everyone else shares 5 (1 here).
+//! let cfg = QuotaConfig {
+//!     tasks: 5,
+//!     default_customer: CustomerQuota::uniform(5.0),
+//!     ..Default::default()
+//! }
+//! .with_customer("search", CustomerQuota::uniform(10.0));
+//! let book = QuotaBook::new(cfg, t0)?;
+//! let overloaded = true;
+//! let c = Criticality::Critical;
+//! let charge = book.try_charge(t0, "search", c, 1.5, overloaded).unwrap();
+//! // ... serve it; it really cost 0.5 CPU-seconds: 1 is refunded.
+//! book.settle(t0 + Duration::from_millis(20), charge, 0.5);
+//! assert!(book.try_charge(t0, "search", c, 1.5, overloaded).is_ok()); // 0.5 left
+//! // Unknown names share the default slot: "batch" empties it, so "other" must wait.
+//! assert!(book.try_charge(t0, "batch", c, 1.0, overloaded).is_ok());
+//! let refused = book.try_charge(t0, "other", c, 0.5, overloaded).unwrap_err();
+//! assert_eq!(refused.retry_after, Duration::from_millis(500)); // 0.5 cu short at 1 cu/s
+//! # Ok::<(), spillway_core::ConfigError>(())
+//! ```
+//!
 //! # Memory
 //!
 //! The customer table is fixed at construction: a `HashMap<Box<str>, usize>` index into a `Vec`

@@ -331,8 +331,9 @@ fn threads_charging_one_bucket_never_exceed_the_bound() {
         h.join().expect("no panic");
     }
     let admitted = admitted.load(Ordering::Relaxed) as u64;
-    let elapsed_ms = THREADS * ATTEMPTS * 10 / 1000; // 400 ms of virtual time
-                                                     // Every admission advanced tat by 1 ms and none left it beyond (latest now + 1 s).
+    // 400 ms of virtual time. Every admission advanced tat by 1 ms from 0, and none left it
+    // beyond (latest now + 1 s), so at most 400 + 1000 admissions.
+    let elapsed_ms = THREADS * ATTEMPTS * 10 / 1000;
     assert!(admitted <= elapsed_ms + 1000, "admitted {admitted}");
     // A stale `now` lags at most the whole 400 ms run, so the first refusal comes after at least
     // 1000 − 400 admissions.
@@ -347,7 +348,8 @@ struct Op {
     customer: usize,
     criticality: usize,
     estimate: f64,
-    /// Actual cost as a multiple of the estimate, settled `settle_after` steps later; `None` = never settled.
+    /// Actual cost as a multiple of the estimate, settled `settle_after` steps later;
+    /// `None` = never settled (the estimate stands).
     actual_factor: Option<f64>,
     settle_after: usize,
     advance_ms: u64,
@@ -383,10 +385,14 @@ proptest! {
     ///
     /// (r = per-task rate, B = r × burst). Proof sketch: the balance is at most B before event i,
     /// gains at most r·(t_j − t_i) of refill, and an admission leaves it ≥ min(0, B − e_j); refunds
-    /// capped at capacity and rounding up to whole nanoseconds only debit more. Debt stays far
-    /// above the 60 s floor here, so no debt is forgiven.
+    /// capped at capacity and rounding up to whole nanoseconds only debit more. No debt is
+    /// forgiven here: admissions need a balance >= 0 (or a full bucket), at most 4 settles are
+    /// pending, each at most 6 cu extra, so debt stays under 26 cu, far from the 60 s floor.
+    /// (`overloaded` is always true, so WhenOverloaded enforces.)
     #[test]
-    fn admitted_cost_never_exceeds_quota_times_time_plus_burst(ops in prop::collection::vec(op(), 1..80)) {
+    fn admitted_cost_never_exceeds_quota_times_time_plus_burst(
+        ops in prop::collection::vec(op(), 1..80)
+    ) {
         let t0 = Instant::now();
         let cfg = QuotaConfig {
             tasks: 2,
@@ -448,4 +454,11 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn book_is_shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<QuotaBook>();
+    assert_send_sync::<QuotaCharge>();
 }
