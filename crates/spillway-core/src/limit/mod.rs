@@ -44,6 +44,8 @@ pub use fixed::{FixedConfig, FixedLimit};
 pub use gradient2::{Gradient2Config, Gradient2Limit, QueueSize};
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
 
 /// One completed (or abandoned) request, as the limit algorithm sees it.
