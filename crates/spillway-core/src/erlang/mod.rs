@@ -13,7 +13,8 @@
 //! not a forecast.
 //!
 //! Formulas (Gross & Harris, *Fundamentals of Queueing Theory*, §2.3 M/M/c; the Erlang B
-//! recursion is the standard one in ITU-D/ITC *Teletraffic Engineering Handbook* (2005), ch. 7):
+//! recursion and the C-from-B identity are the standard ones in ITU-D/ITC *Teletraffic Engineering
+//! Handbook* (Iversen, 2005), ch. 7 (Erlang B) and ch. 12 (Erlang C)):
 //!
 //! - Erlang B by recursion, `B(0) = 1`, `B(k) = A·B(k−1) / (k + A·B(k−1))`. Every term is in
 //!   `[0, 1]`, so there are no factorials or powers to overflow: stable for `c` in the millions.
