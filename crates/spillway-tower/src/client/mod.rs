@@ -1,1 +1,29 @@
-//! (being written)
+//! Client layers: what a service puts around the clients it uses to call its downstreams.
+//!
+//! ```text
+//! PropagateLayer ─► RetryLayer ─► ThrottleLayer ─► transport (hyper-util, tonic Channel, …)
+//! (criticality,     (three gates,   (adaptive,
+//!  deadline,         attempt         per destination)
+//!  customer)         header)
+//! ```
+//!
+//! Order matters: the retry layer sits above the throttle so that every attempt passes the
+//! throttle and counts as a request (SRE book ch. 21: retries are requests too), and a local
+//! throttle refusal reaches the retry layer as an overload it gives up on.
+//! Errors of the stack are boxed ([`BoxError`]); match [`Throttled`] or
+//! [`crate::wire::OverloadGiveUp`] with `downcast_ref` or [`find_cause`].
+
+mod classify;
+pub mod propagate;
+pub mod retry;
+pub mod throttle;
+
+// TESTS
+
+pub use classify::find_cause;
+pub use propagate::{Propagate, PropagateLayer};
+pub use retry::{Retry, RetryLayer, RetryMode};
+pub use throttle::{Throttle, ThrottleKeying, ThrottleLayer, Throttled};
+
+/// The error type of the client layers: any error, boxed (tower's convention).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
