@@ -1,0 +1,94 @@
+//! The per-client retry budget: retries at most a fixed fraction of requests, over a sliding window.
+//!
+//! Why a budget and not only an attempt limit: three attempts per request still triples the load
+//! on a backend that is refusing everything; a budget of 10 % of requests caps the amplification
+//! at about 1.1× however badly the backend is doing (SRE book ch. 21, "Handling Overload Errors":
+//! "retries at most 10 percent of requests"). The floor of retries per second is Finagle's
+//! `RetryBudget(ttl, minRetriesPerSec, percentCanRetry)` idea (defaults there: 10 s, 10/s, 20 %):
+//! a client that sends a handful of requests would otherwise never be allowed a single retry.
+//!
+//! Spending is exact under concurrency, without a lock: a caller first *reserves* its retry
+//! (adds 1 to the retry counter), then reads the sum — which by the coherence of the atomic it
+//! added to includes every retry already committed — and takes the reservation back if the sum
+//! is over the allowance. The last committed reservation therefore saw every other committed one,
+//! so committed retries never exceed the allowance. The price is the opposite race: two callers
+//! reserving at the very edge can both back off, so the budget may under-spend by at most the
+//! number of concurrent callers at that instant (never over-spend).
+
+use std::fmt;
+use std::time::Instant;
+
+use crate::window::WindowedCounter;
+
+use super::RetryConfig;
+
+/// Slack for float rounding in `ratio × requests` (e.g. `0.1 × 30` is `3.0000000000000004`):
+/// far below one retry, so it can never admit a retry the exact arithmetic would not.
+const ROUNDING_SLACK: f64 = 1e-9;
+
+/// Retries against requests over a sliding window; see the module docs. `Send + Sync`.
+pub struct RetryBudget {
+    requests: WindowedCounter,
+    retries: WindowedCounter,
+    ratio: f64,
+    /// `min_retries_per_sec × window`, in retries.
+    floor: f64,
+}
+
+impl RetryBudget {
+    /// A budget with `cfg`'s ratio, floor and window. `cfg` should have been validated.
+    pub(crate) fn new(cfg: &RetryConfig, origin: Instant) -> Self {
+        RetryBudget {
+            requests: WindowedCounter::new(cfg.window, cfg.buckets, origin),
+            retries: WindowedCounter::new(cfg.window, cfg.buckets, origin),
+            ratio: cfg.budget_ratio,
+            floor: cfg.min_retries_per_sec * cfg.window.as_secs_f64(),
+        }
+    }
+
+    /// Counts one original request (a first attempt; retries are not requests here).
+    pub fn record_request(&self, now: Instant) {
+        self.requests.add(now, 1);
+    }
+
+    /// How many retries the window ending at `now` may hold:
+    /// `budget_ratio × requests + min_retries_per_sec × window`.
+    pub fn allowance(&self, now: Instant) -> f64 {
+        self.allowance_for(self.requests.sum(now))
+    }
+
+    /// The allowance for a given number of requests in the window.
+    pub fn allowance_for(&self, requests: u64) -> f64 {
+        self.ratio * requests as f64 + self.floor
+    }
+
+    /// `(requests, retries)` in the window ending at `now`.
+    pub fn counts(&self, now: Instant) -> (u64, u64) {
+        (self.requests.sum(now), self.retries.sum(now))
+    }
+
+    /// Spends one retry if `retries_in_window + 1 <= allowance`; says whether it did.
+    pub fn try_spend(&self, now: Instant) -> bool {
+        // Reserve first, check second: see the module docs for why this never over-spends.
+        let Some(landed) = self.retries.add_landed(now, 1) else {
+            return false;
+        };
+        let with_ours = self.retries.sum(now);
+        if with_ours as f64 <= self.allowance(now) + ROUNDING_SLACK {
+            true
+        } else {
+            self.retries.take_back(landed, 1);
+            false
+        }
+    }
+}
+
+impl fmt::Debug for RetryBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryBudget")
+            .field("window", &self.requests.window())
+            .field("ratio", &self.ratio)
+            .field("floor", &self.floor)
+            .finish_non_exhaustive()
+    }
+}
