@@ -1,1 +1,342 @@
-//! (being written)
+//! The concurrency limiter: hands out slots up to an adaptive limit, keeping headroom for the
+//! more critical levels.
+//!
+//! Why it is shaped like this:
+//!
+//! - **Lock-free admit.** The in-flight count is an atomic taken with a compare-and-swap, and the
+//!   current limit is mirrored in an atomic, so admitting costs a few atomic operations and no
+//!   lock. The [`Limit`] algorithm (Netflix concurrency-limits style) sits behind a mutex that is
+//!   only taken on release, to feed it one [`Sample`] and re-read the limit.
+//! - **Headroom.** Lower criticality may not take the last share of the limit: a request of
+//!   level `c` is admitted only while `in_flight < allowed(c) = max(1, ⌊limit · fraction(c)⌋)`
+//!   (and `0` when the limit is 0). With the default fractions (SHEDDABLE 0.8, SHEDDABLE_PLUS 0.9,
+//!   CRITICAL 0.95, CRITICAL_PLUS 1.0 — the same ladder as the shed thresholds of the SRE book's
+//!   criticality scheme, ch. 21) a burst of sheddable traffic can never fill the task, and 5% of
+//!   it is kept for CRITICAL_PLUS. The `max(1, …)` keeps every level able to run one request
+//!   when the limit is at least 1, so no level starves outright on a tiny limit.
+//!
+//! [`Limiter::try_acquire`] / [`Limiter::release`] are the raw operations the admission
+//! controller uses; [`Limiter::acquire`] wraps them in an RAII [`LimiterPermit`] for direct use.
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::criticality::{Criticality, PerCriticality};
+use crate::error::ConfigError;
+use crate::limit::{Limit, Sample};
+use crate::queue::SlotSource;
+
+/// Default share of the limit each level may fill: SHEDDABLE 0.8, SHEDDABLE_PLUS 0.9,
+/// CRITICAL 0.95, CRITICAL_PLUS 1.0 (see the module docs).
+pub const DEFAULT_HEADROOM: PerCriticality<f64> = PerCriticality([0.8, 0.9, 0.95, 1.0]);
+
+const HEADROOM_FIELDS: [&str; Criticality::COUNT] = [
+    "headroom.sheddable",
+    "headroom.sheddable_plus",
+    "headroom.critical",
+    "headroom.critical_plus",
+];
+
+/// Checks headroom fractions: each in `(0, 1]`, non-decreasing with criticality.
+pub fn validate_headroom(headroom: &PerCriticality<f64>) -> Result<(), ConfigError> {
+    let mut previous = 0.0;
+    for c in Criticality::ALL {
+        let f = headroom[c];
+        let field = HEADROOM_FIELDS[c.index()];
+        if !(f.is_finite() && f > 0.0 && f <= 1.0) {
+            return Err(ConfigError::new(
+                field,
+                f,
+                "a fraction of the limit in (0, 1]",
+            ));
+        }
+        if f < previous {
+            return Err(ConfigError::new(
+                field,
+                f,
+                "a fraction >= the one of every lower criticality (higher levels get at least as much)",
+            ));
+        }
+        previous = f;
+    }
+    Ok(())
+}
+
+/// How many requests in flight a level with share `fraction` may start below, at `limit`.
+#[inline]
+pub fn allowed_for(limit: usize, fraction: f64) -> usize {
+    if limit == 0 {
+        return 0;
+    }
+    // f64 → usize `as` saturates and maps NaN to 0; `max(1)` keeps one slot per level.
+    ((limit as f64 * fraction) as usize).clamp(1, limit)
+}
+
+/// Concurrency slots up to an adaptive limit.
+pub struct Limiter {
+    limit: AtomicUsize,
+    in_flight: AtomicUsize,
+    by_criticality: [AtomicUsize; Criticality::COUNT],
+    headroom: [f64; Criticality::COUNT],
+    algorithm: Mutex<Box<dyn Limit>>,
+    name: &'static str,
+}
+
+impl fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limiter")
+            .field("algorithm", &self.name)
+            .field("limit", &self.limit())
+            .field("in_flight", &self.in_flight())
+            .field("headroom", &self.headroom)
+            .finish()
+    }
+}
+
+impl Limiter {
+    /// A limiter driven by `algorithm`, with per-level `headroom` fractions.
+    pub fn new(
+        algorithm: Box<dyn Limit>,
+        headroom: PerCriticality<f64>,
+    ) -> Result<Self, ConfigError> {
+        validate_headroom(&headroom)?;
+        Ok(Limiter {
+            limit: AtomicUsize::new(algorithm.limit()),
+            in_flight: AtomicUsize::new(0),
+            by_criticality: std::array::from_fn(|_| AtomicUsize::new(0)),
+            headroom: headroom.0,
+            name: algorithm.name(),
+            algorithm: Mutex::new(algorithm),
+        })
+    }
+
+    /// The algorithm's name (`"gradient2"`, …).
+    pub fn algorithm_name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The current limit.
+    #[inline]
+    pub fn limit(&self) -> usize {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// Requests holding a slot.
+    #[inline]
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Requests of level `c` holding a slot.
+    pub fn in_flight_of(&self, c: Criticality) -> usize {
+        self.by_criticality[c.index()].load(Ordering::Relaxed)
+    }
+
+    /// In-flight count below which level `c` may start a request, at the current limit.
+    #[inline]
+    pub fn allowed(&self, c: Criticality) -> usize {
+        allowed_for(self.limit(), self.headroom[c.index()])
+    }
+
+    /// Whether every slot of the limit is taken (nothing at all could be admitted).
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.in_flight() >= self.limit()
+    }
+
+    /// Takes a slot for level `c` if the in-flight count is below `allowed(c)`; returns the
+    /// in-flight count including this request (what [`Sample::in_flight`] reports).
+    /// Lock-free: one compare-and-swap loop.
+    #[inline]
+    pub fn try_acquire(&self, c: Criticality) -> Option<usize> {
+        let allowed = self.allowed(c);
+        let mut current = self.in_flight.load(Ordering::SeqCst);
+        loop {
+            if current >= allowed {
+                return None;
+            }
+            match self.in_flight.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => {
+                    self.by_criticality[c.index()].fetch_add(1, Ordering::Relaxed);
+                    return Some(current + 1);
+                }
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Returns a slot taken by [`try_acquire`](Self::try_acquire) for level `c`, first feeding
+    /// `sample` (if any) to the algorithm and mirroring the new limit.
+    pub fn release(&self, c: Criticality, sample: Option<&Sample>) {
+        if let Some(s) = sample {
+            self.record(s);
+        }
+        self.by_criticality[c.index()].fetch_sub(1, Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Feeds one sample to the algorithm and mirrors its limit (the only lock in the limiter).
+    pub fn record(&self, sample: &Sample) {
+        // A panic inside an algorithm poisons the mutex; the algorithm state is still the best
+        // estimate there is, so keep using it rather than failing every later release.
+        let mut algo = match self.algorithm.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        algo.on_sample(sample);
+        self.limit.store(algo.limit(), Ordering::Release);
+    }
+
+    /// Takes a slot for `c` as an RAII guard that returns it when dropped.
+    pub fn acquire(&self, c: Criticality, now: Instant) -> Option<LimiterPermit<'_>> {
+        let in_flight = self.try_acquire(c)?;
+        Some(LimiterPermit {
+            limiter: self,
+            criticality: c,
+            started: now,
+            in_flight,
+            sample: None,
+        })
+    }
+}
+
+impl SlotSource for Limiter {
+    fn has_slot(&self, c: Criticality) -> bool {
+        self.in_flight() < self.allowed(c)
+    }
+
+    fn take_slot(&self, c: Criticality) -> bool {
+        self.try_acquire(c).is_some()
+    }
+}
+
+/// A slot held from a [`Limiter`]; returned on drop.
+///
+/// Without [`finish`](Self::finish) the slot is returned with no sample (the algorithm learns
+/// nothing from an abandoned request).
+#[derive(Debug)]
+#[must_use = "dropping the permit returns the slot at once"]
+pub struct LimiterPermit<'a> {
+    limiter: &'a Limiter,
+    criticality: Criticality,
+    started: Instant,
+    in_flight: usize,
+    sample: Option<Sample>,
+}
+
+impl LimiterPermit<'_> {
+    /// The in-flight count when this slot was taken (including it).
+    pub fn in_flight_at_start(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Completes the request at `now`; `dropped` marks a timeout or downstream overload (a
+    /// congestion signal to the algorithm).
+    pub fn finish(mut self, now: Instant, dropped: bool) {
+        self.sample = Some(Sample {
+            rtt: now.saturating_duration_since(self.started),
+            in_flight: self.in_flight,
+            dropped,
+            now,
+        });
+    }
+
+    /// Time since the slot was taken.
+    pub fn elapsed(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.started)
+    }
+}
+
+impl Drop for LimiterPermit<'_> {
+    fn drop(&mut self) {
+        self.limiter.release(self.criticality, self.sample.as_ref());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::{FixedConfig, LimitConfig};
+
+    fn fixed(limit: usize) -> Limiter {
+        let cfg = LimitConfig::Fixed(FixedConfig { limit });
+        Limiter::new(cfg.build(Instant::now()), DEFAULT_HEADROOM).expect("valid")
+    }
+
+    #[test]
+    fn allowed_keeps_one_slot_per_level() {
+        assert_eq!(allowed_for(0, 1.0), 0);
+        assert_eq!(allowed_for(1, 0.8), 1);
+        assert_eq!(allowed_for(10, 0.8), 8);
+        assert_eq!(allowed_for(10, 0.95), 9);
+        assert_eq!(allowed_for(10, 1.0), 10);
+        assert_eq!(allowed_for(usize::MAX, 1.0), usize::MAX);
+        assert_eq!(allowed_for(5, f64::NAN), 1);
+    }
+
+    #[test]
+    fn headroom_refuses_sheddable_before_critical() {
+        let l = fixed(10);
+        let permits: Vec<_> = (0..8)
+            .map(|_| l.try_acquire(Criticality::Sheddable).expect("below 8"))
+            .collect();
+        assert_eq!(permits.len(), 8);
+        assert_eq!(l.try_acquire(Criticality::Sheddable), None);
+        assert_eq!(l.try_acquire(Criticality::SheddablePlus), Some(9));
+        assert_eq!(
+            l.try_acquire(Criticality::Critical),
+            None,
+            "critical stops at 9"
+        );
+        assert_eq!(l.try_acquire(Criticality::CriticalPlus), Some(10));
+        assert!(l.is_full());
+        assert_eq!(l.try_acquire(Criticality::CriticalPlus), None);
+        assert_eq!(l.in_flight_of(Criticality::Sheddable), 8);
+        for _ in 0..8 {
+            l.release(Criticality::Sheddable, None);
+        }
+        l.release(Criticality::SheddablePlus, None);
+        l.release(Criticality::CriticalPlus, None);
+        assert_eq!(l.in_flight(), 0);
+    }
+
+    #[test]
+    fn raii_permit_returns_its_slot() {
+        let l = fixed(1);
+        let now = Instant::now();
+        let p = l.acquire(Criticality::Sheddable, now).expect("one slot");
+        assert_eq!(p.in_flight_at_start(), 1);
+        assert!(l.acquire(Criticality::CriticalPlus, now).is_none());
+        p.finish(now + Duration::from_millis(3), false);
+        assert_eq!(l.in_flight(), 0);
+        assert!(l.acquire(Criticality::Critical, now).is_some());
+        assert_eq!(l.in_flight(), 0);
+    }
+
+    #[test]
+    fn headroom_validation_names_the_field() {
+        let mut h = DEFAULT_HEADROOM;
+        h[Criticality::Critical] = 0.5;
+        let e = validate_headroom(&h).unwrap_err();
+        assert_eq!(e.field, "headroom.critical");
+        h[Criticality::Critical] = 1.5;
+        assert_eq!(
+            validate_headroom(&h).unwrap_err().field,
+            "headroom.critical"
+        );
+        h = DEFAULT_HEADROOM;
+        h[Criticality::Sheddable] = 0.0;
+        assert_eq!(
+            validate_headroom(&h).unwrap_err().field,
+            "headroom.sheddable"
+        );
+        assert!(validate_headroom(&DEFAULT_HEADROOM).is_ok());
+    }
+}

@@ -1,1 +1,568 @@
-//! (being written)
+//! The admission controller: quota → shed on utilisation → concurrency limit → queue, behind
+//! one call.
+//!
+//! Why it is shaped like this: the SRE book (ch. 21) and the AWS Builders' Library article on
+//! load shedding describe one pipeline — refuse customers over their share when the task is
+//! overloaded, shed the least critical work on a utilisation signal, cap work in progress, keep
+//! a short bounded queue for bursts — and every refusal must be cheap and typed. So
+//! [`AdmissionController::admit`] runs those steps in that order on borrowed request data and
+//! answers with a [`Permit`] (RAII: held until the response is complete), a
+//! [`QueuedAdmission`] (a std-only future) or a typed [`Refusal`].
+//!
+//! The fast path (admitted at once, and the permit's release) takes no lock but the limit
+//! algorithm's (on release, uncontended) and allocates nothing beyond an `Arc` clone. The queue
+//! lives behind a mutex that only the slow path takes: releases take it only while something is
+//! queued (checked with an atomic after the in-flight decrement; enqueue re-runs dispatch
+//! under the same mutex after publishing the queue length, so neither side can miss the other).
+//!
+//! "Overloaded" — when quotas are enforced and retries beyond `max_attempts` refused — means
+//! utilisation at or above the shed policy's lowest threshold, or the limiter full, or anyone
+//! queued. Utilisation is the maximum of the configured signals and the built-in
+//! in-flight / limit ratio.
+
+mod permit;
+mod refusal;
+mod request;
+#[cfg(test)]
+mod tests;
+
+use std::cell::Cell;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::clock::Clock;
+use crate::criticality::{Criticality, PerCriticality};
+use crate::error::ConfigError;
+use crate::limit::{LimitConfig, Sample};
+use crate::limiter::{validate_headroom, Limiter, DEFAULT_HEADROOM};
+use crate::queue::{
+    AdmissionQueue, DropReason, QueueConfig, QueueEntry, ServiceTimeEstimate, SlotSource, Ticket,
+};
+use crate::quota::{QuotaBook, QuotaCharge, QuotaConfig};
+use crate::random::RandomSource;
+use crate::shed::{ShedConfig, ShedPolicy};
+use crate::signal::LoadSignal;
+
+pub use permit::{Outcome, Permit, QueuedAdmission};
+pub use refusal::{Refusal, RefusalCounts, RefusalReason};
+pub use request::{Admission, AdmissionRequest};
+
+use permit::{Waiter, WaiterState};
+use refusal::Counters;
+
+/// Default maximum attempts per request: 3 (SRE book ch. 21, "Deciding to retry": a per-request
+/// retry budget of up to three attempts).
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+/// Default `Retry-After` hint on overload refusals: 1 s, the smallest an HTTP `Retry-After`
+/// header can express.
+pub const DEFAULT_OVERLOAD_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Load signals a controller can hold (more can be combined into one with `MaxSignal`).
+pub const MAX_SIGNALS: usize = 16;
+
+/// Everything the controller needs.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct AdmissionConfig {
+    /// The concurrency-limit algorithm (default Gradient2).
+    pub limit: LimitConfig,
+    /// Share of the limit each criticality may fill (default 0.8 / 0.9 / 0.95 / 1.0, see
+    /// [`crate::limiter`]).
+    pub headroom: PerCriticality<f64>,
+    /// The admission queue (default: half the limit, 100 ms max wait, CoDel 5 ms / 100 ms).
+    pub queue: QueueConfig,
+    /// Shedding on utilisation (default thresholds 0.8 / 0.9 / 1.0 / never).
+    pub shed: ShedConfig,
+    /// Per-customer quotas (default: none, i.e. unlimited).
+    pub quota: QuotaConfig,
+    /// Attempts beyond this are refused `TooManyAttempts` while overloaded (default 3).
+    pub max_attempts: u32,
+    /// `Retry-After` hint on refusals for this task's overload (default 1 s; `None` = no hint).
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            rename = "overload_retry_after_ms",
+            with = "crate::queue::millis::option"
+        )
+    )]
+    pub overload_retry_after: Option<Duration>,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            limit: LimitConfig::default(),
+            headroom: DEFAULT_HEADROOM,
+            queue: QueueConfig::default(),
+            shed: ShedConfig::default(),
+            quota: QuotaConfig::default(),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            overload_retry_after: Some(DEFAULT_OVERLOAD_RETRY_AFTER),
+        }
+    }
+}
+
+impl AdmissionConfig {
+    /// Checks every part; the error names the field and what it accepts.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.limit.validate()?;
+        validate_headroom(&self.headroom)?;
+        self.queue.validate()?;
+        self.shed.validate()?;
+        self.quota.validate()?;
+        if !(1..=100).contains(&self.max_attempts) {
+            return Err(ConfigError::new(
+                "max_attempts",
+                self.max_attempts,
+                "an integer in 1 ..= 100 (attempts per request, the first included)",
+            ));
+        }
+        if let Some(d) = self.overload_retry_after {
+            if d > Duration::from_secs(3600) {
+                return Err(ConfigError::new(
+                    "overload_retry_after",
+                    format_args!("{d:?}"),
+                    "a duration of at most 1 h, or none",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// State shared by the controller, its permits and queued admissions.
+pub(crate) struct Inner {
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) limiter: Limiter,
+    pub(crate) quota: QuotaBook,
+    shed: ShedPolicy,
+    overloaded_at: f64,
+    signals: [OnceLock<Arc<dyn LoadSignal>>; MAX_SIGNALS],
+    signals_ignored: AtomicU64,
+    random: OnceLock<Arc<dyn RandomSource>>,
+    queue: Mutex<AdmissionQueue<Arc<Waiter>>>,
+    queue_cfg: QueueConfig,
+    /// Mirror of the queue length, for the lock-free "anyone waiting?" checks.
+    queued: AtomicUsize,
+    pub(crate) service: ServiceTimeEstimate,
+    max_attempts: u32,
+    overload_retry_after: Option<Duration>,
+    pub(crate) counters: Counters,
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdmissionController")
+            .field("limiter", &self.limiter)
+            .field("queued", &self.queued.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The limiter as the queue's slot source, remembering the in-flight count of the last take.
+struct Slots<'a> {
+    limiter: &'a Limiter,
+    in_flight: Cell<usize>,
+}
+
+impl SlotSource for Slots<'_> {
+    fn has_slot(&self, c: Criticality) -> bool {
+        self.limiter.has_slot(c)
+    }
+    fn take_slot(&self, c: Criticality) -> bool {
+        match self.limiter.try_acquire(c) {
+            Some(n) => {
+                self.in_flight.set(n);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Inner {
+    fn draw(&self) -> f64 {
+        match self.random.get() {
+            Some(r) => r.uniform(),
+            None => fastrand::f64(),
+        }
+    }
+
+    /// Max over the configured signals and in-flight / limit; NaN readings are ignored.
+    fn utilisation(&self, now: Instant) -> f64 {
+        let limit = self.limiter.limit();
+        let in_flight = self.limiter.in_flight();
+        let mut u = if limit == 0 {
+            1.0
+        } else {
+            in_flight as f64 / limit as f64
+        };
+        for slot in &self.signals {
+            let Some(s) = slot.get() else { break };
+            let v = s.utilisation(now);
+            if v > u {
+                u = v;
+            }
+        }
+        u
+    }
+
+    fn overloaded(&self, utilisation: f64, queued: usize) -> bool {
+        utilisation >= self.overloaded_at || self.limiter.is_full() || queued > 0
+    }
+
+    pub(crate) fn refusal(&self, reason: RefusalReason, c: Criticality) -> Refusal {
+        let retry_after = if reason.retry_elsewhere_can_help() {
+            self.overload_retry_after
+        } else {
+            None
+        };
+        Refusal {
+            reason,
+            criticality: c,
+            retry_after,
+        }
+    }
+
+    fn refuse(&self, reason: RefusalReason, c: Criticality) -> Admission {
+        self.counters.refused(reason, c);
+        Admission::Refused(self.refusal(reason, c))
+    }
+
+    fn lock_queue(&self) -> MutexGuard<'_, AdmissionQueue<Arc<Waiter>>> {
+        // Queue operations leave it consistent at every step; a panic elsewhere while holding
+        // the lock must not stop admission for good.
+        match self.queue.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Returns a slot, then dispatches to waiters if any (see the module docs for the order).
+    pub(crate) fn release_slot(&self, c: Criticality, sample: Option<&Sample>) {
+        self.limiter.release(c, sample);
+        if self.queued.load(Ordering::SeqCst) > 0 {
+            let mut q = self.lock_queue();
+            self.dispatch(&mut q, self.clock.now());
+        }
+    }
+
+    /// Removes a waiter by ticket; `true` if it was still queued.
+    pub(crate) fn remove_waiter(&self, ticket: Ticket) -> bool {
+        let mut q = self.lock_queue();
+        let removed = q.remove(self.clock.now(), ticket).is_some();
+        self.queued.store(q.len(), Ordering::SeqCst);
+        removed
+    }
+
+    /// Refuses a waiter the queue dropped.
+    fn drop_waiter(&self, e: QueueEntry<Arc<Waiter>>, why: DropReason, now: Instant) {
+        let reason = match why {
+            DropReason::QueueTimeout | DropReason::Codel => RefusalReason::QueueTimeout,
+            DropReason::DeadlineExceeded => RefusalReason::DeadlineExceeded,
+            DropReason::Evicted => RefusalReason::QueueFull,
+        };
+        let w = e.item;
+        if w.resolve(WaiterState::Refused(self.refusal(reason, w.criticality))) {
+            self.quota.settle(now, w.charge, 0.0);
+            self.counters.refused(reason, w.criticality);
+        }
+    }
+
+    /// Grants slots to waiters in queue order while slots are free, dropping the queue's
+    /// victims on the way. Called with the queue locked.
+    fn dispatch(&self, q: &mut AdmissionQueue<Arc<Waiter>>, now: Instant) {
+        let slots = Slots {
+            limiter: &self.limiter,
+            in_flight: Cell::new(0),
+        };
+        let expected = self.service.get();
+        while let Some(e) = q.dequeue(now, expected, &slots, |e, why| {
+            self.drop_waiter(e, why, now)
+        }) {
+            let granted = WaiterState::Granted {
+                started: now,
+                in_flight: slots.in_flight.get(),
+            };
+            if !e.item.resolve(granted) {
+                // Not waiting any more (cannot happen: waiters leave the queue only under
+                // this lock); never lose the slot.
+                self.limiter.release(e.criticality, None);
+            }
+        }
+        self.queued.store(q.len(), Ordering::SeqCst);
+    }
+}
+
+/// Composes quota, shedding, the concurrency limit and the queue behind [`admit`](Self::admit).
+///
+/// Cheap to clone (an `Arc`); `Send + Sync`.
+#[derive(Debug, Clone)]
+pub struct AdmissionController {
+    inner: Arc<Inner>,
+}
+
+/// The controller's state, for status pages.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct ControllerSnapshot {
+    /// The limit algorithm's name.
+    pub algorithm: &'static str,
+    /// Current concurrency limit.
+    pub limit: usize,
+    /// Requests holding a slot.
+    pub in_flight: usize,
+    /// Requests waiting in the queue.
+    pub queued: usize,
+    /// Current queue bound.
+    pub queue_capacity: usize,
+    /// Current utilisation (max of signals and in-flight / limit).
+    pub utilisation: f64,
+    /// Whether the task counts as overloaded.
+    pub overloaded: bool,
+    /// Expected service time (EWMA).
+    pub expected_service_time: Duration,
+    /// Requests holding a slot, per criticality.
+    pub in_flight_by_criticality: PerCriticality<usize>,
+    /// Requests waiting, per criticality.
+    pub queued_by_criticality: PerCriticality<usize>,
+    /// Health checks being served (they hold no slot).
+    pub health_checks_in_flight: usize,
+    /// Requests admitted so far (at once or from the queue), per criticality.
+    pub admitted: PerCriticality<u64>,
+    /// Requests that entered the queue so far, per criticality.
+    pub enqueued: PerCriticality<u64>,
+    /// Queued requests abandoned by their caller, per criticality.
+    pub cancelled: PerCriticality<u64>,
+    /// Refusals so far, by reason × criticality.
+    pub refused: RefusalCounts,
+    /// Health checks served so far.
+    pub health_checks: u64,
+    /// Each configured signal's name and current reading.
+    pub signals: Vec<(String, f64)>,
+    /// Signals ignored because [`MAX_SIGNALS`] were already configured.
+    pub signals_ignored: u64,
+}
+
+impl AdmissionController {
+    /// A controller with `cfg` (validated) reading time from `clock`.
+    pub fn new(cfg: AdmissionConfig, clock: Arc<dyn Clock>) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        let origin = clock.now();
+        let limiter = Limiter::new(cfg.limit.build(origin), cfg.headroom)?;
+        let quota = QuotaBook::new(cfg.quota, origin)?;
+        let shed = ShedPolicy::new(cfg.shed)?;
+        let queue = AdmissionQueue::new(cfg.queue.clone())?;
+        Ok(AdmissionController {
+            inner: Arc::new(Inner {
+                clock,
+                limiter,
+                quota,
+                overloaded_at: shed.lowest_threshold(),
+                shed,
+                signals: std::array::from_fn(|_| OnceLock::new()),
+                signals_ignored: AtomicU64::new(0),
+                random: OnceLock::new(),
+                queue: Mutex::new(queue),
+                queue_cfg: cfg.queue,
+                queued: AtomicUsize::new(0),
+                service: ServiceTimeEstimate::new(),
+                max_attempts: cfg.max_attempts,
+                overload_retry_after: cfg.overload_retry_after,
+                counters: Counters::default(),
+            }),
+        })
+    }
+
+    /// Adds a utilisation signal (call before first use). At most [`MAX_SIGNALS`]; further
+    /// ones are ignored and counted in [`ControllerSnapshot::signals_ignored`] — combine them
+    /// with `MaxSignal` instead.
+    pub fn with_signal(self, s: Arc<dyn LoadSignal>) -> Self {
+        let mut s = Some(s);
+        for slot in &self.inner.signals {
+            if let Some(v) = s.take() {
+                if let Err(v) = slot.set(v) {
+                    s = Some(v);
+                }
+            }
+        }
+        if s.is_some() {
+            self.inner.signals_ignored.fetch_add(1, Ordering::Relaxed);
+        }
+        self
+    }
+
+    /// Uses `r` for the shed ramp's draws (default: thread-local `fastrand`). First call wins.
+    pub fn with_random(self, r: Arc<dyn RandomSource>) -> Self {
+        let _ = self.inner.random.set(r);
+        self
+    }
+
+    /// The controller's clock reading (for callers arming a timer at `give_up_at`).
+    pub fn now(&self) -> Instant {
+        self.inner.clock.now()
+    }
+
+    /// Decides one request: admitted (hold the permit), queued (await it) or refused.
+    pub fn admit(&self, req: &AdmissionRequest<'_>) -> Admission {
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        let c = req.criticality;
+        if req.health_check {
+            return Admission::Admitted(Permit::health(Arc::clone(inner), c, now));
+        }
+        if req.deadline.is_some_and(|d| d <= now) {
+            return inner.refuse(RefusalReason::DeadlineExceeded, c);
+        }
+        let utilisation = inner.utilisation(now);
+        let queued = inner.queued.load(Ordering::SeqCst);
+        let overloaded = inner.overloaded(utilisation, queued);
+        if overloaded && req.attempt > inner.max_attempts {
+            return inner.refuse(RefusalReason::TooManyAttempts, c);
+        }
+        let charge =
+            match inner
+                .quota
+                .try_charge(now, req.customer, c, req.estimated_cost, overloaded)
+            {
+                Ok(charge) => charge,
+                Err(over) => {
+                    inner.counters.refused(RefusalReason::OverQuota, c);
+                    return Admission::Refused(Refusal {
+                        reason: RefusalReason::OverQuota,
+                        criticality: c,
+                        retry_after: Some(over.retry_after),
+                    });
+                }
+            };
+        if inner.shed.should_shed(c, utilisation, inner.draw()) {
+            inner.quota.settle(now, charge, 0.0);
+            return inner.refuse(RefusalReason::Shed, c);
+        }
+        // Nobody waiting: take a slot directly. Otherwise join the queue, so an arrival never
+        // overtakes a more critical waiter.
+        if queued == 0 {
+            if let Some(n) = inner.limiter.try_acquire(c) {
+                return Admission::Admitted(Permit::slot(
+                    Arc::clone(inner),
+                    c,
+                    now,
+                    Duration::ZERO,
+                    n,
+                    charge,
+                ));
+            }
+        }
+        self.enqueue(req, now, charge)
+    }
+
+    /// The slow path: queue the request (or refuse it), then dispatch.
+    fn enqueue(&self, req: &AdmissionRequest<'_>, now: Instant, charge: QuotaCharge) -> Admission {
+        let inner = &self.inner;
+        let c = req.criticality;
+        let refuse = |reason| {
+            inner.quota.settle(now, charge, 0.0);
+            inner.refuse(reason, c)
+        };
+        let capacity = inner.queue_cfg.capacity(inner.limiter.limit());
+        if capacity == 0 {
+            return refuse(RefusalReason::ConcurrencyLimit);
+        }
+        if let Some(d) = req.deadline {
+            if now.checked_add(inner.service.get()).map_or(true, |f| f > d) {
+                return refuse(RefusalReason::DeadlineExceeded);
+            }
+        }
+        let waiter = Arc::new(Waiter::new(c, charge));
+        let mut q = inner.lock_queue();
+        let pushed = match q.push(
+            now,
+            Arc::clone(&waiter),
+            c,
+            req.continuation,
+            req.deadline,
+            capacity,
+        ) {
+            Ok(p) => p,
+            Err(_) => {
+                drop(q);
+                return refuse(RefusalReason::QueueFull);
+            }
+        };
+        Counters::bump(&inner.counters.enqueued[c.index()]);
+        for e in pushed.evicted {
+            inner.drop_waiter(e, DropReason::Evicted, now);
+        }
+        // Publish the length, then dispatch: a release that decremented in-flight before this
+        // store is caught by this dispatch; one after it sees `queued > 0` and dispatches.
+        inner.queued.store(q.len(), Ordering::SeqCst);
+        inner.dispatch(&mut q, now);
+        let give_up_at = q.give_up_at(now, req.deadline);
+        drop(q);
+        // Granted (or dropped) by the dispatch we just ran: answer now instead of via a future.
+        let outcome = waiter.take();
+        match outcome {
+            WaiterState::Granted { started, in_flight } => {
+                return Admission::Admitted(Permit::slot(
+                    Arc::clone(inner),
+                    c,
+                    started,
+                    Duration::ZERO,
+                    in_flight,
+                    charge,
+                ));
+            }
+            WaiterState::Refused(r) => return Admission::Refused(r),
+            waiting => *waiter.lock() = waiting,
+        }
+        Admission::Queued(QueuedAdmission {
+            inner: Arc::clone(inner),
+            waiter,
+            ticket: pushed.ticket,
+            enqueued_at: now,
+            give_up_at,
+            deadline: req.deadline,
+            done: false,
+        })
+    }
+
+    /// Current state and counters.
+    pub fn snapshot(&self) -> ControllerSnapshot {
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        let (queued, by_c) = {
+            let q = inner.lock_queue();
+            (q.len(), q.len_by_criticality())
+        };
+        let utilisation = inner.utilisation(now);
+        let limit = inner.limiter.limit();
+        let counters = &inner.counters;
+        ControllerSnapshot {
+            algorithm: inner.limiter.algorithm_name(),
+            limit,
+            in_flight: inner.limiter.in_flight(),
+            queued,
+            queue_capacity: inner.queue_cfg.capacity(limit),
+            utilisation,
+            overloaded: inner.overloaded(utilisation, queued),
+            expected_service_time: inner.service.get(),
+            in_flight_by_criticality: PerCriticality::from_fn(|c| inner.limiter.in_flight_of(c)),
+            queued_by_criticality: PerCriticality(by_c),
+            health_checks_in_flight: counters.health_in_flight.load(Ordering::Relaxed),
+            admitted: Counters::read(&counters.admitted),
+            enqueued: Counters::read(&counters.enqueued),
+            cancelled: Counters::read(&counters.cancelled),
+            refused: counters.refusal_counts(),
+            health_checks: counters.health_checks.load(Ordering::Relaxed),
+            signals: inner
+                .signals
+                .iter()
+                .map_while(|s| s.get())
+                .map(|s| (s.name().to_owned(), s.utilisation(now)))
+                .collect(),
+            signals_ignored: inner.signals_ignored.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! Permits (RAII slots) and queued admissions (a std-only future).
+//!
+//! Lost-wakeup freedom: a waiter's outcome is written only under the queue mutex (dispatch,
+//! eviction) and a waiter leaves the queue only under it, so whoever cancels a waiter first
+//! removes it under that mutex; if it is gone, its outcome is already final and can be read
+//! (and a granted slot handed back). The waker is kept in the waiter's own small mutex.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use crate::criticality::Criticality;
+use crate::limit::Sample;
+use crate::queue::Ticket;
+use crate::quota::QuotaCharge;
+
+use super::refusal::{Counters, Refusal, RefusalReason};
+use super::Inner;
+
+/// How the admitted request ended, as the concurrency limit should learn it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Outcome {
+    /// Completed (including application errors): its latency is a normal sample.
+    #[default]
+    Success,
+    /// Timed out or was refused for overload downstream: a congestion signal.
+    Dropped,
+    /// Tells nothing about capacity (e.g. the client cancelled): no sample.
+    Ignore,
+}
+
+/// A held concurrency slot. Dropping it releases the slot, feeds the limit algorithm a latency
+/// sample, settles the quota with the actual cost and may grant a queued waiter.
+#[derive(Debug)]
+#[must_use = "dropping the permit releases the slot at once"]
+pub struct Permit {
+    inner: Arc<Inner>,
+    criticality: Criticality,
+    started: Instant,
+    queue_time: Duration,
+    in_flight: usize,
+    /// `None` for a health check (holds no slot, charges no quota).
+    charge: Option<QuotaCharge>,
+    actual_cost: Option<f64>,
+    outcome: Outcome,
+}
+
+impl Permit {
+    pub(crate) fn slot(
+        inner: Arc<Inner>,
+        criticality: Criticality,
+        started: Instant,
+        queue_time: Duration,
+        in_flight: usize,
+        charge: QuotaCharge,
+    ) -> Self {
+        Counters::bump(&inner.counters.admitted[criticality.index()]);
+        Permit {
+            inner,
+            criticality,
+            started,
+            queue_time,
+            in_flight,
+            charge: Some(charge),
+            actual_cost: None,
+            outcome: Outcome::Success,
+        }
+    }
+
+    pub(crate) fn health(inner: Arc<Inner>, criticality: Criticality, now: Instant) -> Self {
+        Counters::bump(&inner.counters.health_checks);
+        inner
+            .counters
+            .health_in_flight
+            .fetch_add(1, Ordering::Relaxed);
+        Permit {
+            inner,
+            criticality,
+            started: now,
+            queue_time: Duration::ZERO,
+            in_flight: 0,
+            charge: None,
+            actual_cost: None,
+            outcome: Outcome::Ignore,
+        }
+    }
+
+    /// Time spent waiting in the queue before admission (zero if admitted at once).
+    pub fn queue_time(&self) -> Duration {
+        self.queue_time
+    }
+
+    /// When the slot was granted (service time is measured from here).
+    pub fn started_at(&self) -> Instant {
+        self.started
+    }
+
+    /// The request's criticality.
+    pub fn criticality(&self) -> Criticality {
+        self.criticality
+    }
+
+    /// Whether this is a health check's permit (no slot held).
+    pub fn is_health_check(&self) -> bool {
+        self.charge.is_none()
+    }
+
+    /// Requests in flight when this one was admitted, including it (0 for a health check).
+    pub fn in_flight_at_start(&self) -> usize {
+        self.in_flight
+    }
+
+    /// The request's real cost, in quota units; the quota is corrected on release.
+    pub fn set_actual_cost(&mut self, cost: f64) {
+        self.actual_cost = Some(cost);
+    }
+
+    /// How the request ended (default [`Outcome::Success`]).
+    pub fn set_outcome(&mut self, o: Outcome) {
+        if self.charge.is_some() {
+            self.outcome = o;
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let inner = &self.inner;
+        let Some(charge) = self.charge else {
+            inner
+                .counters
+                .health_in_flight
+                .fetch_sub(1, Ordering::Relaxed);
+            return;
+        };
+        let now = inner.clock.now();
+        let rtt = now.saturating_duration_since(self.started);
+        let sample = match self.outcome {
+            Outcome::Ignore => None,
+            o => Some(Sample {
+                rtt,
+                in_flight: self.in_flight,
+                dropped: o == Outcome::Dropped,
+                now,
+            }),
+        };
+        if self.outcome == Outcome::Success {
+            inner.service.record(rtt);
+        }
+        if let Some(actual) = self.actual_cost {
+            inner.quota.settle(now, charge, actual);
+        }
+        inner.release_slot(self.criticality, sample.as_ref());
+    }
+}
+
+/// What happened to a queued request.
+#[derive(Debug)]
+pub(crate) enum WaiterState {
+    /// Still queued; the waker of the last poll.
+    Waiting(Option<Waker>),
+    /// A slot was taken for it at `started` (in-flight count `in_flight` including it).
+    Granted { started: Instant, in_flight: usize },
+    /// Dropped from the queue.
+    Refused(Refusal),
+    /// The outcome has been taken by the future (or its cancellation).
+    Taken,
+}
+
+/// The slot shared by a queued request's future and the queue.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    pub(crate) criticality: Criticality,
+    pub(crate) charge: QuotaCharge,
+    state: Mutex<WaiterState>,
+}
+
+impl Waiter {
+    pub(crate) fn new(criticality: Criticality, charge: QuotaCharge) -> Self {
+        Waiter {
+            criticality,
+            charge,
+            state: Mutex::new(WaiterState::Waiting(None)),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, WaiterState> {
+        // The state is a plain enum written whole; a poisoned lock still holds a valid one.
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Sets the final outcome (only from `Waiting`) and wakes the future. Returns `false` if
+    /// the waiter was not waiting (the caller must then undo what it granted).
+    pub(crate) fn resolve(&self, outcome: WaiterState) -> bool {
+        let waker = {
+            let mut s = self.lock();
+            match std::mem::replace(&mut *s, outcome) {
+                WaiterState::Waiting(w) => w,
+                previous => {
+                    *s = previous;
+                    return false;
+                }
+            }
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+        true
+    }
+
+    /// Takes the outcome, leaving `Taken`.
+    pub(crate) fn take(&self) -> WaiterState {
+        std::mem::replace(&mut *self.lock(), WaiterState::Taken)
+    }
+}
+
+/// A request waiting in the admission queue: a future of its permit.
+///
+/// Uses only `std::task` (no runtime). The caller should also arm a timer for
+/// [`give_up_at`](Self::give_up_at) and call [`expire`](Self::expire) when it fires; a poll at
+/// or after that instant expires it too. Dropping it cancels: it leaves the queue, and a slot
+/// granted meanwhile is released so it is not lost.
+#[derive(Debug)]
+#[must_use = "dropping a queued admission cancels it"]
+pub struct QueuedAdmission {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) waiter: Arc<Waiter>,
+    pub(crate) ticket: Ticket,
+    pub(crate) enqueued_at: Instant,
+    pub(crate) give_up_at: Instant,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) done: bool,
+}
+
+impl QueuedAdmission {
+    /// When the caller should give up waiting: `min(enqueued + max wait, deadline)`.
+    pub fn give_up_at(&self) -> Instant {
+        self.give_up_at
+    }
+
+    /// When it joined the queue.
+    pub fn enqueued_at(&self) -> Instant {
+        self.enqueued_at
+    }
+
+    /// The request's criticality.
+    pub fn criticality(&self) -> Criticality {
+        self.waiter.criticality
+    }
+
+    /// The caller's timer fired: leave the queue, refused `QueueTimeout` (or
+    /// `DeadlineExceeded` if the deadline was what ran out). If a slot was granted meanwhile it
+    /// is released; if the queue had already dropped the request, that refusal is returned.
+    pub fn expire(mut self) -> Refusal {
+        self.expire_now()
+    }
+
+    /// The refusal for giving up now.
+    fn timeout_refusal(&self) -> Refusal {
+        let reason = match self.deadline {
+            Some(d) if d <= self.give_up_at => RefusalReason::DeadlineExceeded,
+            _ => RefusalReason::QueueTimeout,
+        };
+        self.inner.refusal(reason, self.waiter.criticality)
+    }
+
+    fn expire_now(&mut self) -> Refusal {
+        self.done = true;
+        let inner = &self.inner;
+        let c = self.waiter.criticality;
+        if inner.remove_waiter(self.ticket) {
+            self.waiter.take();
+            inner
+                .quota
+                .settle(inner.clock.now(), self.waiter.charge, 0.0);
+            let r = self.timeout_refusal();
+            inner.counters.refused(r.reason, c);
+            return r;
+        }
+        match self.waiter.take() {
+            WaiterState::Refused(r) => r,
+            WaiterState::Granted { .. } => {
+                // Granted just before the timer fired: the caller has given up, so hand the
+                // slot straight back (no latency sample: it did no work).
+                inner
+                    .quota
+                    .settle(inner.clock.now(), self.waiter.charge, 0.0);
+                inner.release_slot(c, None);
+                let r = self.timeout_refusal();
+                inner.counters.refused(r.reason, c);
+                r
+            }
+            WaiterState::Waiting(_) | WaiterState::Taken => self.timeout_refusal(),
+        }
+    }
+}
+
+impl Future for QueuedAdmission {
+    type Output = Result<Permit, Refusal>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.done {
+            // Polled after completion: answer consistently rather than panic.
+            return Poll::Ready(Err(this.timeout_refusal()));
+        }
+        {
+            let mut s = this.waiter.lock();
+            match &mut *s {
+                WaiterState::Waiting(w) => {
+                    if this.inner.clock.now() < this.give_up_at {
+                        match w {
+                            Some(old) if old.will_wake(cx.waker()) => {}
+                            _ => *w = Some(cx.waker().clone()),
+                        }
+                        return Poll::Pending;
+                    }
+                }
+                WaiterState::Granted { started, in_flight } => {
+                    let (started, in_flight) = (*started, *in_flight);
+                    *s = WaiterState::Taken;
+                    drop(s);
+                    this.done = true;
+                    let queue_time = started.saturating_duration_since(this.enqueued_at);
+                    return Poll::Ready(Ok(Permit::slot(
+                        Arc::clone(&this.inner),
+                        this.waiter.criticality,
+                        started,
+                        queue_time,
+                        in_flight,
+                        this.waiter.charge,
+                    )));
+                }
+                WaiterState::Refused(r) => {
+                    let r = *r;
+                    *s = WaiterState::Taken;
+                    this.done = true;
+                    return Poll::Ready(Err(r));
+                }
+                WaiterState::Taken => {
+                    this.done = true;
+                    return Poll::Ready(Err(this.timeout_refusal()));
+                }
+            }
+        }
+        // Past give_up_at with no timer having fired: expire here.
+        Poll::Ready(Err(this.expire_now()))
+    }
+}
+
+impl Drop for QueuedAdmission {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let inner = &self.inner;
+        let c = self.waiter.criticality;
+        let now = inner.clock.now();
+        if inner.remove_waiter(self.ticket) {
+            self.waiter.take();
+            inner.quota.settle(now, self.waiter.charge, 0.0);
+            Counters::bump(&inner.counters.cancelled[c.index()]);
+            return;
+        }
+        if let WaiterState::Granted { .. } = self.waiter.take() {
+            // The slot was taken for us after we stopped listening: give it back, or it would
+            // be lost for good.
+            inner.quota.settle(now, self.waiter.charge, 0.0);
+            inner.release_slot(c, None);
+            Counters::bump(&inner.counters.cancelled[c.index()]);
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Typed refusals, and the relaxed counters behind the status page.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::criticality::{Criticality, PerCriticality};
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum RefusalReason {
+    /// The customer is over its (global) quota for this criticality while the task is
+    /// overloaded (SRE book ch. 21, "Per-customer limits").
+    OverQuota,
+    /// Shed on utilisation: this criticality is above its threshold (SRE book ch. 21).
+    Shed,
+    /// No concurrency slot for this criticality and no queue to wait in.
+    ConcurrencyLimit,
+    /// The queue is full (or this request was evicted by a more critical one).
+    QueueFull,
+    /// Waited in the queue too long (max wait, or CoDel's standing-delay control).
+    QueueTimeout,
+    /// The deadline passed, or could not be met given the expected service time.
+    DeadlineExceeded,
+    /// A retry beyond the configured attempts while the task is overloaded (SRE book ch. 21:
+    /// retries amplify overload; at most 3 attempts per request).
+    TooManyAttempts,
+}
+
+impl RefusalReason {
+    /// Every reason, in declaration order (indexes the counters).
+    pub const ALL: [RefusalReason; 7] = [
+        RefusalReason::OverQuota,
+        RefusalReason::Shed,
+        RefusalReason::ConcurrencyLimit,
+        RefusalReason::QueueFull,
+        RefusalReason::QueueTimeout,
+        RefusalReason::DeadlineExceeded,
+        RefusalReason::TooManyAttempts,
+    ];
+
+    /// Number of reasons.
+    pub const COUNT: usize = 7;
+
+    /// snake_case name, for metric labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::OverQuota => "over_quota",
+            RefusalReason::Shed => "shed",
+            RefusalReason::ConcurrencyLimit => "concurrency_limit",
+            RefusalReason::QueueFull => "queue_full",
+            RefusalReason::QueueTimeout => "queue_timeout",
+            RefusalReason::DeadlineExceeded => "deadline_exceeded",
+            RefusalReason::TooManyAttempts => "too_many_attempts",
+        }
+    }
+
+    /// Dense index `0..COUNT`.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether retrying on another task can help: yes when the refusal is about *this* task's
+    /// overload (another task may have room); no when the customer is over its global share,
+    /// the deadline is gone, or the request has used up its attempts.
+    pub const fn retry_elsewhere_can_help(self) -> bool {
+        matches!(
+            self,
+            RefusalReason::Shed
+                | RefusalReason::ConcurrencyLimit
+                | RefusalReason::QueueFull
+                | RefusalReason::QueueTimeout
+        )
+    }
+
+    /// The customer is over quota (HTTP 429 / gRPC RESOURCE_EXHAUSTED at the edge) rather than
+    /// the task being overloaded (503 / UNAVAILABLE).
+    pub const fn is_customer_over_quota(self) -> bool {
+        matches!(self, RefusalReason::OverQuota)
+    }
+
+    /// Alias of [`is_customer_over_quota`](Self::is_customer_over_quota).
+    pub const fn is_over_quota(self) -> bool {
+        self.is_customer_over_quota()
+    }
+}
+
+impl std::fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request the controller did not admit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("request refused: {reason} (criticality {criticality})")]
+pub struct Refusal {
+    /// Why.
+    pub reason: RefusalReason,
+    /// The request's criticality.
+    pub criticality: Criticality,
+    /// When the client may try again (`Retry-After`), if there is a useful hint.
+    pub retry_after: Option<Duration>,
+}
+
+/// Relaxed counters: exact per thread, eventually consistent across threads — fine for a status
+/// page, and no fence on the hot path.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) admitted: [AtomicU64; Criticality::COUNT],
+    pub(crate) enqueued: [AtomicU64; Criticality::COUNT],
+    pub(crate) cancelled: [AtomicU64; Criticality::COUNT],
+    pub(crate) refused: [[AtomicU64; Criticality::COUNT]; RefusalReason::COUNT],
+    pub(crate) health_checks: AtomicU64,
+    pub(crate) health_in_flight: AtomicUsize,
+}
+
+impl Counters {
+    #[inline]
+    pub(crate) fn bump(cell: &AtomicU64) {
+        cell.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn refused(&self, reason: RefusalReason, c: Criticality) {
+        Self::bump(&self.refused[reason.index()][c.index()]);
+    }
+
+    pub(crate) fn read(cells: &[AtomicU64; Criticality::COUNT]) -> PerCriticality<u64> {
+        PerCriticality::from_fn(|c| cells[c.index()].load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn refusal_counts(&self) -> RefusalCounts {
+        RefusalCounts(std::array::from_fn(|r| Self::read(&self.refused[r])))
+    }
+}
+
+/// Refusals so far, by reason × criticality.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct RefusalCounts(pub [PerCriticality<u64>; RefusalReason::COUNT]);
+
+impl RefusalCounts {
+    /// Refusals for `reason` at criticality `c`.
+    pub fn get(&self, reason: RefusalReason, c: Criticality) -> u64 {
+        self.0[reason.index()][c]
+    }
+
+    /// Refusals for `reason`, all criticalities.
+    pub fn by_reason(&self, reason: RefusalReason) -> u64 {
+        self.0[reason.index()].0.iter().sum()
+    }
+
+    /// All refusals.
+    pub fn total(&self) -> u64 {
+        RefusalReason::ALL.iter().map(|r| self.by_reason(*r)).sum()
+    }
+}

@@ -1,0 +1,571 @@
+//! The admission queue: who waits for a concurrency slot, in what order, and who is dropped.
+//!
+//! Why it is shaped like this:
+//!
+//! - **Short.** A queue in front of a worker pool turns overload into latency, so it is bounded
+//!   by default to half the concurrency limit — the SRE book (ch. 22 "Addressing Cascading
+//!   Failures", §"Queue management") advises a queue of at most 50% of the thread pool size for
+//!   steady traffic.
+//! - **Bounded in time too.** Every entry has a maximum wait (default 100 ms, one CoDel interval:
+//!   a wait longer than that is a standing queue, not a burst) and its own deadline; an entry
+//!   past either — or that cannot finish by its deadline given the expected service time (an
+//!   EWMA of recent service times) — is dropped rather than served, because its caller has
+//!   given up or will have by the time the answer is ready.
+//! - **Priority.** Higher criticality leaves first; at equal criticality a request that finishes
+//!   work already started (`continuation`: the next page, the commit) goes before new work
+//!   (AWS Builders' Library, "Using load shedding to avoid overload"). When full, an arrival of
+//!   higher criticality evicts the newest entry of the lowest criticality present.
+//! - **Fresh first under pressure.** Disciplines: FIFO; adaptive LIFO (Maurer, "Fail at Scale",
+//!   ACM Queue 13(8), 2015: FIFO normally, LIFO once a queue has been building for a while, so
+//!   the requests served are the ones whose callers are still waiting); and CoDel (Nichols &
+//!   Jacobson 2012, RFC 8289; see [`codel`]) which drops at dequeue once the sojourn time has
+//!   stayed above target for an interval.
+//!
+//! The queue is a plain data structure driven by `now` arguments and a [`SlotSource`], so its
+//! ordering and dropping logic is unit-tested on its own; the controller keeps it behind a mutex.
+//! Entries live in one `VecDeque` per (criticality, continuation) class, in arrival order, so
+//! FIFO pops a front, LIFO a back and eviction a back — all O(1).
+
+mod codel;
+mod service;
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::criticality::Criticality;
+use crate::error::ConfigError;
+
+use codel::Codel;
+pub use service::ServiceTimeEstimate;
+
+/// How long an entry may wait at most, by default: one CoDel interval (100 ms, Nichols &
+/// Jacobson 2012) — a wait longer than that is a standing queue rather than a burst.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_millis(100);
+/// CoDel target sojourn time: 5 ms (Nichols & Jacobson 2012; folly `Codel` default).
+pub const CODEL_TARGET: Duration = Duration::from_millis(5);
+/// CoDel interval: 100 ms (Nichols & Jacobson 2012; folly `Codel` default).
+pub const CODEL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Number of (criticality, continuation) classes.
+const CLASSES: usize = Criticality::COUNT * 2;
+
+/// The order in which waiting requests of the same class are served, and when they are dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(
+    feature = "serde",
+    serde(tag = "discipline", rename_all = "snake_case", deny_unknown_fields)
+)]
+pub enum QueueDiscipline {
+    /// First in, first out.
+    Fifo,
+    /// FIFO until the queue has held more than `depth` entries for `after`, then LIFO until it
+    /// drains to `depth` (Facebook's adaptive LIFO, "Fail at Scale", ACM Queue 2015).
+    AdaptiveLifo {
+        /// Queue length above which the queue counts as building (default 0: non-empty).
+        depth: usize,
+        /// How long it must have been building before switching to LIFO (default 100 ms).
+        #[cfg_attr(
+            feature = "serde",
+            serde(rename = "after_ms", with = "crate::queue::millis")
+        )]
+        after: Duration,
+    },
+    /// FIFO, dropping at dequeue while the sojourn time stays above `target` (CoDel).
+    Codel {
+        /// Acceptable standing queue delay (default 5 ms).
+        #[cfg_attr(
+            feature = "serde",
+            serde(rename = "target_ms", with = "crate::queue::millis")
+        )]
+        target: Duration,
+        /// Window over which the delay must stay above target before dropping (default 100 ms).
+        #[cfg_attr(
+            feature = "serde",
+            serde(rename = "interval_ms", with = "crate::queue::millis")
+        )]
+        interval: Duration,
+    },
+}
+
+impl QueueDiscipline {
+    /// Adaptive LIFO with its defaults: LIFO once the queue has been non-empty for 100 ms.
+    pub const fn adaptive_lifo() -> Self {
+        QueueDiscipline::AdaptiveLifo {
+            depth: 0,
+            after: CODEL_INTERVAL,
+        }
+    }
+
+    /// CoDel with the paper's defaults (5 ms / 100 ms).
+    pub const fn codel() -> Self {
+        QueueDiscipline::Codel {
+            target: CODEL_TARGET,
+            interval: CODEL_INTERVAL,
+        }
+    }
+}
+
+impl Default for QueueDiscipline {
+    /// CoDel: it bounds standing delay without a hand-tuned timeout.
+    fn default() -> Self {
+        QueueDiscipline::codel()
+    }
+}
+
+/// Queue bounds and discipline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct QueueConfig {
+    /// Maximum entries; `None` (default) = half the current concurrency limit (SRE book ch. 22:
+    /// at most 50% of the worker pool). `Some(0)` disables queueing.
+    pub max_len: Option<usize>,
+    /// Longest an entry may wait (default 100 ms).
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "max_wait_ms", with = "crate::queue::millis")
+    )]
+    pub max_wait: Duration,
+    /// Service order and dropping (default CoDel 5 ms / 100 ms).
+    pub discipline: QueueDiscipline,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            max_len: None,
+            max_wait: DEFAULT_MAX_WAIT,
+            discipline: QueueDiscipline::default(),
+        }
+    }
+}
+
+/// Upper bound on `max_wait` and discipline durations: a queue wait of an hour is a unit mistake.
+const MAX_SETTING: Duration = Duration::from_secs(3600);
+/// Upper bound on `max_len`: far above any useful queue, low enough to catch typos.
+const MAX_LEN: usize = 1 << 24;
+
+impl QueueConfig {
+    /// Checks every setting; the error names the field and what it accepts.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(n) = self.max_len {
+            if n > MAX_LEN {
+                return Err(ConfigError::new(
+                    "queue.max_len",
+                    n,
+                    "an integer in [0, 16777216] (0 disables queueing), or unset for half the limit",
+                ));
+            }
+        }
+        check_duration("queue.max_wait", self.max_wait, false)?;
+        match self.discipline {
+            QueueDiscipline::Fifo => {}
+            QueueDiscipline::AdaptiveLifo { depth, after } => {
+                if depth > MAX_LEN {
+                    return Err(ConfigError::new(
+                        "queue.discipline.depth",
+                        depth,
+                        "an integer in [0, 16777216]",
+                    ));
+                }
+                check_duration("queue.discipline.after", after, true)?;
+            }
+            QueueDiscipline::Codel { target, interval } => {
+                check_duration("queue.discipline.target", target, false)?;
+                check_duration("queue.discipline.interval", interval, false)?;
+                if target >= interval {
+                    return Err(ConfigError::new(
+                        "queue.discipline.target",
+                        format_args!("{target:?}"),
+                        "a duration shorter than queue.discipline.interval",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The entry bound for a concurrency limit of `limit`.
+    pub fn capacity(&self, limit: usize) -> usize {
+        self.max_len.unwrap_or(limit / 2)
+    }
+}
+
+fn check_duration(field: &'static str, d: Duration, zero_ok: bool) -> Result<(), ConfigError> {
+    if d > MAX_SETTING || (!zero_ok && d.is_zero()) {
+        Err(ConfigError::new(
+            field,
+            format_args!("{d:?}"),
+            if zero_ok {
+                "a duration in [0, 1 h]"
+            } else {
+                "a duration in (0, 1 h]"
+            },
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// Why an entry left the queue without being served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Waited longer than `max_wait`.
+    QueueTimeout,
+    /// Its deadline passed, or it cannot finish by it given the expected service time.
+    DeadlineExceeded,
+    /// CoDel dropped it: the queue's delay has stayed above target.
+    Codel,
+    /// A higher-criticality arrival took its place in a full queue.
+    Evicted,
+}
+
+/// Where the queue gets concurrency slots from (the limiter, or a counter in tests).
+pub trait SlotSource {
+    /// Whether a request of criticality `c` could take a slot now (no side effect).
+    fn has_slot(&self, c: Criticality) -> bool;
+    /// Takes a slot for `c`; `false` if none is free any more.
+    fn take_slot(&self, c: Criticality) -> bool;
+}
+
+/// Identifies an entry for removal (cancellation); cheap to copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ticket {
+    seq: u64,
+    class: u8,
+}
+
+/// One waiting request.
+#[derive(Debug)]
+pub struct QueueEntry<T> {
+    /// The caller's payload (the controller's waiter slot).
+    pub item: T,
+    /// Its criticality.
+    pub criticality: Criticality,
+    /// Whether it finishes work already started.
+    pub continuation: bool,
+    /// When it joined the queue.
+    pub enqueued_at: Instant,
+    /// Its deadline, if any.
+    pub deadline: Option<Instant>,
+    /// Its ticket.
+    pub ticket: Ticket,
+}
+
+/// A successful [`AdmissionQueue::push`].
+#[derive(Debug)]
+pub struct Pushed<T> {
+    /// The new entry's ticket.
+    pub ticket: Ticket,
+    /// Entries evicted to make room (lowest criticality, newest first); each must be refused
+    /// `QueueFull`.
+    pub evicted: Vec<QueueEntry<T>>,
+}
+
+/// The bounded priority queue of requests waiting for a slot.
+#[derive(Debug)]
+pub struct AdmissionQueue<T> {
+    cfg: QueueConfig,
+    /// Index `2 · criticality + continuation`: served from the highest index down.
+    classes: [VecDeque<QueueEntry<T>>; CLASSES],
+    len: usize,
+    next_seq: u64,
+    /// Since when the queue has held more than the adaptive-LIFO depth.
+    building_since: Option<Instant>,
+    codel: Option<Codel>,
+}
+
+#[inline]
+fn class_of(c: Criticality, continuation: bool) -> usize {
+    c.index() * 2 + usize::from(continuation)
+}
+
+impl<T> AdmissionQueue<T> {
+    /// An empty queue; fails if `cfg` does not validate.
+    pub fn new(cfg: QueueConfig) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        let codel = match cfg.discipline {
+            QueueDiscipline::Codel { target, interval } => Some(Codel::new(target, interval)),
+            _ => None,
+        };
+        Ok(AdmissionQueue {
+            cfg,
+            classes: std::array::from_fn(|_| VecDeque::new()),
+            len: 0,
+            next_seq: 0,
+            building_since: None,
+            codel,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &QueueConfig {
+        &self.cfg
+    }
+
+    /// Entries waiting.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Entries waiting, per criticality.
+    pub fn len_by_criticality(&self) -> [usize; Criticality::COUNT] {
+        let mut out = [0; Criticality::COUNT];
+        for (i, q) in self.classes.iter().enumerate() {
+            out[i / 2] += q.len();
+        }
+        out
+    }
+
+    /// When an entry enqueued at `enqueued_at` with `deadline` should give up waiting:
+    /// `min(enqueued_at + max_wait, deadline)`.
+    pub fn give_up_at(&self, enqueued_at: Instant, deadline: Option<Instant>) -> Instant {
+        let by_wait = enqueued_at + self.cfg.max_wait;
+        match deadline {
+            Some(d) if d < by_wait => d,
+            _ => by_wait,
+        }
+    }
+
+    /// Whether the adaptive-LIFO discipline is serving newest-first at `now`.
+    pub fn is_lifo(&self, now: Instant) -> bool {
+        match (self.cfg.discipline, self.building_since) {
+            (QueueDiscipline::AdaptiveLifo { after, .. }, Some(since)) => {
+                now.saturating_duration_since(since) >= after
+            }
+            _ => false,
+        }
+    }
+
+    /// Keeps the adaptive-LIFO and CoDel "building" state in step with the length.
+    fn note_len(&mut self, now: Instant) {
+        if let QueueDiscipline::AdaptiveLifo { depth, .. } = self.cfg.discipline {
+            if self.len > depth {
+                self.building_since.get_or_insert(now);
+            } else {
+                self.building_since = None;
+            }
+        }
+        if self.len == 0 {
+            if let Some(c) = self.codel.as_mut() {
+                c.on_empty();
+            }
+        }
+    }
+
+    /// Adds a request, unless the queue already holds `capacity` entries and none of them is
+    /// of lower criticality (then the item is handed back: refuse it `QueueFull`).
+    ///
+    /// If full, the newest entries of the lowest criticality below `criticality` are evicted
+    /// (non-continuations before continuations) — only as many as needed, and only if that
+    /// makes room; the queue never holds more than `capacity` after a push.
+    pub fn push(
+        &mut self,
+        now: Instant,
+        item: T,
+        criticality: Criticality,
+        continuation: bool,
+        deadline: Option<Instant>,
+        capacity: usize,
+    ) -> Result<Pushed<T>, T> {
+        let mut evicted = Vec::new();
+        if self.len >= capacity {
+            let need = self.len + 1 - capacity;
+            let lower = class_of(criticality, false);
+            let evictable: usize = self.classes[..lower].iter().map(VecDeque::len).sum();
+            if evictable < need {
+                return Err(item);
+            }
+            for class in 0..lower {
+                while evicted.len() < need {
+                    match self.classes[class].pop_back() {
+                        Some(e) => evicted.push(e),
+                        None => break,
+                    }
+                }
+            }
+            self.len -= evicted.len();
+        }
+        let class = class_of(criticality, continuation);
+        let ticket = Ticket {
+            seq: self.next_seq,
+            class: class as u8,
+        };
+        self.next_seq += 1;
+        self.classes[class].push_back(QueueEntry {
+            item,
+            criticality,
+            continuation,
+            enqueued_at: now,
+            deadline,
+            ticket,
+        });
+        self.len += 1;
+        self.note_len(now);
+        Ok(Pushed { ticket, evicted })
+    }
+
+    /// Removes the entry with `ticket` (cancellation or the caller's timer), if still queued.
+    pub fn remove(&mut self, now: Instant, ticket: Ticket) -> Option<QueueEntry<T>> {
+        let q = self.classes.get_mut(usize::from(ticket.class))?;
+        // Sequence numbers increase along each deque (pushes go to the back).
+        let pos = q.binary_search_by_key(&ticket.seq, |e| e.ticket.seq).ok()?;
+        let e = q.remove(pos)?;
+        self.len -= 1;
+        self.note_len(now);
+        Some(e)
+    }
+
+    /// Drops every entry, oldest of each class first, that has waited `max_wait` or whose
+    /// deadline has passed at the front of its class.
+    pub fn purge(&mut self, now: Instant, mut on_drop: impl FnMut(QueueEntry<T>, DropReason)) {
+        let max_wait = self.cfg.max_wait;
+        let mut dropped = 0;
+        for q in self.classes.iter_mut() {
+            while let Some(front) = q.front() {
+                let reason = if front.deadline.is_some_and(|d| d <= now) {
+                    DropReason::DeadlineExceeded
+                } else if now.saturating_duration_since(front.enqueued_at) >= max_wait {
+                    DropReason::QueueTimeout
+                } else {
+                    break;
+                };
+                if let Some(e) = q.pop_front() {
+                    dropped += 1;
+                    on_drop(e, reason);
+                }
+            }
+        }
+        if dropped > 0 {
+            self.len -= dropped;
+            self.note_len(now);
+        }
+    }
+
+    /// The class and position of the entry to serve next: the highest class, its oldest
+    /// (FIFO) or newest (LIFO) entry.
+    fn head(&self, now: Instant) -> Option<(usize, usize)> {
+        let lifo = self.is_lifo(now);
+        let class = (0..CLASSES).rev().find(|&c| !self.classes[c].is_empty())?;
+        let pos = if lifo {
+            self.classes[class].len() - 1
+        } else {
+            0
+        };
+        Some((class, pos))
+    }
+
+    /// Criticality of the entry that would be served next.
+    pub fn peek_criticality(&self, now: Instant) -> Option<Criticality> {
+        let (class, pos) = self.head(now)?;
+        self.classes[class].get(pos).map(|e| e.criticality)
+    }
+
+    fn take(&mut self, now: Instant, class: usize, pos: usize) -> Option<QueueEntry<T>> {
+        let e = self.classes[class].remove(pos)?;
+        self.len -= 1;
+        self.note_len(now);
+        Some(e)
+    }
+
+    /// Dequeues the next entry to serve, if `slots` has a slot for it — and takes that slot.
+    ///
+    /// On the way, entries that should not be served are removed and handed to `on_drop`:
+    /// any that waited `max_wait` or whose deadline passed ([`purge`](Self::purge)), a head
+    /// that cannot finish by its deadline given `expected_service`, and CoDel's victims. CoDel
+    /// is only consulted when a slot is free (a drop is a dequeue decision).
+    pub fn dequeue<S: SlotSource + ?Sized>(
+        &mut self,
+        now: Instant,
+        expected_service: Duration,
+        slots: &S,
+        mut on_drop: impl FnMut(QueueEntry<T>, DropReason),
+    ) -> Option<QueueEntry<T>> {
+        self.purge(now, &mut on_drop);
+        loop {
+            let (class, pos) = self.head(now)?;
+            let e = self.classes[class].get(pos)?;
+            let (c, enqueued_at, deadline) = (e.criticality, e.enqueued_at, e.deadline);
+            if cannot_finish(now, expected_service, deadline) {
+                let e = self.take(now, class, pos)?;
+                on_drop(e, DropReason::DeadlineExceeded);
+                continue;
+            }
+            if !slots.has_slot(c) {
+                return None;
+            }
+            let len = self.len;
+            if let Some(codel) = self.codel.as_mut() {
+                if codel.should_drop(now.saturating_duration_since(enqueued_at), now, len) {
+                    let e = self.take(now, class, pos)?;
+                    on_drop(e, DropReason::Codel);
+                    continue;
+                }
+            }
+            if !slots.take_slot(c) {
+                return None;
+            }
+            return self.take(now, class, pos);
+        }
+    }
+}
+
+/// Whether a request starting at `now` and taking `expected` would finish after `deadline`.
+#[inline]
+fn cannot_finish(now: Instant, expected: Duration, deadline: Option<Instant>) -> bool {
+    match deadline {
+        None => false,
+        Some(d) => now.checked_add(expected).map_or(true, |finish| finish > d),
+    }
+}
+
+/// Serde helper: a `Duration` as float milliseconds (fields suffixed `_ms`).
+#[cfg(feature = "serde")]
+pub(crate) mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64() * 1e3)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let ms = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(ms / 1e3).map_err(|_| {
+            serde::de::Error::custom(format_args!(
+                "invalid duration {ms} ms: expected a finite number of milliseconds >= 0"
+            ))
+        })
+    }
+
+    /// The same for `Option<Duration>` (absent or null = `None`).
+    pub mod option {
+        use serde::{Deserialize, Deserializer, Serializer};
+        use std::time::Duration;
+
+        pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+            match d {
+                Some(d) => s.serialize_some(&(d.as_secs_f64() * 1e3)),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            match Option::<f64>::deserialize(d)? {
+                None => Ok(None),
+                Some(ms) => {
+                    super::deserialize(serde::de::value::F64Deserializer::<D::Error>::new(ms))
+                        .map(Some)
+                }
+            }
+        }
+    }
+}

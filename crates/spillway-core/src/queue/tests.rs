@@ -1,0 +1,368 @@
+use std::cell::Cell;
+
+use proptest::prelude::*;
+
+use super::*;
+use Criticality::*;
+
+const MS: Duration = Duration::from_millis(1);
+
+/// A slot counter standing in for the limiter.
+struct Slots {
+    free: Cell<usize>,
+}
+
+impl Slots {
+    fn new(n: usize) -> Self {
+        Slots { free: Cell::new(n) }
+    }
+}
+
+impl SlotSource for Slots {
+    fn has_slot(&self, _: Criticality) -> bool {
+        self.free.get() > 0
+    }
+    fn take_slot(&self, _: Criticality) -> bool {
+        let n = self.free.get();
+        if n == 0 {
+            return false;
+        }
+        self.free.set(n - 1);
+        true
+    }
+}
+
+fn queue(discipline: QueueDiscipline) -> AdmissionQueue<u32> {
+    AdmissionQueue::new(QueueConfig {
+        max_len: Some(100),
+        max_wait: Duration::from_secs(10),
+        discipline,
+    })
+    .expect("valid")
+}
+
+/// Dequeues everything it can with unlimited slots; returns the served items and the drops.
+fn drain(q: &mut AdmissionQueue<u32>, now: Instant) -> (Vec<u32>, Vec<(u32, DropReason)>) {
+    let slots = Slots::new(usize::MAX);
+    let mut served = Vec::new();
+    let mut dropped = Vec::new();
+    while let Some(e) = q.dequeue(now, Duration::ZERO, &slots, |e, r| {
+        dropped.push((e.item, r))
+    }) {
+        served.push(e.item);
+    }
+    (served, dropped)
+}
+
+fn push(q: &mut AdmissionQueue<u32>, now: Instant, item: u32, c: Criticality, cont: bool) {
+    q.push(now, item, c, cont, None, 100).expect("room");
+}
+
+#[test]
+fn order_is_criticality_then_continuation_then_fifo() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::Fifo);
+    push(&mut q, t0, 1, Sheddable, false);
+    push(&mut q, t0, 2, Critical, false);
+    push(&mut q, t0, 3, Sheddable, true);
+    push(&mut q, t0, 4, Critical, true);
+    push(&mut q, t0, 5, CriticalPlus, false);
+    push(&mut q, t0, 6, Critical, false);
+    push(&mut q, t0, 7, Critical, true);
+    let (served, dropped) = drain(&mut q, t0);
+    assert_eq!(served, vec![5, 4, 7, 2, 6, 3, 1]);
+    assert!(dropped.is_empty());
+    assert!(q.is_empty());
+}
+
+#[test]
+fn adaptive_lifo_switches_once_the_queue_has_been_building() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::AdaptiveLifo {
+        depth: 0,
+        after: 100 * MS,
+    });
+    for i in 1..=4 {
+        push(&mut q, t0, i, Critical, false);
+    }
+    let slots = Slots::new(1);
+    let first = q.dequeue(t0 + 50 * MS, Duration::ZERO, &slots, |_, _| {});
+    assert_eq!(
+        first.map(|e| e.item),
+        Some(1),
+        "FIFO while the queue is young"
+    );
+    assert!(q.is_lifo(t0 + 100 * MS));
+    let (served, _) = drain(&mut q, t0 + 100 * MS);
+    assert_eq!(
+        served,
+        vec![4, 3, 2],
+        "LIFO once it has been non-empty for 100 ms"
+    );
+    assert!(!q.is_lifo(t0 + 200 * MS), "draining resets to FIFO");
+    // Criticality still comes first in LIFO mode.
+    push(&mut q, t0 + 200 * MS, 10, CriticalPlus, false);
+    push(&mut q, t0 + 200 * MS, 11, Sheddable, false);
+    push(&mut q, t0 + 200 * MS, 12, Sheddable, false);
+    let (served, _) = drain(&mut q, t0 + 400 * MS);
+    assert_eq!(served, vec![10, 12, 11]);
+}
+
+#[test]
+fn codel_drops_after_an_interval_above_target() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::codel());
+    for i in 0..20 {
+        push(&mut q, t0 + i * MS, i, Critical, false);
+    }
+    let slots = Slots::new(usize::MAX);
+    let mut dropped = Vec::new();
+    // 10 ms later the head has waited 10 ms > 5 ms target: CoDel arms but does not drop.
+    let e = q.dequeue(t0 + 10 * MS, Duration::ZERO, &slots, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert_eq!(e.map(|e| e.item), Some(0));
+    assert!(dropped.is_empty());
+    // Still above target a full interval later: the head is dropped, the next one served.
+    let e = q.dequeue(t0 + 110 * MS, Duration::ZERO, &slots, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert_eq!(dropped, vec![(1, DropReason::Codel)]);
+    assert_eq!(e.map(|e| e.item), Some(2));
+    // Next drop only after interval/sqrt(1) = 100 ms more.
+    let e = q.dequeue(t0 + 150 * MS, Duration::ZERO, &slots, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert_eq!(e.map(|e| e.item), Some(3));
+    assert_eq!(dropped.len(), 1);
+    let e = q.dequeue(t0 + 210 * MS, Duration::ZERO, &slots, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert_eq!(dropped.len(), 2);
+    assert_eq!(e.map(|e| e.item), Some(5));
+}
+
+#[test]
+fn codel_does_not_drop_without_a_free_slot() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::codel());
+    for i in 0..5 {
+        push(&mut q, t0, i, Critical, false);
+    }
+    let none = Slots::new(0);
+    for ms in [10, 200, 400] {
+        assert!(q
+            .dequeue(t0 + ms * MS, Duration::ZERO, &none, |_, _| panic!(
+                "no drop"
+            ))
+            .is_none());
+    }
+    assert_eq!(q.len(), 5);
+}
+
+#[test]
+fn deadline_passed_is_dropped_at_dequeue() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::Fifo);
+    q.push(t0, 1, Critical, false, Some(t0 + 20 * MS), 10)
+        .expect("room");
+    q.push(t0, 2, Critical, false, None, 10).expect("room");
+    let (served, dropped) = drain(&mut q, t0 + 20 * MS);
+    assert_eq!(served, vec![2]);
+    assert_eq!(dropped, vec![(1, DropReason::DeadlineExceeded)]);
+}
+
+#[test]
+fn cannot_meet_deadline_given_expected_service_time_is_dropped() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::Fifo);
+    // Deadline 50 ms away; service takes ~30 ms: at t0+30ms it would finish at +60 > +50.
+    q.push(t0, 1, Critical, false, Some(t0 + 50 * MS), 10)
+        .expect("room");
+    q.push(t0, 2, Critical, false, Some(t0 + 100 * MS), 10)
+        .expect("room");
+    let slots = Slots::new(10);
+    let mut dropped = Vec::new();
+    let e = q.dequeue(t0 + 30 * MS, 30 * MS, &slots, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert_eq!(dropped, vec![(1, DropReason::DeadlineExceeded)]);
+    assert_eq!(e.map(|e| e.item), Some(2), "+30 + 30 = +60 <= +100: served");
+}
+
+#[test]
+fn max_wait_drops_old_entries_even_behind_higher_criticality() {
+    let t0 = Instant::now();
+    let mut q = AdmissionQueue::new(QueueConfig {
+        max_len: None,
+        max_wait: 100 * MS,
+        discipline: QueueDiscipline::Fifo,
+    })
+    .expect("valid");
+    q.push(t0, 1, Sheddable, false, None, 10).expect("room");
+    q.push(t0 + 50 * MS, 2, Critical, false, None, 10)
+        .expect("room");
+    let mut dropped = Vec::new();
+    q.purge(t0 + 100 * MS, |e, r| dropped.push((e.item, r)));
+    assert_eq!(dropped, vec![(1, DropReason::QueueTimeout)]);
+    assert_eq!(q.len(), 1);
+    assert_eq!(q.give_up_at(t0, None), t0 + 100 * MS);
+    assert_eq!(q.give_up_at(t0, Some(t0 + 10 * MS)), t0 + 10 * MS);
+}
+
+#[test]
+fn full_queue_evicts_lowest_criticality_newest() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::Fifo);
+    q.push(t0, 1, Sheddable, false, None, 3).expect("room");
+    q.push(t0, 2, Sheddable, false, None, 3).expect("room");
+    q.push(t0, 3, SheddablePlus, false, None, 3).expect("room");
+    // Equal-or-lower criticality arrivals are refused and handed back.
+    assert_eq!(q.push(t0, 4, Sheddable, false, None, 3).err(), Some(4));
+    let p = q.push(t0, 5, Critical, false, None, 3).expect("evicts");
+    let evicted: Vec<u32> = p.evicted.iter().map(|e| e.item).collect();
+    assert_eq!(evicted, vec![2], "the newest SHEDDABLE goes");
+    assert_eq!(q.len(), 3);
+    let p = q
+        .push(t0, 6, SheddablePlus, false, None, 3)
+        .expect("evicts");
+    assert_eq!(
+        p.evicted.iter().map(|e| e.item).collect::<Vec<_>>(),
+        vec![1]
+    );
+    assert_eq!(q.push(t0, 7, SheddablePlus, true, None, 3).err(), Some(7));
+    let (served, _) = drain(&mut q, t0);
+    assert_eq!(served, vec![5, 3, 6]);
+}
+
+#[test]
+fn remove_by_ticket_cancels() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::Fifo);
+    let tickets: Vec<Ticket> = (0..5)
+        .map(|i| {
+            q.push(t0, i, Critical, false, None, 10)
+                .expect("room")
+                .ticket
+        })
+        .collect();
+    assert_eq!(q.remove(t0, tickets[2]).map(|e| e.item), Some(2));
+    assert!(q.remove(t0, tickets[2]).is_none(), "removed once");
+    let (served, _) = drain(&mut q, t0);
+    assert_eq!(served, vec![0, 1, 3, 4]);
+    assert!(q.remove(t0, tickets[0]).is_none());
+}
+
+#[test]
+fn zero_capacity_refuses_everything() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::Fifo);
+    assert_eq!(q.push(t0, 1, CriticalPlus, true, None, 0).err(), Some(1));
+    assert_eq!(QueueConfig::default().capacity(41), 20, "half the limit");
+}
+
+#[test]
+fn config_errors_name_the_field() {
+    let mut c = QueueConfig::default();
+    assert!(c.validate().is_ok());
+    c.max_wait = Duration::ZERO;
+    assert_eq!(c.validate().unwrap_err().field, "queue.max_wait");
+    c = QueueConfig {
+        discipline: QueueDiscipline::Codel {
+            target: 200 * MS,
+            interval: 100 * MS,
+        },
+        ..QueueConfig::default()
+    };
+    assert_eq!(c.validate().unwrap_err().field, "queue.discipline.target");
+    c.max_len = Some(usize::MAX);
+    assert_eq!(c.validate().unwrap_err().field, "queue.max_len");
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Push(u8, bool, u8),
+    Dequeue(u8),
+    Remove(u8),
+    Advance(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0u8..4, any::<bool>(), 0u8..200).prop_map(|(c, k, d)| Op::Push(c, k, d)),
+        (0u8..4).prop_map(Op::Dequeue),
+        any::<u8>().prop_map(Op::Remove),
+        any::<u8>().prop_map(Op::Advance),
+    ]
+}
+
+fn discipline() -> impl Strategy<Value = QueueDiscipline> {
+    prop_oneof![
+        Just(QueueDiscipline::Fifo),
+        Just(QueueDiscipline::adaptive_lifo()),
+        Just(QueueDiscipline::codel()),
+    ]
+}
+
+proptest! {
+    /// Whatever happens, the queue never holds more than its bound, every entry leaves exactly
+    /// once (served, dropped, evicted, removed or still queued), and a served entry is never of
+    /// lower criticality than one still waiting that was not dropped.
+    #[test]
+    fn bounded_and_conserving(
+        cap in 0usize..8,
+        disc in discipline(),
+        ops in proptest::collection::vec(op(), 0..200),
+    ) {
+        let t0 = Instant::now();
+        let mut q: AdmissionQueue<u32> = AdmissionQueue::new(QueueConfig {
+            max_len: Some(cap),
+            max_wait: 100 * MS,
+            discipline: disc,
+        }).expect("valid");
+        let mut now = t0;
+        let mut next = 0u32;
+        let mut tickets = Vec::new();
+        let (mut out, mut refused) = (0usize, 0usize);
+        for op in ops {
+            match op {
+                Op::Push(c, k, d) => {
+                    let c = Criticality::ALL[usize::from(c)];
+                    let deadline = (d < 100).then(|| now + u32::from(d) * MS);
+                    match q.push(now, next, c, k, deadline, cap) {
+                        Ok(p) => {
+                            for e in &p.evicted {
+                                prop_assert!(e.criticality < c);
+                            }
+                            out += p.evicted.len();
+                            tickets.push(p.ticket);
+                        }
+                        Err(item) => { prop_assert_eq!(item, next); refused += 1; }
+                    }
+                    next += 1;
+                }
+                Op::Dequeue(n) => {
+                    let slots = Slots::new(usize::from(n));
+                    while let Some(e) = q.dequeue(now, 5 * MS, &slots, |_, _| out += 1) {
+                        out += 1;
+                        // Nothing of higher criticality was left waiting.
+                        let waiting = q.len_by_criticality();
+                        for higher in Criticality::ALL.iter().filter(|h| **h > e.criticality) {
+                            prop_assert_eq!(waiting[higher.index()], 0);
+                        }
+                    }
+                }
+                Op::Remove(i) => {
+                    if !tickets.is_empty() {
+                        let t = tickets[usize::from(i) % tickets.len()];
+                        if q.remove(now, t).is_some() { out += 1; }
+                    }
+                }
+                Op::Advance(ms) => now += u32::from(ms) * MS,
+            }
+            prop_assert!(q.len() <= cap);
+            prop_assert_eq!(q.len() + out + refused, next as usize);
+            prop_assert_eq!(q.len_by_criticality().iter().sum::<usize>(), q.len());
+        }
+    }
+}
