@@ -22,6 +22,11 @@
 //! Drops are not an input (Netflix ignores `didDrop` here); a timed-out request still feeds its
 //! long rtt, which pulls the gradient down.
 //!
+//! Known limitation (Netflix concurrency-limits issue #137): the baseline is an average of the
+//! latency the limit itself causes, so when latency rises *smoothly* with the limit the gradient
+//! stays at 1 and the queue allowance grows the limit to `max_limit` (see the closed-loop test).
+//! Gradient2 reacts to latency *changes*; `max_limit` must be a real capacity bound.
+//!
 //! Defaults, all from Netflix `Gradient2Limit.Builder`: initial 20, min 20, max 200, smoothing
 //! 0.2, queue size 4 (a constant function of the limit), long window 600 samples, rtt tolerance
 //! 1.5 (accepted `≥ 1`).

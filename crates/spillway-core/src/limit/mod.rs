@@ -19,6 +19,8 @@
 //!
 //! The default is [`Gradient2Limit`]: it is adaptive and, unlike a fixed limit, needs no capacity
 //! figure from the operator; unlike the Envoy controller it never pins the limit low to re-measure.
+//! Its `max_limit` still matters: under latency that grows smoothly with concurrency Gradient2
+//! drifts up to it, while the Envoy controller settles near capacity (tests in `closed_loop.rs`).
 //!
 //! Rules every implementation keeps: time comes only from [`Sample::now`] (never the system
 //! clock), no allocation in [`Limit::on_sample`], no panic on any sample (rtt of zero or of
@@ -43,6 +45,8 @@ pub use envoy::{EnvoyGradientConfig, EnvoyGradientLimit};
 pub use fixed::{FixedConfig, FixedLimit};
 pub use gradient2::{Gradient2Config, Gradient2Limit, QueueSize};
 
+#[cfg(test)]
+mod closed_loop;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
