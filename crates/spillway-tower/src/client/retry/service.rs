@@ -150,16 +150,33 @@ fn delay(s: &Settings, retry: u32, pushback: Option<Duration>) -> Duration {
         .min(s.backoff_max)
 }
 
+/// Gives up on an overload. A gRPC refusal is returned as the response itself, marked
+/// (`grpc-retry-pushback-ms: -1`, `x-spillway-dont-retry: 1`, and the [`OverloadGiveUp`]
+/// extension), because a gRPC client can only surface a status it can decode from a response:
+/// the `tonic::Status` the caller gets keeps its code and carries the marker in its metadata,
+/// which a tonic handler returning it passes on. Anything else becomes the error
+/// [`OverloadGiveUp`], which this service's server layer answers with the marker.
 fn give_up<RB>(
     layer: &RetryLayer,
     reason: GiveUpReason,
     attempts: u32,
+    refusal: Option<Response<RB>>,
 ) -> Result<Response<RB>, BoxError> {
     layer.metrics.gave_up[reason.index()].increment(1);
-    Err(Box::new(OverloadGiveUp {
+    let marker = OverloadGiveUp {
         attempts,
         reason: reason.as_str(),
-    }))
+    };
+    match refusal {
+        Some(mut resp) if Protocol::of(resp.headers()) == Protocol::Grpc => {
+            for (name, value) in OverloadGiveUp::marker_headers() {
+                resp.headers_mut().insert(name, value);
+            }
+            resp.extensions_mut().insert(marker);
+            Ok(resp)
+        }
+        _ => Err(Box::new(marker)),
+    }
 }
 
 async fn run<S, B, RB>(
@@ -214,10 +231,12 @@ where
                 let refused = matches!(outcome, Outcome::Overload { .. } | Outcome::Throttled(_));
                 p.record_outcome(layer.clock.now(), task, refused);
                 return match outcome {
-                    Outcome::Overload { .. } => {
-                        give_up(&layer, GiveUpReason::NotReplayable, carried)
+                    Outcome::Overload { resp, .. } => {
+                        give_up(&layer, GiveUpReason::NotReplayable, carried, Some(resp))
                     }
-                    Outcome::Throttled(_) => give_up(&layer, GiveUpReason::Throttled, carried),
+                    Outcome::Throttled(_) => {
+                        give_up(&layer, GiveUpReason::Throttled, carried, None)
+                    }
                     Outcome::Done(r) => r,
                     Outcome::Connection(e) => {
                         layer.metrics.gave_up[GiveUpReason::NotReplayable.index()].increment(1);
@@ -268,17 +287,18 @@ where
         };
 
         let attempts = carried.saturating_sub(1).saturating_add(local);
-        let (failure, pushback, connection_err) = match outcome {
+        // `last`: Ok(connection error) or Err(overload response) — what goes up if we stop here.
+        let (failure, pushback, last) = match outcome {
             Outcome::Done(r) => {
                 policy.record_outcome(now, task, false);
                 return r;
             }
             Outcome::Throttled(_) => {
                 policy.record_outcome(now, task, true);
-                return give_up(&layer, GiveUpReason::Throttled, attempts);
+                return give_up(&layer, GiveUpReason::Throttled, attempts, None);
             }
             Outcome::Overload {
-                resp: _,
+                resp,
                 dont_retry,
                 pushback,
             } => {
@@ -288,39 +308,39 @@ where
                     dont_retry,
                     retryable: true,
                 };
-                (f, pushback, None)
+                (f, pushback, Err(resp))
             }
             Outcome::Connection(e) => {
                 // The task did not refuse for overload; it could not be reached.
                 policy.record_outcome(now, task, false);
-                (Failure::overloaded(attempts), None, Some(e))
+                (Failure::overloaded(attempts), None, Ok(e))
             }
         };
 
         let wait = delay(&s, local, pushback);
         if deadline.is_some_and(|d| now + wait >= d) {
-            return match connection_err {
-                Some(e) => {
+            return match last {
+                Ok(e) => {
                     layer.metrics.gave_up[GiveUpReason::Deadline.index()].increment(1);
                     Err(e)
                 }
-                None => give_up(&layer, GiveUpReason::Deadline, attempts),
+                Err(resp) => give_up(&layer, GiveUpReason::Deadline, attempts, Some(resp)),
             };
         }
         match policy.decide(now, &failure) {
             RetryDecision::Retry => {}
             RetryDecision::GiveUp(gate) => {
-                return match connection_err {
+                return match last {
                     // Not an overload: the caller gets the transport error itself.
-                    Some(e) => {
+                    Ok(e) => {
                         layer.metrics.gave_up[GiveUpReason::Gate(gate).index()].increment(1);
                         Err(e)
                     }
-                    None => give_up(&layer, GiveUpReason::Gate(gate), attempts),
+                    Err(resp) => give_up(&layer, GiveUpReason::Gate(gate), attempts, Some(resp)),
                 };
             }
         }
-        if connection_err.is_some() {
+        if last.is_ok() {
             layer.metrics.retried_connection.increment(1);
         } else {
             layer.metrics.retried_overload.increment(1);
