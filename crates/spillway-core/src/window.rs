@@ -13,6 +13,11 @@
 //! add" a single compare-exchange, so a reset can never eat a concurrent add, and stale buckets are
 //! reset lazily by whoever next writes them — no background thread, no sweep.
 //!
+//! Writes and the reads in `sum` are `SeqCst`: on x86 that costs nothing over `Relaxed` (loads are
+//! plain moves, read-modify-writes are locked either way), and it gives the retry budget's
+//! reserve-then-check a single order across buckets, so two callers whose `now` straddle a bucket
+//! boundary cannot both miss each other's reservation.
+//!
 //! Limits of the packing, both far outside realistic use and documented rather than hidden:
 //! - a bucket's count saturates at `u32::MAX` (about 4.3 × 10⁹ events per bucket slice);
 //! - the round tag wraps after 2³² windows (16 000 years for a 120 s window, 136 years for 1 s);
@@ -135,7 +140,7 @@ impl WindowedCounter {
             } else {
                 (round, pack(round, add))
             };
-            match bucket.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+            match bucket.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => return Some(Landed { idx, tag }),
                 Err(actual) => cur = actual,
             }
@@ -157,7 +162,7 @@ impl WindowedCounter {
                 return;
             }
             let next = pack(tag, count.saturating_sub(take));
-            match bucket.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+            match bucket.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(actual) => cur = actual,
             }
@@ -179,7 +184,7 @@ impl WindowedCounter {
             } else {
                 -1
             };
-            let (tag, count) = unpack(bucket.load(Ordering::Relaxed));
+            let (tag, count) = unpack(bucket.load(Ordering::SeqCst));
             let ahead = tag.wrapping_sub(expected as u32) as i32;
             // 0: the bucket's slice is inside the window. 1: a concurrent writer's `now` was a
             // little ahead of ours; its events are the newest there are, so they count.

@@ -10,10 +10,13 @@
 //! Spending is exact under concurrency, without a lock: a caller first *reserves* its retry
 //! (adds 1 to the retry counter), then reads the sum — which by the coherence of the atomic it
 //! added to includes every retry already committed — and takes the reservation back if the sum
-//! is over the allowance. The last committed reservation therefore saw every other committed one,
-//! so committed retries never exceed the allowance. The price is the opposite race: two callers
-//! reserving at the very edge can both back off, so the budget may under-spend by at most the
-//! number of concurrent callers at that instant (never over-spend).
+//! is over the allowance. All of these are `SeqCst` operations (see [`crate::window`]), so the last
+//! committed reservation saw every other committed one, even in another bucket: committed retries
+//! never exceed the allowance. (The one slack left is clock skew between threads: a reservation a
+//! thread with a later `now` has already rolled out of the window is not seen by one with an
+//! earlier `now` — it is out of the window a bucket later anyway.) The price is the opposite
+//! race: two callers reserving at the very edge can both back off, so the budget may under-spend
+//! by at most the number of concurrent callers at that instant (never over-spend).
 
 use std::fmt;
 use std::time::Instant;
