@@ -49,7 +49,13 @@ async fn hop(State(h): State<Hop>) -> Result<Response, CallError> {
     let req = http::Request::get(&h.next)
         .body(http_body_util::Full::new(bytes::Bytes::new()))
         .map_err(|e| CallError(e.into()))?;
-    let resp = client.ready().await.map_err(CallError)?.call(req).await.map_err(CallError)?;
+    let resp = client
+        .ready()
+        .await
+        .map_err(CallError)?
+        .call(req)
+        .await
+        .map_err(CallError)?;
     Ok(forward(resp).await)
 }
 
@@ -119,9 +125,21 @@ async fn spillway_retries_keep_bottom_near_1_1x_while_naive_reach_27x() {
     assert_eq!(failed_n, naive_top);
     // Spillway: only B retries, within 10 % of its requests plus a floor of 1 retry/s over the
     // 10 s window (≤ 10 retries here): ≤ 1 + 0.1 + 10/300 ≈ 1.13.
-    assert!(spillway >= 1.0, "every top request reaches the bottom at least once: {spillway}");
-    assert!(spillway <= 1.5, "Spillway amplification too high: {spillway}");
+    assert!(
+        spillway >= 1.0,
+        "every top request reaches the bottom at least once: {spillway}"
+    );
+    assert!(
+        spillway <= 1.5,
+        "Spillway amplification too high: {spillway}"
+    );
     // Naive: 3 × 3 × 3.
-    assert!(naive >= 20.0, "naive amplification lower than expected: {naive}");
-    assert!(naive <= 27.0 + 1e-9, "naive amplification above 27: {naive}");
+    assert!(
+        naive >= 20.0,
+        "naive amplification lower than expected: {naive}"
+    );
+    assert!(
+        naive <= 27.0 + 1e-9,
+        "naive amplification above 27: {naive}"
+    );
 }

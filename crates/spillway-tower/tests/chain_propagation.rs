@@ -40,9 +40,19 @@ async fn call(h: &Hop) -> Result<String, CallError> {
         .body(http_body_util::Full::new(bytes::Bytes::new()))
         .map_err(|e| CallError(e.into()))?;
     let mut client = h.client.clone();
-    let resp = client.ready().await.map_err(CallError)?.call(req).await.map_err(CallError)?;
+    let resp = client
+        .ready()
+        .await
+        .map_err(CallError)?
+        .call(req)
+        .await
+        .map_err(CallError)?;
     use http_body_util::BodyExt;
-    let body = resp.into_body().collect().await.map_err(|e| CallError(e.into()))?;
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| CallError(e.into()))?;
     Ok(String::from_utf8_lossy(&body.to_bytes()).into_owned())
 }
 
@@ -133,14 +143,24 @@ async fn criticality_deadline_and_customer_cross_three_services() {
     assert_eq!(field(lines[0], "criticality"), "SHEDDABLE_PLUS");
     assert_eq!(field(lines[0], "customer"), "acme");
     // The deadline is the remaining time: 5000 ms minus at least the 200 ms A and B spent.
-    let left: u64 = field(lines[0], "deadline_ms").parse().expect("deadline header at C");
-    assert!(left <= 4800, "deadline not reduced by the time spent: {left} ms");
-    assert!(left > 3000, "deadline reduced by far more than the time spent: {left} ms");
+    let left: u64 = field(lines[0], "deadline_ms")
+        .parse()
+        .expect("deadline header at C");
+    assert!(
+        left <= 4800,
+        "deadline not reduced by the time spent: {left} ms"
+    );
+    assert!(
+        left > 3000,
+        "deadline reduced by far more than the time spent: {left} ms"
+    );
     // with_criticality lowers for calls made on the service's own behalf, and never raises.
     assert_eq!(field(lines[1], "criticality"), "SHEDDABLE");
     assert_eq!(field(lines[2], "criticality"), "SHEDDABLE_PLUS");
     // Later calls see less time left than earlier ones.
-    let later: u64 = field(lines[2], "deadline_ms").parse().expect("deadline header");
+    let later: u64 = field(lines[2], "deadline_ms")
+        .parse()
+        .expect("deadline header");
     assert!(later <= left);
 }
 
@@ -179,5 +199,9 @@ async fn a_call_made_after_the_deadline_is_not_sent() {
     .expect("B answers");
     assert_eq!(status, http::StatusCode::BAD_GATEWAY, "{body}");
     assert!(body.contains("deadline"), "{body}");
-    assert_eq!(hits.load(Ordering::Relaxed), 0, "C must not be called past the deadline");
+    assert_eq!(
+        hits.load(Ordering::Relaxed),
+        0,
+        "C must not be called past the deadline"
+    );
 }

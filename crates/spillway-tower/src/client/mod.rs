@@ -18,7 +18,8 @@ pub mod propagate;
 pub mod retry;
 pub mod throttle;
 
-// TESTS
+#[cfg(test)]
+mod tests;
 
 pub use classify::find_cause;
 pub use propagate::{Propagate, PropagateLayer};

@@ -27,7 +27,11 @@ use spillway_tower::wire::{self, OverloadGiveUp};
 use tower::util::BoxCloneSyncService;
 
 /// The client stack type the tests store in handler state.
-pub type Stack = BoxCloneSyncService<http::Request<Full<Bytes>>, http::Response<hyper::body::Incoming>, BoxError>;
+pub type Stack = BoxCloneSyncService<
+    http::Request<Full<Bytes>>,
+    http::Response<hyper::body::Incoming>,
+    BoxError,
+>;
 
 /// A plain hyper-util client over HTTP/1.
 pub fn hyper_client<B>() -> Client<HttpConnector, B>
@@ -41,7 +45,9 @@ where
 
 /// Serves `app` on 127.0.0.1:0 in the background; returns its address.
 pub async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
     let addr = listener.local_addr().expect("local addr");
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
@@ -57,7 +63,10 @@ pub async fn edge(req: Request, next: Next) -> Response {
             .get(wire::CRITICALITY)
             .and_then(|v| wire::parse_criticality(v).ok())
             .unwrap_or(Criticality::Critical),
-        deadline: wire::read_timeout(h).ok().flatten().map(|d| Instant::now() + d),
+        deadline: wire::read_timeout(h)
+            .ok()
+            .flatten()
+            .map(|d| Instant::now() + d),
         customer: h
             .get(wire::CUSTOMER)
             .and_then(|v| wire::parse_customer(v).ok())
@@ -82,22 +91,35 @@ impl IntoResponse for CallError {
 }
 
 /// Sends a GET through `stack` and returns status, headers and body text.
-pub async fn send_get(stack: &mut Stack, uri: &str, headers: &[(&http::HeaderName, &str)]) -> Result<(StatusCode, http::HeaderMap, String), BoxError> {
+pub async fn send_get(
+    stack: &mut Stack,
+    uri: &str,
+    headers: &[(&http::HeaderName, &str)],
+) -> Result<(StatusCode, http::HeaderMap, String), BoxError> {
     use tower::{Service, ServiceExt};
     let mut req = http::Request::get(uri).body(Full::new(Bytes::new()))?;
     for (k, v) in headers {
-        req.headers_mut().insert((*k).clone(), http::HeaderValue::from_str(v)?);
+        req.headers_mut()
+            .insert((*k).clone(), http::HeaderValue::from_str(v)?);
     }
     let resp = stack.ready().await?.call(req).await?;
     let (parts, body) = resp.into_parts();
     let bytes = body.collect().await?.to_bytes();
-    Ok((parts.status, parts.headers, String::from_utf8_lossy(&bytes).into_owned()))
+    Ok((
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    ))
 }
 
 /// Forwards a downstream answer: status and body, plus the don't-retry marker if it had one.
 pub async fn forward(resp: http::Response<hyper::body::Incoming>) -> Response {
     let (parts, body) = resp.into_parts();
-    let bytes = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+    let bytes = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
     let mut out = (parts.status, bytes).into_response();
     if let Some(v) = parts.headers.get(wire::DONT_RETRY) {
         out.headers_mut().insert(wire::DONT_RETRY, v.clone());

@@ -11,7 +11,7 @@
 //! don't-retry marker: only the layer right above the overloaded one retries, and the
 //! amplification stays near 1.1× however deep the chain.
 
-mod body;
+pub(crate) mod body;
 mod error;
 mod future;
 mod layer;

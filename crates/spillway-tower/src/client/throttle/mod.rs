@@ -10,7 +10,7 @@
 
 mod error;
 mod future;
-mod layer;
+pub(crate) mod layer;
 mod service;
 
 pub use error::Throttled;
