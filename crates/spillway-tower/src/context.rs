@@ -111,6 +111,12 @@ pub fn scope<F: Future>(ctx: RequestContext, fut: F) -> TaskLocalFuture<RequestC
     CONTEXT.scope(ctx, fut)
 }
 
+/// Runs the synchronous `f` with `ctx` as the context (the server layer calls the inner
+/// service's `call` this way, for services that start work eagerly there).
+pub fn sync_scope<R>(ctx: RequestContext, f: impl FnOnce() -> R) -> R {
+    CONTEXT.sync_scope(ctx, f)
+}
+
 /// Runs `fut` — typically calls a service makes on its own behalf, such as a cache refresh or
 /// prefetch — with a criticality of at most `c`.
 ///

@@ -10,5 +10,6 @@
 
 pub mod client;
 pub mod context;
+pub mod metrics;
 pub mod server;
 pub mod wire;

@@ -1,0 +1,106 @@
+//! Metrics through the `metrics` facade: the library records, the application picks the
+//! exporter (Prometheus, StatsD, …) — or none, in which case every call is a cheap no-op.
+//!
+//! Why these: the SRE book (ch. 21) asks for visibility of every refusal by reason and
+//! criticality, and for per-customer accounting; the AWS article ("Using load shedding to avoid
+//! overload") warns that fast rejections make latency look good, so latency and queue-time
+//! histograms record *admitted* requests only.
+//!
+//! Allocation: label values are `&'static str` (criticality, reason) or `SharedString`s built
+//! from `Arc<str>` (customer, operation, destination) — a reference-count bump, never a string
+//! copy. The facade itself builds a `Key` holding a small `Vec` of labels per emission (one
+//! allocation per call when a recorder is installed); with no recorder installed, nothing is
+//! built. Names are in [`crate::wire::metric`].
+//!
+//! Cardinality: customer and operation labels come from configuration (API-key map, route
+//! prefixes) by default; if customers come from a trusted header or peer IPs, their number is
+//! whatever the trusted callers send.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{Label, SharedString};
+use spillway_core::Criticality;
+
+use crate::wire::metric as m;
+
+/// The labels of one request (cheap to clone: two `Arc`s and a `Copy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestLabels {
+    /// The customer charged.
+    pub customer: Arc<str>,
+    /// The operation (route or gRPC method).
+    pub operation: SharedString,
+    /// The request's criticality.
+    pub criticality: Criticality,
+}
+
+impl RequestLabels {
+    fn labels(&self) -> [Label; 3] {
+        [
+            Label::new(
+                m::L_CUSTOMER,
+                SharedString::from(Arc::clone(&self.customer)),
+            ),
+            Label::new(m::L_OPERATION, self.operation.clone()),
+            Label::new(m::L_CRITICALITY, self.criticality.as_str()),
+        ]
+    }
+
+    fn labels_with_reason(&self, reason: &'static str) -> [Label; 4] {
+        let [a, b, c] = self.labels();
+        [a, b, c, Label::new(m::L_REASON, reason)]
+    }
+}
+
+/// A request was admitted (immediately or after queueing for `queue_time`).
+pub fn admitted(l: &RequestLabels, queue_time: Duration) {
+    metrics::counter!(m::ADMITTED, l.labels().to_vec()).increment(1);
+    metrics::histogram!(m::QUEUE_TIME, l.labels().to_vec()).record(queue_time.as_secs_f64());
+}
+
+/// A request was refused by the server layer for `reason` (`RefusalReason::as_str`).
+pub fn shed(l: &RequestLabels, reason: &'static str) {
+    metrics::counter!(m::SHED, l.labels_with_reason(reason).to_vec()).increment(1);
+}
+
+/// An admitted request finished (its body ended or failed) after `latency` since admission.
+pub fn latency(l: &RequestLabels, latency: Duration) {
+    metrics::histogram!(m::LATENCY, l.labels().to_vec()).record(latency.as_secs_f64());
+}
+
+/// The controller's current state.
+pub fn gauges(in_flight: usize, limit: usize, utilisation: f64) {
+    metrics::gauge!(m::IN_FLIGHT).set(in_flight as f64);
+    metrics::gauge!(m::LIMIT).set(limit as f64);
+    metrics::gauge!(m::UTILISATION).set(utilisation);
+}
+
+/// A client call to `destination` was refused locally by the adaptive throttle.
+pub fn throttled(l: &RequestLabels, destination: SharedString) {
+    let [a, b, c] = l.labels();
+    metrics::counter!(
+        m::THROTTLED,
+        vec![a, b, c, Label::new(m::L_DESTINATION, destination)]
+    )
+    .increment(1);
+}
+
+/// A client retry to `destination` was sent; `reason` is what failed (e.g. `overloaded`).
+pub fn retried(l: &RequestLabels, destination: SharedString, reason: &'static str) {
+    let [a, b, c, d] = l.labels_with_reason(reason);
+    metrics::counter!(
+        m::RETRIED,
+        vec![a, b, c, d, Label::new(m::L_DESTINATION, destination)]
+    )
+    .increment(1);
+}
+
+/// The adaptive throttle's current refusal probability for `destination`.
+pub fn throttle_probability(destination: SharedString, p: f64) {
+    metrics::gauge!(
+        m::THROTTLE_PROBABILITY,
+        vec![Label::new(m::L_DESTINATION, destination)]
+    )
+    .set(p);
+}

@@ -1,0 +1,265 @@
+//! Turning a typed refusal into a response — done only here, at the edge.
+//!
+//! HTTP: 429 when the *customer* is over quota (their problem; RFC 6585), 503 when the *server*
+//! is overloaded (RFC 9110), both with `Retry-After` in whole seconds (≥ 1), and
+//! `x-spillway-dont-retry: 1` when the refusal reason says retrying elsewhere cannot help.
+//!
+//! gRPC: a Trailers-Only response (gRPC over HTTP/2 spec: HTTP 200 with `grpc-status` in the
+//! headers and END_STREAM, no messages) with `RESOURCE_EXHAUSTED` (8) for over-quota and
+//! `UNAVAILABLE` (14) for overload, plus `grpc-retry-pushback-ms` (gRFC A6): the delay when a
+//! retry may help, `-1` when it cannot.
+//!
+//! Cost: rejections allocate only the response and its header map; bodies and messages are
+//! static (`Bytes::from_static`, `HeaderValue::from_static`). The 400 for a malformed header
+//! allocates its message — rare, and the point is to name the header.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use spillway_core::controller::Refusal;
+
+use super::body::SpillwayBody;
+use crate::wire::{self, HeaderError, Protocol, Pushback};
+
+/// gRPC `INVALID_ARGUMENT`, for a malformed Spillway header on a gRPC request.
+const GRPC_INVALID_ARGUMENT: u16 = 3;
+
+/// Header carrying the refusal reason (`RefusalReason::as_str`), for clients and logs.
+pub const REASON: http::HeaderName = http::HeaderName::from_static("x-spillway-reason");
+
+fn grpc_trailers_only<B>(status: u16, message: HeaderValue) -> Response<SpillwayBody<B>> {
+    let mut res = Response::new(SpillwayBody::empty());
+    let h = res.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(wire::GRPC_STATUS, HeaderValue::from(status));
+    h.insert(wire::GRPC_MESSAGE, message);
+    res
+}
+
+/// The response for a refusal by the admission controller.
+pub(crate) fn refusal<B>(
+    r: &Refusal,
+    protocol: Protocol,
+    default_retry_after: Duration,
+) -> Response<SpillwayBody<B>> {
+    let over_quota = r.reason.is_customer_over_quota();
+    let dont_retry = !r.reason.retry_elsewhere_can_help();
+    let retry_after = r.retry_after.unwrap_or(default_retry_after);
+    let reason = r.reason.as_str();
+    let mut res = match protocol {
+        Protocol::Grpc => {
+            let status = if over_quota {
+                wire::GRPC_RESOURCE_EXHAUSTED
+            } else {
+                wire::GRPC_UNAVAILABLE
+            };
+            let mut res = grpc_trailers_only(status, HeaderValue::from_static(reason));
+            let pushback = if dont_retry {
+                Pushback::DontRetry
+            } else {
+                Pushback::RetryAfter(retry_after)
+            };
+            res.headers_mut().insert(
+                wire::GRPC_RETRY_PUSHBACK_MS,
+                wire::format_pushback(pushback),
+            );
+            res
+        }
+        Protocol::Http => {
+            let mut res = Response::new(SpillwayBody::local(Bytes::from_static(reason.as_bytes())));
+            *res.status_mut() = if over_quota {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            res.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain"),
+            );
+            res
+        }
+    };
+    let h = res.headers_mut();
+    h.insert(wire::RETRY_AFTER, wire::format_retry_after(retry_after));
+    h.insert(REASON, HeaderValue::from_static(reason));
+    if dont_retry {
+        h.insert(wire::DONT_RETRY, HeaderValue::from_static("1"));
+    }
+    res
+}
+
+/// The response when a handler gave up on an overloaded downstream ([`wire::OverloadGiveUp`]):
+/// 503 / `UNAVAILABLE` with the don't-retry marker in both dialects.
+pub(crate) fn give_up<B>(protocol: Protocol, retry_after: Duration) -> Response<SpillwayBody<B>> {
+    let mut res = match protocol {
+        Protocol::Grpc => grpc_trailers_only(
+            wire::GRPC_UNAVAILABLE,
+            HeaderValue::from_static("downstream overloaded"),
+        ),
+        Protocol::Http => {
+            let mut res = Response::new(SpillwayBody::local(Bytes::from_static(
+                b"downstream overloaded",
+            )));
+            *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            res
+        }
+    };
+    let h = res.headers_mut();
+    h.insert(wire::RETRY_AFTER, wire::format_retry_after(retry_after));
+    mark_dont_retry(h);
+    res
+}
+
+/// Puts both don't-retry markers on a response (the HTTP one and gRFC A6's negative pushback).
+pub(crate) fn mark_dont_retry(h: &mut HeaderMap) {
+    h.insert(wire::DONT_RETRY, HeaderValue::from_static("1"));
+    h.insert(
+        wire::GRPC_RETRY_PUSHBACK_MS,
+        wire::format_pushback(Pushback::DontRetry),
+    );
+}
+
+/// 400 (or gRPC `INVALID_ARGUMENT`) naming the malformed header and what it accepts.
+pub(crate) fn bad_header<B>(e: &HeaderError, protocol: Protocol) -> Response<SpillwayBody<B>> {
+    let msg = e.to_string();
+    match protocol {
+        Protocol::Grpc => {
+            let v = HeaderValue::from_str(&percent_encode(&msg))
+                .unwrap_or_else(|_| HeaderValue::from_static("invalid spillway header"));
+            grpc_trailers_only(GRPC_INVALID_ARGUMENT, v)
+        }
+        Protocol::Http => {
+            let mut res = Response::new(SpillwayBody::local(Bytes::from(msg)));
+            *res.status_mut() = StatusCode::BAD_REQUEST;
+            res.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain"),
+            );
+            res
+        }
+    }
+}
+
+/// `grpc-message` encoding (gRPC over HTTP/2): bytes outside 0x20–0x7E and `%` as `%XX`.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spillway_core::controller::RefusalReason;
+    use spillway_core::Criticality;
+
+    fn refused(reason: RefusalReason, retry_after: Option<Duration>) -> Refusal {
+        Refusal {
+            reason,
+            criticality: Criticality::Sheddable,
+            retry_after,
+        }
+    }
+
+    type R = Response<SpillwayBody<http_body_util::Empty<Bytes>>>;
+
+    #[test]
+    fn http_maps_quota_to_429_and_overload_to_503() {
+        let r: R = refusal(
+            &refused(RefusalReason::OverQuota, Some(Duration::from_millis(1500))),
+            Protocol::Http,
+            Duration::from_secs(1),
+        );
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()[wire::RETRY_AFTER], "2");
+        assert_eq!(r.headers()[REASON], "over_quota");
+        let r: R = refusal(
+            &refused(RefusalReason::Shed, None),
+            Protocol::Http,
+            Duration::ZERO,
+        );
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()[wire::RETRY_AFTER], "1", "at least one second");
+    }
+
+    #[test]
+    fn dont_retry_marker_follows_the_reason() {
+        for reason in [
+            RefusalReason::OverQuota,
+            RefusalReason::Shed,
+            RefusalReason::ConcurrencyLimit,
+            RefusalReason::QueueFull,
+            RefusalReason::QueueTimeout,
+            RefusalReason::DeadlineExceeded,
+            RefusalReason::TooManyAttempts,
+        ] {
+            let expect = !reason.retry_elsewhere_can_help();
+            let r: R = refusal(
+                &refused(reason, None),
+                Protocol::Http,
+                Duration::from_secs(1),
+            );
+            assert_eq!(wire::is_dont_retry(r.headers()), expect, "{reason:?}");
+            let g: R = refusal(
+                &refused(reason, None),
+                Protocol::Grpc,
+                Duration::from_secs(1),
+            );
+            assert_eq!(g.status(), 200, "trailers-only is HTTP 200");
+            let pushback = wire::parse_pushback(&g.headers()[wire::GRPC_RETRY_PUSHBACK_MS]);
+            assert_eq!(pushback == Pushback::DontRetry, expect, "{reason:?}");
+        }
+    }
+
+    #[test]
+    fn grpc_trailers_only_statuses_and_pushback() {
+        let g: R = refusal(
+            &refused(RefusalReason::OverQuota, Some(Duration::from_millis(250))),
+            Protocol::Grpc,
+            Duration::from_secs(1),
+        );
+        assert_eq!(
+            wire::grpc_status(g.headers()),
+            Some(wire::GRPC_RESOURCE_EXHAUSTED)
+        );
+        assert_eq!(g.headers()[http::header::CONTENT_TYPE], "application/grpc");
+        let g: R = refusal(
+            &refused(RefusalReason::Shed, None),
+            Protocol::Grpc,
+            Duration::from_secs(1),
+        );
+        assert_eq!(wire::grpc_status(g.headers()), Some(wire::GRPC_UNAVAILABLE));
+        assert!(http_body::Body::is_end_stream(g.body()));
+    }
+
+    #[test]
+    fn give_up_carries_both_markers() {
+        for p in [Protocol::Http, Protocol::Grpc] {
+            let r: R = give_up(p, Duration::from_secs(1));
+            assert!(wire::is_dont_retry(r.headers()));
+            assert_eq!(r.headers()[wire::GRPC_RETRY_PUSHBACK_MS], "-1");
+        }
+    }
+
+    #[test]
+    fn bad_header_names_the_header() {
+        let e = wire::parse_criticality(&HeaderValue::from_static("urgent")).unwrap_err();
+        let r: R = bad_header(&e, Protocol::Http);
+        assert_eq!(r.status(), 400);
+        let g: R = bad_header(&e, Protocol::Grpc);
+        assert_eq!(wire::grpc_status(g.headers()), Some(3));
+        let msg = g.headers()[wire::GRPC_MESSAGE].to_str().unwrap();
+        assert!(msg.contains("x-spillway-criticality"), "{msg}");
+        assert_eq!(percent_encode("a%b\u{e9}"), "a%25b%C3%A9");
+    }
+}
