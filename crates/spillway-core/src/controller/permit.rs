@@ -227,7 +227,8 @@ impl Waiter {
 /// Uses only `std::task` (no runtime). The caller should also arm a timer for
 /// [`give_up_at`](Self::give_up_at) and call [`expire`](Self::expire) when it fires; a poll at
 /// or after that instant expires it too. Dropping it cancels: it leaves the queue, and a slot
-/// granted meanwhile is released so it is not lost.
+/// granted meanwhile is released so it is not lost. Polling again after it has completed
+/// returns a `QueueTimeout` (or `DeadlineExceeded`) refusal rather than panicking.
 #[derive(Debug)]
 #[must_use = "dropping a queued admission cancels it"]
 pub struct QueuedAdmission {
