@@ -18,7 +18,7 @@
 //! - **Fresh first under pressure.** Disciplines: FIFO; adaptive LIFO (Maurer, "Fail at Scale",
 //!   ACM Queue 13(8), 2015: FIFO normally, LIFO once a queue has been building for a while, so
 //!   the requests served are the ones whose callers are still waiting); and CoDel (Nichols &
-//!   Jacobson 2012, RFC 8289; see [`codel`]) which drops at dequeue once the sojourn time has
+//!   Jacobson 2012, RFC 8289; see `codel.rs`) which drops at dequeue once the sojourn time has
 //!   stayed above target for an interval.
 //!
 //! The queue is a plain data structure driven by `now` arguments and a [`SlotSource`], so its
