@@ -1,1 +1,5 @@
 //! (being written)
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod controls;
