@@ -7,7 +7,7 @@
 //! gRPC: a Trailers-Only response (gRPC over HTTP/2 spec: HTTP 200 with `grpc-status` in the
 //! headers and END_STREAM, no messages) with `RESOURCE_EXHAUSTED` (8) for over-quota and
 //! `UNAVAILABLE` (14) for overload, plus `grpc-retry-pushback-ms` (gRFC A6): the delay when a
-//! retry may help, `-1` when it cannot.
+//! retry may help (for over-quota: the quota's refill time), `-1` when it cannot.
 //!
 //! Cost: rejections allocate only the response and its header map; bodies and messages are
 //! static (`Bytes::from_static`, `HeaderValue::from_static`). The 400 for a malformed header
@@ -58,10 +58,13 @@ pub(crate) fn refusal<B>(
                 wire::GRPC_UNAVAILABLE
             };
             let mut res = grpc_trailers_only(status, HeaderValue::from_static(reason));
-            let pushback = if dont_retry {
-                Pushback::DontRetry
-            } else {
-                Pushback::RetryAfter(retry_after)
+            // One header must say both "not now, not elsewhere" and "later is fine": a quota
+            // refusal with a refill time is a *delayed* retry that can succeed (pushback = that
+            // delay); other refusals retrying cannot help get gRFC A6's negative value.
+            let pushback = match (dont_retry, over_quota, r.retry_after) {
+                (false, _, _) => Pushback::RetryAfter(retry_after),
+                (true, true, Some(later)) => Pushback::RetryAfter(later),
+                (true, _, _) => Pushback::DontRetry,
             };
             res.headers_mut().insert(
                 wire::GRPC_RETRY_PUSHBACK_MS,
