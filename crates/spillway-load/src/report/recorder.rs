@@ -1,0 +1,253 @@
+//! Aggregation of finished requests into a [`RunReport`].
+//!
+//! Why a separate recorder: the load generator (many tasks, real time) and the simulator (one
+//! loop, virtual time) both produce one record per logical request; the per-second bucketing,
+//! the HDR histograms and the totals must be computed once, the same way, and be testable on
+//! synthetic data without a clock. The recorder is plain data (`&mut self`); concurrent callers
+//! wrap it in a mutex.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use spillway_core::Criticality;
+
+use super::{Counts, LatencySummary, Percentiles, RunReport, SecondStats, Summary};
+
+/// Highest latency the histograms track, in microseconds (one hour; larger values saturate).
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+/// Significant figures of the whole-run histograms (0.1% value resolution, HdrHistogram's usual
+/// setting).
+const RUN_SIGFIG: u8 = 3;
+/// Significant figures of the per-second histograms (1% resolution): one per second of a long
+/// run, so they are kept small (about 20 KiB each, created only for seconds with a success).
+const SECOND_SIGFIG: u8 = 2;
+
+/// How a logical request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Answered successfully within the timeout.
+    Success,
+    /// Refused by the server on its last attempt (overload or quota), retries exhausted or gated.
+    Rejected,
+    /// No successful answer within the timeout.
+    TimedOut,
+    /// Refused locally by the client's adaptive throttle.
+    Throttled,
+    /// Any other failure.
+    Error,
+}
+
+/// One finished logical request.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestRecord<'a> {
+    /// Intended send time, since the start of the run.
+    pub offered_at: Duration,
+    /// The request's criticality.
+    pub criticality: Criticality,
+    /// The customer it was sent for.
+    pub customer: &'a str,
+    /// Attempts sent on the wire (0 if the throttle refused the first try).
+    pub attempts: u32,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// For [`Outcome::Success`]: time from the intended send time to the complete response.
+    pub latency: Option<Duration>,
+    /// For successes: the server's reported queue time in ms, if any.
+    pub queue_ms: Option<f64>,
+    /// For successes: the server's reported service time in ms, if any.
+    pub service_ms: Option<f64>,
+}
+
+#[derive(Default)]
+struct Second {
+    counts: Counts,
+    by_criticality: [Counts; Criticality::COUNT],
+    by_customer: BTreeMap<String, Counts>,
+    latency: Option<Histogram<u64>>,
+    queue: (f64, u64),
+    processing: (f64, u64),
+}
+
+/// Builds a [`RunReport`] from [`RequestRecord`]s.
+pub struct Recorder {
+    title: String,
+    meta: BTreeMap<String, serde_json::Value>,
+    window: Duration,
+    seconds: Vec<Second>,
+    total: Histogram<u64>,
+    queue: Histogram<u64>,
+    processing: Histogram<u64>,
+}
+
+fn histogram(sigfig: u8) -> Histogram<u64> {
+    // Constant bounds inside hdrhistogram's documented domain (low >= 1, high >= 2 * low,
+    // sigfig <= 5): construction cannot fail on any input.
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, sigfig).expect("constant histogram bounds")
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+}
+
+fn ms_to_micros(ms: f64) -> u64 {
+    if ms.is_finite() && ms > 0.0 {
+        (ms * 1000.0).round().min(MAX_LATENCY_US as f64) as u64
+    } else {
+        1
+    }
+    .max(1)
+}
+
+/// Percentiles of a histogram of microseconds, in milliseconds; `None` when empty.
+pub(crate) fn percentiles(h: &Histogram<u64>) -> Option<Percentiles> {
+    if h.is_empty() {
+        return None;
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    Some(Percentiles {
+        count: h.len(),
+        min_ms: ms(h.min()),
+        mean_ms: h.mean() / 1000.0,
+        p50_ms: ms(h.value_at_quantile(0.50)),
+        p90_ms: ms(h.value_at_quantile(0.90)),
+        p99_ms: ms(h.value_at_quantile(0.99)),
+        p999_ms: ms(h.value_at_quantile(0.999)),
+        max_ms: ms(h.max()),
+    })
+}
+
+impl Recorder {
+    /// A recorder for a run whose requests are offered during `window` (the per-second rows
+    /// cover `ceil(window)` seconds; records offered later extend them).
+    pub fn new(title: impl Into<String>, window: Duration) -> Self {
+        let n = window.as_secs() as usize + usize::from(window.subsec_nanos() > 0);
+        let mut seconds = Vec::new();
+        seconds.resize_with(n, Second::default);
+        Recorder {
+            title: title.into(),
+            meta: BTreeMap::new(),
+            window,
+            seconds,
+            total: histogram(RUN_SIGFIG),
+            queue: histogram(RUN_SIGFIG),
+            processing: histogram(RUN_SIGFIG),
+        }
+    }
+
+    /// Sets a free-form `meta` entry (see [`RunReport::meta`]).
+    pub fn set_meta(&mut self, key: impl Into<String>, value: impl Into<serde_json::Value>) {
+        self.meta.insert(key.into(), value.into());
+    }
+
+    /// Adds one finished request.
+    pub fn record(&mut self, r: &RequestRecord<'_>) {
+        let index = usize::try_from(r.offered_at.as_secs()).unwrap_or(usize::MAX);
+        // Bound the growth: a record far beyond the window is folded into the last second
+        // rather than allocating rows for it (one hour past the window at most).
+        let limit = self.seconds.len().max(1) + 3600;
+        let index = index.min(limit - 1);
+        if index >= self.seconds.len() {
+            self.seconds.resize_with(index + 1, Second::default);
+        }
+        let second = &mut self.seconds[index];
+        let mut one = Counts {
+            offered: 1,
+            sent: u64::from(r.attempts),
+            ..Counts::default()
+        };
+        match r.outcome {
+            Outcome::Success => one.goodput = 1,
+            Outcome::Rejected => one.rejected = 1,
+            Outcome::TimedOut => one.timed_out = 1,
+            Outcome::Throttled => one.throttled = 1,
+            Outcome::Error => one.errors = 1,
+        }
+        second.counts.add(&one);
+        second.by_criticality[r.criticality.index()].add(&one);
+        match second.by_customer.get_mut(r.customer) {
+            Some(c) => c.add(&one),
+            None => {
+                second.by_customer.insert(r.customer.to_owned(), one);
+            }
+        }
+        if r.outcome != Outcome::Success {
+            return;
+        }
+        if let Some(latency) = r.latency {
+            let us = micros(latency);
+            self.total.saturating_record(us);
+            second
+                .latency
+                .get_or_insert_with(|| histogram(SECOND_SIGFIG))
+                .saturating_record(us);
+        }
+        if let Some(q) = r.queue_ms.filter(|q| q.is_finite() && *q >= 0.0) {
+            self.queue.saturating_record(ms_to_micros(q));
+            second.queue.0 += q;
+            second.queue.1 += 1;
+        }
+        if let Some(p) = r.service_ms.filter(|p| p.is_finite() && *p >= 0.0) {
+            self.processing.saturating_record(ms_to_micros(p));
+            second.processing.0 += p;
+            second.processing.1 += 1;
+        }
+    }
+
+    /// The report: per-second rows, totals and latency percentiles.
+    pub fn finish(self) -> RunReport {
+        let mut summary = Summary::default();
+        let mut by_criticality = [Counts::default(); Criticality::COUNT];
+        let mut rows = Vec::with_capacity(self.seconds.len());
+        let mean = |(sum, n): (f64, u64)| (n > 0).then(|| sum / n as f64);
+        for (t, s) in self.seconds.into_iter().enumerate() {
+            summary.counts.add(&s.counts);
+            for (total, c) in by_criticality.iter_mut().zip(&s.by_criticality) {
+                total.add(c);
+            }
+            for (name, c) in &s.by_customer {
+                summary.by_customer.entry(name.clone()).or_default().add(c);
+            }
+            rows.push(SecondStats {
+                t: t as u64,
+                counts: s.counts,
+                by_criticality: criticality_map(&s.by_criticality),
+                by_customer: s.by_customer,
+                latency: s.latency.as_ref().and_then(percentiles),
+                queue_ms_mean: mean(s.queue),
+                processing_ms_mean: mean(s.processing),
+            });
+        }
+        summary.by_criticality = criticality_map(&by_criticality);
+        let window = self.window.as_secs_f64().max(rows.len() as f64);
+        summary.duration_s = window;
+        if window > 0.0 {
+            summary.offered_rps = summary.counts.offered as f64 / window;
+            summary.goodput_rps = summary.counts.goodput as f64 / window;
+        }
+        if summary.counts.offered > 0 {
+            summary.amplification = summary.counts.sent as f64 / summary.counts.offered as f64;
+        }
+        let latency = percentiles(&self.total).map(|total| LatencySummary {
+            total,
+            queue: percentiles(&self.queue),
+            processing: percentiles(&self.processing),
+        });
+        RunReport {
+            title: self.title,
+            meta: self.meta,
+            seconds: rows,
+            summary,
+            latency,
+        }
+    }
+}
+
+fn criticality_map(counts: &[Counts; Criticality::COUNT]) -> BTreeMap<String, Counts> {
+    Criticality::ALL
+        .iter()
+        .zip(counts)
+        .filter(|(_, c)| c.offered > 0)
+        .map(|(level, c)| (level.as_str().to_owned(), *c))
+        .collect()
+}
