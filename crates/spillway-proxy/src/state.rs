@@ -1,0 +1,356 @@
+//! The proxy's runtime state, shared by the listener, the forwarding path and the admin API.
+//!
+//! Why one object: reload, status, the degradation switch and the incident controls all act on
+//! the same live pieces — the effective configuration, the admission controller, the upstream
+//! pool — and a request must see one consistent set of them. So the pieces built from one
+//! configuration live together in a [`Runtime`], swapped whole on reload (requests already
+//! running keep the `Arc` of the runtime they started with, so nothing is dropped), while the
+//! things an operator sets by hand (degradation switches, incident controls) live outside it
+//! and survive reloads.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde::Serialize;
+use spillway_core::controller::{AdmissionController, ControllerSnapshot};
+use spillway_core::SystemClock;
+
+use crate::config::{self, ConfigError, ProxyConfig};
+use crate::controls::IncidentControls;
+use crate::degrade::{DegradeCounters, RouteStatus};
+use crate::route::Router;
+use crate::upstream::{Pool, TaskStatus};
+
+/// Everything built from one configuration.
+#[derive(Debug)]
+pub struct Runtime {
+    /// The configuration these were built from.
+    pub config: Arc<ProxyConfig>,
+    /// The admission controller.
+    pub controller: AdmissionController,
+    /// The compiled routes and classification rules.
+    pub router: Router,
+    /// The upstream tasks.
+    pub pool: Arc<Pool>,
+}
+
+/// The proxy's shared state (hold it in an `Arc`).
+#[derive(Debug)]
+pub struct ProxyState {
+    runtime: RwLock<Arc<Runtime>>,
+    config_path: Option<PathBuf>,
+    controls: Arc<IncidentControls>,
+    /// Degradation switched off for every route.
+    degrade_all_off: AtomicBool,
+    /// Routes whose degradation is switched off (by name).
+    degrade_off: RwLock<BTreeMap<String, bool>>,
+    /// Per-route degradation counters (by name; survive reloads).
+    degrade_counters: RwLock<BTreeMap<String, Arc<DegradeCounters>>>,
+    reload_lock: Mutex<()>,
+    reloads: AtomicU64,
+    reload_failures: AtomicU64,
+    origin: RwLock<String>,
+    /// Fault counters (bad input, upstream failures).
+    pub faults: crate::metrics::Faults,
+}
+
+/// Asked to switch degradation for a route that does not exist.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no route named {name:?}; routes: {known}")]
+pub struct UnknownRoute {
+    /// The name asked for.
+    pub name: String,
+    /// The configured route names, comma-separated.
+    pub known: String,
+}
+
+/// `/status`: what the proxy is doing now.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReport {
+    /// Where the effective configuration came from.
+    pub config_origin: String,
+    /// Successful reloads since start.
+    pub reloads: u64,
+    /// Refused reloads since start.
+    pub reload_failures: u64,
+    /// The admission controller: limit, in flight, queue, utilisation, signals, refusals.
+    pub admission: ControllerSnapshot,
+    /// Each upstream task: in flight, throttle probability, ejection.
+    pub upstreams: Vec<TaskStatus>,
+    /// Whether the retry budget's widespread-overload gate is closed (most tasks refusing).
+    pub upstream_overload_widespread: bool,
+    /// Each route and its degradation state.
+    pub routes: Vec<RouteStatus>,
+    /// Degradation switched off for all routes.
+    pub degradation_all_off: bool,
+    /// Fault counters.
+    pub faults: crate::metrics::FaultCounts,
+}
+
+impl ProxyState {
+    /// Builds the state from a validated configuration. `config_path` is what
+    /// [`reload_from_file`](Self::reload_from_file) re-reads.
+    pub fn new(
+        cfg: ProxyConfig,
+        origin: &str,
+        config_path: Option<PathBuf>,
+    ) -> Result<Arc<Self>, ConfigError> {
+        let runtime = build_runtime(Arc::new(cfg), None, origin)?;
+        Ok(Arc::new(ProxyState {
+            runtime: RwLock::new(Arc::new(runtime)),
+            config_path,
+            controls: Arc::new(IncidentControls::default()),
+            degrade_all_off: AtomicBool::new(false),
+            degrade_off: RwLock::new(BTreeMap::new()),
+            degrade_counters: RwLock::new(BTreeMap::new()),
+            reload_lock: Mutex::new(()),
+            reloads: AtomicU64::new(0),
+            reload_failures: AtomicU64::new(0),
+            origin: RwLock::new(origin.to_string()),
+            faults: crate::metrics::Faults::default(),
+        }))
+    }
+
+    /// Reads, parses and validates `path`, then builds the state.
+    pub fn from_file(path: PathBuf) -> Result<Arc<Self>, ConfigError> {
+        let origin = path.display().to_string();
+        let text = read(&path, &origin)?;
+        let cfg = config::parse(&text, &origin)?;
+        Self::new(cfg, &origin, Some(path))
+    }
+
+    /// The current runtime (hold it for the duration of one request).
+    pub fn runtime(&self) -> Arc<Runtime> {
+        Arc::clone(&self.runtime.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The effective configuration.
+    pub fn config(&self) -> Arc<ProxyConfig> {
+        Arc::clone(&self.runtime().config)
+    }
+
+    /// Validates `toml` and swaps it in; on any error the old configuration stays and the
+    /// error is returned (and counted). `origin` names the source in messages.
+    pub fn reload_from_str(&self, toml: &str, origin: &str) -> Result<(), ConfigError> {
+        let _one_at_a_time = self.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let result = config::parse(toml, origin).and_then(|cfg| {
+            let old = self.runtime();
+            build_runtime(Arc::new(cfg), Some(&old), origin)
+        });
+        match result {
+            Ok(rt) => {
+                *self.runtime.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(rt);
+                *self.origin.write().unwrap_or_else(|p| p.into_inner()) = origin.to_string();
+                self.reloads.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::log(&format!("configuration reloaded from {origin}"));
+                Ok(())
+            }
+            Err(e) => {
+                self.reload_failures.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::log(&format!(
+                    "configuration reload refused, keeping the previous one: {e}"
+                ));
+                Err(e)
+            }
+        }
+    }
+
+    /// Re-reads the `--config` file and reloads it (SIGHUP does this).
+    pub fn reload_from_file(&self) -> Result<(), ConfigError> {
+        let Some(path) = &self.config_path else {
+            let e = ConfigError {
+                origin: "reload".into(),
+                line: None,
+                key: String::new(),
+                message: "the proxy was started without --config: there is no file to re-read"
+                    .into(),
+            };
+            self.reload_failures.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::log(&format!("configuration reload refused: {e}"));
+            return Err(e);
+        };
+        let origin = path.display().to_string();
+        match read(path, &origin) {
+            Ok(text) => self.reload_from_str(&text, &origin),
+            Err(e) => {
+                self.reload_failures.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::log(&format!("configuration reload refused: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    /// What the proxy is doing now.
+    pub fn status(&self) -> StatusReport {
+        let rt = self.runtime();
+        let routes = rt
+            .router
+            .routes()
+            .map(|r| RouteStatus {
+                name: r.name.to_string(),
+                degrade_configured: r.degrade.is_some(),
+                threshold: r.degrade.as_ref().map(|d| d.threshold),
+                degradation_enabled: self.degradation_enabled(&r.name),
+                counters: self.degrade_counters(&r.name).snapshot(),
+            })
+            .collect();
+        StatusReport {
+            config_origin: self.origin.read().unwrap_or_else(|p| p.into_inner()).clone(),
+            reloads: self.reloads.load(Ordering::Relaxed),
+            reload_failures: self.reload_failures.load(Ordering::Relaxed),
+            admission: rt.controller.snapshot(),
+            upstreams: rt.pool.status(),
+            upstream_overload_widespread: rt.pool.retry_policy().is_widespread(),
+            routes,
+            degradation_all_off: self.degrade_all_off.load(Ordering::Relaxed),
+            faults: self.faults.snapshot(),
+        }
+    }
+
+    /// The off switch: `enabled = false` stops route `route` (or every route, `None`) from
+    /// degrading, whatever the utilisation; `true` lets it degrade again.
+    pub fn set_degradation(&self, route: Option<&str>, enabled: bool) -> Result<(), UnknownRoute> {
+        match route {
+            None => {
+                self.degrade_all_off.store(!enabled, Ordering::Relaxed);
+                if enabled {
+                    self.degrade_off
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clear();
+                }
+                Ok(())
+            }
+            Some(name) => {
+                let rt = self.runtime();
+                if rt.router.routes().all(|r| &*r.name != name) {
+                    let known: Vec<&str> = rt.router.routes().map(|r| &*r.name).collect();
+                    return Err(UnknownRoute {
+                        name: name.to_string(),
+                        known: known.join(", "),
+                    });
+                }
+                self.degrade_off
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name.to_string(), !enabled);
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether route `name` may degrade (neither it nor all routes switched off).
+    pub fn degradation_enabled(&self, name: &str) -> bool {
+        !self.degrade_all_off.load(Ordering::Relaxed)
+            && !self
+                .degrade_off
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(name)
+                .copied()
+                .unwrap_or(false)
+    }
+
+    /// Route `name`'s degradation counters (created on first use; kept across reloads).
+    pub fn degrade_counters(&self, name: &str) -> Arc<DegradeCounters> {
+        if let Some(c) = self
+            .degrade_counters
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
+            return Arc::clone(c);
+        }
+        let mut w = self
+            .degrade_counters
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        Arc::clone(w.entry(name.to_string()).or_default())
+    }
+
+    /// The incident controls (shed below a criticality, admit a percentage, retries off,
+    /// exercise the degraded path).
+    pub fn controls(&self) -> &Arc<IncidentControls> {
+        &self.controls
+    }
+}
+
+fn read(path: &std::path::Path, origin: &str) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
+        origin: origin.to_string(),
+        line: None,
+        key: String::new(),
+        message: format!("cannot read the file: {e}"),
+    })
+}
+
+/// Builds a runtime, reusing the old controller and pool where their configuration is
+/// unchanged (so limits learned so far, quotas charged, throttles and pooled connections
+/// survive a reload that touched only routes).
+fn build_runtime(
+    cfg: Arc<ProxyConfig>,
+    old: Option<&Runtime>,
+    origin: &str,
+) -> Result<Runtime, ConfigError> {
+    let router = Router::new(&cfg).map_err(|(key, message)| ConfigError {
+        origin: origin.to_string(),
+        line: None,
+        key,
+        message,
+    })?;
+    let pool = match old {
+        Some(o) if o.config.upstream == cfg.upstream && o.config.signals == cfg.signals => {
+            Arc::clone(&o.pool)
+        }
+        _ => Arc::new(Pool::new(&cfg.upstream, &cfg.signals).map_err(|message| {
+            ConfigError {
+                origin: origin.to_string(),
+                line: None,
+                key: "upstream".into(),
+                message,
+            }
+        })?),
+    };
+    let controller = match old {
+        Some(o)
+            if o.config.admission == cfg.admission
+                && o.config.signals == cfg.signals
+                && Arc::ptr_eq(&o.pool, &pool) =>
+        {
+            o.controller.clone()
+        }
+        _ => build_controller(&cfg, &pool, origin)?,
+    };
+    Ok(Runtime {
+        config: cfg,
+        controller,
+        router,
+        pool,
+    })
+}
+
+fn build_controller(
+    cfg: &ProxyConfig,
+    pool: &Arc<Pool>,
+    origin: &str,
+) -> Result<AdmissionController, ConfigError> {
+    let err = |key: String, message: String| ConfigError {
+        origin: origin.to_string(),
+        line: None,
+        key,
+        message,
+    };
+    let mut c = AdmissionController::new(cfg.admission.clone(), Arc::new(SystemClock))
+        .map_err(|e| err(format!("admission.{}", e.field), e.to_string()))?;
+    if cfg.signals.process_cpu {
+        let cpu = spillway_core::signal::ProcessCpu::new()
+            .map_err(|e| err("signals.process_cpu".into(), e.to_string()))?;
+        c = c.with_signal(Arc::new(cpu));
+    }
+    if cfg.signals.orca {
+        c = c.with_signal(pool.orca_signal());
+    }
+    Ok(c)
+}
