@@ -58,7 +58,7 @@ fn controller(signal: f64) -> AdmissionController {
 fn bare(b: Bencher) {
     let rt = runtime();
     let svc = service_fn(handler);
-    b.bench_local(|| rt.block_on(svc.clone().oneshot(request())));
+    b.bench_local(|| rt.block_on(svc.oneshot(request())));
 }
 
 #[divan::bench]
