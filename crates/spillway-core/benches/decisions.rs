@@ -30,7 +30,12 @@ fn throttle_decision(bencher: Bencher) {
 }
 
 /// Admission of one request and release of its permit (Gradient2 default limit, no queueing).
-#[divan::bench(threads = [1, 2])]
+///
+/// The sample size is fixed: divan tunes it from the slowest early sample, and each thread's
+/// first admit (thread-local RNG set-up, the limit algorithm's first sample) took over 100× the
+/// 20 ns timer precision, which froze it at 1 iteration per sample — medians then measured the
+/// timer and, at t=2, the threads' start-of-sample barrier rather than the decision.
+#[divan::bench(threads = [1, 2], sample_size = 1000)]
 fn admit_release(bencher: Bencher) {
     let c = AdmissionController::new(AdmissionConfig::default(), Arc::new(SystemClock))
         .expect("valid");
