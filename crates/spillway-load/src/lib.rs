@@ -9,5 +9,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod report;
 pub mod sim;
+pub mod units;

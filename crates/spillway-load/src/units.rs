@@ -1,0 +1,120 @@
+//! Parsing of the human-written values shared by the load generator and the backend: durations
+//! (`250ms`, `1.5s`, `2m`) and loopback addresses.
+//!
+//! Why here: both tools take the same kinds of flags, and an error must say the same thing —
+//! which value, and what is accepted — wherever it is typed.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// What a duration flag accepts, for error messages.
+pub const DURATION_ACCEPTS: &str =
+    "a number with a unit: us, ms, s, m or h (e.g. 250ms, 1.5s, 2m); a bare number is seconds";
+
+/// Parses `250ms`, `1.5s`, `2m`, `1h`, `100us`; a bare number is seconds. Negative, non-finite
+/// and absurd (over a year) values are refused.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: expected {DURATION_ACCEPTS}"))?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "us" | "µs" => 1e-6,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration {s:?}: expected {DURATION_ACCEPTS}"
+            ))
+        }
+    };
+    let secs = value * scale;
+    if !(secs.is_finite() && (0.0..=365.0 * 86400.0).contains(&secs)) {
+        return Err(format!(
+            "invalid duration {s:?}: expected {DURATION_ACCEPTS}, at most a year"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// The only addresses the load generator sends to, and the backend listens on.
+pub const LOOPBACK_ACCEPTS: &str = "a loopback address such as 127.0.0.1:8080, [::1]:8080 or \
+     localhost:8080 (Spillway's load tools refuse any other target so that no experiment can \
+     flood a machine or network it was not meant for)";
+
+/// Resolves `host:port` (or an `http://host:port/...` URL) and accepts it only if every
+/// address it resolves to is loopback.
+pub fn loopback_addr(s: &str) -> Result<SocketAddr, String> {
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+        .unwrap_or(s);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let addrs: Vec<SocketAddr> = authority
+        .to_socket_addrs()
+        .map_err(|e| format!("invalid address {s:?} ({e}): expected {LOOPBACK_ACCEPTS}"))?
+        .collect();
+    match addrs.first() {
+        Some(first) if addrs.iter().all(|a| is_loopback(a.ip())) => Ok(*first),
+        Some(other) if !is_loopback(other.ip()) => Err(format!(
+            "refusing non-loopback address {s:?} (resolves to {}): expected {LOOPBACK_ACCEPTS}",
+            other.ip()
+        )),
+        Some(_) => Err(format!(
+            "refusing address {s:?}: it resolves to loopback and non-loopback addresses; \
+             expected {LOOPBACK_ACCEPTS}"
+        )),
+        None => Err(format!(
+            "address {s:?} resolves to nothing: expected {LOOPBACK_ACCEPTS}"
+        )),
+    }
+}
+
+fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
+        for bad in ["", "ms", "-1s", "1d", "1e999s", "NaNs", "2y"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(parse_duration("1 fortnight").unwrap_err().contains("250ms"));
+    }
+
+    #[test]
+    fn only_loopback() {
+        assert_eq!(loopback_addr("127.0.0.1:80").unwrap().port(), 80);
+        assert!(loopback_addr("[::1]:81").unwrap().ip().is_loopback());
+        assert!(loopback_addr("http://127.0.0.1:82/path").is_ok());
+        assert!(loopback_addr("127.8.9.10:1").is_ok());
+        let e = loopback_addr("10.0.0.1:80").unwrap_err();
+        assert!(
+            e.contains("refusing non-loopback") && e.contains("10.0.0.1"),
+            "{e}"
+        );
+        assert!(loopback_addr("192.168.1.1:80").is_err());
+        assert!(loopback_addr("[::ffff:8.8.8.8]:80").is_err());
+        assert!(loopback_addr("no-port").is_err());
+    }
+}
