@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use divan::{black_box, Bencher};
-use spillway_core::controller::{Admission, AdmissionConfig, AdmissionController, AdmissionRequest};
+use spillway_core::controller::{
+    Admission, AdmissionConfig, AdmissionController, AdmissionRequest,
+};
 use spillway_core::quota::{CustomerQuota, QuotaBook, QuotaConfig, QuotaEnforcement};
 use spillway_core::throttle::{AdaptiveThrottle, ThrottleConfig};
 use spillway_core::{Criticality, SystemClock};
@@ -37,8 +39,8 @@ fn throttle_decision(bencher: Bencher) {
 /// timer and, at t=2, the threads' start-of-sample barrier rather than the decision.
 #[divan::bench(threads = [1, 2], sample_size = 1000)]
 fn admit_release(bencher: Bencher) {
-    let c = AdmissionController::new(AdmissionConfig::default(), Arc::new(SystemClock))
-        .expect("valid");
+    let c =
+        AdmissionController::new(AdmissionConfig::default(), Arc::new(SystemClock)).expect("valid");
     let req = AdmissionRequest::new("checkout", Criticality::Critical);
     bencher.bench(|| match c.admit(black_box(&req)) {
         Admission::Admitted(p) => drop(black_box(p)),
@@ -57,7 +59,8 @@ fn quota_charge_settle(bencher: Bencher) {
     let q = QuotaBook::new(cfg, Instant::now()).expect("valid");
     bencher.bench(|| {
         let now = Instant::now();
-        if let Ok(charge) = q.try_charge(now, black_box("alice"), Criticality::Critical, 0.001, true)
+        if let Ok(charge) =
+            q.try_charge(now, black_box("alice"), Criticality::Critical, 0.001, true)
         {
             q.settle(now, charge, 0.0012);
         }

@@ -17,7 +17,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use spillway_core::controller::{Admission, AdmissionConfig, AdmissionController, AdmissionRequest};
+use spillway_core::controller::{
+    Admission, AdmissionConfig, AdmissionController, AdmissionRequest,
+};
 use spillway_core::quota::{CustomerQuota, QuotaBook, QuotaConfig, QuotaEnforcement};
 use spillway_core::throttle::{AdaptiveThrottle, ThrottleConfig};
 use spillway_core::{Criticality, SystemClock};
@@ -38,8 +40,8 @@ fn run_throttle(n: u64) -> u64 {
 
 #[inline(never)]
 fn run_admit(n: u64) -> u64 {
-    let c = AdmissionController::new(AdmissionConfig::default(), Arc::new(SystemClock))
-        .expect("valid");
+    let c =
+        AdmissionController::new(AdmissionConfig::default(), Arc::new(SystemClock)).expect("valid");
     let req = AdmissionRequest::new("checkout", Criticality::Critical);
     let mut admitted = 0;
     for _ in 0..n {
@@ -65,7 +67,8 @@ fn run_quota(n: u64) -> u64 {
     let mut charged = 0;
     for _ in 0..n {
         let now = Instant::now();
-        if let Ok(charge) = q.try_charge(now, black_box("alice"), Criticality::Critical, 0.001, true)
+        if let Ok(charge) =
+            q.try_charge(now, black_box("alice"), Criticality::Critical, 0.001, true)
         {
             q.settle(now, charge, 0.0012);
             charged += 1;
