@@ -1,5 +1,38 @@
-//! (being written)
+//! Spillway as a reverse proxy: the same overload protections for services in any language,
+//! as a sidecar in front of one service or a gateway in front of its tasks.
+//!
+//! Why a proxy: most services that need protecting are not written in Rust, and the
+//! protections (criticality-aware admission, per-customer quotas, adaptive throttling, retry
+//! budgets — SRE book ch. 21; AWS Builders' Library "Using load shedding to avoid overload")
+//! must not need a code change. Every decision is made by `spillway-core`; this crate carries
+//! requests to it and to the upstream tasks and back.
+//!
+//! | module | what |
+//! | --- | --- |
+//! | [`config`] | the TOML file: types, defaults, validation with key and line |
+//! | [`state`] | the runtime state shared with the admin API: reload, status, switches |
+//! | [`route`] | classification: route, criticality (trusted CIDRs), customer, cost |
+//! | [`forward`] | one request's path: controls → degrade → admit → forward → permit held |
+//! | [`upstream`] | the tasks: pools, p2c balancing, throttles, retries, ejection, health checks |
+//! | [`degrade`] | graceful degradation per route |
+//! | [`listener`] | accept with back-pressure, HTTP/1.1 + h2c, header limits, graceful shutdown |
+//! | [`admin`], [`controls`] | the admin listener and incident controls |
+
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod admin;
+pub mod config;
 pub mod controls;
+pub mod degrade;
+pub mod forward;
+pub mod listener;
+pub mod metrics;
+pub mod respond;
+pub mod route;
+pub mod run;
+pub mod state;
+pub mod upstream;
+
+pub use config::{ConfigError, ProxyConfig};
+pub use state::ProxyState;

@@ -34,6 +34,38 @@ pub struct Runtime {
     pub router: Router,
     /// The upstream tasks.
     pub pool: Arc<Pool>,
+    util: UtilCache,
+    started: std::time::Instant,
+}
+
+/// The controller's utilisation, refreshed at most every 10 ms: a snapshot locks the queue
+/// and allocates, too much to take per request just to compare against a degradation threshold.
+#[derive(Debug, Default)]
+struct UtilCache {
+    bits: AtomicU64,
+    at_ms: AtomicU64,
+}
+
+impl Runtime {
+    /// The admission controller's utilisation (max of its signals and in-flight/limit), at most
+    /// 10 ms old.
+    pub fn utilisation(&self) -> f64 {
+        let now_ms = self.started.elapsed().as_millis() as u64 + 1;
+        let at = self.util.at_ms.load(Ordering::Relaxed);
+        if at == 0 || now_ms.saturating_sub(at) >= 10 {
+            if self
+                .util
+                .at_ms
+                .compare_exchange(at, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                let u = self.controller.snapshot().utilisation;
+                self.util.bits.store(u.to_bits(), Ordering::Relaxed);
+                return u;
+            }
+        }
+        f64::from_bits(self.util.bits.load(Ordering::Relaxed))
+    }
 }
 
 /// The proxy's shared state (hold it in an `Arc`).
@@ -197,7 +229,11 @@ impl ProxyState {
             })
             .collect();
         StatusReport {
-            config_origin: self.origin.read().unwrap_or_else(|p| p.into_inner()).clone(),
+            config_origin: self
+                .origin
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
             reloads: self.reloads.load(Ordering::Relaxed),
             reload_failures: self.reload_failures.load(Ordering::Relaxed),
             admission: rt.controller.snapshot(),
@@ -304,14 +340,14 @@ fn build_runtime(
         Some(o) if o.config.upstream == cfg.upstream && o.config.signals == cfg.signals => {
             Arc::clone(&o.pool)
         }
-        _ => Arc::new(Pool::new(&cfg.upstream, &cfg.signals).map_err(|message| {
-            ConfigError {
+        _ => Arc::new(
+            Pool::new(&cfg.upstream, &cfg.signals).map_err(|message| ConfigError {
                 origin: origin.to_string(),
                 line: None,
                 key: "upstream".into(),
                 message,
-            }
-        })?),
+            })?,
+        ),
     };
     let controller = match old {
         Some(o)
@@ -323,11 +359,14 @@ fn build_runtime(
         }
         _ => build_controller(&cfg, &pool, origin)?,
     };
+    pool.start_health_checks();
     Ok(Runtime {
         config: cfg,
         controller,
         router,
         pool,
+        util: UtilCache::default(),
+        started: std::time::Instant::now(),
     })
 }
 

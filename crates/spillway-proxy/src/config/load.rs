@@ -1,0 +1,434 @@
+//! Parsing and validating the file, with errors that name the key and the line.
+//!
+//! Why both: "invalid value" alone sends the operator hunting through a long file, and a line
+//! number alone does not say which of several keys on it is wrong. Syntax and type errors come
+//! from `toml_edit`'s deserializer with a byte span; semantic errors (a CIDR that does not
+//! parse, a quota below zero) name a key path, and its span is looked up in the parsed
+//! document. Either way the message reads `FILE:LINE: KEY = VALUE: what is accepted`.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::ops::Range;
+
+use ipnet::IpNet;
+use toml_edit::{Document, Item};
+
+use super::types::ProxyConfig;
+
+/// A configuration the proxy refuses, with where and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct ConfigError {
+    /// Where the text came from (a file path, `--upstream flags`, `admin API`).
+    pub origin: String,
+    /// 1-based line of the offending key, when known.
+    pub line: Option<usize>,
+    /// Dotted key path, e.g. `routes[1].criticality`; empty when the error is not about a key.
+    pub key: String,
+    /// What was wrong and what is accepted.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.origin)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        f.write_str(": ")?;
+        if !self.key.is_empty() {
+            write!(f, "{}: ", self.key)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Parses and validates `text` (from `origin`, used in messages).
+pub fn parse(text: &str, origin: &str) -> Result<ProxyConfig, ConfigError> {
+    let doc = Document::parse(text).map_err(|e| {
+        let (line, _) = e.span().map_or((None, None), |s| line_of(text, s.start));
+        ConfigError {
+            origin: origin.into(),
+            line,
+            key: String::new(),
+            message: first_line_message(e.message()),
+        }
+    })?;
+    let cfg: ProxyConfig = toml_edit::de::from_str(text).map_err(|e| {
+        let span = e.span();
+        let (line, key) = match &span {
+            Some(s) => (line_of(text, s.start).0, path_at(doc.as_item(), s, "")),
+            None => (None, String::new()),
+        };
+        ConfigError {
+            origin: origin.into(),
+            line,
+            key,
+            message: first_line_message(e.message()),
+        }
+    })?;
+    validate(&cfg).map_err(|(key, message)| ConfigError {
+        origin: origin.into(),
+        line: span_of(doc.as_item(), &key).and_then(|s| line_of(text, s.start).0),
+        key,
+        message,
+    })?;
+    Ok(cfg)
+}
+
+/// Validates a configuration built in code (e.g. from command-line flags).
+pub fn check(cfg: &ProxyConfig, origin: &str) -> Result<(), ConfigError> {
+    validate(cfg).map_err(|(key, message)| ConfigError {
+        origin: origin.into(),
+        line: None,
+        key,
+        message,
+    })
+}
+
+fn first_line_message(m: &str) -> String {
+    m.trim().to_string()
+}
+
+/// 1-based line number of byte `offset`.
+fn line_of(text: &str, offset: usize) -> (Option<usize>, Option<usize>) {
+    let offset = offset.min(text.len());
+    let line = text.as_bytes()[..offset]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count();
+    (Some(line + 1), None)
+}
+
+/// The deepest key path whose value's span contains `span`.
+fn path_at(item: &Item, span: &Range<usize>, prefix: &str) -> String {
+    let join = |k: &str| {
+        if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
+    let contains = |s: Option<Range<usize>>| {
+        s.is_some_and(|s| s.start <= span.start && span.start < s.end.max(s.start + 1))
+    };
+    match item {
+        Item::Table(t) => {
+            for (k, v) in t.iter() {
+                let key_span = t.key(k).and_then(|key| key.span());
+                if contains(v.span()) || contains(key_span) {
+                    return path_at(v, span, &join(k));
+                }
+            }
+            prefix.to_string()
+        }
+        Item::ArrayOfTables(a) => {
+            for (i, t) in a.iter().enumerate() {
+                if contains(t.span()) {
+                    return path_at(&Item::Table(t.clone()), span, &format!("{prefix}[{i}]"));
+                }
+            }
+            prefix.to_string()
+        }
+        Item::Value(toml_edit::Value::InlineTable(t)) => {
+            for (k, v) in t.iter() {
+                if contains(v.span()) {
+                    return path_at(&Item::Value(v.clone()), span, &join(k));
+                }
+            }
+            prefix.to_string()
+        }
+        Item::Value(toml_edit::Value::Array(a)) => {
+            for (i, v) in a.iter().enumerate() {
+                if contains(v.span()) {
+                    return path_at(&Item::Value(v.clone()), span, &format!("{prefix}[{i}]"));
+                }
+            }
+            prefix.to_string()
+        }
+        _ => prefix.to_string(),
+    }
+}
+
+/// The span of the deepest existing item along `path` (`a.b[2].c`).
+fn span_of(root: &Item, path: &str) -> Option<Range<usize>> {
+    let mut item = root;
+    let mut best = None;
+    for part in path.split('.') {
+        let (name, index) = match part.split_once('[') {
+            Some((n, rest)) => (n, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (part, None),
+        };
+        match item.get(name) {
+            Some(next) => item = next,
+            None => break,
+        }
+        best = item.span().or(best);
+        if let Some(i) = index {
+            match item.get(i) {
+                Some(next) => item = next,
+                None => break,
+            }
+            best = item.span().or(best);
+        }
+    }
+    best
+}
+
+type Invalid = (String, String);
+
+fn bad(key: impl Into<String>, value: impl fmt::Display, expected: &str) -> Invalid {
+    (key.into(), format!("{value}: expected {expected}"))
+}
+
+/// Semantic checks serde cannot express. Returns the key path and the message.
+pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
+    let l = &cfg.listen;
+    if l.max_connections == 0 {
+        return Err(bad("listen.max_connections", 0, "an integer >= 1"));
+    }
+    if l.header_read_timeout_ms == 0 {
+        return Err(bad("listen.header_read_timeout_ms", 0, "milliseconds >= 1"));
+    }
+    if !(8192..=16 * 1024 * 1024).contains(&l.max_header_bytes) {
+        return Err(bad(
+            "listen.max_header_bytes",
+            l.max_header_bytes,
+            "8192 ..= 16777216 bytes (hyper's smallest read buffer is 8 KiB)",
+        ));
+    }
+    #[cfg(not(feature = "tls"))]
+    if l.tls.is_some() {
+        return Err(bad("listen.tls", "set", "no [listen.tls]: this build has no `tls` feature (cargo build --features spillway-proxy/tls)"));
+    }
+    let u = &cfg.upstream;
+    if u.addresses.is_empty() {
+        return Err(bad("upstream.addresses", "[]", "at least one host:port"));
+    }
+    for (i, a) in u.addresses.iter().enumerate() {
+        if crate::upstream::parse_authority(a).is_none() {
+            return Err(bad(
+                format!("upstream.addresses[{i}]"),
+                format!("{a:?}"),
+                "host:port, e.g. 127.0.0.1:9000",
+            ));
+        }
+    }
+    for (key, v) in [
+        ("upstream.connect_timeout_ms", u.connect_timeout_ms),
+        ("upstream.request_timeout_ms", u.request_timeout_ms),
+        ("upstream.pool_wait_timeout_ms", u.pool_wait_timeout_ms),
+        ("upstream.idle_timeout_ms", u.idle_timeout_ms),
+        (
+            "upstream.health_check.min_interval_ms",
+            u.health_check.min_interval_ms,
+        ),
+        (
+            "upstream.health_check.timeout_ms",
+            u.health_check.timeout_ms,
+        ),
+    ] {
+        if v == 0 {
+            return Err(bad(key, v, "milliseconds >= 1"));
+        }
+    }
+    if u.max_requests_per_task == 0 {
+        return Err(bad("upstream.max_requests_per_task", 0, "an integer >= 1"));
+    }
+    u.throttle
+        .validate()
+        .map_err(|e| core_err("upstream.throttle", &e))?;
+    u.retry
+        .validate()
+        .map_err(|e| core_err("upstream.retry", &e))?;
+    let ej = &u.ejection;
+    if !(ej.max_fraction.is_finite() && (0.0..=1.0).contains(&ej.max_fraction)) {
+        return Err(bad(
+            "upstream.ejection.max_fraction",
+            ej.max_fraction,
+            "a number in 0 ..= 1",
+        ));
+    }
+    if ej.base_ms == 0 || ej.max_ms < ej.base_ms {
+        return Err(bad(
+            "upstream.ejection.max_ms",
+            ej.max_ms,
+            "milliseconds >= base_ms >= 1",
+        ));
+    }
+    let hc = &u.health_check;
+    if !(hc.per_requests.is_finite() && hc.per_requests > 0.0) {
+        return Err(bad(
+            "upstream.health_check.per_requests",
+            hc.per_requests,
+            "a number > 0",
+        ));
+    }
+    if hc.max_interval_ms < hc.min_interval_ms {
+        return Err(bad(
+            "upstream.health_check.max_interval_ms",
+            hc.max_interval_ms,
+            "milliseconds >= min_interval_ms",
+        ));
+    }
+    if !hc.path.starts_with('/') {
+        return Err(bad(
+            "upstream.health_check.path",
+            format!("{:?}", hc.path),
+            "a path starting with /",
+        ));
+    }
+    cfg.admission
+        .validate()
+        .map_err(|e| core_err("admission", &e))?;
+    cfg.admin.validate().map_err(|e| core_err("admin", &e))?;
+
+    let c = &cfg.classify;
+    for (i, cidr) in c.trusted.iter().enumerate() {
+        if cidr.trim().parse::<IpNet>().is_err() {
+            return Err(bad(
+                format!("classify.trusted[{i}]"),
+                format!("{cidr:?}"),
+                "a CIDR such as 10.0.0.0/8 or ::1/128",
+            ));
+        }
+    }
+    if !(c.default_cost.is_finite() && c.default_cost > 0.0) {
+        return Err(bad(
+            "classify.default_cost",
+            c.default_cost,
+            "a finite number > 0",
+        ));
+    }
+    check_customer("classify.default_customer", &c.default_customer)?;
+    if http::HeaderName::from_bytes(c.api_key_header.as_bytes()).is_err() {
+        return Err(bad(
+            "classify.api_key_header",
+            format!("{:?}", c.api_key_header),
+            "an HTTP header name",
+        ));
+    }
+    for (k, v) in &c.api_keys {
+        check_customer(&format!("classify.api_keys.{k}"), v)?;
+    }
+    for (i, p) in c.health_paths.iter().enumerate() {
+        if !p.starts_with('/') {
+            return Err(bad(
+                format!("classify.health_paths[{i}]"),
+                format!("{p:?}"),
+                "a path starting with /",
+            ));
+        }
+    }
+    if cfg.signals.orca_max_age_ms == 0 {
+        return Err(bad("signals.orca_max_age_ms", 0, "milliseconds >= 1"));
+    }
+
+    let mut names = HashSet::new();
+    for (i, r) in cfg.routes.iter().enumerate() {
+        let at = |k: &str| format!("routes[{i}].{k}");
+        if r.name.is_empty() || r.name.len() > 64 || !r.name.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(bad(
+                at("name"),
+                format!("{:?}", r.name),
+                "1 to 64 visible ASCII characters",
+            ));
+        }
+        if !names.insert(r.name.as_str()) {
+            return Err(bad(
+                at("name"),
+                format!("{:?}", r.name),
+                "a name no other route has",
+            ));
+        }
+        for m in &r.methods {
+            if http::Method::from_bytes(m.as_bytes()).is_err() {
+                return Err(bad(
+                    at("methods"),
+                    format!("{m:?}"),
+                    "HTTP methods such as GET, POST",
+                ));
+            }
+        }
+        if !r.path.starts_with('/') {
+            return Err(bad(
+                at("path"),
+                format!("{:?}", r.path),
+                "a path prefix or glob starting with /",
+            ));
+        }
+        for k in r.headers.keys() {
+            if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                return Err(bad(at("headers"), format!("{k:?}"), "HTTP header names"));
+            }
+        }
+        if let Some(cost) = r.cost {
+            if !(cost.is_finite() && cost > 0.0) {
+                return Err(bad(at("cost"), cost, "a finite number > 0"));
+            }
+        }
+        if let Some(d) = &r.degrade {
+            let at = |k: &str| format!("routes[{i}].degrade.{k}");
+            if !(d.threshold.is_finite() && (0.0..=10.0).contains(&d.threshold)) {
+                return Err(bad(
+                    at("threshold"),
+                    d.threshold,
+                    "a utilisation in 0 ..= 10",
+                ));
+            }
+            let is_static = d.body.is_some() || d.status.is_some();
+            match (&d.upstream_path, is_static) {
+                (Some(_), true) => {
+                    return Err(bad(
+                        at("upstream_path"),
+                        "set with body/status",
+                        "either upstream_path or a static body/status, not both",
+                    ))
+                }
+                (None, false) => {
+                    return Err(bad(
+                        at("body"),
+                        "missing",
+                        "upstream_path, or a static body and/or status",
+                    ))
+                }
+                (Some(p), false) if !p.starts_with('/') => {
+                    return Err(bad(
+                        at("upstream_path"),
+                        format!("{p:?}"),
+                        "a path starting with /",
+                    ))
+                }
+                _ => {}
+            }
+            if let Some(s) = d.status {
+                if http::StatusCode::from_u16(s).is_err() || s < 200 {
+                    return Err(bad(at("status"), s, "an HTTP status in 200 ..= 999"));
+                }
+            }
+            if let Some(ct) = &d.content_type {
+                if http::HeaderValue::from_str(ct).is_err() {
+                    return Err(bad(at("content_type"), format!("{ct:?}"), "a header value"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_customer(key: &str, v: &str) -> Result<(), Invalid> {
+    let ok =
+        !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic() && b != b',');
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(
+            key,
+            format!("{v:?}"),
+            spillway_tower::wire::accepts::CUSTOMER,
+        ))
+    }
+}
+
+fn core_err(section: &str, e: &spillway_core::ConfigError) -> Invalid {
+    bad(format!("{section}.{}", e.field), &e.value, e.expected)
+}

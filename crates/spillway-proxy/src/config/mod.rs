@@ -1,0 +1,14 @@
+//! The proxy's configuration: one TOML file, every key defaulted, validated before use.
+//!
+//! Why one file with defaults for everything: an operator putting Spillway in front of a service
+//! in another language should need nothing but `--listen` and `--upstream` to be protected
+//! (adaptive concurrency, needing no capacity figure), and one place to read when tuning. Every
+//! key is documented in `CONFIG.md` with its default; errors name the key and the line
+//! ([`load`]). The admission part (`[admission]`) is `spillway-core`'s own
+//! [`AdmissionConfig`], so the proxy cannot drift from the policy it configures.
+
+mod load;
+mod types;
+
+pub use load::{check, parse, ConfigError};
+pub use types::*;

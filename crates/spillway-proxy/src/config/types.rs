@@ -1,0 +1,369 @@
+//! Configuration types and their defaults (documented key by key in `CONFIG.md`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+use spillway_core::controller::AdmissionConfig;
+use spillway_core::limit::{EnvoyGradientConfig, LimitConfig};
+use spillway_core::retry::RetryConfig;
+use spillway_core::throttle::ThrottleConfig;
+use spillway_core::Criticality;
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProxyConfig {
+    /// The client-facing listener.
+    pub listen: ListenConfig,
+    /// The service's tasks.
+    pub upstream: UpstreamConfig,
+    /// The admission controller (spillway-core's `AdmissionConfig`).
+    pub admission: AdmissionConfig,
+    /// Who is who and how critical (trust, customers, health paths, defaults).
+    pub classify: ClassifyConfig,
+    /// Load signals beyond latency and queue time.
+    pub signals: SignalsConfig,
+    /// Routes, first match wins.
+    pub routes: Vec<RouteConfig>,
+    /// The admin listener (`crate::admin::AdminConfig`, documented there).
+    pub admin: crate::admin::AdminConfig,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            listen: ListenConfig::default(),
+            upstream: UpstreamConfig::default(),
+            admission: default_admission(),
+            classify: ClassifyConfig::default(),
+            signals: SignalsConfig::default(),
+            routes: Vec::new(),
+            admin: crate::admin::AdminConfig::default(),
+        }
+    }
+}
+
+/// The zero-config admission default: the Envoy gradient controller with a pinned floor.
+///
+/// Why not the core's Gradient2 default: Gradient2 compares short-term to *long-term* average
+/// latency, so when latency rises smoothly with load the long-term average follows it and the
+/// limit drifts to `max_limit` (spillway-core `limit/closed_loop.rs`); a proxy that knows no
+/// capacity figure would then protect nothing. Envoy's controller compares against a minRTT
+/// re-measured periodically at a low pinned concurrency, so it settles near the knee
+/// (Envoy adaptive concurrency filter docs). Interval 10 s instead of the docs' 60 s example so
+/// a fresh sidecar finds its baseline quickly; buffer 0.5 (latency up to 1.5 × minRTT tolerated)
+/// so ordinary jitter on a shared host does not shrink the limit (see README "Why Envoy
+/// gradient").
+pub fn default_admission() -> AdmissionConfig {
+    AdmissionConfig {
+        limit: LimitConfig::EnvoyGradient(EnvoyGradientConfig {
+            interval: std::time::Duration::from_secs(10),
+            buffer: 0.5,
+            min_concurrency: 5,
+            ..EnvoyGradientConfig::default()
+        }),
+        ..AdmissionConfig::default()
+    }
+}
+
+/// The client-facing listener.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListenConfig {
+    /// Address to listen on. Default `127.0.0.1:8080`.
+    pub address: SocketAddr,
+    /// Open client connections at most; at the cap the proxy stops accepting (the kernel's
+    /// backlog holds the rest). Default 10 000.
+    pub max_connections: usize,
+    /// A client must send its request head within this. Default 10 000 ms.
+    pub header_read_timeout_ms: u64,
+    /// Largest request head (HTTP/1.1 read buffer; HTTP/2 header list) in bytes; larger → 431.
+    /// Default 65 536.
+    pub max_header_bytes: usize,
+    /// TLS (with the `tls` cargo feature): certificate chain and key, PEM files.
+    pub tls: Option<TlsConfig>,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        ListenConfig {
+            address: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            max_connections: 10_000,
+            header_read_timeout_ms: 10_000,
+            max_header_bytes: 65_536,
+            tls: None,
+        }
+    }
+}
+
+/// TLS on the listener.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain.
+    pub cert: String,
+    /// PEM private key.
+    pub key: String,
+}
+
+/// Which HTTP version to speak to the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamProtocol {
+    /// The client's own version (HTTP/2 in → h2c out). Default.
+    #[default]
+    Auto,
+    /// Always HTTP/1.1.
+    Http1,
+    /// Always HTTP/2 cleartext (prior knowledge).
+    Http2,
+}
+
+/// The service's tasks and how they are called.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// `host:port` of each task. Default `["127.0.0.1:9000"]`.
+    pub addresses: Vec<String>,
+    /// HTTP version to the upstream. Default `auto`.
+    pub protocol: UpstreamProtocol,
+    /// TCP connect timeout. Default 1 000 ms.
+    pub connect_timeout_ms: u64,
+    /// Time to the response head; beyond → 504. Default 30 000 ms.
+    pub request_timeout_ms: u64,
+    /// Requests in flight to one task at most (HTTP/1.1: connections; HTTP/2: streams).
+    /// Default 256.
+    pub max_requests_per_task: usize,
+    /// Longest wait for one of those slots before answering 503. Default 1 000 ms.
+    pub pool_wait_timeout_ms: u64,
+    /// Idle upstream connections kept per task. Default 32.
+    pub max_idle_per_task: usize,
+    /// Idle upstream connections are closed after this. Default 60 000 ms.
+    pub idle_timeout_ms: u64,
+    /// Request bodies up to this size are buffered so they can be retried; larger ones are
+    /// streamed and never retried. Default 65 536.
+    pub retry_buffer_bytes: usize,
+    /// Client-side adaptive throttle per task (spillway-core `ThrottleConfig`).
+    pub throttle: ThrottleConfig,
+    /// Retries of overload refusals and connection failures (spillway-core `RetryConfig`).
+    pub retry: RetryConfig,
+    /// Passive outlier ejection.
+    pub ejection: EjectionConfig,
+    /// Active health checks.
+    pub health_check: HealthCheckConfig,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            addresses: vec!["127.0.0.1:9000".into()],
+            protocol: UpstreamProtocol::Auto,
+            connect_timeout_ms: 1_000,
+            request_timeout_ms: 30_000,
+            max_requests_per_task: 256,
+            pool_wait_timeout_ms: 1_000,
+            max_idle_per_task: 32,
+            idle_timeout_ms: 60_000,
+            retry_buffer_bytes: 65_536,
+            throttle: ThrottleConfig::default(),
+            retry: RetryConfig::default(),
+            ejection: EjectionConfig::default(),
+            health_check: HealthCheckConfig::default(),
+        }
+    }
+}
+
+/// Passive outlier ejection (Envoy's `consecutive_5xx` detector, simplified).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EjectionConfig {
+    /// Consecutive failures (connection errors, 5xx, overload refusals) that eject a task.
+    /// 0 disables ejection. Default 5 (Envoy `consecutive_5xx` default).
+    pub consecutive_failures: u32,
+    /// First ejection lasts this; each repeated ejection doubles it up to `max_ms`.
+    /// Default 30 000 ms (Envoy `base_ejection_time`).
+    pub base_ms: u64,
+    /// Longest ejection. Default 300 000 ms (Envoy `max_ejection_time`).
+    pub max_ms: u64,
+    /// At most this fraction of tasks ejected at once (one task may always be ejected when
+    /// there are two or more). Default 0.5 (Envoy `max_ejection_percent` is 10 %; a sidecar
+    /// fleet is often 2–5 tasks, where 10 % would eject nothing).
+    pub max_fraction: f64,
+}
+
+impl Default for EjectionConfig {
+    fn default() -> Self {
+        EjectionConfig {
+            consecutive_failures: 5,
+            base_ms: 30_000,
+            max_ms: 300_000,
+            max_fraction: 0.5,
+        }
+    }
+}
+
+/// Active health checks, at a rate proportional to each task's traffic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HealthCheckConfig {
+    /// Off by default (passive ejection needs no extra traffic).
+    pub enabled: bool,
+    /// Path requested with GET; 2xx = healthy. Default `/healthz`.
+    pub path: String,
+    /// One check per `per_requests` requests sent to the task:
+    /// interval = clamp(per_requests / request_rate, min_interval, max_interval). Default 1000.
+    pub per_requests: f64,
+    /// Shortest interval. Default 1 000 ms.
+    pub min_interval_ms: u64,
+    /// Longest interval (idle or ejected tasks are checked at least this often). Default 30 000 ms.
+    pub max_interval_ms: u64,
+    /// A check slower than this failed. Default 2 000 ms.
+    pub timeout_ms: u64,
+}
+
+impl Default for HealthCheckConfig {
+    fn default() -> Self {
+        HealthCheckConfig {
+            enabled: false,
+            path: "/healthz".into(),
+            per_requests: 1000.0,
+            min_interval_ms: 1_000,
+            max_interval_ms: 30_000,
+            timeout_ms: 2_000,
+        }
+    }
+}
+
+/// Where a request's customer comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CustomerFrom {
+    /// The `x-spillway-customer` header, from trusted sources only. Default.
+    #[default]
+    Header,
+    /// An API key header looked up in `api_keys` (honoured from anyone: the key is the
+    /// credential).
+    ApiKey,
+}
+
+/// Classification defaults and trust.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClassifyConfig {
+    /// CIDRs whose criticality and customer headers are honoured. Default none.
+    pub trusted: Vec<String>,
+    /// Criticality when no route matches and no trusted header says. Default `CRITICAL`.
+    pub default_criticality: Criticality,
+    /// Cost units per request when the route gives none. Default 1.0.
+    pub default_cost: f64,
+    /// Customer charged when none is identified. Default `default`.
+    pub default_customer: String,
+    /// Customer source. Default `header`.
+    pub customer_from: CustomerFrom,
+    /// Header carrying the API key (with `customer_from = "api_key"`). Default `x-api-key`.
+    pub api_key_header: String,
+    /// API key → customer.
+    pub api_keys: BTreeMap<String, String>,
+    /// Health-check paths (exact match): never refused, served first. Default `["/healthz"]`.
+    pub health_paths: Vec<String>,
+}
+
+impl Default for ClassifyConfig {
+    fn default() -> Self {
+        ClassifyConfig {
+            trusted: Vec::new(),
+            default_criticality: Criticality::default(),
+            default_cost: 1.0,
+            default_customer: "default".into(),
+            customer_from: CustomerFrom::Header,
+            api_key_header: "x-api-key".into(),
+            api_keys: BTreeMap::new(),
+            health_paths: vec!["/healthz".into()],
+        }
+    }
+}
+
+/// Extra load signals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SignalsConfig {
+    /// This process's CPU use vs its cgroup/host allowance. Default false.
+    pub process_cpu: bool,
+    /// Read ORCA `endpoint-load-metrics` from responses (mean of the tasks'
+    /// `application_utilization`, else `cpu_utilization`). Default true.
+    pub orca: bool,
+    /// A report older than this is ignored. Default 5 000 ms.
+    pub orca_max_age_ms: u64,
+    /// Read `x-spillway-cost` from responses as the request's actual cost (quota accounting).
+    /// Default true.
+    pub cost_header: bool,
+}
+
+impl Default for SignalsConfig {
+    fn default() -> Self {
+        SignalsConfig {
+            process_cpu: false,
+            orca: true,
+            orca_max_age_ms: 5_000,
+            cost_header: true,
+        }
+    }
+}
+
+/// One route: a matcher and what matching requests are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Operation name (metric label, status key). Required, unique.
+    pub name: String,
+    /// Methods matched; empty = any. Default any.
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// Path: a prefix (`/api/`), or a glob when it contains `*` (`*` = within one segment,
+    /// `**` = any depth). Default `/` (everything).
+    #[serde(default = "default_path")]
+    pub path: String,
+    /// Header name → exact value, all required. Default none.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Criticality for callers that may not (untrusted) or do not say. Default: the classify
+    /// default.
+    #[serde(default)]
+    pub criticality: Option<Criticality>,
+    /// Cost units per request. Default: the classify default.
+    #[serde(default)]
+    pub cost: Option<f64>,
+    /// Graceful degradation.
+    #[serde(default)]
+    pub degrade: Option<DegradeConfig>,
+}
+
+fn default_path() -> String {
+    "/".into()
+}
+
+/// What a route does when the proxy is loaded past `threshold`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DegradeConfig {
+    /// Utilisation (0..=10) at or above which the degraded mode engages. Default 0.9.
+    #[serde(default = "default_degrade_threshold")]
+    pub threshold: f64,
+    /// Send to this upstream path instead (query kept). Exclusive with `status`/`body`.
+    #[serde(default)]
+    pub upstream_path: Option<String>,
+    /// Static response status. Default 200 when `body` is set.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// Static response body.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// Static response content type. Default `text/plain; charset=utf-8`.
+    #[serde(default)]
+    pub content_type: Option<String>,
+}
+
+fn default_degrade_threshold() -> f64 {
+    0.9
+}

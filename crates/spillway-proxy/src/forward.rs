@@ -1,0 +1,659 @@
+//! One request's path through the proxy: classify → incident controls → degrade → admit →
+//! forward (balance, throttle, retry) → hold the permit until the response body ends.
+//!
+//! Why this order (SRE book ch. 21; DESIGN.md "The request's path"): classification decides
+//! everything after it; the operator's incident levers come before any work; a degraded static
+//! answer is cheaper than admission; admission (spillway-core's controller: quota, shed, limit,
+//! queue) happens before the body is read, so a refused request costs no body buffering; the
+//! permit is held until the response body ends, so a streamed response counts as in flight
+//! for as long as it really occupies the upstream.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Request, Response, StatusCode, Version};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use spillway_core::controller::{Admission, AdmissionRequest, Outcome, Permit};
+use spillway_core::retry::{Failure, RetryDecision, RetryGate};
+use spillway_tower::context::RequestContext;
+use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::config::UpstreamProtocol;
+use crate::degrade::{self, Mode};
+use crate::metrics::Fault;
+use crate::respond;
+use crate::state::{ProxyState, Runtime};
+use crate::upstream::{full_body, BoxError, InFlight, Pool, ProxyBody, Task};
+
+/// Handles one client request (never fails: every outcome is a response).
+pub async fn handle(
+    state: Arc<ProxyState>,
+    peer: Option<SocketAddr>,
+    mut req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let now = Instant::now();
+    let rt = state.runtime();
+    let protocol = Protocol::of(req.headers());
+    let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+
+    let class = match rt.router.classify(&parts, peer, now) {
+        Ok(c) => c,
+        Err(e) => {
+            state.faults.count(Fault::BadRequest);
+            return respond::bad_header(&e, protocol);
+        }
+    };
+    crate::admin::record_offered(class.criticality, class.cost);
+
+    let controls = state.controls();
+    if !class.health_check {
+        if let Some(refusal) = controls.check(now, class.criticality, fastrand::f64()) {
+            metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => refusal.reason())
+                .increment(1);
+            return respond::control_refusal(&refusal, protocol);
+        }
+    }
+
+    // Graceful degradation (never for health checks).
+    let mut degraded_path = false;
+    if let (Some(route), false) = (&class.route, class.health_check) {
+        if let Some(d) = &route.degrade {
+            let exercised = controls.exercise_degraded(fastrand::f64());
+            let engaged = exercised || rt.utilisation() >= d.threshold;
+            if engaged {
+                let counters = state.degrade_counters(&route.name);
+                if !state.degradation_enabled(&route.name) {
+                    counters.suppressed();
+                } else {
+                    let mode = degrade::mode(d);
+                    counters.count(&route.name, mode, exercised);
+                    match mode {
+                        Mode::Static => return degrade::static_response(d),
+                        Mode::UpstreamPath => {
+                            if let Some(p) = d.upstream_path.as_deref() {
+                                if let Some(u) = degrade::rewrite_path(&parts.uri, p) {
+                                    parts.uri = u;
+                                    degraded_path = true;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    let admission = AdmissionRequest {
+        customer: &class.customer,
+        criticality: class.criticality,
+        operation: &class.operation,
+        deadline: class.deadline,
+        attempt: class.attempt,
+        estimated_cost: class.cost,
+        health_check: class.health_check,
+        continuation: false,
+    };
+    let permit = match rt.controller.admit(&admission) {
+        Admission::Admitted(p) => p,
+        Admission::Refused(r) => {
+            metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => r.reason.as_str())
+                .increment(1);
+            return respond::refusal(&r, protocol);
+        }
+        Admission::Queued(q) => {
+            let give_up = tokio::time::Instant::from_std(q.give_up_at());
+            let mut q = q;
+            let res = tokio::select! {
+                r = &mut q => r,
+                _ = tokio::time::sleep_until(give_up) => Err(q.expire()),
+            };
+            match res {
+                Ok(p) => p,
+                Err(r) => {
+                    metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => r.reason.as_str()).increment(1);
+                    return respond::refusal(&r, protocol);
+                }
+            }
+        }
+    };
+    metrics::counter!(wire::metric::ADMITTED).increment(1);
+
+    // Forwarded headers: hop-by-hop removed, the effective context written (so an upstream
+    // using spillway-tower sees the criticality and customer the proxy decided, and the time
+    // left after queueing), the peer appended to x-forwarded-for.
+    let upgrade = client_upgrade.is_some();
+    strip_hop_by_hop(&mut parts.headers, upgrade);
+    let ctx = RequestContext {
+        criticality: class.criticality,
+        deadline: class.deadline,
+        customer: Arc::clone(&class.customer),
+        attempt: class.attempt,
+    };
+    ctx.write_headers(&mut parts.headers, Instant::now(), protocol);
+    if let Some(p) = peer {
+        append_forwarded_for(&mut parts.headers, p);
+    }
+    if degraded_path {
+        parts
+            .headers
+            .insert(degrade::DEGRADED_HEADER, HeaderValue::from_static("1"));
+    }
+
+    let (res, upstream_upgrade) = forward(&state, &rt, parts, body, protocol, &class, permit).await;
+    if let (Some(on_client), Some(on_upstream)) = (client_upgrade, upstream_upgrade) {
+        tokio::spawn(tunnel(on_client, on_upstream));
+    }
+    res
+}
+
+async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+    let (Ok(c), Ok(u)) = (client.await, upstream.await) else {
+        return;
+    };
+    let mut c = hyper_util::rt::TokioIo::new(c);
+    let mut u = hyper_util::rt::TokioIo::new(u);
+    let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+}
+
+fn is_upgrade<B>(req: &Request<B>) -> bool {
+    req.version() == Version::HTTP_11
+        && req.headers().contains_key(header::UPGRADE)
+        && req
+            .headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), keeping `te: trailers` (gRPC needs it) and,
+/// for upgrades, `connection`/`upgrade`.
+fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
+    let named: Vec<header::HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| header::HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .filter(|n| !(keep_upgrade && *n == header::UPGRADE))
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in [
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+    ] {
+        h.remove(n);
+    }
+    h.remove(header::TRANSFER_ENCODING);
+    h.remove(header::TRAILER);
+    if !keep_upgrade {
+        h.remove(header::CONNECTION);
+        h.remove(header::UPGRADE);
+    }
+    if h.get(header::TE).is_some_and(|v| v != "trailers") {
+        h.remove(header::TE);
+    }
+}
+
+fn append_forwarded_for(h: &mut HeaderMap, peer: SocketAddr) {
+    let ip = peer.ip().to_canonical().to_string();
+    let v = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prev) => format!("{prev}, {ip}"),
+        None => ip,
+    };
+    if let Ok(v) = HeaderValue::from_str(&v) {
+        h.insert("x-forwarded-for", v);
+    }
+}
+
+/// The request body: buffered (replayable on another task) or streamed (sent once).
+enum ReqBody {
+    Buffered(Bytes),
+    Streamed(Option<Incoming>),
+}
+
+async fn read_body(body: Incoming, limit: usize) -> Result<ReqBody, (Incoming, ())> {
+    let hint = body.size_hint();
+    let small = body.is_end_stream() || hint.exact().is_some_and(|n| n <= limit as u64);
+    if !small {
+        return Err((body, ()));
+    }
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(c) => Ok(ReqBody::Buffered(c.to_bytes())),
+        // The client's body failed mid-read or lied about its length: nothing to send.
+        Err(_) => Ok(ReqBody::Buffered(Bytes::new())),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    state: &Arc<ProxyState>,
+    rt: &Arc<Runtime>,
+    parts: http::request::Parts,
+    body: Incoming,
+    protocol: Protocol,
+    class: &crate::route::Classified,
+    mut permit: Permit,
+) -> (Response<ProxyBody>, Option<hyper::upgrade::OnUpgrade>) {
+    let pool = Arc::clone(&rt.pool);
+    let cfg = &pool.cfg;
+    let mut body = match read_body(body, cfg.retry_buffer_bytes).await {
+        Ok(b) => b,
+        Err((b, ())) => ReqBody::Streamed(Some(b)),
+    };
+    let upgrade = parts.headers.contains_key(header::UPGRADE);
+    let http2 = match cfg.protocol {
+        UpstreamProtocol::Http1 => false,
+        UpstreamProtocol::Http2 => true,
+        UpstreamProtocol::Auto => parts.version == Version::HTTP_2,
+    } && !upgrade;
+    let now = Instant::now();
+    let retry = pool.retry_policy();
+    retry.record_request(now);
+    let mut tried = 0u64;
+    let mut attempt = class.attempt.max(1);
+    let mut streamed_once = false;
+    loop {
+        let now = Instant::now();
+        let Some(task) = pool.pick(tried, now) else {
+            state.faults.count(Fault::UpstreamUnavailable);
+            permit.set_outcome(Outcome::Ignore);
+            return (
+                respond::unavailable(
+                    protocol,
+                    "no_upstream",
+                    "no upstream task left to try (all tried or ejected)".into(),
+                ),
+                None,
+            );
+        };
+        if task.id < 64 {
+            tried |= 1 << task.id;
+        }
+        let replayable = matches!(body, ReqBody::Buffered(_)) && !upgrade;
+
+        // Client-side throttle (SRE ch. 21): refused locally, counted as that task refusing.
+        if task.throttle.try_acquire(now).is_err() {
+            retry.record_outcome(now, task.id, true);
+            match decide(state, retry, now, attempt, false, replayable) {
+                RetryDecision::Retry if more_tasks(&pool, tried, now) => {
+                    attempt += 1;
+                    continue;
+                }
+                _ => {
+                    permit.set_outcome(Outcome::Dropped);
+                    return (
+                        respond::give_up(
+                            &OverloadGiveUp {
+                                attempts: attempt,
+                                reason: "throttled",
+                            },
+                            protocol,
+                        ),
+                        None,
+                    );
+                }
+            }
+        }
+
+        let wait = Duration::from_millis(cfg.pool_wait_timeout_ms);
+        let slot = match tokio::time::timeout(wait, Arc::clone(&task.slots).acquire_owned()).await {
+            Ok(Ok(s)) => s,
+            _ => {
+                state.faults.count(Fault::UpstreamUnavailable);
+                permit.set_outcome(Outcome::Dropped);
+                return (
+                    respond::unavailable(
+                        protocol,
+                        "upstream_pool_full",
+                        format!(
+                            "all {} request slots to upstream {} stayed busy for {} ms",
+                            cfg.max_requests_per_task, task.addr, cfg.pool_wait_timeout_ms
+                        ),
+                    ),
+                    None,
+                );
+            }
+        };
+        let inflight = task.start(now);
+
+        let send_body = match &mut body {
+            ReqBody::Buffered(b) => full_body(b.clone()),
+            ReqBody::Streamed(b) => match b.take() {
+                Some(b) => {
+                    if !streamed_once {
+                        streamed_once = true;
+                    }
+                    b.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+                }
+                None => {
+                    // Cannot happen (streamed bodies are never retried); answer rather than panic.
+                    permit.set_outcome(Outcome::Ignore);
+                    return (
+                        respond::internal(protocol, "request body already sent".into()),
+                        None,
+                    );
+                }
+            },
+        };
+        let req = match upstream_request(&parts, &task, send_body, http2, attempt, protocol) {
+            Ok(r) => r,
+            Err(e) => {
+                permit.set_outcome(Outcome::Ignore);
+                return (
+                    respond::internal(protocol, format!("cannot build the upstream request: {e}")),
+                    None,
+                );
+            }
+        };
+        let client = if http2 { &pool.http2 } else { &pool.http1 };
+        let mut timeout = Duration::from_millis(cfg.request_timeout_ms);
+        if let Some(d) = class.deadline {
+            timeout = timeout.min(d.saturating_duration_since(now));
+        }
+        let result = tokio::time::timeout(timeout, client.request(req)).await;
+        let now = Instant::now();
+        match result {
+            Err(_) => {
+                state.faults.count(Fault::UpstreamTimeout);
+                pool.record_failure(&task, now);
+                retry.record_outcome(now, task.id, false);
+                permit.set_outcome(Outcome::Dropped);
+                return (
+                    respond::timeout(
+                        protocol,
+                        format!(
+                            "upstream {} sent no response head within {} ms",
+                            task.addr,
+                            timeout.as_millis()
+                        ),
+                    ),
+                    None,
+                );
+            }
+            Ok(Err(e)) if e.is_connect() => {
+                state.faults.count(Fault::UpstreamConnect);
+                pool.record_failure(&task, now);
+                retry.record_outcome(now, task.id, false);
+                // The request never reached the task: safe to send elsewhere if we still have
+                // the body, retries are on, and attempts remain.
+                if replayable
+                    && state.controls().retries_enabled()
+                    && attempt < retry.max_attempts()
+                    && more_tasks(&pool, tried, now)
+                {
+                    attempt += 1;
+                    continue;
+                }
+                if !replayable {
+                    state.faults.count(Fault::NotRetriedLargeBody);
+                }
+                permit.set_outcome(Outcome::Ignore);
+                return (
+                    respond::bad_gateway(
+                        protocol,
+                        "upstream_connect",
+                        format!(
+                            "upstream {} refused the connection: {}",
+                            task.addr,
+                            cause(&e)
+                        ),
+                    ),
+                    None,
+                );
+            }
+            Ok(Err(e)) => {
+                state.faults.count(Fault::UpstreamReset);
+                pool.record_failure(&task, now);
+                retry.record_outcome(now, task.id, false);
+                permit.set_outcome(Outcome::Ignore);
+                return (
+                    respond::bad_gateway(
+                        protocol,
+                        "upstream_reset",
+                        format!("upstream {} broke the connection: {}", task.addr, cause(&e)),
+                    ),
+                    None,
+                );
+            }
+            Ok(Ok(mut res)) => {
+                let overload = overload_refusal(&res);
+                retry.record_outcome(now, task.id, overload.is_some());
+                if let Some(dont_retry) = overload {
+                    pool.record_failure(&task, now);
+                    let decision = decide(state, retry, now, attempt, dont_retry, replayable);
+                    if decision.is_retry() && more_tasks(&pool, tried, now) {
+                        metrics::counter!(wire::metric::RETRIED, wire::metric::L_REASON => "overloaded").increment(1);
+                        attempt += 1;
+                        continue;
+                    }
+                    if let RetryDecision::GiveUp(
+                        RetryGate::Widespread | RetryGate::Budget | RetryGate::AttemptLimit,
+                    ) = decision
+                    {
+                        // The proxy gave up: the caller must not retry either (SRE ch. 21).
+                        for (k, v) in OverloadGiveUp::marker_headers() {
+                            res.headers_mut().insert(k, v);
+                        }
+                    }
+                    permit.set_outcome(Outcome::Dropped);
+                } else {
+                    task.throttle.record_accept(now);
+                    if res.status().is_server_error() {
+                        pool.record_failure(&task, now);
+                    } else {
+                        pool.record_success(&task);
+                    }
+                }
+                read_reports(state, &pool, &task, &res, &mut permit, now);
+                let upgraded = if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    Some(hyper::upgrade::on(&mut res))
+                } else {
+                    strip_hop_by_hop(res.headers_mut(), false);
+                    None
+                };
+                let (p, b) = res.into_parts();
+                let body = Held {
+                    inner: b,
+                    guard: Some(Guard {
+                        _permit: permit,
+                        _inflight: inflight,
+                        _slot: slot,
+                    }),
+                };
+                return (Response::from_parts(p, body.boxed_unsync()), upgraded);
+            }
+        }
+    }
+}
+
+fn decide(
+    state: &ProxyState,
+    retry: &spillway_core::retry::RetryPolicy,
+    now: Instant,
+    attempt: u32,
+    dont_retry: bool,
+    replayable: bool,
+) -> RetryDecision {
+    if !state.controls().retries_enabled() {
+        return RetryDecision::GiveUp(RetryGate::NotRetryable);
+    }
+    if !replayable {
+        state.faults.count(Fault::NotRetriedLargeBody);
+        return RetryDecision::GiveUp(RetryGate::NotRetryable);
+    }
+    let f = if dont_retry {
+        Failure::overloaded_dont_retry(attempt)
+    } else {
+        Failure::overloaded(attempt)
+    };
+    retry.decide(now, &f)
+}
+
+fn more_tasks(pool: &Pool, tried: u64, now: Instant) -> bool {
+    pool.pick(tried, now).is_some()
+}
+
+fn cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// `Some(dont_retry)` when the response is an overload refusal: HTTP 503/429, or gRPC
+/// `UNAVAILABLE`/`RESOURCE_EXHAUSTED` in a Trailers-Only response (the same reading as
+/// spillway-tower's client layers).
+fn overload_refusal<B>(res: &Response<B>) -> Option<bool> {
+    let by_status = matches!(
+        res.status(),
+        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+    );
+    let by_grpc = matches!(
+        wire::grpc_status(res.headers()),
+        Some(wire::GRPC_UNAVAILABLE | wire::GRPC_RESOURCE_EXHAUSTED)
+    );
+    (by_status || by_grpc).then(|| wire::is_dont_retry(res.headers()))
+}
+
+/// The service's own reports: actual cost (quota accounting) and ORCA utilisation.
+fn read_reports<B>(
+    state: &ProxyState,
+    pool: &Pool,
+    task: &Task,
+    res: &Response<B>,
+    permit: &mut Permit,
+    now: Instant,
+) {
+    let _ = state;
+    if pool_signals_cost(pool) {
+        if let Some(c) = res
+            .headers()
+            .get(wire::COST)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .filter(|c| c.is_finite() && *c >= 0.0)
+        {
+            permit.set_actual_cost(c);
+        }
+    }
+    if let Some(v) = res.headers().get(wire::ENDPOINT_LOAD_METRICS) {
+        if let Ok(r) = wire::parse_orca(v) {
+            if let Some(u) = r.application_utilization.or(r.cpu_utilization) {
+                pool.record_orca(task, u, now);
+            }
+        }
+    }
+}
+
+fn pool_signals_cost(pool: &Pool) -> bool {
+    pool.cost_header
+}
+
+fn upstream_request(
+    parts: &http::request::Parts,
+    task: &Task,
+    body: ProxyBody,
+    http2: bool,
+    attempt: u32,
+    protocol: Protocol,
+) -> Result<Request<ProxyBody>, http::Error> {
+    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri = http::Uri::builder()
+        .scheme("http")
+        .authority(task.authority.clone())
+        .path_and_query(pq)
+        .build()?;
+    let mut req = Request::new(body);
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = uri;
+    *req.headers_mut() = parts.headers.clone();
+    if http2 {
+        *req.version_mut() = Version::HTTP_2;
+        req.headers_mut().remove(header::HOST);
+    } else {
+        *req.version_mut() = Version::HTTP_11;
+        if !req.headers().contains_key(header::HOST) {
+            if let Some(a) = parts.uri.authority() {
+                if let Ok(v) = HeaderValue::from_str(a.as_str()) {
+                    req.headers_mut().insert(header::HOST, v);
+                }
+            }
+        }
+    }
+    if attempt > 1 {
+        wire::set_attempt(req.headers_mut(), attempt, protocol);
+    }
+    Ok(req)
+}
+
+/// What a response body holds until it ends: the admission permit, the task's in-flight count
+/// and its request slot.
+struct Guard {
+    _permit: Permit,
+    _inflight: InFlight,
+    _slot: OwnedSemaphorePermit,
+}
+
+pin_project_lite::pin_project! {
+    /// The upstream response body, releasing its [`Guard`] at the end of the stream (or when
+    /// the client goes away and the body is dropped).
+    struct Held {
+        #[pin]
+        inner: Incoming,
+        guard: Option<Guard>,
+    }
+}
+
+impl Body for Held {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        match this.inner.poll_frame(cx) {
+            Poll::Ready(None) => {
+                this.guard.take();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                if let Some(mut g) = this.guard.take() {
+                    g._permit.set_outcome(Outcome::Ignore);
+                }
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
+            other => other.map(|o| o.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

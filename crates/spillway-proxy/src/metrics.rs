@@ -1,0 +1,155 @@
+//! The proxy's own counters and metric names (request-level names live in
+//! `spillway_tower::wire::metric`, shared with the tower layers).
+//!
+//! Why counters and not log lines: a proxy under overload refuses thousands of requests a
+//! second, and a log line per refusal would cost more than the refusal (DESIGN.md: "no log line
+//! per rejection"). Every fault is counted twice: in an atomic here for `/status`, and through
+//! the `metrics` facade for whatever exporter the admin listener installs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+/// Faults, by kind (label `kind` on [`FAULTS`]).
+pub const FAULTS: &str = "spillway_proxy_faults_total";
+/// Requests answered by a route's degraded mode (labels `route`, `mode`).
+pub const DEGRADED: &str = "spillway_proxy_degraded_total";
+/// Requests forwarded upstream, by task and outcome (labels `upstream`, `outcome`).
+pub const UPSTREAM_REQUESTS: &str = "spillway_proxy_upstream_requests_total";
+/// Upstream tasks ejected (label `upstream`).
+pub const EJECTIONS: &str = "spillway_proxy_ejections_total";
+/// Open client connections.
+pub const CONNECTIONS: &str = "spillway_proxy_client_connections";
+/// Offered demand in cost units, including what was refused (label `criticality`): scale on
+/// this, not on a utilisation that shedding holds down.
+pub const DEMAND: &str = "spillway_proxy_demand_cost_units_total";
+/// Label: fault kind.
+pub const L_KIND: &str = "kind";
+/// Label: upstream task address.
+pub const L_UPSTREAM: &str = "upstream";
+/// Label: route name.
+pub const L_ROUTE: &str = "route";
+
+/// One kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Malformed request line or headers (400).
+    BadRequest,
+    /// Request head larger than `listen.max_header_bytes` (431).
+    HeadersTooLarge,
+    /// Client did not send its head in time.
+    HeaderTimeout,
+    /// Accept paused at `listen.max_connections`.
+    ConnectionCap,
+    /// Upstream refused the connection (502 if no other task could take it).
+    UpstreamConnect,
+    /// Upstream reset or broke the connection mid-request (502).
+    UpstreamReset,
+    /// No response head within `upstream.request_timeout_ms` (504).
+    UpstreamTimeout,
+    /// No upstream slot within `upstream.pool_wait_timeout_ms`, or no task available (503).
+    UpstreamUnavailable,
+    /// A body larger than `upstream.retry_buffer_bytes` was streamed, so not retried.
+    NotRetriedLargeBody,
+}
+
+impl Fault {
+    const ALL: [Fault; 9] = [
+        Fault::BadRequest,
+        Fault::HeadersTooLarge,
+        Fault::HeaderTimeout,
+        Fault::ConnectionCap,
+        Fault::UpstreamConnect,
+        Fault::UpstreamReset,
+        Fault::UpstreamTimeout,
+        Fault::UpstreamUnavailable,
+        Fault::NotRetriedLargeBody,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::BadRequest => "bad_request",
+            Fault::HeadersTooLarge => "headers_too_large",
+            Fault::HeaderTimeout => "header_timeout",
+            Fault::ConnectionCap => "connection_cap",
+            Fault::UpstreamConnect => "upstream_connect",
+            Fault::UpstreamReset => "upstream_reset",
+            Fault::UpstreamTimeout => "upstream_timeout",
+            Fault::UpstreamUnavailable => "upstream_unavailable",
+            Fault::NotRetriedLargeBody => "not_retried_large_body",
+        }
+    }
+}
+
+/// Fault counters.
+#[derive(Debug, Default)]
+pub struct Faults([AtomicU64; 9]);
+
+impl Faults {
+    /// Counts one `f` (here and in the `metrics` facade).
+    pub fn count(&self, f: Fault) {
+        self.0[f as usize].fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(FAULTS, L_KIND => f.as_str()).increment(1);
+    }
+
+    /// How many `f` so far.
+    pub fn get(&self, f: Fault) -> u64 {
+        self.0[f as usize].load(Ordering::Relaxed)
+    }
+
+    /// All counts, for `/status`.
+    pub fn snapshot(&self) -> FaultCounts {
+        FaultCounts(
+            Fault::ALL
+                .iter()
+                .map(|&f| (f.as_str(), self.get(f)))
+                .collect(),
+        )
+    }
+}
+
+/// Fault counts by kind.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultCounts(pub std::collections::BTreeMap<&'static str, u64>);
+
+/// Writes one operator-facing line to stderr with a UTC timestamp (events, not per-request).
+pub fn log(msg: &str) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs();
+    let (d, s) = (secs / 86_400, secs % 86_400);
+    let (y, m, day) = civil(d as i64);
+    eprintln!(
+        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z spillway-proxy: {msg}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        now.subsec_millis()
+    );
+}
+
+/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's `civil_from_days`).
+fn civil(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn civil_dates() {
+        assert_eq!(super::civil(0), (1970, 1, 1));
+        assert_eq!(super::civil(19_723), (2024, 1, 1));
+        assert_eq!(super::civil(20_513), (2026, 3, 1));
+    }
+}

@@ -1,0 +1,394 @@
+//! Classification: which route a request is on, how critical it is, who pays, what it costs.
+//!
+//! Why the proxy classifies instead of trusting the client: criticality and customer identity
+//! are what shedding and quotas key on (SRE book ch. 21), and a client that could name its own
+//! criticality would always say CRITICAL_PLUS. So the *route* (method, path prefix or glob,
+//! header match) gives the default, and the criticality/customer headers are honoured only from
+//! trusted CIDRs; API keys identify customers from anyone (the key is the credential). Header
+//! parsing is `spillway_tower::wire`'s, so the proxy and the tower layers accept exactly the same
+//! spellings and give the same errors.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{HeaderName, HeaderValue, Method};
+use ipnet::IpNet;
+use spillway_core::Criticality;
+use spillway_tower::wire::{self, HeaderError};
+
+use crate::config::{CustomerFrom, DegradeConfig, ProxyConfig};
+
+/// A compiled route.
+#[derive(Debug)]
+pub struct Route {
+    /// Operation name.
+    pub name: Arc<str>,
+    methods: Vec<Method>,
+    path: PathMatch,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    /// Default criticality.
+    pub criticality: Criticality,
+    /// Cost units per request.
+    pub cost: f64,
+    /// Degraded mode, if configured.
+    pub degrade: Option<DegradeConfig>,
+}
+
+#[derive(Debug)]
+enum PathMatch {
+    Prefix(String),
+    Glob(Vec<String>),
+}
+
+/// The classification rules of one configuration.
+#[derive(Debug)]
+pub struct Router {
+    routes: Vec<Arc<Route>>,
+    trusted: Vec<IpNet>,
+    default_criticality: Criticality,
+    default_cost: f64,
+    default_customer: Arc<str>,
+    customer_from: CustomerFrom,
+    api_key_header: HeaderName,
+    api_keys: HashMap<String, Arc<str>>,
+    health_paths: Vec<String>,
+}
+
+/// What a request is.
+#[derive(Debug, Clone)]
+pub struct Classified {
+    /// The matching route, if any.
+    pub route: Option<Arc<Route>>,
+    /// Operation name (`other` when no route matches).
+    pub operation: Arc<str>,
+    /// Criticality to admit and forward with.
+    pub criticality: Criticality,
+    /// When the caller gives up, from `grpc-timeout` / `x-spillway-deadline-ms`.
+    pub deadline: Option<Instant>,
+    /// 1-based attempt number.
+    pub attempt: u32,
+    /// Customer charged.
+    pub customer: Arc<str>,
+    /// A health check (never refused, never degraded).
+    pub health_check: bool,
+    /// Estimated cost in cost units.
+    pub cost: f64,
+    /// Whether the peer is trusted.
+    pub trusted: bool,
+}
+
+impl Router {
+    /// Compiles the rules; errors name the key (validation already checked the values).
+    pub fn new(cfg: &ProxyConfig) -> Result<Self, (String, String)> {
+        let c = &cfg.classify;
+        let mut routes = Vec::with_capacity(cfg.routes.len());
+        for (i, r) in cfg.routes.iter().enumerate() {
+            let methods = r
+                .methods
+                .iter()
+                .map(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| (format!("routes[{i}].methods"), e.to_string()))?;
+            let mut headers = Vec::new();
+            for (k, v) in &r.headers {
+                let name = HeaderName::from_bytes(k.as_bytes())
+                    .map_err(|e| (format!("routes[{i}].headers"), e.to_string()))?;
+                let value = HeaderValue::from_str(v)
+                    .map_err(|e| (format!("routes[{i}].headers.{k}"), e.to_string()))?;
+                headers.push((name, value));
+            }
+            let path = if r.path.contains('*') {
+                PathMatch::Glob(r.path.split('/').map(str::to_string).collect())
+            } else {
+                PathMatch::Prefix(r.path.clone())
+            };
+            routes.push(Arc::new(Route {
+                name: Arc::from(r.name.as_str()),
+                methods,
+                path,
+                headers,
+                criticality: r.criticality.unwrap_or(c.default_criticality),
+                cost: r.cost.unwrap_or(c.default_cost),
+                degrade: r.degrade.clone(),
+            }));
+        }
+        let trusted = c
+            .trusted
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.trim()
+                    .parse::<IpNet>()
+                    .map_err(|e| (format!("classify.trusted[{i}]"), e.to_string()))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Router {
+            routes,
+            trusted,
+            default_criticality: c.default_criticality,
+            default_cost: c.default_cost,
+            default_customer: Arc::from(c.default_customer.as_str()),
+            customer_from: c.customer_from,
+            api_key_header: HeaderName::from_bytes(c.api_key_header.as_bytes())
+                .map_err(|e| ("classify.api_key_header".to_string(), e.to_string()))?,
+            api_keys: c
+                .api_keys
+                .iter()
+                .map(|(k, v)| (k.clone(), Arc::from(v.as_str())))
+                .collect(),
+            health_paths: c.health_paths.clone(),
+        })
+    }
+
+    /// The routes, in match order.
+    pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.routes.iter()
+    }
+
+    /// Whether `peer` may set criticality and customer headers.
+    pub fn is_trusted(&self, peer: Option<SocketAddr>) -> bool {
+        peer.is_some_and(|p| {
+            let ip = p.ip().to_canonical();
+            self.trusted.iter().any(|n| n.contains(&ip))
+        })
+    }
+
+    /// Classifies a request head from `peer` that arrived at `now`. Errors name the header
+    /// (malformed criticality/customer from a trusted peer, malformed deadline/attempt from
+    /// anyone — those only ever shorten the caller's own request).
+    pub fn classify(
+        &self,
+        parts: &http::request::Parts,
+        peer: Option<SocketAddr>,
+        now: Instant,
+    ) -> Result<Classified, HeaderError> {
+        let trusted = self.is_trusted(peer);
+        let path = parts.uri.path();
+        let route = self.routes.iter().find(|r| r.matches(parts)).cloned();
+        let mut criticality = route
+            .as_ref()
+            .map_or(self.default_criticality, |r| r.criticality);
+        if trusted {
+            if let Some(v) = parts.headers.get(wire::CRITICALITY) {
+                criticality = wire::parse_criticality(v)?;
+            }
+        }
+        let deadline = wire::read_timeout(&parts.headers)?.map(|left| {
+            now.checked_add(left)
+                .unwrap_or(now + Duration::from_secs(86_400 * 365))
+        });
+        let attempt = wire::read_attempt(&parts.headers)?;
+        let customer = match self.customer_from {
+            CustomerFrom::Header if trusted => match parts.headers.get(wire::CUSTOMER) {
+                Some(v) => Some(Arc::from(wire::parse_customer(v)?)),
+                None => None,
+            },
+            CustomerFrom::Header => None,
+            CustomerFrom::ApiKey => parts
+                .headers
+                .get(&self.api_key_header)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|k| self.api_keys.get(k))
+                .cloned(),
+        }
+        .unwrap_or_else(|| Arc::clone(&self.default_customer));
+        let health_check = self.health_paths.iter().any(|p| p == path);
+        Ok(Classified {
+            operation: route
+                .as_ref()
+                .map_or_else(|| Arc::from("other"), |r| Arc::clone(&r.name)),
+            cost: route.as_ref().map_or(self.default_cost, |r| r.cost),
+            route,
+            criticality,
+            deadline,
+            attempt,
+            customer,
+            health_check,
+            trusted,
+        })
+    }
+}
+
+impl Route {
+    fn matches(&self, parts: &http::request::Parts) -> bool {
+        (self.methods.is_empty() || self.methods.contains(&parts.method))
+            && self.path.matches(parts.uri.path())
+            && self
+                .headers
+                .iter()
+                .all(|(k, v)| parts.headers.get_all(k).iter().any(|x| x == v))
+    }
+}
+
+impl PathMatch {
+    fn matches(&self, path: &str) -> bool {
+        match self {
+            PathMatch::Prefix(p) => path.starts_with(p.as_str()),
+            PathMatch::Glob(pattern) => {
+                let segs: Vec<&str> = path.split('/').collect();
+                glob(pattern, &segs)
+            }
+        }
+    }
+}
+
+/// Segment-wise glob: `**` matches any number of segments (zero included), a segment with
+/// `*` matches one segment with `*` standing for any run of characters.
+fn glob(pattern: &[String], segs: &[&str]) -> bool {
+    match pattern.split_first() {
+        None => segs.is_empty(),
+        Some((p, rest)) if p == "**" => (0..=segs.len()).any(|i| glob(rest, &segs[i..])),
+        Some((p, rest)) => match segs.split_first() {
+            Some((s, srest)) => segment(p, s) && glob(rest, srest),
+            None => false,
+        },
+    }
+}
+
+fn segment(p: &str, s: &str) -> bool {
+    let mut parts = p.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = s.strip_prefix(first) else {
+        return false;
+    };
+    let pieces: Vec<&str> = parts.collect();
+    if pieces.is_empty() {
+        return rest.is_empty();
+    }
+    for (i, piece) in pieces.iter().enumerate() {
+        if i == pieces.len() - 1 {
+            return rest.ends_with(piece);
+        }
+        match rest.find(piece) {
+            Some(at) => rest = &rest[at + piece.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pm(p: &str) -> PathMatch {
+        PathMatch::Glob(p.split('/').map(str::to_string).collect())
+    }
+
+    #[test]
+    fn globs() {
+        assert!(pm("/api/*/items").matches("/api/v1/items"));
+        assert!(!pm("/api/*/items").matches("/api/v1/x/items"));
+        assert!(pm("/api/**/items").matches("/api/v1/x/items"));
+        assert!(pm("/api/**").matches("/api"));
+        assert!(pm("/static/*.css").matches("/static/a.css"));
+        assert!(!pm("/static/*.css").matches("/static/a.js"));
+        assert!(pm("/pkg.*/Method").matches("/pkg.Service/Method"));
+        assert!(PathMatch::Prefix("/api/".into()).matches("/api/x"));
+    }
+
+    fn router(toml: &str) -> Router {
+        let cfg = crate::config::parse(toml, "t").unwrap();
+        Router::new(&cfg).unwrap()
+    }
+
+    fn parts(method: &str, uri: &str, headers: &[(&str, &str)]) -> http::request::Parts {
+        let mut b = http::Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    const CFG: &str = r#"
+        [classify]
+        trusted = ["10.0.0.0/8"]
+        customer_from = "header"
+        [[routes]]
+        name = "batch"
+        methods = ["POST"]
+        path = "/batch/"
+        criticality = "SHEDDABLE"
+        cost = 5.0
+        [[routes]]
+        name = "admin"
+        path = "/"
+        headers = { "x-admin" = "yes" }
+        criticality = "CRITICAL_PLUS"
+    "#;
+
+    #[test]
+    fn route_method_and_header_matching() {
+        let r = router(CFG);
+        let now = Instant::now();
+        let c = r
+            .classify(&parts("POST", "/batch/x", &[]), None, now)
+            .unwrap();
+        assert_eq!(&*c.operation, "batch");
+        assert_eq!(c.criticality, Criticality::Sheddable);
+        assert_eq!(c.cost, 5.0);
+        let c = r
+            .classify(&parts("GET", "/batch/x", &[]), None, now)
+            .unwrap();
+        assert_eq!(&*c.operation, "other");
+        assert_eq!(c.criticality, Criticality::Critical);
+        let c = r
+            .classify(&parts("GET", "/x", &[("x-admin", "yes")]), None, now)
+            .unwrap();
+        assert_eq!(c.criticality, Criticality::CriticalPlus);
+    }
+
+    #[test]
+    fn criticality_and_customer_only_from_trusted() {
+        let r = router(CFG);
+        let now = Instant::now();
+        let h = [
+            ("x-spillway-criticality", "CRITICAL_PLUS"),
+            ("x-spillway-customer", "acme"),
+        ];
+        let untrusted: SocketAddr = "192.168.1.1:5".parse().unwrap();
+        let trusted: SocketAddr = "10.1.2.3:5".parse().unwrap();
+        let c = r
+            .classify(&parts("POST", "/batch/", &h), Some(untrusted), now)
+            .unwrap();
+        assert_eq!(c.criticality, Criticality::Sheddable);
+        assert_eq!(&*c.customer, "default");
+        let c = r
+            .classify(&parts("POST", "/batch/", &h), Some(trusted), now)
+            .unwrap();
+        assert_eq!(c.criticality, Criticality::CriticalPlus);
+        assert_eq!(&*c.customer, "acme");
+        let bad = [("x-spillway-criticality", "urgent")];
+        let e = r
+            .classify(&parts("GET", "/", &bad), Some(trusted), now)
+            .unwrap_err();
+        assert!(e.to_string().contains("x-spillway-criticality"), "{e}");
+        // Untrusted: the malformed header is ignored, not an error.
+        assert!(r
+            .classify(&parts("GET", "/", &bad), Some(untrusted), now)
+            .is_ok());
+    }
+
+    #[test]
+    fn api_keys_from_anyone() {
+        let r = router(
+            r#"
+            [classify]
+            customer_from = "api_key"
+            api_keys = { "k1" = "acme" }
+            default_customer = "anon"
+        "#,
+        );
+        let now = Instant::now();
+        let c = r
+            .classify(&parts("GET", "/", &[("x-api-key", "k1")]), None, now)
+            .unwrap();
+        assert_eq!(&*c.customer, "acme");
+        let c = r
+            .classify(&parts("GET", "/", &[("x-api-key", "nope")]), None, now)
+            .unwrap();
+        assert_eq!(&*c.customer, "anon");
+    }
+}

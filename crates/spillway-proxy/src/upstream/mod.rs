@@ -1,0 +1,496 @@
+//! The upstream tasks: connection pools, balancing, per-task throttles, retries, ejection.
+//!
+//! Why the proxy balances by itself instead of round-robin: the SRE book (ch. 21) and the AWS
+//! article both note that a task refusing work quickly looks idle to naive balancers. So each
+//! pick is power-of-two-choices (Mitzenmacher, "The Power of Two Choices in Randomized Load
+//! Balancing", 2001) on in-flight requests *plus a penalty for recent errors and refusals*,
+//! skipping ejected tasks; each task has its own adaptive client throttle
+//! (`spillway_core::throttle`, SRE ch. 21 "Client-side throttling") and all share one retry
+//! policy (`spillway_core::retry`: attempt limit, 10 % budget, widespread-overload gate).
+//!
+//! Connections are load too: each task has a bounded number of request slots (HTTP/1.1: one
+//! connection each; HTTP/2: streams on one connection) shared by every client connection, and
+//! idle upstream connections are closed after `idle_timeout_ms` (hyper-util's pool).
+
+mod eject;
+mod health;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde::Serialize;
+use spillway_core::retry::RetryPolicy;
+use spillway_core::signal::{LoadSignal, ManualSignal};
+use spillway_core::throttle::AdaptiveThrottle;
+use spillway_core::window::WindowedCounter;
+use tokio::sync::Semaphore;
+
+pub use eject::{max_ejected, Ejection};
+
+use crate::config::{SignalsConfig, UpstreamConfig};
+
+/// Error type of bodies the proxy moves.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+/// The body type sent upstream and back to clients.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Weight of one recent error in the balancing score, in in-flight requests. A task with a
+/// handful of recent failures loses to an equally busy healthy one, and a task that refuses
+/// everything (many errors in the window) is avoided even when idle.
+const ERROR_PENALTY: usize = 4;
+/// Window over which errors count against a task (and requests are counted for health-check
+/// pacing).
+const WINDOW: Duration = Duration::from_secs(10);
+
+/// `host:port` → an authority, if it is one.
+pub fn parse_authority(s: &str) -> Option<http::uri::Authority> {
+    let a: http::uri::Authority = s.parse().ok()?;
+    a.port_u16()?;
+    if a.host().is_empty() || s.contains('@') {
+        return None;
+    }
+    Some(a)
+}
+
+/// One upstream task.
+#[derive(Debug)]
+pub struct Task {
+    /// Index in the pool (also its id for the retry policy's widespread ring).
+    pub id: u64,
+    /// `host:port`.
+    pub addr: Arc<str>,
+    /// The authority for request URIs.
+    pub authority: http::uri::Authority,
+    in_flight: AtomicUsize,
+    /// Request slots (bounded connections/streams).
+    pub slots: Arc<Semaphore>,
+    /// Client-side adaptive throttle for this task.
+    pub throttle: AdaptiveThrottle,
+    errors: WindowedCounter,
+    requests: WindowedCounter,
+    ejection: Mutex<Ejection>,
+    orca: ManualSignal,
+    orca_at_ns: AtomicU64,
+    total: AtomicU64,
+    failures: AtomicU64,
+}
+
+/// `/status` view of a task.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskStatus {
+    /// `host:port`.
+    pub address: String,
+    /// Requests in flight to it now.
+    pub in_flight: usize,
+    /// Free request slots.
+    pub free_slots: usize,
+    /// The client throttle's current rejection probability.
+    pub throttle_probability: f64,
+    /// Requests and accepts in the throttle's window.
+    pub throttle_requests: u64,
+    /// Accepts in the throttle's window.
+    pub throttle_accepts: u64,
+    /// Errors (failures and refusals) in the last 10 s.
+    pub recent_errors: u64,
+    /// Requests in the last 10 s.
+    pub recent_requests: u64,
+    /// Ejected now.
+    pub ejected: bool,
+    /// Milliseconds of ejection left.
+    pub ejected_for_ms: u64,
+    /// Times ejected since start.
+    pub times_ejected: u32,
+    /// Consecutive failures.
+    pub consecutive_failures: u32,
+    /// Latest ORCA utilisation reported (0 if none).
+    pub orca_utilisation: f64,
+    /// Requests sent since start.
+    pub requests_total: u64,
+    /// Failures and refusals since start.
+    pub failures_total: u64,
+}
+
+/// The upstream tasks and how to reach them.
+#[derive(Debug)]
+pub struct Pool {
+    tasks: Vec<Arc<Task>>,
+    retry: RetryPolicy,
+    /// HTTP/1.1 client (pooled connections).
+    pub http1: Client<HttpConnector, ProxyBody>,
+    /// HTTP/2 cleartext client (prior knowledge; one multiplexed connection per task).
+    pub http2: Client<HttpConnector, ProxyBody>,
+    /// The configuration this pool was built from.
+    pub cfg: UpstreamConfig,
+    /// Read `x-spillway-cost` from responses as the actual cost.
+    pub cost_header: bool,
+    origin: Instant,
+    orca_max_age: Duration,
+    health: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if let Some(h) = self.health.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            h.abort();
+        }
+    }
+}
+
+impl Pool {
+    /// Builds the pool (no connection is opened until the first request).
+    pub fn new(cfg: &UpstreamConfig, signals: &SignalsConfig) -> Result<Self, String> {
+        let origin = Instant::now();
+        let mut tasks = Vec::with_capacity(cfg.addresses.len());
+        for (i, a) in cfg.addresses.iter().enumerate() {
+            let authority = parse_authority(a)
+                .ok_or_else(|| format!("addresses[{i}] = {a:?}: expected host:port"))?;
+            tasks.push(Arc::new(Task {
+                id: i as u64,
+                addr: Arc::from(a.as_str()),
+                authority,
+                in_flight: AtomicUsize::new(0),
+                slots: Arc::new(Semaphore::new(cfg.max_requests_per_task)),
+                throttle: AdaptiveThrottle::new(cfg.throttle.clone(), origin)
+                    .map_err(|e| format!("throttle: {e}"))?,
+                errors: WindowedCounter::new(WINDOW, 10, origin),
+                requests: WindowedCounter::new(WINDOW, 10, origin),
+                ejection: Mutex::new(Ejection::default()),
+                orca: ManualSignal::new(format!("orca:{a}")),
+                orca_at_ns: AtomicU64::new(u64::MAX),
+                total: AtomicU64::new(0),
+                failures: AtomicU64::new(0),
+            }));
+        }
+        let connector = || {
+            let mut c = HttpConnector::new();
+            c.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
+            c.set_nodelay(true);
+            c
+        };
+        let idle = Duration::from_millis(cfg.idle_timeout_ms);
+        let http1 = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(idle)
+            .pool_max_idle_per_host(cfg.max_idle_per_task)
+            .build(connector());
+        let http2 = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(idle)
+            .http2_only(true)
+            .build(connector());
+        Ok(Pool {
+            tasks,
+            retry: RetryPolicy::new(cfg.retry.clone(), origin)
+                .map_err(|e| format!("retry: {e}"))?,
+            http1,
+            http2,
+            cfg: cfg.clone(),
+            cost_header: signals.cost_header,
+            origin,
+            orca_max_age: Duration::from_millis(signals.orca_max_age_ms),
+            health: Mutex::new(None),
+        })
+    }
+
+    /// Starts active health checks if enabled (needs a tokio runtime; idempotent).
+    pub fn start_health_checks(self: &Arc<Self>) {
+        if !self.cfg.health_check.enabled {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        if h.is_none() {
+            *h = Some(rt.spawn(health::run(Arc::downgrade(self))));
+        }
+    }
+
+    /// The tasks.
+    pub fn tasks(&self) -> &[Arc<Task>] {
+        &self.tasks
+    }
+
+    /// The shared retry policy.
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// Power of two choices among tasks not ejected and not in `tried` (a bit set of task
+    /// indexes); falls back to ejected tasks if every other is excluded (better an ejected
+    /// task than a certain failure).
+    pub fn pick(&self, tried: u64, now: Instant) -> Option<Arc<Task>> {
+        let eligible = |t: &&Arc<Task>, allow_ejected: bool| {
+            (t.id >= 64 || tried & (1 << t.id) == 0) && (allow_ejected || !t.is_ejected(now))
+        };
+        for allow_ejected in [false, true] {
+            let n = self
+                .tasks
+                .iter()
+                .filter(|t| eligible(t, allow_ejected))
+                .count();
+            if n == 0 {
+                continue;
+            }
+            let a = fastrand::usize(..n);
+            let mut b = fastrand::usize(..n);
+            if n > 1 {
+                while b == a {
+                    b = fastrand::usize(..n);
+                }
+            }
+            let mut it = self.tasks.iter().filter(|t| eligible(t, allow_ejected));
+            let (first, second) = if a < b { (a, b) } else { (b, a) };
+            let x = it.nth(first)?;
+            let y = if second == first {
+                x
+            } else {
+                it.nth(second - first - 1)?
+            };
+            let pick = if x.score(now) <= y.score(now) { x } else { y };
+            return Some(Arc::clone(pick));
+        }
+        None
+    }
+
+    /// Records a failure or refusal from `task`, ejecting it if it has failed enough times in a
+    /// row and the fleet cap allows.
+    pub fn record_failure(&self, task: &Task, now: Instant) {
+        task.errors.add(now, 1);
+        task.failures.fetch_add(1, Ordering::Relaxed);
+        let ejected_now = self.tasks.iter().filter(|t| t.is_ejected(now)).count();
+        let may = ejected_now < max_ejected(self.tasks.len(), self.cfg.ejection.max_fraction);
+        let ejected = task.lock_ejection().failure(now, &self.cfg.ejection, may);
+        if ejected {
+            metrics::counter!(crate::metrics::EJECTIONS, crate::metrics::L_UPSTREAM => task.addr.to_string()).increment(1);
+            crate::metrics::log(&format!(
+                "upstream {} ejected after repeated failures",
+                task.addr
+            ));
+        }
+    }
+
+    /// Records a success from `task`.
+    pub fn record_success(&self, task: &Task) {
+        task.lock_ejection().success();
+    }
+
+    /// `/status` view.
+    pub fn status(&self) -> Vec<TaskStatus> {
+        let now = Instant::now();
+        self.tasks
+            .iter()
+            .map(|t| {
+                let (req, acc) = t.throttle.counts(now);
+                let ej = t.lock_ejection().clone();
+                TaskStatus {
+                    address: t.addr.to_string(),
+                    in_flight: t.in_flight(),
+                    free_slots: t.slots.available_permits(),
+                    throttle_probability: t.throttle.probability(now),
+                    throttle_requests: req,
+                    throttle_accepts: acc,
+                    recent_errors: t.errors.sum(now),
+                    recent_requests: t.requests.sum(now),
+                    ejected: ej.is_ejected(now),
+                    ejected_for_ms: ej.remaining(now).map_or(0, |d| d.as_millis() as u64),
+                    times_ejected: ej.times(),
+                    consecutive_failures: ej.consecutive(),
+                    orca_utilisation: t.orca.get(),
+                    requests_total: t.total.load(Ordering::Relaxed),
+                    failures_total: t.failures.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
+    }
+
+    /// A load signal: the mean ORCA utilisation the tasks reported recently (tasks without a
+    /// fresh report are left out; 0 when none has one).
+    pub fn orca_signal(self: &Arc<Self>) -> Arc<dyn LoadSignal> {
+        Arc::new(OrcaSignal(Arc::downgrade(self)))
+    }
+
+    fn orca_mean(&self, now: Instant) -> f64 {
+        let now_ns = spillway_core::clock::nanos_since(self.origin, now);
+        let max_age = spillway_core::clock::saturating_nanos(self.orca_max_age);
+        let (mut sum, mut n) = (0.0, 0u32);
+        for t in &self.tasks {
+            let at = t.orca_at_ns.load(Ordering::Relaxed);
+            if at != u64::MAX && now_ns.saturating_sub(at) <= max_age {
+                sum += t.orca.get();
+                n += 1;
+            }
+        }
+        if n == 0 {
+            0.0
+        } else {
+            sum / f64::from(n)
+        }
+    }
+
+    /// Records an ORCA report from `task`.
+    pub fn record_orca(&self, task: &Task, utilisation: f64, now: Instant) {
+        task.orca.set(utilisation);
+        task.orca_at_ns.store(
+            spillway_core::clock::nanos_since(self.origin, now),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+#[derive(Debug)]
+struct OrcaSignal(std::sync::Weak<Pool>);
+
+impl LoadSignal for OrcaSignal {
+    fn name(&self) -> &str {
+        "upstream_orca"
+    }
+    fn utilisation(&self, now: Instant) -> f64 {
+        self.0.upgrade().map_or(0.0, |p| p.orca_mean(now))
+    }
+}
+
+impl Task {
+    fn lock_ejection(&self) -> std::sync::MutexGuard<'_, Ejection> {
+        self.ejection.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the task is ejected at `now`.
+    pub fn is_ejected(&self, now: Instant) -> bool {
+        self.lock_ejection().is_ejected(now)
+    }
+
+    /// Requests in flight to it.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    fn score(&self, now: Instant) -> usize {
+        self.in_flight()
+            .saturating_add((self.errors.sum(now) as usize).saturating_mul(ERROR_PENALTY))
+    }
+
+    /// Marks one request started (dropping the guard ends it).
+    pub fn start(self: &Arc<Self>, now: Instant) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.requests.add(now, 1);
+        self.total.fetch_add(1, Ordering::Relaxed);
+        InFlight(Arc::clone(self))
+    }
+
+    /// Requests per second sent to it over the last window.
+    pub fn request_rate(&self, now: Instant) -> f64 {
+        self.requests.sum(now) as f64 / WINDOW.as_secs_f64()
+    }
+
+    /// Ends an ejection (health check passed).
+    pub fn readmit(&self) {
+        self.lock_ejection().readmit();
+    }
+}
+
+/// One request in flight to a task (counted until dropped: until the response body ends).
+#[derive(Debug)]
+pub struct InFlight(Arc<Task>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(n: usize) -> Pool {
+        let cfg = UpstreamConfig {
+            addresses: (0..n).map(|i| format!("127.0.0.1:{}", 9000 + i)).collect(),
+            ..UpstreamConfig::default()
+        };
+        Pool::new(&cfg, &SignalsConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn authority_parsing() {
+        assert!(parse_authority("127.0.0.1:9000").is_some());
+        assert!(parse_authority("[::1]:9000").is_some());
+        assert!(parse_authority("backend.local:80").is_some());
+        assert!(parse_authority("127.0.0.1").is_none());
+        assert!(parse_authority("http://x:1").is_none());
+        assert!(parse_authority("u@x:1").is_none());
+    }
+
+    #[test]
+    fn p2c_prefers_less_loaded_and_avoids_erroring_tasks() {
+        let p = pool(2);
+        let now = Instant::now();
+        let busy: Vec<_> = (0..3).map(|_| p.tasks[0].start(now)).collect();
+        for _ in 0..20 {
+            assert_eq!(p.pick(0, now).unwrap().id, 1);
+        }
+        drop(busy);
+        // A task answering fast refusals: idle, but penalised for its errors.
+        p.tasks[1].errors.add(now, 3);
+        let _one = p.tasks[0].start(now);
+        for _ in 0..20 {
+            assert_eq!(p.pick(0, now).unwrap().id, 0);
+        }
+        // Excluding tried tasks.
+        assert_eq!(p.pick(0b01, now).unwrap().id, 1);
+        assert_eq!(p.pick(0b10, now).unwrap().id, 0);
+        assert!(p.pick(0b11, now).is_none());
+    }
+
+    #[test]
+    fn ejection_respects_fleet_cap_and_fallback() {
+        let p = pool(2);
+        let now = Instant::now();
+        for _ in 0..5 {
+            p.record_failure(&p.tasks[0], now);
+        }
+        assert!(p.tasks[0].is_ejected(now));
+        for _ in 0..10 {
+            p.record_failure(&p.tasks[1], now);
+        }
+        assert!(!p.tasks[1].is_ejected(now), "at most 1 of 2 ejected");
+        for _ in 0..10 {
+            assert_eq!(p.pick(0, now).unwrap().id, 1);
+        }
+        // Only the ejected one left untried: still used rather than failing.
+        assert_eq!(p.pick(0b10, now).unwrap().id, 0);
+    }
+
+    #[test]
+    fn orca_mean_of_fresh_reports() {
+        let p = Arc::new(pool(2));
+        let now = Instant::now();
+        let s = p.orca_signal();
+        assert_eq!(s.utilisation(now), 0.0);
+        p.record_orca(&p.tasks[0], 0.6, now);
+        assert!((s.utilisation(now) - 0.6).abs() < 1e-9);
+        p.record_orca(&p.tasks[1], 0.2, now);
+        assert!((s.utilisation(now) - 0.4).abs() < 1e-9);
+        assert_eq!(s.utilisation(now + Duration::from_secs(60)), 0.0, "stale");
+    }
+}
+
+/// An empty body.
+pub fn empty_body() -> ProxyBody {
+    use http_body_util::BodyExt;
+    http_body_util::Empty::<Bytes>::new()
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// A body of `bytes`.
+pub fn full_body(bytes: Bytes) -> ProxyBody {
+    use http_body_util::BodyExt;
+    http_body_util::Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
