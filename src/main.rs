@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod calc;
+mod proxy;
 
 /// Overload protection: criticality-aware admission, quotas, adaptive throttling, retry budgets.
 #[derive(Debug, Parser)]
@@ -24,6 +25,8 @@ enum Command {
     /// Where the utilisation knee is for your concurrency, and when to start refusing work
     /// (M/M/c queueing arithmetic).
     Calc(calc::CalcArgs),
+    /// Run the overload-protecting reverse proxy (sidecar or gateway) in front of a service.
+    Proxy(proxy::ProxyArgs),
 }
 
 /// A bad argument found after clap parsed the command line: reported like clap's own errors,
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Calc(args) => calc::run(&args),
+        Command::Proxy(args) => proxy::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
