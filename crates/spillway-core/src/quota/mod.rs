@@ -337,6 +337,9 @@ pub struct QuotaBook {
     index: HashMap<Box<str>, usize>,
     /// Configured customers in configuration order, then the default slot last.
     slots: Vec<Slot>,
+    /// No customer table and an unlimited default customer (the default configuration): every
+    /// charge is the default slot's free one, so `try_charge` can answer without looking.
+    unlimited: bool,
 }
 
 impl fmt::Debug for QuotaBook {
@@ -379,6 +382,8 @@ impl QuotaBook {
             slots.push(slot(name.as_str().into(), q));
         }
         slots.push(slot("".into(), &cfg.default_customer));
+        let unlimited =
+            cfg.customers.is_empty() && cfg.default_customer == CustomerQuota::unlimited();
         Ok(QuotaBook {
             origin,
             enforcement: cfg.enforcement,
@@ -387,6 +392,7 @@ impl QuotaBook {
             max_retry_ns: saturating_nanos(cfg.max_retry_after),
             index,
             slots,
+            unlimited,
         })
     }
 
@@ -404,11 +410,21 @@ impl QuotaBook {
         estimate: f64,
         overloaded: bool,
     ) -> Result<QuotaCharge, OverQuota> {
-        let slot = self.slot_index(customer);
         let enforced = match self.enforcement {
             QuotaEnforcement::Always => true,
             QuotaEnforcement::WhenOverloaded => overloaded,
         };
+        if self.unlimited {
+            // The same free charge of the default slot that the lookup below would come to; this
+            // book runs in every admission even when no quotas are configured.
+            return Ok(QuotaCharge {
+                slot: self.slots.len().saturating_sub(1),
+                criticality: c,
+                enforced,
+                amount: 0.0,
+            });
+        }
+        let slot = self.slot_index(customer);
         let amount = sanitize(estimate);
         let charge = |amount| QuotaCharge {
             slot,

@@ -457,6 +457,43 @@ proptest! {
 }
 
 #[test]
+fn an_unlimited_book_answers_as_the_full_lookup_does() {
+    let t0 = Instant::now();
+    for enforcement in [QuotaEnforcement::WhenOverloaded, QuotaEnforcement::Always] {
+        let cfg = QuotaConfig {
+            enforcement,
+            ..QuotaConfig::default()
+        };
+        let fast = QuotaBook::new(cfg.clone(), t0).unwrap();
+        assert!(
+            fast.unlimited,
+            "the default configuration takes the short cut"
+        );
+        let mut full = QuotaBook::new(cfg, t0).unwrap();
+        full.unlimited = false;
+        for (customer, c, estimate, overloaded) in [
+            ("anyone", Critical, 1e9, true),
+            ("", Sheddable, -1.0, false),
+            ("x", CriticalPlus, f64::NAN, true),
+            ("y", SheddablePlus, f64::INFINITY, false),
+        ] {
+            let a = fast.try_charge(t0, customer, c, estimate, overloaded);
+            assert_eq!(a, full.try_charge(t0, customer, c, estimate, overloaded));
+            fast.settle(t0, a.unwrap(), 5.0);
+        }
+        assert_eq!(fast.usage(t0, "x"), full.usage(t0, "x"));
+    }
+    // Any configured customer or limited default level takes the full path.
+    let named = QuotaConfig::default().with_customer("a", CustomerQuota::unlimited());
+    assert!(!QuotaBook::new(named, t0).unwrap().unlimited);
+    let limited = QuotaConfig {
+        default_customer: CustomerQuota::unlimited().with(Sheddable, Some(1.0)),
+        ..QuotaConfig::default()
+    };
+    assert!(!QuotaBook::new(limited, t0).unwrap().unlimited);
+}
+
+#[test]
 fn book_is_shareable_across_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<QuotaBook>();
