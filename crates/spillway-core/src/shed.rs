@@ -175,7 +175,10 @@ impl ShedPolicy {
     /// below the probability of any higher level. A NaN utilisation (a broken signal) sheds
     /// nothing: failing open keeps serving while the concurrency limit still protects the task.
     pub fn probability(&self, c: Criticality, utilisation: f64) -> f64 {
-        if utilisation.is_nan() {
+        // Thresholds never decrease with criticality (validated), so at or below this level's own
+        // threshold every level above it is at 0 too: the usual case, answered without the loop.
+        // The negated comparison also catches NaN.
+        if !(utilisation > self.start[c.index()]) {
             return 0.0;
         }
         let mut p: f64 = 0.0;
@@ -191,10 +194,23 @@ impl ShedPolicy {
     /// [`RandomSource`](crate::random::RandomSource)); sheds iff `draw < probability`.
     #[inline]
     pub fn should_shed(&self, c: Criticality, utilisation: f64, draw: f64) -> bool {
+        self.should_shed_with(c, utilisation, || draw)
+    }
+
+    /// [`should_shed`](Self::should_shed), taking the draw from `draw` only when the answer
+    /// depends on it (`0 < p < 1`): a caller with a thread-local generator then pays for no
+    /// draw in the usual case of nothing being shed.
+    #[inline]
+    pub fn should_shed_with(
+        &self,
+        c: Criticality,
+        utilisation: f64,
+        draw: impl FnOnce() -> f64,
+    ) -> bool {
         let p = self.probability(c, utilisation);
         // Guards keep out-of-contract draws (negative, 1.0, NaN) from shedding at p = 0 or
         // admitting at p = 1.
-        p >= 1.0 || (p > 0.0 && draw < p)
+        p >= 1.0 || (p > 0.0 && draw() < p)
     }
 
     /// The lowest threshold of any level: the task counts as "overloaded" above it (quota

@@ -183,10 +183,14 @@ impl SlotSource for Slots<'_> {
 }
 
 impl Inner {
-    fn draw(&self) -> f64 {
+    /// The shed decision. An injected source is drawn on every decision, as it always was, so a
+    /// seeded run (the simulator) replays the same decisions; the default thread-local
+    /// generator only when the ramp needs a draw (`0 < p < 1`), since its sequence is nobody's
+    /// contract and the draw was a good part of an admission's cost.
+    fn should_shed(&self, c: Criticality, utilisation: f64) -> bool {
         match self.random.get() {
-            Some(r) => r.uniform(),
-            None => fastrand::f64(),
+            Some(r) => self.shed.should_shed(c, utilisation, r.uniform()),
+            None => self.shed.should_shed_with(c, utilisation, fastrand::f64),
         }
     }
 
@@ -437,7 +441,7 @@ impl AdmissionController {
                     });
                 }
             };
-        if inner.shed.should_shed(c, utilisation, inner.draw()) {
+        if inner.should_shed(c, utilisation) {
             inner.quota.settle(now, charge, 0.0);
             return inner.refuse(RefusalReason::Shed, c);
         }

@@ -61,6 +61,23 @@ fn should_shed_compares_the_draw() {
 }
 
 #[test]
+fn the_draw_is_taken_only_when_it_decides() {
+    let p = ShedPolicy::default();
+    let drawn = std::cell::Cell::new(0);
+    let draw = |d: f64| {
+        drawn.set(drawn.get() + 1);
+        d
+    };
+    assert!(!p.should_shed_with(Sheddable, 0.5, || draw(0.0))); // p = 0
+    assert!(p.should_shed_with(Sheddable, 0.95, || draw(0.99))); // p = 1
+    assert!(!p.should_shed_with(Sheddable, f64::NAN, || draw(0.0)));
+    assert_eq!(drawn.get(), 0);
+    assert!(p.should_shed_with(Sheddable, 0.85, || draw(0.49))); // p = 0.5
+    assert!(!p.should_shed_with(Sheddable, 0.85, || draw(0.5)));
+    assert_eq!(drawn.get(), 2);
+}
+
+#[test]
 fn zero_ramp_is_a_step_above_the_threshold() {
     let p = ShedPolicy::new(ShedConfig {
         ramp: 0.0,
@@ -193,6 +210,17 @@ proptest! {
             prop_assert!((0.0..=1.0).contains(&pc), "{c} {u} {pc}");
             prop_assert!(pc <= prev, "{c} at u={u}: {pc} > lower level's {prev}");
             prev = pc;
+        }
+    }
+
+    /// The early answer at or below a level's own threshold is the same as the maximum over
+    /// that level's and every higher level's ramp.
+    #[test]
+    fn probability_is_the_max_over_this_and_higher_levels(cfg in arb_config(), u in -1.0f64..4.0) {
+        let p = ShedPolicy::new(cfg).unwrap();
+        for c in Criticality::ALL {
+            let max = (c.index()..Criticality::COUNT).map(|i| p.own(i, u)).fold(0.0, f64::max);
+            prop_assert_eq!(p.probability(c, u), max, "{} at u={}", c, u);
         }
     }
 
