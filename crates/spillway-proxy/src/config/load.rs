@@ -99,8 +99,11 @@ fn line_of(text: &str, offset: usize) -> (Option<usize>, Option<usize>) {
     (Some(line + 1), None)
 }
 
-/// The deepest key path whose value's span contains `span`.
+/// The deepest key path at byte `span.start`: in each table, the entry starting last at or
+/// before the offset (table headers of `[[array]]` entries have no span of their own, so
+/// starts come from the entry's span or the first of its keys).
 fn path_at(item: &Item, span: &Range<usize>, prefix: &str) -> String {
+    let at = span.start;
     let join = |k: &str| {
         if prefix.is_empty() {
             k.to_string()
@@ -108,30 +111,39 @@ fn path_at(item: &Item, span: &Range<usize>, prefix: &str) -> String {
             format!("{prefix}.{k}")
         }
     };
-    let contains = |s: Option<Range<usize>>| {
-        s.is_some_and(|s| s.start <= span.start && span.start < s.end.max(s.start + 1))
-    };
     match item {
         Item::Table(t) => {
-            for (k, v) in t.iter() {
-                let key_span = t.key(k).and_then(|key| key.span());
-                if contains(v.span()) || contains(key_span) {
-                    return path_at(v, span, &join(k));
-                }
+            let best = t
+                .iter()
+                .filter_map(|(k, v)| {
+                    let key_start = t.key(k).and_then(|key| key.span()).map(|s| s.start);
+                    let start = item_start(v).into_iter().chain(key_start).min()?;
+                    (start <= at).then_some((start, k, v))
+                })
+                .max_by_key(|(start, _, _)| *start);
+            match best {
+                Some((_, k, v)) => path_at(v, span, &join(k)),
+                None => prefix.to_string(),
             }
-            prefix.to_string()
         }
         Item::ArrayOfTables(a) => {
-            for (i, t) in a.iter().enumerate() {
-                if contains(t.span()) {
-                    return path_at(&Item::Table(t.clone()), span, &format!("{prefix}[{i}]"));
+            let best = a
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| table_start(t).filter(|&s| s <= at).map(|s| (s, i, t)))
+                .max_by_key(|(s, _, _)| *s);
+            match best {
+                Some((_, i, t)) => {
+                    path_at(&Item::Table(t.clone()), span, &format!("{prefix}[{i}]"))
                 }
+                None => prefix.to_string(),
             }
-            prefix.to_string()
         }
         Item::Value(toml_edit::Value::InlineTable(t)) => {
             for (k, v) in t.iter() {
-                if contains(v.span()) {
+                if v.span()
+                    .is_some_and(|s| s.start <= at && at < s.end.max(s.start + 1))
+                {
                     return path_at(&Item::Value(v.clone()), span, &join(k));
                 }
             }
@@ -139,13 +151,34 @@ fn path_at(item: &Item, span: &Range<usize>, prefix: &str) -> String {
         }
         Item::Value(toml_edit::Value::Array(a)) => {
             for (i, v) in a.iter().enumerate() {
-                if contains(v.span()) {
+                if v.span()
+                    .is_some_and(|s| s.start <= at && at < s.end.max(s.start + 1))
+                {
                     return path_at(&Item::Value(v.clone()), span, &format!("{prefix}[{i}]"));
                 }
             }
             prefix.to_string()
         }
         _ => prefix.to_string(),
+    }
+}
+
+fn table_start(t: &toml_edit::Table) -> Option<usize> {
+    t.span().map(|s| s.start).or_else(|| {
+        t.iter()
+            .filter_map(|(k, v)| {
+                let ks = t.key(k).and_then(|key| key.span()).map(|s| s.start);
+                item_start(v).into_iter().chain(ks).min()
+            })
+            .min()
+    })
+}
+
+fn item_start(i: &Item) -> Option<usize> {
+    match i {
+        Item::Table(t) => table_start(t),
+        Item::ArrayOfTables(a) => a.iter().filter_map(table_start).min(),
+        other => other.span().map(|s| s.start),
     }
 }
 
@@ -431,4 +464,57 @@ fn check_customer(key: &str, v: &str) -> Result<(), Invalid> {
 
 fn core_err(section: &str, e: &spillway_core::ConfigError) -> Invalid {
     bad(format!("{section}.{}", e.field), &e.value, e.expected)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_key_and_line() {
+        let e = parse("[listen]\naddress = \"nope\"\n", "c.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (Some(2), "listen.address"), "{e}");
+        let e = parse(
+            "[upstream]\naddresses = [\"127.0.0.1:1\", \"bad\"]\n",
+            "c.toml",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "c.toml:2: upstream.addresses[1]: \"bad\": expected host:port, e.g. 127.0.0.1:9000"
+        );
+        let e = parse("[listen]\nmax_conections = 3\n", "c.toml").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.message.contains("max_conections"), "{e}");
+        let e = parse(
+            "[admission.limit]\nalgorithm = \"fixed\"\nlimit = 0\n",
+            "c.toml",
+        )
+        .unwrap_err();
+        assert!(e.key.starts_with("admission.limit"), "{e}");
+        let e = parse(
+            "[[routes]]\nname = \"a\"\n[[routes]]\nname = \"a\"\n",
+            "c.toml",
+        )
+        .unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (Some(4), "routes[1].name"), "{e}");
+        let e = parse("[classify]\ntrusted = [\"10.0.0.0/33\"]\n", "c.toml").unwrap_err();
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (Some(2), "classify.trusted[0]"),
+            "{e}"
+        );
+        let e = parse("x = [", "c.toml").unwrap_err();
+        assert_eq!(e.line, Some(1), "{e}");
+    }
+
+    #[test]
+    fn defaults_parse_and_roundtrip() {
+        let cfg = parse("", "empty").unwrap();
+        assert_eq!(cfg, ProxyConfig::default());
+        assert!(matches!(
+            cfg.admission.limit,
+            spillway_core::limit::LimitConfig::EnvoyGradient(_)
+        ));
+    }
 }

@@ -1,0 +1,229 @@
+//! The proxy over loopback: pass-through, trust, reload, degradation, faults.
+
+mod proxy_support;
+
+use std::time::Duration;
+
+use proxy_support::*;
+use spillway_proxy::metrics::Fault;
+
+#[tokio::test]
+async fn http1_and_h2c_pass_through() {
+    let b = backend("b1").await;
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{}\"]\n", b.addr)).await;
+    let (s, _, body) = get(&client(), p.addr, "/hello?x=1", &[]).await;
+    assert_eq!(s, 200, "{body}");
+    assert!(body.starts_with("b1 GET /hello v=HTTP/1.1"), "{body}");
+    // h2c in, h2c out (upstream.protocol = auto).
+    let (s, _, body) = get(&h2_client(), p.addr, "/two", &[]).await;
+    assert_eq!(s, 200, "{body}");
+    assert!(body.contains("/two v=HTTP/2.0"), "{body}");
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn criticality_honoured_only_from_trusted_sources() {
+    let b = backend("b").await;
+    let hdr = [
+        ("x-spillway-criticality", "SHEDDABLE"),
+        ("x-spillway-customer", "acme"),
+    ];
+    let untrusted = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[classify]\ntrusted = [\"10.0.0.0/8\"]\n",
+        b.addr
+    ))
+    .await;
+    let (_, _, body) = get(&client(), untrusted.addr, "/", &hdr).await;
+    assert!(body.contains("crit=CRITICAL cust=default"), "{body}");
+    let trusted = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[classify]\ntrusted = [\"127.0.0.0/8\"]\n",
+        b.addr
+    ))
+    .await;
+    let (_, _, body) = get(&client(), trusted.addr, "/", &hdr).await;
+    assert!(body.contains("crit=SHEDDABLE cust=acme"), "{body}");
+    // A malformed criticality from a trusted peer is a 400 naming the header.
+    let (s, _, body) = get(
+        &client(),
+        trusted.addr,
+        "/",
+        &[("x-spillway-criticality", "urgent")],
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert!(body.contains("x-spillway-criticality"), "{body}");
+    assert_eq!(trusted.state.faults.get(Fault::BadRequest), 1);
+}
+
+#[tokio::test]
+async fn reload_valid_and_invalid() {
+    let b = backend("b").await;
+    let base = format!("[upstream]\naddresses = [\"{}\"]\n", b.addr);
+    let p = proxy_toml(&base).await;
+    let with_route = format!(
+        "{base}[[routes]]\nname = \"static\"\npath = \"/s\"\n[routes.degrade]\nthreshold = 0.0\nbody = \"degraded\"\n"
+    );
+    p.state.reload_from_str(&with_route, "new.toml").unwrap();
+    let (s, h, body) = get(&client(), p.addr, "/s", &[]).await;
+    assert_eq!((s, body.as_str()), (200, "degraded"));
+    assert_eq!(h["x-spillway-degraded"], "1");
+    // Invalid: refused, with the key and the line; the old configuration stays.
+    let bad = format!("{with_route}[[routes]]\nname = \"x\"\ncriticality = \"urgent\"\n");
+    let e = p.state.reload_from_str(&bad, "bad.toml").unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("bad.toml:11: routes[1].criticality"),
+        "{msg}"
+    );
+    assert!(msg.contains("CRITICAL_PLUS"), "{msg}");
+    let (_, _, body) = get(&client(), p.addr, "/s", &[]).await;
+    assert_eq!(body, "degraded");
+    assert_eq!(p.state.status().reload_failures, 1);
+    assert_eq!(p.state.status().reloads, 1);
+}
+
+#[tokio::test]
+async fn degradation_switch_and_counters() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[[routes]]\nname = \"feed\"\npath = \"/feed\"\n[routes.degrade]\nthreshold = 0.0\nupstream_path = \"/lite\"\n",
+        b.addr
+    ))
+    .await;
+    let (_, _, body) = get(&client(), p.addr, "/feed?q=1", &[]).await;
+    assert!(body.contains("GET /lite"), "{body}");
+    p.state.set_degradation(Some("feed"), false).unwrap();
+    let (_, _, body) = get(&client(), p.addr, "/feed", &[]).await;
+    assert!(body.contains("GET /feed"), "{body}");
+    assert!(p.state.set_degradation(Some("nope"), false).is_err());
+    let st = p.state.status();
+    let r = &st.routes[0];
+    assert_eq!((r.counters.upstream_path, r.counters.suppressed), (1, 1));
+    // Health checks never degrade.
+    p.state.set_degradation(None, true).unwrap();
+    let (_, _, body) = get(&client(), p.addr, "/healthz", &[]).await;
+    assert!(body.contains("GET /healthz"), "{body}");
+}
+
+#[tokio::test]
+async fn hung_upstream_is_504_and_dead_upstream_is_502() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\nrequest_timeout_ms = 300\n",
+        b.addr
+    ))
+    .await;
+    let (s, _, body) = get(&client(), p.addr, "/hang", &[]).await;
+    assert_eq!(s, 504, "{body}");
+    assert!(body.contains("no response head within 300 ms"), "{body}");
+    assert_eq!(p.state.faults.get(Fault::UpstreamTimeout), 1);
+
+    let dead = dead_addr().await;
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{dead}\"]\n")).await;
+    let (s, _, body) = get(&client(), p.addr, "/", &[]).await;
+    assert_eq!(s, 502, "{body}");
+    assert!(body.contains("refused the connection"), "{body}");
+}
+
+#[tokio::test]
+async fn huge_headers_get_431() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nmax_header_bytes = 8192\n",
+        b.addr
+    ))
+    .await;
+    let big = "x".repeat(20_000);
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let req = format!("GET / HTTP/1.1\r\nhost: x\r\nx-big: {big}\r\n\r\n");
+    let _ = s.write_all(req.as_bytes()).await;
+    let mut buf = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 431"), "{head}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(p.state.faults.get(Fault::HeadersTooLarge), 1);
+}
+
+#[tokio::test]
+async fn killed_upstream_mid_run_every_request_answered_and_retried_elsewhere() {
+    let a = backend("a").await;
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\", \"{}\"]\n[upstream.retry]\nbudget_ratio = 1.0\nmin_retries_per_sec = 1000.0\n",
+        a.addr, b.addr
+    ))
+    .await;
+    let c = client();
+    let (mut ok, mut other) = (0, 0);
+    for i in 0..200 {
+        if i == 50 {
+            a.kill();
+        }
+        let (s, _, _) = get(&c, p.addr, "/", &[]).await;
+        if s == 200 {
+            ok += 1;
+        } else {
+            other += 1;
+        }
+    }
+    // Every request got a response; connection failures to the dead task went elsewhere.
+    assert_eq!(ok + other, 200);
+    assert!(ok >= 195, "ok={ok} other={other}");
+}
+
+#[tokio::test]
+async fn overload_refusals_retried_once_then_marked_dont_retry_when_widespread() {
+    let a = backend("a").await;
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\", \"{}\"]\n[upstream.ejection]\nconsecutive_failures = 0\n",
+        a.addr, b.addr
+    ))
+    .await;
+    let c = client();
+    let mut marked = 0;
+    for _ in 0..40 {
+        let (s, h, _) = get(&c, p.addr, "/busy", &[]).await;
+        assert_eq!(s, 503);
+        if h.get("x-spillway-dont-retry").is_some() {
+            marked += 1;
+        }
+    }
+    // Both tasks refuse everything: the widespread gate closes and the caller is told not to retry.
+    assert!(marked >= 30, "marked={marked}");
+    assert!(p.state.status().upstream_overload_widespread);
+}
+
+#[tokio::test]
+async fn per_customer_quota_gives_429() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        r#"
+[upstream]
+addresses = ["{}"]
+[classify]
+customer_from = "api_key"
+api_keys = {{ "k-small" = "small", "k-big" = "big" }}
+[admission.quota]
+enforcement = "always"
+burst_ms = 1000
+customers = [["small", {{ per_criticality = [1.0, 1.0, 1.0, 1.0] }}]]
+"#,
+        b.addr
+    ))
+    .await;
+    let c = client();
+    let mut small = Vec::new();
+    for _ in 0..10 {
+        small.push(get(&c, p.addr, "/", &[("x-api-key", "k-small")]).await.0);
+    }
+    assert!(small.contains(&429), "{small:?}");
+    for _ in 0..10 {
+        assert_eq!(get(&c, p.addr, "/", &[("x-api-key", "k-big")]).await.0, 200);
+    }
+}

@@ -1,0 +1,141 @@
+//! Loopback backends and a client for the proxy's integration tests.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use spillway_proxy::run::{start, Running};
+use spillway_proxy::{ProxyConfig, ProxyState};
+use tokio::net::TcpListener;
+
+/// A loopback backend: echoes what it saw; `/hang` never answers; `/busy` answers 503.
+pub struct Backend {
+    pub addr: SocketAddr,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+impl Backend {
+    pub fn kill(&self) {
+        self.task.abort();
+    }
+}
+
+async fn echo(req: Request<Incoming>, name: Arc<str>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let path = req.uri().path().to_string();
+    if path == "/hang" {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+    let h = |k: &str| {
+        req.headers()
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_string()
+    };
+    let line = format!(
+        "{name} {} {path} v={:?} crit={} cust={} attempt={}",
+        req.method(),
+        req.version(),
+        h("x-spillway-criticality"),
+        h("x-spillway-customer"),
+        h("x-spillway-attempt"),
+    );
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let mut res = Response::new(Full::new(Bytes::from(format!(
+        "{line} body={}",
+        body.len()
+    ))));
+    if path == "/busy" {
+        *res.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+    }
+    Ok(res)
+}
+
+pub async fn backend(name: &str) -> Backend {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let name: Arc<str> = Arc::from(name);
+    let task = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let Ok((s, _)) = l.accept().await else { return };
+            let name = Arc::clone(&name);
+            conns.spawn(async move {
+                let svc = service_fn(move |r| echo(r, Arc::clone(&name)));
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    Backend { addr, task }
+}
+
+/// An address nothing listens on.
+pub async fn dead_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap()
+}
+
+pub async fn proxy_toml(toml: &str) -> Running {
+    let cfg = spillway_proxy::config::parse(toml, "test.toml").expect("valid config");
+    proxy(cfg).await
+}
+
+pub async fn proxy(mut cfg: ProxyConfig) -> Running {
+    cfg.admin.enabled = false;
+    let state = ProxyState::new(cfg, "test", None).expect("state");
+    start(state, Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .expect("start")
+}
+
+pub type Client = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    Full<Bytes>,
+>;
+
+pub fn client() -> Client {
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build(hyper_util::client::legacy::connect::HttpConnector::new())
+}
+
+pub fn h2_client() -> Client {
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build(hyper_util::client::legacy::connect::HttpConnector::new())
+}
+
+/// GET `path` with `headers`; returns status, headers and body text.
+pub async fn get(
+    c: &Client,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, http::HeaderMap, String) {
+    let mut b = Request::get(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let res = c
+        .request(b.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .expect("response");
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
