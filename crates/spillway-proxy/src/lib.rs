@@ -17,6 +17,7 @@
 //! | [`degrade`] | graceful degradation per route |
 //! | [`listener`] | accept with back-pressure, HTTP/1.1 + h2c, header limits, graceful shutdown |
 //! | [`admin`], [`controls`] | the admin listener and incident controls |
+//! | [`dashboard`] | the live dashboard and knee calculator the admin listener serves |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -24,6 +25,7 @@
 pub mod admin;
 pub mod config;
 pub mod controls;
+pub mod dashboard;
 pub mod degrade;
 pub mod forward;
 pub mod listener;
