@@ -1,0 +1,393 @@
+//! An open-loop HTTP load generator for loopback targets.
+//!
+//! Why open loop: real users do not wait for each other. A closed-loop generator (a pool of
+//! workers each sending its next request when the previous answers) slows down exactly when the
+//! target does, so it never offers more than the target serves and never measures the queueing
+//! an overloaded service inflicts (Gil Tene, "How NOT to Measure Latency", 2015: *coordinated
+//! omission*; Schroeder et al., "Open Versus Closed: A Cautionary Tale", NSDI 2006). Here:
+//!
+//! - every request's intended send time comes from the rate shape alone ([`Schedule`]); a
+//!   scheduler sleeps until it and spawns the request on its own tokio task — no worker pool, no
+//!   limit on concurrency other than the timeout;
+//! - latency is measured from the **intended** time, so time lost anywhere (generator, socket,
+//!   server queue) is counted; the generator's own send lag is reported in `meta` so a reader
+//!   can check it stayed small;
+//! - a request past its timeout is abandoned and counted as timed out, so at most
+//!   `rate × timeout` requests are ever in flight — memory is bounded by construction.
+//!
+//! Results are per logical request, in the shared [`crate::report`] model.
+
+mod client;
+mod mix;
+mod progress;
+mod shape;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use spillway_core::retry::{RetryConfig, RetryPolicy};
+use spillway_core::throttle::{AdaptiveThrottle, ThrottleConfig};
+use tokio::sync::mpsc;
+
+pub use client::Behaviour;
+pub use mix::{Mix, TrafficClass, CLASS_ACCEPTS};
+pub use progress::Progress;
+pub use shape::{Arrivals, RateShape, Schedule, Stage, MAX_RATE, RATE_ACCEPTS};
+
+use crate::report::{Recorder, RequestRecord, RunReport};
+
+/// Longest run accepted (hard cap, whatever `--duration` says).
+pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+/// Longest timeout accepted.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+/// Upper bound on `peak rate × timeout`, the most requests that can be in flight at once: each
+/// may hold a loopback connection, and the file-descriptor limit is typically 20 000 or less.
+pub const MAX_IN_FLIGHT: f64 = 15_000.0;
+
+/// A load run's settings.
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    /// Label of the run in reports.
+    pub title: String,
+    /// The target (loopback only).
+    pub target: SocketAddr,
+    /// Offered requests/s over time.
+    pub shape: RateShape,
+    /// Poisson (default) or uniform spacing.
+    pub arrivals: Arrivals,
+    /// Length of the offering window.
+    pub duration: Duration,
+    /// What each request carries.
+    pub mix: Mix,
+    /// Client behaviour.
+    pub behaviour: Behaviour,
+    /// A request's deadline, from its intended send time; success after it is not goodput.
+    pub timeout: Duration,
+    /// Per-attempt timeout (default `timeout / retry.max_attempts`).
+    pub attempt_timeout: Option<Duration>,
+    /// Retry gates (spillway-core); `max_attempts` is also the naive client's attempt limit.
+    pub retry: RetryConfig,
+    /// Adaptive throttle (spillway-core), for the `throttled` behaviour.
+    pub throttle: ThrottleConfig,
+    /// Speak HTTP/2 (prior knowledge) instead of HTTP/1.1.
+    pub http2: bool,
+    /// Seed for arrivals and the mix.
+    pub seed: u64,
+}
+
+impl LoadConfig {
+    /// A run against `target` with every other setting at its default: constant 100/s for 10 s,
+    /// Poisson arrivals, one CRITICAL class, naive clients, 1 s timeout, 3 attempts.
+    pub fn new(target: SocketAddr) -> Self {
+        LoadConfig {
+            title: "load".into(),
+            target,
+            shape: RateShape::Constant(100.0),
+            arrivals: Arrivals::Poisson,
+            duration: Duration::from_secs(10),
+            mix: Mix::new(Vec::new()),
+            behaviour: Behaviour::Naive,
+            timeout: Duration::from_secs(1),
+            attempt_timeout: None,
+            retry: RetryConfig::default(),
+            throttle: ThrottleConfig::default(),
+            http2: false,
+            seed: 1,
+        }
+    }
+
+    /// The per-attempt timeout in force.
+    pub fn effective_attempt_timeout(&self) -> Duration {
+        self.attempt_timeout
+            .unwrap_or(self.timeout / self.retry.max_attempts.max(1))
+            .min(self.timeout)
+    }
+
+    /// Checks every setting; the error names the flag.
+    pub fn validate(&self) -> Result<(), LoadError> {
+        let bad = |flag: &'static str, why: String| Err(LoadError::Config { flag, why });
+        if let Err(why) = crate::units::loopback_addr(&self.target.to_string()) {
+            return bad("--target", why);
+        }
+        if self.duration.is_zero() || self.duration > MAX_DURATION {
+            return bad(
+                "--duration",
+                format!("{:?} is not in (0, 1h]", self.duration),
+            );
+        }
+        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
+            return bad(
+                "--timeout",
+                format!("{:?} is not in (0, 60s]", self.timeout),
+            );
+        }
+        if self.attempt_timeout.is_some_and(|t| t.is_zero()) {
+            return bad("--attempt-timeout", "must be > 0".into());
+        }
+        if let Err(e) = self.retry.validate() {
+            return bad("--attempts", e.to_string());
+        }
+        if let Err(e) = self.throttle.validate() {
+            return bad("--throttle-k", e.to_string());
+        }
+        let in_flight = self.shape.peak() * self.timeout.as_secs_f64();
+        if in_flight > MAX_IN_FLIGHT {
+            return bad(
+                "--rate",
+                format!(
+                    "peak rate × timeout = {in_flight:.0} requests could be in flight; at most \
+                     {MAX_IN_FLIGHT} are allowed (lower --rate or --timeout)"
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A setting is out of range.
+    #[error("invalid {flag}: {why}")]
+    Config {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong and what is accepted.
+        why: String,
+    },
+}
+
+/// Live counts of a running generator (for progress displays); every field is a running total.
+#[derive(Debug, Default)]
+pub struct Live {
+    /// Requests offered so far.
+    pub offered: AtomicU64,
+    /// Attempts sent.
+    pub sent: AtomicU64,
+    /// Requests that succeeded within the timeout.
+    pub goodput: AtomicU64,
+    /// Requests refused by the server.
+    pub rejected: AtomicU64,
+    /// Requests that timed out.
+    pub timed_out: AtomicU64,
+    /// Requests refused locally by the throttle.
+    pub throttled: AtomicU64,
+    /// Other failures.
+    pub errors: AtomicU64,
+}
+
+impl Live {
+    /// Requests offered but not finished.
+    pub fn in_flight(&self) -> u64 {
+        let done = self.goodput.load(Ordering::Relaxed)
+            + self.rejected.load(Ordering::Relaxed)
+            + self.timed_out.load(Ordering::Relaxed)
+            + self.throttled.load(Ordering::Relaxed)
+            + self.errors.load(Ordering::Relaxed);
+        self.offered.load(Ordering::Relaxed).saturating_sub(done)
+    }
+}
+
+/// The generator's own timing accuracy, reported in the run's `meta["send_lag"]`.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct SendLag {
+    /// Requests measured.
+    pub count: u64,
+    /// Median of (actual first send − intended send), ms.
+    pub p50_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// Maximum, ms.
+    pub max_ms: f64,
+}
+
+/// A configured run.
+pub struct LoadGenerator {
+    cfg: LoadConfig,
+    live: Arc<Live>,
+}
+
+impl LoadGenerator {
+    /// Validates `cfg`.
+    pub fn new(cfg: LoadConfig) -> Result<Self, LoadError> {
+        cfg.validate()?;
+        Ok(LoadGenerator {
+            cfg,
+            live: Arc::new(Live::default()),
+        })
+    }
+
+    /// Live counts, updated while [`run`](Self::run) runs.
+    pub fn live(&self) -> Arc<Live> {
+        Arc::clone(&self.live)
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &LoadConfig {
+        &self.cfg
+    }
+
+    /// Offers the load, waits for the last request to finish or time out, and returns the
+    /// report. Takes at most `duration + timeout` (plus a second of grace).
+    pub async fn run(self) -> RunReport {
+        let cfg = self.cfg;
+        let live = self.live;
+        let origin = Instant::now();
+        let policies = Arc::new(client::Policies {
+            behaviour: cfg.behaviour,
+            max_attempts: cfg.retry.max_attempts,
+            // Both configs were validated in `new`; construction only re-validates them.
+            retry: RetryPolicy::new(cfg.retry.clone(), origin).unwrap_or_else(|_| {
+                RetryPolicy::new(RetryConfig::default(), origin).expect("default retry config")
+            }),
+            throttle: AdaptiveThrottle::new(cfg.throttle.clone(), origin).unwrap_or_else(|_| {
+                AdaptiveThrottle::new(ThrottleConfig::default(), origin)
+                    .expect("default throttle config")
+            }),
+            task: 1,
+        });
+        let client = client::http_client(cfg.http2);
+        let mix = Arc::new(cfg.mix.clone());
+        let uris: Arc<Vec<http::Uri>> = Arc::new(
+            mix.classes()
+                .iter()
+                .map(|c| {
+                    format!("http://{}{}", cfg.target, c.path_and_query)
+                        .parse()
+                        .unwrap_or_else(|_| http::Uri::from_static("http://127.0.0.1/"))
+                })
+                .collect(),
+        );
+        let mut recorder = Recorder::new(cfg.title.clone(), cfg.duration);
+        set_meta(&mut recorder, &cfg);
+        let recorder = Arc::new(Mutex::new(recorder));
+        let lag = Arc::new(Mutex::new(
+            Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds"),
+        ));
+        let attempt_timeout = cfg.effective_attempt_timeout();
+        let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+        let mut rng = fastrand::Rng::with_seed(cfg.seed.wrapping_add(0x5eed));
+        // Start a little in the future so the first intended times are not already late.
+        let start = Instant::now() + Duration::from_millis(20);
+        let schedule = Schedule::new(cfg.shape.clone(), cfg.arrivals, cfg.duration, cfg.seed);
+        for t in schedule {
+            let intended = start + Duration::from_secs_f64(t);
+            if intended > Instant::now() {
+                tokio::time::sleep_until(intended.into()).await;
+            }
+            let class = mix.pick(&mut rng);
+            live.offered.fetch_add(1, Ordering::Relaxed);
+            let (client, policies, live, mix, uris) = (
+                client.clone(),
+                Arc::clone(&policies),
+                Arc::clone(&live),
+                Arc::clone(&mix),
+                Arc::clone(&uris),
+            );
+            let (recorder, lag, done) = (Arc::clone(&recorder), Arc::clone(&lag), done_tx.clone());
+            let timeout = cfg.timeout;
+            tokio::spawn(async move {
+                let c = &mix.classes()[class];
+                let f = client::execute(
+                    &client,
+                    &policies,
+                    &live,
+                    &uris[class],
+                    c,
+                    intended,
+                    timeout,
+                    attempt_timeout,
+                )
+                .await;
+                let counter = match f.outcome {
+                    crate::report::Outcome::Success => &live.goodput,
+                    crate::report::Outcome::Rejected => &live.rejected,
+                    crate::report::Outcome::TimedOut => &live.timed_out,
+                    crate::report::Outcome::Throttled => &live.throttled,
+                    crate::report::Outcome::Error => &live.errors,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                if let (Some(l), Ok(mut h)) = (f.send_lag, lag.lock()) {
+                    h.saturating_record(u64::try_from(l.as_micros()).unwrap_or(u64::MAX).max(1));
+                }
+                if let Ok(mut r) = recorder.lock() {
+                    r.record(&RequestRecord {
+                        offered_at: intended.saturating_duration_since(start),
+                        criticality: c.criticality,
+                        customer: &c.customer,
+                        attempts: f.attempts,
+                        outcome: f.outcome,
+                        latency: f.latency,
+                        queue_ms: f.queue_ms,
+                        service_ms: f.service_ms,
+                    });
+                }
+                drop(done);
+            });
+        }
+        drop(done_tx);
+        // Every task ends by its deadline; the grace period only covers scheduling delays.
+        let _ = tokio::time::timeout(cfg.timeout + Duration::from_secs(1), done_rx.recv()).await;
+        let send_lag = lag.lock().map(|h| send_lag(&h)).unwrap_or_default();
+        let mut recorder = match Arc::try_unwrap(recorder) {
+            Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
+            // A straggler still holds it (past the grace period): take a snapshot.
+            Err(shared) => {
+                let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+                std::mem::replace(&mut *guard, Recorder::new(cfg.title.clone(), cfg.duration))
+            }
+        };
+        recorder.set_meta(
+            "send_lag",
+            serde_json::to_value(send_lag).unwrap_or(serde_json::Value::Null),
+        );
+        recorder.finish()
+    }
+}
+
+fn send_lag(h: &Histogram<u64>) -> SendLag {
+    if h.is_empty() {
+        return SendLag::default();
+    }
+    SendLag {
+        count: h.len(),
+        p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
+        max_ms: h.max() as f64 / 1000.0,
+    }
+}
+
+fn set_meta(r: &mut Recorder, cfg: &LoadConfig) {
+    r.set_meta("tool", "spillway load");
+    r.set_meta("target", cfg.target.to_string());
+    r.set_meta("rate", format!("{:?}", cfg.shape));
+    r.set_meta("arrivals", format!("{:?}", cfg.arrivals).to_lowercase());
+    r.set_meta("duration_s", cfg.duration.as_secs_f64());
+    r.set_meta("behaviour", cfg.behaviour.as_str());
+    r.set_meta("timeout_ms", cfg.timeout.as_secs_f64() * 1e3);
+    r.set_meta(
+        "attempt_timeout_ms",
+        cfg.effective_attempt_timeout().as_secs_f64() * 1e3,
+    );
+    r.set_meta("max_attempts", cfg.retry.max_attempts);
+    r.set_meta("seed", cfg.seed);
+    let classes: Vec<serde_json::Value> = cfg
+        .mix
+        .classes()
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "criticality": c.criticality.as_str(),
+                "customer": c.customer,
+                "route": c.route,
+                "cost": c.cost,
+                "weight": c.weight,
+            })
+        })
+        .collect();
+    r.set_meta("classes", classes);
+}
