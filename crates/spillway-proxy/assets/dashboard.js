@@ -38,6 +38,7 @@ charts.latency.setSeries([
   { key: "queue_p99", label: "queue p99", color: "#d97706", dash: [4, 3] },
   { key: "proc_mean", label: "processing mean", color: "#2563eb" },
   { key: "proc_p99", label: "processing p99", color: "#2563eb", dash: [4, 3] },
+  { key: "ewma", label: "expected service (EWMA)", color: "#94a3b8", dash: [2, 2] },
 ]);
 charts.concurrency.setSeries([
   { key: "limit", label: "limit", color: "#0f172a", width: 2.25 },
@@ -67,6 +68,7 @@ function render() {
   charts.latency.draw(Object.assign({ ys: {
     queue_mean: pick((s) => s.queue_ms && s.queue_ms.mean), queue_p99: pick((s) => s.queue_ms && s.queue_ms.p99),
     proc_mean: pick((s) => s.processing_ms && s.processing_ms.mean), proc_p99: pick((s) => s.processing_ms && s.processing_ms.p99),
+    ewma: pick((s) => s.service_time_ewma_ms),
   } }, win));
 
   // Series that appear as they happen: reasons, signals.

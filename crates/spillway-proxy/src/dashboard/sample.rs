@@ -46,6 +46,8 @@ pub struct Reading {
     pub utilisation: f64,
     /// Whether the controller counts the task as overloaded.
     pub overloaded: bool,
+    /// The controller's expected service time (EWMA of admitted requests), milliseconds.
+    pub service_time_ewma_ms: f64,
     /// Each load signal and its reading.
     pub signals: Vec<(String, f64)>,
     /// Degradation switched off for every route.
@@ -117,6 +119,9 @@ pub struct Sample {
     pub queue_ms: Option<Quantiles>,
     /// Admission to the end of the response, admitted requests only.
     pub processing_ms: Option<Quantiles>,
+    /// The controller's expected service time (EWMA of admitted requests), milliseconds: the
+    /// processing-time line when the latency histogram is not recorded.
+    pub service_time_ewma_ms: f64,
     /// Refusals by reason.
     pub shed_by_reason: BTreeMap<String, f64>,
     /// Refusals by criticality, lowest first.
@@ -290,6 +295,7 @@ impl Differ {
             refused,
             queue_ms,
             processing_ms,
+            service_time_ewma_ms: now.service_time_ewma_ms,
             shed_by_reason,
             shed_by_criticality,
             shed_by_customer,

@@ -58,6 +58,7 @@ pub fn read(state: &ProxyState, prometheus: Option<&PrometheusHandle>) -> Readin
         queue_capacity: a.queue_capacity,
         utilisation: a.utilisation,
         overloaded: a.overloaded,
+        service_time_ewma_ms: a.expected_service_time.as_secs_f64() * 1e3,
         signals: a.signals.clone(),
         degradation_all_off: status.degradation_all_off,
         routes,
