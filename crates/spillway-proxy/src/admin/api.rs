@@ -58,6 +58,7 @@ pub struct AdminApi {
     protect_reads: bool,
     max_body_bytes: usize,
     metrics: Result<PrometheusHandle, m::MetricsError>,
+    dashboard: Arc<crate::dashboard::Dashboard>,
 }
 
 impl AdminApi {
@@ -72,6 +73,7 @@ impl AdminApi {
             .resolve_token()?
             .map(|t| t.into_bytes().into_boxed_slice());
         Ok(AdminApi {
+            dashboard: crate::dashboard::Dashboard::new(Arc::clone(&state)),
             state,
             token,
             protect_reads: cfg.protect_reads,
@@ -88,6 +90,11 @@ impl AdminApi {
     /// The Prometheus handle, if the recorder could be installed (the server runs its upkeep).
     pub fn prometheus(&self) -> Option<&PrometheusHandle> {
         self.metrics.as_ref().ok()
+    }
+
+    /// The dashboard served on `/` (browsers), `/assets/*` and `/api/*`.
+    pub fn dashboard(&self) -> &Arc<crate::dashboard::Dashboard> {
+        &self.dashboard
     }
 
     /// Answers one request. `peer` is logged with every change an operator makes.
@@ -123,6 +130,13 @@ impl AdminApi {
         B::Error: Into<BoxError>,
     {
         let path = req.uri().path().to_string();
+        // The dashboard (crate::dashboard): its pages hold no data; its data is a read.
+        if path.starts_with("/api/") {
+            self.authorise(Access::Read, &req)?;
+        }
+        if let Some(r) = self.dashboard.handle(&req) {
+            return Ok(r);
+        }
         let (allowed, access): (&str, Access) = match path.as_str() {
             "/" | "/metrics" | "/status" | "/controls" => ("GET", Access::Read),
             "/config" => ("GET", Access::Protected),
@@ -268,6 +282,7 @@ impl AdminApi {
         Ok(match path {
             "/" => reply::text(StatusCode::OK, INDEX),
             "/metrics" => {
+                self.publish_gauges();
                 if let Err(e) = &self.metrics {
                     // Offered demand is ours and still rendered; say why the rest is missing.
                     let mut body = format!("# {e}\n");
@@ -304,6 +319,22 @@ impl AdminApi {
                 ))
             }
         })
+    }
+
+    /// Gauges are sampled when scraped, not on every request: the controller's limit, in
+    /// flight, queue and utilisation, and each upstream task's throttle probability.
+    fn publish_gauges(&self) {
+        let st = self.state.status();
+        let a = &st.admission;
+        spillway_tower::metrics::gauges(a.in_flight, a.limit, a.utilisation);
+        ::metrics::gauge!(m::QUEUED).set(a.queued as f64);
+        ::metrics::gauge!(m::QUEUE_CAPACITY).set(a.queue_capacity as f64);
+        for t in &st.upstreams {
+            spillway_tower::metrics::throttle_probability(
+                t.address.clone().into(),
+                t.throttle_probability,
+            );
+        }
     }
 
     fn controls_json(&self, now: Instant) -> Response<AdminBody> {

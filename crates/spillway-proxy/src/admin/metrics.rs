@@ -28,6 +28,11 @@ pub const OFFERED_COST: &str = "spillway_offered_cost_total";
 /// Counter: every request that arrived, admitted or shed; label `criticality`.
 pub const OFFERED_REQUESTS: &str = "spillway_offered_requests_total";
 
+/// Gauge: requests waiting in the admission queue (sampled when `/metrics` is scraped).
+pub const QUEUED: &str = "spillway_queued";
+/// Gauge: the admission queue's current bound (sampled when `/metrics` is scraped).
+pub const QUEUE_CAPACITY: &str = "spillway_queue_capacity";
+
 /// Histogram buckets (seconds) for the `*_seconds` histograms: 0.5 ms to 10 s, roughly ×2–2.5
 /// apart, so queue time and processing time can be compared on one dashboard and aggregated
 /// across tasks (summaries cannot be).
@@ -174,6 +179,8 @@ fn describe() {
         m::THROTTLE_PROBABILITY,
         "Client throttle's local refusal probability."
     );
+    metrics::describe_gauge!(QUEUED, "Requests waiting in the admission queue.");
+    metrics::describe_gauge!(QUEUE_CAPACITY, "Current bound of the admission queue.");
     metrics::describe_histogram!(
         m::LATENCY,
         metrics::Unit::Seconds,

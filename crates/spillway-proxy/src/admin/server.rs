@@ -86,6 +86,8 @@ impl AdminServer {
         let mut upkeep = tokio::time::interval(UPKEEP_EVERY);
         upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown = pin!(shutdown);
+        // The dashboard's 1 s sampler lives as long as the listener.
+        let sampler = api.dashboard().spawn_sampler();
 
         loop {
             // Back-pressure: at the cap, stop accepting; the kernel's backlog holds the rest.
@@ -142,6 +144,7 @@ impl AdminServer {
         }
 
         drop(listener);
+        sampler.abort();
         let _ = stop_tx.send(true);
         // Every connection holds a slot: all slots back means all connections are done.
         let all = u32::try_from(max).unwrap_or(u32::MAX);

@@ -1,0 +1,144 @@
+//! `/metrics` and `/status` over loopback after real requests went through the proxy: the
+//! Prometheus text carries the tower layer's metrics and offered demand (which counts shed
+//! requests too, so an autoscaler sees the demand that shedding hides).
+
+mod admin_support;
+
+use admin_support::{sample, stack, upstream};
+use http::StatusCode;
+use spillway_proxy::admin::AdminConfig;
+
+fn config(upstream: std::net::SocketAddr) -> String {
+    format!(
+        r#"
+[upstream]
+addresses = ["{upstream}"]
+
+[[routes]]
+name = "batch"
+path = "/batch/"
+criticality = "SHEDDABLE"
+cost = 2.5
+
+[[routes]]
+name = "api"
+path = "/"
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_status_after_traffic() {
+    let up = upstream().await;
+    let s = stack(&config(up.addr), AdminConfig::default()).await;
+
+    for i in 0..20 {
+        let r = s.get_proxy(&format!("/api/{i}"), &[]).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        assert_eq!(r.text, format!("upstream:/api/{i}"));
+    }
+    // Shed every SHEDDABLE request: they are refused, yet still counted as offered demand.
+    s.control(
+        "/controls/shed-below",
+        r#"{"criticality": "SHEDDABLE_PLUS"}"#,
+    )
+    .await;
+    for _ in 0..8 {
+        let r = s.get_proxy("/batch/job", &[]).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text);
+    }
+    assert_eq!(up.hits.load(std::sync::atomic::Ordering::Relaxed), 20);
+
+    let m = s.admin_get("/metrics").await;
+    assert_eq!(m.status, StatusCode::OK);
+    assert!(
+        m.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4"),
+        "{:?}",
+        m.headers
+    );
+    let text = &m.text;
+    // Every non-comment line is `name{labels} value` or `name value`.
+    for line in text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let value = line.rsplit(' ').next().unwrap();
+        assert!(value.parse::<f64>().is_ok(), "not a sample line: {line}");
+    }
+    let admitted = sample(text, "spillway_requests_admitted_total", &[]).unwrap_or(0.0);
+    assert!(admitted >= 20.0, "admitted {admitted}\n{text}");
+    let shed = sample(
+        text,
+        "spillway_requests_shed_total",
+        &[("reason", "incident_shed")],
+    )
+    .unwrap_or(0.0);
+    assert!(shed >= 8.0, "shed {shed}\n{text}");
+    // Gauges sampled at scrape time from the controller and the upstream pool.
+    assert!(
+        sample(text, "spillway_concurrency_limit", &[]).unwrap() >= 1.0,
+        "{text}"
+    );
+    assert_eq!(sample(text, "spillway_in_flight", &[]), Some(0.0), "{text}");
+    assert!(sample(text, "spillway_queued", &[]).is_some(), "{text}");
+    assert!(
+        sample(text, "spillway_utilisation", &[]).is_some(),
+        "{text}"
+    );
+    let dest = up.addr.to_string();
+    assert_eq!(
+        sample(
+            text,
+            "spillway_throttle_probability",
+            &[("destination", &dest)]
+        ),
+        Some(0.0),
+        "{text}"
+    );
+    // Offered demand: 8 shed SHEDDABLE requests at cost 2.5 each are in it.
+    let offered = sample(
+        text,
+        "spillway_offered_requests_total",
+        &[("criticality", "SHEDDABLE")],
+    )
+    .unwrap();
+    assert!(offered >= 8.0, "{text}");
+    let cost = sample(
+        text,
+        "spillway_offered_cost_total",
+        &[("criticality", "SHEDDABLE")],
+    )
+    .unwrap();
+    assert!(cost >= 20.0, "8 × 2.5 = 20 cost units offered, got {cost}");
+    let critical = sample(
+        text,
+        "spillway_offered_requests_total",
+        &[("criticality", "CRITICAL")],
+    )
+    .unwrap();
+    assert!(critical >= 20.0, "{text}");
+
+    let st = s.admin_get("/status").await;
+    assert_eq!(st.status, StatusCode::OK);
+    let v = st.json();
+    let adm = &v["admission"];
+    for key in ["limit", "in_flight", "queued", "utilisation", "algorithm"] {
+        assert!(adm.get(key).is_some(), "admission.{key} missing: {v}");
+    }
+    assert!(adm["limit"].as_u64().unwrap() >= 1);
+    assert_eq!(v["upstreams"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["incident_controls"]["shed_below"], "SHEDDABLE_PLUS");
+    assert!(v["offered_demand"]["SHEDDABLE"]["cost"].as_f64().unwrap() >= 20.0);
+    let routes: Vec<_> = v["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(routes, ["batch", "api"]);
+
+    s.shutdown().await;
+}
