@@ -75,7 +75,8 @@
 //!
 //! The customer table is fixed at construction: a `HashMap<Box<str>, usize>` index into a `Vec`
 //! of slots, looked up with `&str` (no allocation per charge; SipHash keeps hostile customer names
-//! from degrading lookups). **Unknown customers all share one default slot**, and that sharing is
+//! from degrading lookups; tables of up to 8 names are scanned instead, which is cheaper than one
+//! hash and just as bounded). **Unknown customers all share one default slot**, and that sharing is
 //! what bounds memory: however many distinct names arrive, the book holds
 //! `(size_of::<Slot>() + 2 × name length + one map entry) × (customers configured + 1)` bytes —
 //! about 150 bytes plus twice the name per customer on 64-bit targets (a slot is 4 buckets × 16
@@ -99,6 +100,11 @@ pub const DEFAULT_BURST: Duration = Duration::from_secs(1);
 /// Default cap on `retry_after`, and the debt floor while enforcing: one minute, long enough for
 /// any sane per-request cost, short enough that a client told to wait is not parked for hours.
 pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Up to this many configured customers a charge finds its slot by comparing names (length
+/// first, then bytes) instead of hashing: eight comparisons cost about one SipHash of a short
+/// name, and they are bounded whatever name arrives.
+const SCAN_MAX_CUSTOMERS: usize = 8;
 
 /// Largest accepted `tasks`: beyond this a per-task share is numerically meaningless.
 const MAX_TASKS: u32 = 1_000_000;
@@ -590,9 +596,17 @@ impl QuotaBook {
     }
 
     fn slot_index(&self, customer: &str) -> usize {
+        let configured = self.slots.len().saturating_sub(1);
+        if configured <= SCAN_MAX_CUSTOMERS {
+            // Names are unique (validated), so the first match is the slot the map would give.
+            let found = self.slots[..configured]
+                .iter()
+                .position(|s| *s.name == *customer);
+            return found.unwrap_or(configured);
+        }
         match self.index.get(customer) {
             Some(&i) => i,
-            None => self.slots.len().saturating_sub(1),
+            None => configured,
         }
     }
 }

@@ -377,6 +377,11 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
+    #[test]
+    fn to_ns_matches_ceil(cost in 0.0f64..1e12, ns_per_unit in 1e-3f64..1e12) {
+        prop_assert_eq!(to_ns(cost, ns_per_unit), to_ns_with_ceil(cost, ns_per_unit));
+    }
+
     /// While enforcing, for every bucket and every window of events i..=j ending in an admission
     /// of estimate e_j at time t_j:
     ///
@@ -491,6 +496,66 @@ fn an_unlimited_book_answers_as_the_full_lookup_does() {
         ..QuotaConfig::default()
     };
     assert!(!QuotaBook::new(limited, t0).unwrap().unlimited);
+}
+
+#[test]
+fn small_and_large_tables_find_the_same_slots() {
+    let t0 = Instant::now();
+    for n in [1, SCAN_MAX_CUSTOMERS, SCAN_MAX_CUSTOMERS + 1, 20] {
+        let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+        let cfg = names.iter().fold(QuotaConfig::default(), |cfg, name| {
+            cfg.with_customer(name.as_str(), CustomerQuota::uniform(1.0))
+        });
+        let book = QuotaBook::new(cfg, t0).unwrap();
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(book.slot_index(name), i, "{name} of {n}");
+            assert_eq!(book.slot_index(name), book.index[name.as_str()]);
+        }
+        for unknown in ["", "c", "c00", "C0", "x"] {
+            assert_eq!(
+                book.slot_index(unknown),
+                n,
+                "{unknown:?} goes to the default slot"
+            );
+        }
+    }
+}
+
+/// The rounding-up `to_ns` did with `f64::ceil`.
+fn to_ns_with_ceil(cost: f64, ns_per_unit: f64) -> u64 {
+    let ns = (cost * ns_per_unit).ceil();
+    if ns >= u64::MAX as f64 {
+        u64::MAX
+    } else if ns > 0.0 {
+        ns as u64
+    } else {
+        0
+    }
+}
+
+#[test]
+fn to_ns_rounds_up_like_ceil_at_the_edges() {
+    let two_53 = 9_007_199_254_740_992.0;
+    for x in [
+        0.0,
+        -0.0,
+        -0.5,
+        1e-300,
+        0.5,
+        1.0,
+        1.5,
+        two_53 - 0.5,
+        two_53,
+        two_53 + 2.0,
+        1.8e19,
+        18_446_744_073_709_549_568.0, // the largest f64 below 2^64
+        u64::MAX as f64,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+    ] {
+        assert_eq!(to_ns(x, 1.0), to_ns_with_ceil(x, 1.0), "{x}");
+    }
 }
 
 #[test]
