@@ -16,7 +16,8 @@ use spillway_proxy::run::{start, Running};
 use spillway_proxy::{ProxyConfig, ProxyState};
 use tokio::net::TcpListener;
 
-/// A loopback backend: echoes what it saw; `/hang` never answers; `/busy` answers 503.
+/// A loopback backend: echoes what it saw; `/hang` answers after 30 s, `/slow` after 0.8 s;
+/// `/busy` answers 503.
 pub struct Backend {
     pub addr: SocketAddr,
     pub task: tokio::task::JoinHandle<()>,
@@ -32,6 +33,9 @@ async fn echo(req: Request<Incoming>, name: Arc<str>) -> Result<Response<Full<By
     let path = req.uri().path().to_string();
     if path == "/hang" {
         tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+    if path == "/slow" {
+        tokio::time::sleep(Duration::from_millis(800)).await;
     }
     let h = |k: &str| {
         req.headers()

@@ -1,0 +1,224 @@
+//! Upgrades, shedding order, slow clients, connection cap, large bodies.
+
+mod proxy_support;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use proxy_support::*;
+use spillway_proxy::metrics::Fault;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+async fn read_head(s: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut b))
+            .await
+            .expect("head in time")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        buf.push(b[0]);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[tokio::test]
+async fn websocket_style_upgrade_is_tunnelled() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        let svc = service_fn(|mut req: hyper::Request<Incoming>| async move {
+            let on = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                if let Ok(u) = on.await {
+                    let mut io = TokioIo::new(u);
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = io.read(&mut buf).await {
+                        if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            });
+            let mut res = hyper::Response::new(Full::new(Bytes::new()));
+            *res.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
+            res.headers_mut()
+                .insert("connection", "upgrade".parse().unwrap());
+            res.headers_mut().insert("upgrade", "echo".parse().unwrap());
+            Ok::<_, Infallible>(res)
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(s), svc)
+            .with_upgrades()
+            .await;
+    });
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{up}\"]\n")).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /ws HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    for msg in [&b"ping"[..], b"pong!"] {
+        s.write_all(msg).await.unwrap();
+        let mut buf = vec![0u8; msg.len()];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(buf, msg);
+    }
+}
+
+#[tokio::test]
+async fn slow_client_header_timeout_is_counted() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 200\n",
+        b.addr
+    ))
+    .await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    let mut buf = Vec::new();
+    // The proxy closes the connection (hyper answers 408 or just closes).
+    let r = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await;
+    assert!(r.is_ok(), "connection closed by the header-read timeout");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(p.state.faults.get(Fault::HeaderTimeout), 1);
+}
+
+#[tokio::test]
+async fn connection_cap_stops_accepting() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nmax_connections = 2\n",
+        b.addr
+    ))
+    .await;
+    let _c1 = TcpStream::connect(p.addr).await.unwrap();
+    let _c2 = TcpStream::connect(p.addr).await.unwrap();
+    let mut c3 = TcpStream::connect(p.addr).await.unwrap(); // sits in the kernel backlog
+    c3.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let r = tokio::time::timeout(Duration::from_millis(300), c3.read(&mut buf)).await;
+    assert!(r.is_err(), "third connection not served while two are open");
+    assert!(p.state.faults.get(Fault::ConnectionCap) >= 1);
+    drop(_c1);
+    let head = read_head(&mut c3).await;
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "served once a slot frees: {head}"
+    );
+}
+
+#[tokio::test]
+async fn large_body_streamed_and_not_retried() {
+    let b = backend("b").await;
+    let dead = dead_addr().await;
+    // Two tasks, the first dead. On a fresh proxy both score 0 and power-of-two-choices takes
+    // the first listed, so the first request goes to the dead task.
+    let cfg = format!(
+        "[upstream]\naddresses = [\"{dead}\", \"{}\"]\nretry_buffer_bytes = 1024\n",
+        b.addr
+    );
+    let post = |addr, n: usize| {
+        hyper::Request::post(format!("http://{addr}/up"))
+            .body(Full::new(Bytes::from(vec![b'x'; n])))
+            .unwrap()
+    };
+    let c = client();
+    // Small body: buffered, so the connection failure is retried on the live task.
+    let p = proxy_toml(&cfg).await;
+    let r = c.request(post(p.addr, 100)).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&body).ends_with("body=100"));
+    assert_eq!(p.state.faults.get(Fault::UpstreamConnect), 1);
+    // Large body: streamed, never retried; the 502 names the cause.
+    let p = proxy_toml(&cfg).await;
+    let r = c.request(post(p.addr, 100_000)).await.unwrap();
+    assert_eq!(r.status(), 502);
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("refused the connection"));
+    assert_eq!(p.state.faults.get(Fault::NotRetriedLargeBody), 1);
+    // The next large body goes to the live task (the dead one is penalised) and streams through.
+    let r = c.request(post(p.addr, 100_000)).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&body).ends_with("body=100000"));
+}
+
+#[tokio::test]
+async fn overload_sheds_lowest_criticality_first() {
+    // Limit fixed at 10, no queue; 8 slow CRITICAL requests hold 8 slots (utilisation 0.8).
+    // SHEDDABLE may fill only 80 % of the limit (headroom) and is shed from utilisation 0.8:
+    // refused. SHEDDABLE_PLUS (90 %) and CRITICAL_PLUS (100 %) still get in.
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        r#"
+[upstream]
+addresses = ["{}"]
+[classify]
+trusted = ["127.0.0.0/8"]
+[admission.limit]
+algorithm = "fixed"
+limit = 10
+[admission.queue]
+max_len = 0
+"#,
+        b.addr
+    ))
+    .await;
+    let c = client();
+    let mut slow = Vec::new();
+    for _ in 0..8 {
+        let (c, addr) = (c.clone(), p.addr);
+        slow.push(tokio::spawn(async move {
+            let (s, h, b) = get(&c, addr, "/slow", &[("x-spillway-criticality", "CRITICAL")]).await;
+            if s != 200 {
+                eprintln!("slow: {s} {h:?} {b}");
+            }
+            s
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(p.state.status().admission.in_flight, 8);
+    for _ in 0..5 {
+        let (s, h, _) = get(&c, p.addr, "/", &[("x-spillway-criticality", "SHEDDABLE")]).await;
+        assert_eq!(s, 503);
+        assert!(h.contains_key("retry-after"));
+        let (s, _, _) = get(
+            &c,
+            p.addr,
+            "/",
+            &[("x-spillway-criticality", "SHEDDABLE_PLUS")],
+        )
+        .await;
+        assert_eq!(s, 200);
+        let (s, _, _) = get(
+            &c,
+            p.addr,
+            "/",
+            &[("x-spillway-criticality", "CRITICAL_PLUS")],
+        )
+        .await;
+        assert_eq!(s, 200);
+    }
+    for t in slow {
+        assert_eq!(t.await.unwrap(), 200, "every admitted request is answered");
+    }
+    assert_eq!(p.state.status().admission.in_flight, 0);
+}
