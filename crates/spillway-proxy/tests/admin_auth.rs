@@ -208,3 +208,31 @@ async fn connection_cap_queues_and_shutdown_returns() {
     assert_eq!(status, StatusCode::OK);
     s.shutdown().await; // asserts the admin listener returns Ok within the timeout
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_request_heads_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = upstream().await;
+    let s = stack(
+        &config(up.addr),
+        AdminConfig {
+            header_read_timeout_ms: 200,
+            ..AdminConfig::default()
+        },
+    )
+    .await;
+    // Half a request head, then silence: the listener closes the connection by itself.
+    let mut c = tokio::net::TcpStream::connect(s.admin).await.unwrap();
+    c.write_all(b"GET /status HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(admin_support::REQUEST_TIMEOUT, c.read_to_end(&mut buf))
+        .await
+        .expect("closed well before the test's timeout");
+    // EOF or a reset: either way the slow client no longer holds the connection.
+    drop(read);
+    // The listener is still serving others.
+    assert_eq!(s.admin_get("/controls").await.status, StatusCode::OK);
+    s.shutdown().await;
+}
