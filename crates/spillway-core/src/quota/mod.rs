@@ -631,12 +631,14 @@ fn to_ns(cost: f64, ns_per_unit: f64) -> u64 {
         return u64::MAX;
     }
     // Rounded up without `f64::ceil`, a libm call on baseline x86-64 (no SSE4.1) made three times
-    // a charge: truncation is exact below 2^64, and a fraction (only possible below 2^53) adds 1.
-    let whole = ns as u64;
-    if (whole as f64) < ns {
-        whole + 1
+    // a charge: truncation is exact, and a fraction (only possible below 2^53) adds 1. Below 2^63
+    // through i64, whose conversions are single instructions there (u64's are branchy sequences).
+    if ns < 9_223_372_036_854_775_808.0 {
+        let whole = ns as i64;
+        // `whole` is in 0..2^63: the cast to u64 is exact.
+        whole as u64 + u64::from((whole as f64) < ns)
     } else {
-        whole
+        ns as u64 // a whole number already
     }
 }
 

@@ -547,6 +547,8 @@ fn to_ns_rounds_up_like_ceil_at_the_edges() {
         two_53 - 0.5,
         two_53,
         two_53 + 2.0,
+        9_223_372_036_854_774_784.0, // the largest f64 below 2^63
+        9_223_372_036_854_775_808.0, // 2^63
         1.8e19,
         18_446_744_073_709_549_568.0, // the largest f64 below 2^64
         u64::MAX as f64,
