@@ -41,7 +41,7 @@ function latencyText(l) {
 function renderAnswer(a) {
   const p = a.plan;
   const body = document.createElement("tbody");
-  row(body, "capacity", `${fmtRate(a.capacity_rps)} (${a.servers} workers${a.servers_from === "capacity" ? ", from capacity" : ""})`);
+  row(body, "capacity", `${fmtRate(a.capacity_rps)} (${a.servers} worker${a.servers === 1 ? "" : "s"}${a.servers_from === "capacity" ? ", from capacity" : ""})`);
   row(body, "arrivals", `${fmtRate(p.input.arrival_rate)}, ${fmtPct(p.offered_utilisation)} of capacity`);
   row(body, "knee for this concurrency", fmtPct(a.knee_utilisation));
   const w = row(body, "queueing without shedding", p.without_shedding ? fmtSecs(p.without_shedding.mean_wait_secs) : "unbounded", "big");

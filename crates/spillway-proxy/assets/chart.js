@@ -57,7 +57,22 @@ export class LineChart {
       return;
     }
     const o = this.opts;
-    const pad = { l: 48, r: 12, t: 28, b: 22 };
+    // Legend rows: wrap when the labels do not fit on one line.
+    const rows = [];
+    let row = [];
+    let rowW = 48;
+    for (const s of this.series) {
+      const sw = 20 + g.measureText(s.label).width + 14;
+      if (row.length && rowW + sw > w - 8) {
+        rows.push(row);
+        row = [];
+        rowW = 48;
+      }
+      row.push([s, rowW]);
+      rowW += sw;
+    }
+    if (row.length) rows.push(row);
+    const pad = { l: 48, r: o.xKind === "linear" ? 20 : 12, t: 12 + 16 * Math.max(1, rows.length), b: 22 };
     const pw = w - pad.l - pad.r;
     const ph = h - pad.t - pad.b;
     const xMin = data.xMin ?? o.xMin ?? data.x[0];
@@ -142,21 +157,21 @@ export class LineChart {
     // Legend along the top.
     g.textAlign = "left";
     g.textBaseline = "middle";
-    let lx = pad.l;
-    for (const s of this.series) {
-      g.strokeStyle = s.color;
-      g.lineWidth = 2.5;
-      g.setLineDash(s.dash || []);
-      g.beginPath();
-      g.moveTo(lx, 12);
-      g.lineTo(lx + 16, 12);
-      g.stroke();
-      g.setLineDash([]);
-      g.fillStyle = "#334155";
-      const label = s.label;
-      g.fillText(label, lx + 20, 12);
-      lx += 20 + g.measureText(label).width + 14;
-    }
+    rows.forEach((r, k) => {
+      const ly = 10 + 16 * k;
+      for (const [s, lx] of r) {
+        g.strokeStyle = s.color;
+        g.lineWidth = 2.5;
+        g.setLineDash(s.dash || []);
+        g.beginPath();
+        g.moveTo(lx, ly);
+        g.lineTo(lx + 16, ly);
+        g.stroke();
+        g.setLineDash([]);
+        g.fillStyle = "#334155";
+        g.fillText(s.label, lx + 20, ly);
+      }
+    });
     this.draws++;
     this.canvas.dataset.points = String(points);
     this.canvas.dataset.draws = String(this.draws);

@@ -126,7 +126,8 @@ function renderNow(s) {
   $("util-now").classList.toggle("bad", s.overloaded);
   $("overloaded-now").textContent = s.overloaded ? "overloaded" : "";
   const q = s.queue_ms ? fmtShort(s.queue_ms.p99) : "–";
-  const p = s.processing_ms ? fmtShort(s.processing_ms.p99) : "–";
+  // Without the latency histogram, the controller's expected service time stands in.
+  const p = s.processing_ms ? fmtShort(s.processing_ms.p99) : `~${fmtShort(s.service_time_ewma_ms)}`;
   $("latency-now").textContent = `${q} / ${p}`;
 }
 

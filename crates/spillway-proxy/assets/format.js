@@ -34,7 +34,8 @@ export function fmtShort(v) {
   const a = Math.abs(v);
   if (a >= 1e6) return `${(v / 1e6).toFixed(a >= 1e7 ? 0 : 1)}M`;
   if (a >= 1e3) return `${(v / 1e3).toFixed(a >= 1e4 ? 0 : 1)}k`;
-  if (a >= 10 || a === 0) return `${Math.round(v)}`;
+  if (a >= 100 || a === 0 || Number.isInteger(v)) return `${Math.round(v)}`;
+  if (a >= 10) return v.toFixed(1);
   if (a >= 1) return v.toFixed(1);
   return v.toFixed(2);
 }

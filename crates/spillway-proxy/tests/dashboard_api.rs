@@ -39,10 +39,16 @@ async fn wait_sample(s: &Stack, what: &str, pred: impl Fn(&Value) -> bool) -> Va
         let r = s.admin_get("/api/series?since=0").await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text);
         let v = r.json();
-        if let Some(hit) = v["samples"].as_array().and_then(|a| a.iter().rev().find(|x| pred(x))) {
+        if let Some(hit) = v["samples"]
+            .as_array()
+            .and_then(|a| a.iter().rev().find(|x| pred(x)))
+        {
             return hit.clone();
         }
-        assert!(Instant::now() < until, "no sample with {what} within 15 s: {v}");
+        assert!(
+            Instant::now() < until,
+            "no sample with {what} within 15 s: {v}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -52,10 +58,19 @@ async fn pages_are_embedded_self_contained_and_only_for_browsers_at_root() {
     let up = upstream().await;
     let s = stack(&config(up.addr), AdminConfig::default()).await;
     let html = s
-        .send(s.admin, Method::GET, "/", &[("accept", "text/html,*/*")], "")
+        .send(
+            s.admin,
+            Method::GET,
+            "/",
+            &[("accept", "text/html,*/*")],
+            "",
+        )
         .await;
     assert_eq!(html.status, StatusCode::OK);
-    assert!(html.headers["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(html.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
     assert!(html.text.contains("/assets/dashboard.js"), "{}", html.text);
     assert!(html.headers.contains_key("content-security-policy"));
     // curl keeps the admin API's plain-text index.
@@ -86,7 +101,10 @@ async fn pages_are_embedded_self_contained_and_only_for_browsers_at_root() {
     }
     let missing = s.admin_get("/assets/nope.js").await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
-    assert!(missing.json()["error"].as_str().unwrap().contains("/assets/nope.js"));
+    assert!(missing.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("/assets/nope.js"));
     let post = s.admin_post("/api/series", "", None).await;
     assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
     s.shutdown().await;
@@ -104,19 +122,29 @@ async fn series_follows_traffic_and_the_degradation_switch() {
     let until = Instant::now() + Duration::from_secs(15);
     let busy = loop {
         for _ in 0..20 {
-            let r = s.get_proxy("/x", &[("x-spillway-criticality", "SHEDDABLE")]).await;
+            let r = s
+                .get_proxy("/x", &[("x-spillway-criticality", "SHEDDABLE")])
+                .await;
             assert_eq!(r.status, StatusCode::OK, "{}", r.text);
         }
         let v = s.admin_get("/api/series?since=0").await.json();
-        let hit = v["samples"]
-            .as_array()
-            .and_then(|a| a.iter().find(|x| x["offered"].as_f64().unwrap_or(0.0) > 0.0).cloned());
+        let hit = v["samples"].as_array().and_then(|a| {
+            a.iter()
+                .find(|x| x["offered"].as_f64().unwrap_or(0.0) > 0.0)
+                .cloned()
+        });
         if let Some(h) = hit {
             break h;
         }
-        assert!(Instant::now() < until, "traffic never showed in a sample: {v}");
+        assert!(
+            Instant::now() < until,
+            "traffic never showed in a sample: {v}"
+        );
     };
-    assert!(busy["offered_by_criticality"][0].as_f64().unwrap() > 0.0, "{busy}");
+    assert!(
+        busy["offered_by_criticality"][0].as_f64().unwrap() > 0.0,
+        "{busy}"
+    );
     assert!(busy["admitted"].as_f64().unwrap() > 0.0, "{busy}");
     assert!(busy["goodput"].as_f64().unwrap() > 0.0, "{busy}");
     assert_eq!(busy["routes"][0]["name"], "api");
@@ -132,7 +160,9 @@ async fn series_follows_traffic_and_the_degradation_switch() {
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad.json()["field"], "since");
 
-    let r = s.admin_post("/degradation", r#"{"enabled": false}"#, None).await;
+    let r = s
+        .admin_post("/degradation", r#"{"enabled": false}"#, None)
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let off = wait_sample(&s, "degradation off", |x| x["degradation_all_off"] == true).await;
     assert_eq!(off["routes"][0]["enabled"], false, "{off}");
@@ -145,15 +175,21 @@ async fn calc_api_gives_the_reference_figures_and_names_bad_fields() {
     let s = stack(&config(up.addr), AdminConfig::default()).await;
     for (workers, want) in [(1, 0.36), (40, 0.004_116)] {
         let r = s
-            .admin_get(&format!("/api/calc?service_time_ms=40&workers={workers}&utilisation=0.9"))
+            .admin_get(&format!(
+                "/api/calc?service_time_ms=40&workers={workers}&utilisation=0.9"
+            ))
             .await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text);
         let v = r.json();
-        let wait = v["plan"]["without_shedding"]["mean_wait_secs"].as_f64().unwrap();
+        let wait = v["plan"]["without_shedding"]["mean_wait_secs"]
+            .as_f64()
+            .unwrap();
         assert!((wait - want).abs() < 5e-6, "{workers} workers: {wait}");
         assert!(v["curves"].as_array().unwrap().len() >= 6);
     }
-    let r = s.admin_get("/api/calc?service_time_ms=40&workers=0&utilisation=0.9").await;
+    let r = s
+        .admin_get("/api/calc?service_time_ms=40&workers=0&utilisation=0.9")
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.json()["field"], "workers", "{}", r.text);
     s.shutdown().await;
@@ -176,7 +212,13 @@ async fn with_protected_reads_the_data_needs_the_token_but_the_pages_do_not() {
     assert_eq!(denied.status, StatusCode::UNAUTHORIZED, "{}", denied.text);
     let auth = format!("Bearer {TOKEN}");
     let ok = s
-        .send(s.admin, Method::GET, "/api/series", &[("authorization", &auth)], "")
+        .send(
+            s.admin,
+            Method::GET,
+            "/api/series",
+            &[("authorization", &auth)],
+            "",
+        )
         .await;
     assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
     s.shutdown().await;

@@ -17,8 +17,8 @@
 use serde::Serialize;
 use serde_json::json;
 use spillway_core::erlang::{
-    self, knee_utilisation, plan_shedding, square_root_rule_knee, workers_for_capacity, ErlangError,
-    MmcQueue, ShedInput, WaitTarget, KNEE_WAIT_FRACTION,
+    self, knee_utilisation, plan_shedding, square_root_rule_knee, workers_for_capacity,
+    ErlangError, MmcQueue, ShedInput, WaitTarget, KNEE_WAIT_FRACTION,
 };
 
 /// Concurrencies drawn as curves, plus the user's own (the same family as `spillway calc`).
@@ -88,10 +88,17 @@ fn erlang_err(field: &str, e: ErlangError) -> CalcError {
 /// Answers one calculator question given as `query` (decoded `key=value` pairs).
 pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError> {
     const MS: &str = "a number of milliseconds > 0, such as 40";
-    let s_ms = number(query, "service_time_ms", MS)?
-        .ok_or_else(|| CalcError::new("service_time_ms", format!("missing service_time_ms: expected {MS}")))?;
+    let s_ms = number(query, "service_time_ms", MS)?.ok_or_else(|| {
+        CalcError::new(
+            "service_time_ms",
+            format!("missing service_time_ms: expected {MS}"),
+        )
+    })?;
     if s_ms <= 0.0 {
-        return Err(CalcError::new("service_time_ms", format!("invalid service_time_ms {s_ms}: expected {MS}")));
+        return Err(CalcError::new(
+            "service_time_ms",
+            format!("invalid service_time_ms {s_ms}: expected {MS}"),
+        ));
     }
     let s = s_ms / 1e3;
     const WORKERS: &str = "a whole number of workers from 1 to 1000000";
@@ -101,7 +108,10 @@ pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError
     ) {
         (Some(w), _) => {
             if w.fract() != 0.0 || !(1.0..=f64::from(erlang::MAX_SERVERS)).contains(&w) {
-                return Err(CalcError::new("workers", format!("invalid workers {w}: expected {WORKERS}")));
+                return Err(CalcError::new(
+                    "workers",
+                    format!("invalid workers {w}: expected {WORKERS}"),
+                ));
             }
             (w as u32, "workers")
         }
@@ -120,14 +130,20 @@ pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError
     let capacity = f64::from(servers) / s;
     let arrival_rate = match (
         number(query, "arrival_rate", "requests per second >= 0")?,
-        number(query, "utilisation", "a fraction of capacity >= 0 such as 0.9")?,
+        number(
+            query,
+            "utilisation",
+            "a fraction of capacity >= 0 such as 0.9",
+        )?,
     ) {
         (Some(r), _) => r,
         (None, Some(u)) if u >= 0.0 => u * capacity,
         (None, Some(u)) => {
             return Err(CalcError::new(
                 "utilisation",
-                format!("invalid utilisation {u}: expected a fraction of capacity >= 0 such as 0.9"),
+                format!(
+                    "invalid utilisation {u}: expected a fraction of capacity >= 0 such as 0.9"
+                ),
             ))
         }
         (None, None) => {
@@ -138,7 +154,12 @@ pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError
             ))
         }
     };
-    let sheddable_share = number(query, "sheddable_share", "a fraction from 0 to 1 such as 0.3")?.unwrap_or(0.0);
+    let sheddable_share = number(
+        query,
+        "sheddable_share",
+        "a fraction from 0 to 1 such as 0.3",
+    )?
+    .unwrap_or(0.0);
     let target = match number(query, "target_wait_ms", "a number of milliseconds >= 0")? {
         None => WaitTarget::knee(s).map_err(|e| erlang_err("service_time_ms", e))?,
         Some(w) => WaitTarget::Mean { wait_secs: w / 1e3 },
@@ -206,34 +227,68 @@ mod tests {
     use super::*;
 
     fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn reference_figures_come_from_the_core() {
         // SRE reference: 40 ms of work at 90%: 360 ms queueing with 1 worker, ~4 ms with 40.
         for (workers, expected) in [("1", 0.36), ("40", 0.004_116)] {
-            let v = answer(&q(&[("service_time_ms", "40"), ("workers", workers), ("utilisation", "0.9")])).unwrap();
-            let wait = v["plan"]["without_shedding"]["mean_wait_secs"].as_f64().unwrap();
+            let v = answer(&q(&[
+                ("service_time_ms", "40"),
+                ("workers", workers),
+                ("utilisation", "0.9"),
+            ]))
+            .unwrap();
+            let wait = v["plan"]["without_shedding"]["mean_wait_secs"]
+                .as_f64()
+                .unwrap();
             assert!((wait - expected).abs() < 5e-6, "{workers}: {wait}");
-            let core = MmcQueue::at_utilisation(workers.parse().unwrap(), 0.04, 0.9).unwrap().mean_wait_secs();
+            let core = MmcQueue::at_utilisation(workers.parse().unwrap(), 0.04, 0.9)
+                .unwrap()
+                .mean_wait_secs();
             assert_eq!(wait, core);
         }
     }
 
     #[test]
     fn overload_is_an_answer_and_bad_input_names_the_field() {
-        let v = answer(&q(&[("service_time_ms", "1"), ("capacity", "1000"), ("arrival_rate", "1150"), ("sheddable_share", "0.3")])).unwrap();
+        let v = answer(&q(&[
+            ("service_time_ms", "1"),
+            ("capacity", "1000"),
+            ("arrival_rate", "1150"),
+            ("sheddable_share", "0.3"),
+        ]))
+        .unwrap();
         assert!(v["plan"]["without_shedding"].is_null());
         assert!(v["plan"]["with_shedding"].is_object());
         assert_eq!(v["servers"], 1);
-        let e = answer(&q(&[("service_time_ms", "abc"), ("workers", "1"), ("utilisation", "0.5")])).unwrap_err();
+        let e = answer(&q(&[
+            ("service_time_ms", "abc"),
+            ("workers", "1"),
+            ("utilisation", "0.5"),
+        ]))
+        .unwrap_err();
         assert_eq!(e.field, "service_time_ms");
-        let e = answer(&q(&[("service_time_ms", "40"), ("workers", "1.5"), ("utilisation", "0.5")])).unwrap_err();
+        let e = answer(&q(&[
+            ("service_time_ms", "40"),
+            ("workers", "1.5"),
+            ("utilisation", "0.5"),
+        ]))
+        .unwrap_err();
         assert_eq!(e.field, "workers");
         let e = answer(&q(&[("service_time_ms", "40"), ("workers", "4")])).unwrap_err();
         assert_eq!(e.field, "utilisation");
-        let e = answer(&q(&[("service_time_ms", "40"), ("workers", "4"), ("utilisation", "0.5"), ("sheddable_share", "2")])).unwrap_err();
+        let e = answer(&q(&[
+            ("service_time_ms", "40"),
+            ("workers", "4"),
+            ("utilisation", "0.5"),
+            ("sheddable_share", "2"),
+        ]))
+        .unwrap_err();
         assert_eq!(e.field, "sheddable_share");
     }
 }

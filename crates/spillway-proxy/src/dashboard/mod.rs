@@ -89,7 +89,8 @@ impl Dashboard {
         let now = Instant::now();
         let t = unix_ms();
         let mut g = self.differ.lock().unwrap_or_else(|p| p.into_inner());
-        let dt = g.1.map_or(1.0, |prev| now.duration_since(prev).as_secs_f64());
+        let dt =
+            g.1.map_or(1.0, |prev| now.duration_since(prev).as_secs_f64());
         let s = g.0.next(reading, t, dt);
         g.1 = Some(now);
         // Serialising plain numbers and strings cannot fail; if it ever did, the sample is
@@ -138,8 +139,13 @@ impl Dashboard {
             return None;
         }
         if req.method() != Method::GET && req.method() != Method::HEAD {
-            let mut r = error(StatusCode::METHOD_NOT_ALLOWED, None, &format!("{path} accepts GET only"));
-            r.headers_mut().insert(http::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            let mut r = error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                None,
+                &format!("{path} accepts GET only"),
+            );
+            r.headers_mut()
+                .insert(http::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
             return Some(r);
         }
         let query = || -> Vec<(String, String)> {
@@ -177,7 +183,10 @@ impl Dashboard {
                     h.insert(CONTENT_TYPE, HeaderValue::from_static(a.content_type));
                     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
                     h.insert("content-security-policy", HeaderValue::from_static(CSP));
-                    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+                    h.insert(
+                        "x-content-type-options",
+                        HeaderValue::from_static("nosniff"),
+                    );
                     r
                 }
                 None => error(

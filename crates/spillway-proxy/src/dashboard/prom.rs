@@ -266,7 +266,10 @@ spillway_requests_shed_total{customer="broken} 7
         assert_eq!(r.shed_by_customer["b\"x\\y"], 5.0);
         assert_eq!(r.shed_by_operation["/img"], 5.0);
         assert_eq!(r.shed_by_criticality, [35.0, 0.0, 2.0, 0.0]);
-        assert_eq!(r.throttled_by_criticality[Criticality::Critical.index()], 4.0);
+        assert_eq!(
+            r.throttled_by_criticality[Criticality::Critical.index()],
+            4.0
+        );
         assert_eq!(r.queue_time.count, 20.0);
         assert_eq!(r.queue_time.sum, 20.5);
         assert_eq!(

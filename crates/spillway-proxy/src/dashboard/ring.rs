@@ -59,7 +59,10 @@ impl Ring {
         let q = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         // Samples are in time order: find the first newer one from the back (a poll usually
         // asks for the last one or two).
-        let start = q.iter().rposition(|(t, _)| *t <= since_ms).map_or(0, |i| i + 1);
+        let start = q
+            .iter()
+            .rposition(|(t, _)| *t <= since_ms)
+            .map_or(0, |i| i + 1);
         let size: usize = q.iter().skip(start).map(|(_, s)| s.len() + 1).sum();
         let mut out = String::with_capacity(size + 96);
         out.push_str(&format!(

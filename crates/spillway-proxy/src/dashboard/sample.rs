@@ -180,7 +180,10 @@ fn delta_f(now: f64, before: f64) -> f64 {
     }
 }
 
-fn delta_map(now: &BTreeMap<String, f64>, before: Option<&BTreeMap<String, f64>>) -> BTreeMap<String, f64> {
+fn delta_map(
+    now: &BTreeMap<String, f64>,
+    before: Option<&BTreeMap<String, f64>>,
+) -> BTreeMap<String, f64> {
     now.iter()
         .map(|(k, v)| {
             let b = before.and_then(|b| b.get(k)).copied().unwrap_or(0.0);
@@ -216,7 +219,8 @@ impl Differ {
         let first = prev.is_none();
         let p = prev.unwrap_or_else(|| now.clone());
         let rate = |n: u64, b: u64| if first { 0.0 } else { delta(n, b) / dt };
-        let per_crit = |n: &[u64; 4], b: &[u64; 4]| -> [f64; 4] { std::array::from_fn(|i| rate(n[i], b[i])) };
+        let per_crit =
+            |n: &[u64; 4], b: &[u64; 4]| -> [f64; 4] { std::array::from_fn(|i| rate(n[i], b[i])) };
 
         let offered_by_criticality = per_crit(&now.offered, &p.offered);
         let admitted = per_crit(&now.admitted, &p.admitted).iter().sum();
@@ -245,15 +249,22 @@ impl Differ {
         let mut throttled_by_criticality = [0.0; 4];
         if let (Some(np), false) = (&now.prom, first) {
             let pp = p.prom.as_ref();
-            let scale = |m: BTreeMap<String, f64>| m.into_iter().map(|(k, v)| (k, v / dt)).collect();
+            let scale =
+                |m: BTreeMap<String, f64>| m.into_iter().map(|(k, v)| (k, v / dt)).collect();
             let extra = delta_map(&np.shed_by_reason, pp.map(|x| &x.shed_by_reason));
             for (reason, v) in extra {
                 if !now.refused.iter().any(|(r, _)| *r == reason) {
                     shed_by_reason.insert(reason, v / dt);
                 }
             }
-            shed_by_customer = top_n(scale(delta_map(&np.shed_by_customer, pp.map(|x| &x.shed_by_customer))));
-            shed_by_operation = top_n(scale(delta_map(&np.shed_by_operation, pp.map(|x| &x.shed_by_operation))));
+            shed_by_customer = top_n(scale(delta_map(
+                &np.shed_by_customer,
+                pp.map(|x| &x.shed_by_customer),
+            )));
+            shed_by_operation = top_n(scale(delta_map(
+                &np.shed_by_operation,
+                pp.map(|x| &x.shed_by_operation),
+            )));
             let ms = |s: Option<(f64, f64, f64)>| {
                 s.map(|(mean, p99, _)| Quantiles {
                     mean: mean * 1e3,
@@ -261,7 +272,9 @@ impl Differ {
                 })
             };
             let empty = super::prom::Histogram::default();
-            queue_ms = ms(np.queue_time.delta_summary(pp.map_or(&empty, |x| &x.queue_time)));
+            queue_ms = ms(np
+                .queue_time
+                .delta_summary(pp.map_or(&empty, |x| &x.queue_time)));
             processing_ms = ms(np.latency.delta_summary(pp.map_or(&empty, |x| &x.latency)));
             let zero = [0.0; 4];
             let before = pp.map_or(&zero, |x| &x.throttled_by_criticality);
@@ -337,7 +350,10 @@ mod tests {
     fn rates_are_differences_over_the_interval_and_resets_never_go_negative() {
         let mut d = Differ::default();
         let first = d.next(reading(100, 50, 50), 1_000, 1.0);
-        assert_eq!(first.offered, 0.0, "the first reading only sets the baseline");
+        assert_eq!(
+            first.offered, 0.0,
+            "the first reading only sets the baseline"
+        );
         let s = d.next(reading(300, 150, 150), 3_000, 2.0);
         assert_eq!(s.offered, 100.0);
         assert_eq!(s.admitted, 50.0);
@@ -354,7 +370,9 @@ mod tests {
 
     #[test]
     fn customers_beyond_the_top_n_are_summed_as_other() {
-        let m: BTreeMap<String, f64> = (0..20).map(|i| (format!("c{i:02}"), f64::from(i))).collect();
+        let m: BTreeMap<String, f64> = (0..20)
+            .map(|i| (format!("c{i:02}"), f64::from(i)))
+            .collect();
         let t = top_n(m);
         assert_eq!(t.len(), TOP_N + 1);
         assert_eq!(t["c19"], 19.0);
