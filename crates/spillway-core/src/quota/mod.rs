@@ -408,6 +408,7 @@ impl QuotaBook {
     /// [`QuotaEnforcement::WhenOverloaded`]) and the bucket cannot pay the estimate. Unknown
     /// customers are charged to the shared default slot. A negative or NaN estimate counts as 0;
     /// an infinite one can only run from a full bucket. Lock-free, no allocation.
+    #[inline]
     pub fn try_charge(
         &self,
         now: Instant,
@@ -421,8 +422,9 @@ impl QuotaBook {
             QuotaEnforcement::WhenOverloaded => overloaded,
         };
         if self.unlimited {
-            // The same free charge of the default slot that the lookup below would come to; this
-            // book runs in every admission even when no quotas are configured.
+            // The same free charge of the default slot that the lookup in `charge_bucket` would
+            // come to. This book runs in every admission even when no quotas are configured, so
+            // this part is inlined and such a book costs the caller a branch, not a call.
             return Ok(QuotaCharge {
                 slot: self.slots.len().saturating_sub(1),
                 criticality: c,
@@ -430,6 +432,18 @@ impl QuotaBook {
                 amount: 0.0,
             });
         }
+        self.charge_bucket(now, customer, c, estimate, enforced)
+    }
+
+    /// [`try_charge`](Self::try_charge) for a book that keeps accounts.
+    fn charge_bucket(
+        &self,
+        now: Instant,
+        customer: &str,
+        c: Criticality,
+        estimate: f64,
+        enforced: bool,
+    ) -> Result<QuotaCharge, OverQuota> {
         let slot = self.slot_index(customer);
         let amount = sanitize(estimate);
         let charge = |amount| QuotaCharge {
