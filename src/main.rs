@@ -9,7 +9,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod backend;
 mod calc;
+mod load;
 mod proxy;
 
 /// Overload protection: criticality-aware admission, quotas, adaptive throttling, retry budgets.
@@ -25,6 +27,12 @@ enum Command {
     /// Where the utilisation knee is for your concurrency, and when to start refusing work
     /// (M/M/c queueing arithmetic).
     Calc(calc::CalcArgs),
+    /// Offer an open-loop load to a loopback target and report goodput, rejections, timeouts and
+    /// latency per second, criticality and customer (JSON and HTML reports).
+    Load(load::LoadArgs),
+    /// Run a demo backend with the overload pathology: c workers, an unbounded FIFO queue that
+    /// serves callers who have left, optional pressure slowdown and capacity drop.
+    Backend(backend::BackendArgs),
     /// Run the overload-protecting reverse proxy (sidecar or gateway) in front of a service.
     Proxy(proxy::ProxyArgs),
 }
@@ -47,6 +55,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Calc(args) => calc::run(&args),
+        Command::Load(args) => load::run(&args),
+        Command::Backend(args) => backend::run(&args),
         Command::Proxy(args) => proxy::run(&args),
     };
     match result {

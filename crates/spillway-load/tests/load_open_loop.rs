@@ -31,7 +31,7 @@ async fn keeps_send_times_and_counts_queueing_against_a_slow_target() {
     cfg.duration = Duration::from_secs(2);
     cfg.timeout = Duration::from_secs(2);
     cfg.retry.max_attempts = 1;
-    let report = LoadGenerator::new(cfg).unwrap().run().await;
+    let report = LoadGenerator::new(cfg).unwrap().run().await.unwrap();
 
     // 30/s for 2 s (the 60th arrival falls on the end of the window, up to float rounding).
     let offered = report.summary.counts.offered;
@@ -80,7 +80,7 @@ async fn requests_past_their_timeout_are_abandoned_and_counted() {
     cfg.timeout = Duration::from_millis(300);
     cfg.retry.max_attempts = 1;
     let started = std::time::Instant::now();
-    let report = LoadGenerator::new(cfg).unwrap().run().await;
+    let report = LoadGenerator::new(cfg).unwrap().run().await.unwrap();
     // Bounded: the run ends by duration + timeout (+ grace), not when the backend catches up.
     assert!(
         started.elapsed() < Duration::from_millis(2500),
@@ -126,7 +126,7 @@ async fn against_refusals(addr: SocketAddr, behaviour: Behaviour) -> spillway_lo
     cfg.duration = Duration::from_secs(1);
     cfg.timeout = Duration::from_millis(500);
     cfg.behaviour = behaviour;
-    let report = LoadGenerator::new(cfg).unwrap().run().await;
+    let report = LoadGenerator::new(cfg).unwrap().run().await.unwrap();
     assert!(report.summary.counts.is_balanced());
     assert_eq!(report.summary.counts.goodput, 0);
     report.summary.counts

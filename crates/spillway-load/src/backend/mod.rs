@@ -177,6 +177,9 @@ pub enum BackendError {
         /// Why.
         source: std::io::Error,
     },
+    /// The async runtime could not be started.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
 }
 
 impl Backend {
@@ -225,6 +228,31 @@ impl Backend {
             stop,
         })
     }
+}
+
+/// Runs a backend on a runtime of its own until Ctrl-C (or `run_for`, if given), calling
+/// `on_ready` once it listens; returns its final counters.
+pub fn serve_blocking(
+    cfg: BackendConfig,
+    run_for: Option<Duration>,
+    on_ready: impl FnOnce(&BackendHandle),
+) -> Result<BackendStats, BackendError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(BackendError::Runtime)?;
+    runtime.block_on(async move {
+        let handle = Backend::start(cfg).await?;
+        on_ready(&handle);
+        let limit = run_for.unwrap_or(Duration::MAX);
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = tokio::time::sleep(limit.min(Duration::from_secs(366 * 86400))) => {}
+        }
+        let stats = handle.stats();
+        handle.shutdown();
+        Ok(stats)
+    })
 }
 
 /// One of the `c` workers: takes the oldest queued request (FIFO) and serves it whether or not

@@ -128,6 +128,18 @@ impl LoadConfig {
         if self.attempt_timeout.is_some_and(|t| t.is_zero()) {
             return bad("--attempt-timeout", "must be > 0".into());
         }
+        if !(1..=100).contains(&self.retry.max_attempts) {
+            return bad(
+                "--attempts",
+                format!("{} is not in 1..=100", self.retry.max_attempts),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.retry.budget_ratio) {
+            return bad(
+                "--retry-budget",
+                format!("{} is not in 0..=1 (default 0.1)", self.retry.budget_ratio),
+            );
+        }
         if let Err(e) = self.retry.validate() {
             return bad("--attempts", e.to_string());
         }
@@ -159,6 +171,30 @@ pub enum LoadError {
         /// What is wrong and what is accepted.
         why: String,
     },
+    /// The async runtime could not be started.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// Runs `cfg` on a runtime of its own (for callers without one, like the CLI), with a progress
+/// bar on the terminal when `progress` is set.
+pub fn run_blocking(cfg: LoadConfig, progress: bool) -> Result<RunReport, LoadError> {
+    let generator = LoadGenerator::new(cfg)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(LoadError::Runtime)?;
+    runtime.block_on(async move {
+        let bar = progress.then(|| {
+            let cfg = generator.config();
+            Progress::start(&cfg.title, generator.live(), cfg.duration)
+        });
+        let report = generator.run().await;
+        if let Some(bar) = bar {
+            bar.finish();
+        }
+        report
+    })
 }
 
 /// Live counts of a running generator (for progress displays); every field is a running total.
@@ -232,8 +268,9 @@ impl LoadGenerator {
     }
 
     /// Offers the load, waits for the last request to finish or time out, and returns the
-    /// report. Takes at most `duration + timeout` (plus a second of grace).
-    pub async fn run(self) -> RunReport {
+    /// report. Takes at most `duration + timeout` (plus a second of grace). Fails only if the
+    /// scheduler thread cannot be started.
+    pub async fn run(self) -> Result<RunReport, LoadError> {
         let cfg = self.cfg;
         let live = self.live;
         let origin = Instant::now();
@@ -265,20 +302,20 @@ impl LoadGenerator {
         let mut recorder = Recorder::new(cfg.title.clone(), cfg.duration);
         set_meta(&mut recorder, &cfg);
         let recorder = Arc::new(Mutex::new(recorder));
+        let recorder_out = Arc::clone(&recorder);
         let lag = Arc::new(Mutex::new(
             Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds"),
         ));
+        let lag_out = Arc::clone(&lag);
         let attempt_timeout = cfg.effective_attempt_timeout();
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
         let mut rng = fastrand::Rng::with_seed(cfg.seed.wrapping_add(0x5eed));
         // Start a little in the future so the first intended times are not already late.
         let start = Instant::now() + Duration::from_millis(20);
         let schedule = Schedule::new(cfg.shape.clone(), cfg.arrivals, cfg.duration, cfg.seed);
-        for t in schedule {
-            let intended = start + Duration::from_secs_f64(t);
-            if intended > Instant::now() {
-                tokio::time::sleep_until(intended.into()).await;
-            }
+        let timeout = cfg.timeout;
+        let runtime = tokio::runtime::Handle::current();
+        let launch = move |intended: Instant| {
             let class = mix.pick(&mut rng);
             live.offered.fetch_add(1, Ordering::Relaxed);
             let (client, policies, live, mix, uris) = (
@@ -289,8 +326,7 @@ impl LoadGenerator {
                 Arc::clone(&uris),
             );
             let (recorder, lag, done) = (Arc::clone(&recorder), Arc::clone(&lag), done_tx.clone());
-            let timeout = cfg.timeout;
-            tokio::spawn(async move {
+            runtime.spawn(async move {
                 let c = &mix.classes()[class];
                 let f = client::execute(
                     &client,
@@ -328,12 +364,34 @@ impl LoadGenerator {
                 }
                 drop(done);
             });
+        };
+        // The schedule runs on a thread of its own: a task on the runtime would queue behind
+        // thousands of request tasks and tokio's 1 ms timer, and fall behind at high rates.
+        // Each request is spawned onto the runtime at its intended time; any delay until it is
+        // actually sent is measured (send lag) and counted in its latency.
+        let scheduler = std::thread::Builder::new()
+            .name("spillway-load-scheduler".into())
+            .spawn(move || {
+                let mut launch = launch;
+                for t in schedule {
+                    let intended = start + Duration::from_secs_f64(t);
+                    let now = Instant::now();
+                    if intended > now {
+                        std::thread::sleep(intended - now);
+                    }
+                    launch(intended);
+                }
+            });
+        match scheduler {
+            Ok(thread) => {
+                let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            }
+            Err(e) => return Err(LoadError::Runtime(e)),
         }
-        drop(done_tx);
         // Every task ends by its deadline; the grace period only covers scheduling delays.
         let _ = tokio::time::timeout(cfg.timeout + Duration::from_secs(1), done_rx.recv()).await;
-        let send_lag = lag.lock().map(|h| send_lag(&h)).unwrap_or_default();
-        let mut recorder = match Arc::try_unwrap(recorder) {
+        let send_lag = lag_out.lock().map(|h| send_lag(&h)).unwrap_or_default();
+        let mut recorder = match Arc::try_unwrap(recorder_out) {
             Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
             // A straggler still holds it (past the grace period): take a snapshot.
             Err(shared) => {
@@ -345,7 +403,7 @@ impl LoadGenerator {
             "send_lag",
             serde_json::to_value(send_lag).unwrap_or(serde_json::Value::Null),
         );
-        recorder.finish()
+        Ok(recorder.finish())
     }
 }
 

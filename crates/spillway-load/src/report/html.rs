@@ -189,12 +189,20 @@ fn charts(h: &mut String, reports: &[RunReport], names: &[String]) {
             .collect::<Vec<_>>()
     };
 
+    // Time charts share the longest run's length as their x axis.
+    let seconds = reports
+        .iter()
+        .map(|r| r.seconds.len())
+        .max()
+        .filter(|n| *n > 0)
+        .map(|n| n as f64);
     h.push_str("<h2>Charts</h2>");
     let mut c = XyChart {
         title: "Offered load and goodput over time".into(),
         x_label: "seconds".into(),
         y_label: "requests/s".into(),
         reference: capacity.clone(),
+        x_max: seconds,
         ..XyChart::default()
     };
     for (i, (r, name)) in reports.iter().zip(names).enumerate() {
@@ -231,6 +239,7 @@ fn charts(h: &mut String, reports: &[RunReport], names: &[String]) {
         title: "Latency of successful requests (p50 solid, p99 dashed)".into(),
         x_label: "seconds".into(),
         y_label: "ms".into(),
+        x_max: seconds,
         ..XyChart::default()
     };
     for (i, (r, name)) in reports.iter().zip(names).enumerate() {
@@ -251,6 +260,7 @@ fn charts(h: &mut String, reports: &[RunReport], names: &[String]) {
             title: "Server-reported queue time (dashed) and service time (solid), means".into(),
             x_label: "seconds".into(),
             y_label: "ms".into(),
+            x_max: seconds,
             ..XyChart::default()
         };
         for (i, (r, name)) in reports.iter().zip(names).enumerate() {

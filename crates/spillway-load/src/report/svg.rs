@@ -40,6 +40,8 @@ pub(crate) struct XyChart {
     pub series: Vec<Series>,
     /// A labelled horizontal reference line (e.g. capacity).
     pub reference: Option<(f64, String)>,
+    /// Fixed upper end of the x axis (e.g. the run's length), instead of the data's maximum.
+    pub x_max: Option<f64>,
 }
 
 /// Escapes text for SVG/HTML content and attribute values.
@@ -150,19 +152,34 @@ fn y_axis(svg: &mut String, f: &Frame) {
     );
 }
 
-fn legend(svg: &mut String, entries: &[(&str, &str, bool)]) {
-    for (i, (name, color, dashed)) in entries.iter().enumerate() {
+/// A legend entry: name, colour, dashed line, marker (scatter) instead of a line.
+type Entry<'a> = (&'a str, &'a str, bool, bool);
+
+fn legend(svg: &mut String, entries: &[Entry<'_>]) {
+    for (i, (name, color, dashed, marker)) in entries.iter().enumerate() {
         let y = TOP + 8.0 + 16.0 * i as f64;
         let x = WIDTH - RIGHT + 10.0;
-        let dash = if *dashed {
-            r#" stroke-dasharray="5 3""#
+        if *marker {
+            let _ = write!(
+                svg,
+                r#"<circle cx="{cx}" cy="{y}" r="3" fill="{color}"/>"#,
+                cx = x + 9.0
+            );
         } else {
-            ""
-        };
+            let dash = if *dashed {
+                r#" stroke-dasharray="5 3""#
+            } else {
+                ""
+            };
+            let _ = write!(
+                svg,
+                r#"<line x1="{x}" x2="{x2}" y1="{y}" y2="{y}" stroke="{color}" stroke-width="2"{dash}/>"#,
+                x2 = x + 18.0,
+            );
+        }
         let _ = write!(
             svg,
-            r#"<line x1="{x}" x2="{x2}" y1="{y}" y2="{y}" stroke="{color}" stroke-width="2"{dash}/><text x="{tx}" y="{ty}">{n}</text>"#,
-            x2 = x + 18.0,
+            r#"<text x="{tx}" y="{ty}">{n}</text>"#,
             tx = x + 22.0,
             ty = y + 4.0,
             n = escape(name),
@@ -174,7 +191,10 @@ fn legend(svg: &mut String, entries: &[(&str, &str, bool)]) {
 pub(crate) fn xy_chart(c: &XyChart) -> String {
     let points = || c.series.iter().flat_map(|s| s.points.iter());
     let f = Frame {
-        x_max: axis_max(points().map(|p| p.0)),
+        x_max: c
+            .x_max
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .unwrap_or_else(|| axis_max(points().map(|p| p.0))),
         y_max: axis_max(points().map(|p| p.1).chain(c.reference.iter().map(|r| r.0))),
     };
     let mut svg = String::new();
@@ -230,10 +250,10 @@ pub(crate) fn xy_chart(c: &XyChart) -> String {
             );
         }
     }
-    let entries: Vec<(&str, &str, bool)> = c
+    let entries: Vec<Entry<'_>> = c
         .series
         .iter()
-        .map(|s| (s.name.as_str(), s.color, s.dashed))
+        .map(|s| (s.name.as_str(), s.color, s.dashed, s.scatter))
         .collect();
     legend(&mut svg, &entries);
     svg.push_str("</svg>");
@@ -281,9 +301,9 @@ pub(crate) fn bar_chart(
             );
         }
     }
-    let entries: Vec<(&str, &str, bool)> = series
+    let entries: Vec<Entry<'_>> = series
         .iter()
-        .map(|(n, c)| (n.as_str(), *c, false))
+        .map(|(n, c)| (n.as_str(), *c, false, false))
         .collect();
     legend(&mut svg, &entries);
     svg.push_str("</svg>");
@@ -330,6 +350,7 @@ mod tests {
                 scatter: false,
             }],
             reference: Some((50.0, "capacity".into())),
+            x_max: None,
         };
         let svg = xy_chart(&chart);
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));

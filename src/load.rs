@@ -1,0 +1,227 @@
+//! `spillway load`: offer an open-loop load to a loopback target and report goodput, rejections,
+//! timeouts and latency per second, per criticality and per customer.
+//!
+//! Why a thin layer: the generator, the client behaviours and the report live in
+//! `spillway_load` so that `spillway demo` and tests run exactly the same code in-process; this
+//! module only turns flags into a [`LoadConfig`] and prints the result.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use spillway_load::load::{self, Arrivals, Behaviour, LoadConfig, Mix, RateShape, TrafficClass};
+use spillway_load::report::{self, RunReport};
+use spillway_load::units::{loopback_addr, parse_duration};
+
+use crate::UsageError;
+
+/// Arrival process.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ArrivalsArg {
+    /// Exponential gaps (independent users).
+    Poisson,
+    /// Evenly spaced.
+    Uniform,
+}
+
+/// Client behaviour.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BehaviourArg {
+    /// Per-attempt timeout and immediate retries on any failure, up to --attempts.
+    Naive,
+    /// Retries only through the retry gates (attempt limit, don't-retry, 10% budget).
+    Budgeted,
+    /// Adaptive client-side throttling plus budgeted retries.
+    Throttled,
+}
+
+/// `spillway load` arguments.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Target HOST:PORT or http://HOST:PORT (loopback addresses only).
+    #[arg(long, value_name = "ADDR", value_parser = loopback_addr)]
+    target: SocketAddr,
+    /// Offered load: RATE, ramp:FROM..TO, step:BEFORE..AFTER@TIME, spike:BASE..PEAK@TIME+LEN,
+    /// or stages:R/DUR,FROM..TO/DUR,... (requests/s).
+    #[arg(long, value_name = "SHAPE", default_value = "100", value_parser = RateShape::parse)]
+    rate: RateShape,
+    /// Arrival process.
+    #[arg(long, value_enum, default_value = "poisson")]
+    arrivals: ArrivalsArg,
+    /// Length of the run [default: 10s, or the total of --rate stages]; at most 1h.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    duration: Option<Duration>,
+    /// A traffic class, repeatable: criticality=..,customer=..,route=/..,cost=..,weight=..
+    /// [default: one CRITICAL class, customer "default", route /].
+    #[arg(long = "class", value_name = "SPEC", value_parser = TrafficClass::parse)]
+    classes: Vec<TrafficClass>,
+    /// How clients react to failures.
+    #[arg(long, value_enum, default_value = "naive")]
+    behaviour: BehaviourArg,
+    /// A request's deadline from its intended send time; later answers are not goodput.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
+    timeout: Duration,
+    /// Per-attempt timeout [default: --timeout / --attempts].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
+    attempt_timeout: Option<Duration>,
+    /// Attempts per request, the first included (1 = no retries).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    attempts: u32,
+    /// Retry budget: retries per request over a 10 s window (budgeted/throttled).
+    #[arg(
+        long,
+        value_name = "RATIO",
+        default_value_t = 0.1,
+        allow_negative_numbers = true
+    )]
+    retry_budget: f64,
+    /// Adaptive throttle K: send up to K × what the backend accepts (throttled).
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 2.0,
+        allow_negative_numbers = true
+    )]
+    throttle_k: f64,
+    /// Use HTTP/2 with prior knowledge instead of HTTP/1.1.
+    #[arg(long)]
+    http2: bool,
+    /// Seed of the arrivals and the mix.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Label of the run in reports [default: the behaviour].
+    #[arg(long)]
+    title: Option<String>,
+    /// Write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a self-contained HTML report (SVG charts) to this file.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// No progress bar (it is also hidden when stdout is not a terminal).
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Runs `spillway load`.
+pub fn run(args: &LoadArgs) -> Result<()> {
+    let behaviour = match args.behaviour {
+        BehaviourArg::Naive => Behaviour::Naive,
+        BehaviourArg::Budgeted => Behaviour::Budgeted,
+        BehaviourArg::Throttled => Behaviour::Throttled,
+    };
+    let mut cfg = LoadConfig::new(args.target);
+    cfg.title = args
+        .title
+        .clone()
+        .unwrap_or_else(|| behaviour.as_str().to_owned());
+    cfg.duration = args
+        .duration
+        .or_else(|| args.rate.natural_duration())
+        .unwrap_or(Duration::from_secs(10));
+    cfg.shape = args.rate.clone();
+    cfg.arrivals = match args.arrivals {
+        ArrivalsArg::Poisson => Arrivals::Poisson,
+        ArrivalsArg::Uniform => Arrivals::Uniform,
+    };
+    cfg.mix = Mix::new(args.classes.clone());
+    cfg.behaviour = behaviour;
+    cfg.timeout = args.timeout;
+    cfg.attempt_timeout = args.attempt_timeout;
+    cfg.retry.max_attempts = args.attempts;
+    cfg.retry.budget_ratio = args.retry_budget;
+    cfg.throttle.k = args.throttle_k;
+    cfg.http2 = args.http2;
+    cfg.seed = args.seed;
+    // Every setting error names its flag: exit 2 like clap's own.
+    cfg.validate().map_err(|e| UsageError(e.to_string()))?;
+    let report = load::run_blocking(cfg, !args.quiet)?;
+    print_summary(&report);
+    if let Some(path) = &args.json {
+        report::write_json(std::slice::from_ref(&report), path)
+            .with_context(|| "writing --json")?;
+        println!("JSON report: {}", path.display());
+    }
+    if let Some(path) = &args.html {
+        report::write_html(std::slice::from_ref(&report), path)
+            .with_context(|| "writing --html")?;
+        println!("HTML report: {}", path.display());
+    }
+    Ok(())
+}
+
+fn ratio(c: &report::Counts) -> String {
+    c.success_ratio()
+        .map_or_else(|| "-".into(), |r| format!("{:.2}%", r * 100.0))
+}
+
+/// Prints the run's totals, breakdowns and latency.
+pub(crate) fn print_summary(r: &RunReport) {
+    let s = &r.summary;
+    let c = &s.counts;
+    println!(
+        "{}: {:.0} s, offered {} ({:.1}/s), sent {} ({:.2} attempts/request)",
+        r.title, s.duration_s, c.offered, s.offered_rps, c.sent, s.amplification
+    );
+    println!(
+        "  goodput {} ({:.1}/s, {}), rejected {}, timed out {}, throttled {}, errors {}",
+        c.goodput,
+        s.goodput_rps,
+        ratio(c),
+        c.rejected,
+        c.timed_out,
+        c.throttled,
+        c.errors
+    );
+    for (name, c) in &s.by_criticality {
+        println!("  {name:<16} success {:>8} of {}", ratio(c), c.offered);
+    }
+    if s.by_customer.len() > 1 {
+        for (name, c) in &s.by_customer {
+            println!(
+                "  customer {name:<10} success {:>8} of {}",
+                ratio(c),
+                c.offered
+            );
+        }
+    }
+    match &r.latency {
+        Some(l) => {
+            let t = &l.total;
+            println!(
+                "  latency of successes (from intended send time): p50 {:.1} ms, p90 {:.1}, p99 {:.1}, p99.9 {:.1}, max {:.1}",
+                t.p50_ms, t.p90_ms, t.p99_ms, t.p999_ms, t.max_ms
+            );
+            if let (Some(q), Some(p)) = (l.queue, l.processing) {
+                println!(
+                    "  server-reported: queue p50 {:.1} ms / p99 {:.1}; service p50 {:.1} ms / p99 {:.1}",
+                    q.p50_ms, q.p99_ms, p.p50_ms, p.p99_ms
+                );
+            }
+        }
+        None => println!("  no successful requests"),
+    }
+    if let Some(lag) = r.meta.get("send_lag") {
+        let p99 = lag["p99_ms"].as_f64().unwrap_or(0.0);
+        println!(
+            "  generator send lag: p50 {:.1} ms, p99 {p99:.1} ms, max {:.1} ms",
+            lag["p50_ms"].as_f64().unwrap_or(0.0),
+            lag["max_ms"].as_f64().unwrap_or(0.0)
+        );
+        // A tenth of the timeout: beyond it the machine, not the target, shapes the results.
+        let timeout_ms = r
+            .meta
+            .get("timeout_ms")
+            .and_then(|t| t.as_f64())
+            .unwrap_or(1000.0);
+        if p99 > timeout_ms / 10.0 {
+            println!(
+                "  warning: the generator fell behind its schedule (send lag p99 {p99:.0} ms vs a \
+                 {timeout_ms:.0} ms timeout): this machine is too busy for this rate. Latency \
+                 still counts from the intended send times, but some requests were offered late."
+            );
+        }
+    }
+}
