@@ -177,8 +177,7 @@ impl ShedPolicy {
     pub fn probability(&self, c: Criticality, utilisation: f64) -> f64 {
         // Thresholds never decrease with criticality (validated), so at or below this level's own
         // threshold every level above it is at 0 too: the usual case, answered without the loop.
-        // The negated comparison also catches NaN.
-        if !(utilisation > self.start[c.index()]) {
+        if utilisation.is_nan() || utilisation <= self.start[c.index()] {
             return 0.0;
         }
         let mut p: f64 = 0.0;

@@ -13,21 +13,23 @@ pub(super) fn sanitize(cost: f64) -> f64 {
 /// saturating at `u64::MAX`.
 pub(super) fn to_ns(cost: f64, ns_per_unit: f64) -> u64 {
     let ns = cost * ns_per_unit;
-    if !(ns > 0.0) {
-        return 0; // also NaN
-    }
     if ns >= u64::MAX as f64 {
         return u64::MAX;
     }
-    // Rounded up without `f64::ceil`, a libm call on baseline x86-64 (no SSE4.1) made three times
-    // a charge: truncation is exact, and a fraction (only possible below 2^53) adds 1. Below 2^63
-    // through i64, whose conversions are single instructions there (u64's are branchy sequences).
-    if ns < 9_223_372_036_854_775_808.0 {
-        let whole = ns as i64;
-        // `whole` is in 0..2^63: the cast to u64 is exact.
-        whole as u64 + u64::from((whole as f64) < ns)
+    if ns > 0.0 {
+        // Rounded up without `f64::ceil`, a libm call on baseline x86-64 (no SSE4.1) made three
+        // times a charge: truncation is exact, and a fraction (only possible below 2^53) adds 1.
+        // Below 2^63 through i64, whose conversions are single instructions there (u64's are
+        // branchy sequences).
+        if ns < 9_223_372_036_854_775_808.0 {
+            let whole = ns as i64;
+            // `whole` is in 0..2^63: the cast to u64 is exact.
+            whole as u64 + u64::from((whole as f64) < ns)
+        } else {
+            ns as u64 // a whole number already
+        }
     } else {
-        ns as u64 // a whole number already
+        0 // also NaN
     }
 }
 
