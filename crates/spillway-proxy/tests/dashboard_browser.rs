@@ -278,6 +278,10 @@ fn dashboard_and_calculator_in_a_real_browser() {
         live, "live",
         "the page kept up with 1 s polls under overload"
     );
+    let polls = b
+        .eval("[spillwayDashboard.polls, spillwayDashboard.failures]")
+        .expect("poll counts");
+    eprintln!("page polls so far [made, failed]: {polls}");
     let points = b
         .eval("Number(document.getElementById('chart-load').dataset.points)")
         .expect("points");
