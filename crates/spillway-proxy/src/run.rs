@@ -150,9 +150,8 @@ pub fn run(source: Source) -> Result<(), RunError> {
         let _ = admin_stop.send(true);
         running.shutdown().await;
         if let Some(a) = admin {
-            match a.await {
-                Ok(Err(e)) => return Err(RunError::Admin(e)),
-                _ => {}
+            if let Ok(Err(e)) = a.await {
+                return Err(RunError::Admin(e));
             }
         }
         Ok(())

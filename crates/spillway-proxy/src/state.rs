@@ -52,17 +52,17 @@ impl Runtime {
     pub fn utilisation(&self) -> f64 {
         let now_ms = self.started.elapsed().as_millis() as u64 + 1;
         let at = self.util.at_ms.load(Ordering::Relaxed);
-        if at == 0 || now_ms.saturating_sub(at) >= 10 {
-            if self
+        let stale = at == 0 || now_ms.saturating_sub(at) >= 10;
+        if stale
+            && self
                 .util
                 .at_ms
                 .compare_exchange(at, now_ms, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
-            {
-                let u = self.controller.snapshot().utilisation;
-                self.util.bits.store(u.to_bits(), Ordering::Relaxed);
-                return u;
-            }
+        {
+            let u = self.controller.snapshot().utilisation;
+            self.util.bits.store(u.to_bits(), Ordering::Relaxed);
+            return u;
         }
         f64::from_bits(self.util.bits.load(Ordering::Relaxed))
     }

@@ -23,7 +23,7 @@ use super::Pool;
 
 /// The interval for a task receiving `rate` requests per second.
 pub fn interval(per_requests: f64, rate: f64, min: Duration, max: Duration) -> Duration {
-    if !(rate > 0.0) {
+    if rate.is_nan() || rate <= 0.0 {
         return max;
     }
     let secs = per_requests / rate;

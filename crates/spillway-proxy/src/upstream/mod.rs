@@ -403,6 +403,22 @@ impl Drop for InFlight {
     }
 }
 
+/// An empty body.
+pub fn empty_body() -> ProxyBody {
+    use http_body_util::BodyExt;
+    http_body_util::Empty::<Bytes>::new()
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// A body of `bytes`.
+pub fn full_body(bytes: Bytes) -> ProxyBody {
+    use http_body_util::BodyExt;
+    http_body_util::Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,20 +493,4 @@ mod tests {
         assert!((s.utilisation(now) - 0.4).abs() < 1e-9);
         assert_eq!(s.utilisation(now + Duration::from_secs(60)), 0.0, "stale");
     }
-}
-
-/// An empty body.
-pub fn empty_body() -> ProxyBody {
-    use http_body_util::BodyExt;
-    http_body_util::Empty::<Bytes>::new()
-        .map_err(|never| match never {})
-        .boxed_unsync()
-}
-
-/// A body of `bytes`.
-pub fn full_body(bytes: Bytes) -> ProxyBody {
-    use http_body_util::BodyExt;
-    http_body_util::Full::new(bytes)
-        .map_err(|never| match never {})
-        .boxed_unsync()
 }

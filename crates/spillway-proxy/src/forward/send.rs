@@ -1,248 +1,28 @@
-//! One request's path through the proxy: classify → incident controls → degrade → admit →
-//! forward (balance, throttle, retry) → hold the permit until the response body ends.
-//!
-//! Why this order (SRE book ch. 21; DESIGN.md "The request's path"): classification decides
-//! everything after it; the operator's incident levers come before any work; a degraded static
-//! answer is cheaper than admission; admission (spillway-core's controller: quota, shed, limit,
-//! queue) happens before the body is read, so a refused request costs no body buffering; the
-//! permit is held until the response body ends, so a streamed response counts as in flight
-//! for as long as it really occupies the upstream.
+//! Sending an admitted request upstream: pick a task (power of two choices), pass its client
+//! throttle, take a request slot, send with a timeout, and on an overload refusal or a
+//! connection failure ask the retry policy whether to try another task.
 
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
-use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use spillway_core::controller::{Admission, AdmissionRequest, Outcome, Permit};
+use spillway_core::controller::{Outcome, Permit};
 use spillway_core::retry::{Failure, RetryDecision, RetryGate};
-use spillway_tower::context::RequestContext;
 use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
-use tokio::sync::OwnedSemaphorePermit;
 
+use super::body::{read_body, Guard, Held, ReqBody};
+use super::headers::strip_hop_by_hop;
 use crate::config::UpstreamProtocol;
-use crate::degrade::{self, Mode};
 use crate::metrics::Fault;
 use crate::respond;
 use crate::state::{ProxyState, Runtime};
-use crate::upstream::{full_body, BoxError, InFlight, Pool, ProxyBody, Task};
-
-/// Handles one client request (never fails: every outcome is a response).
-pub async fn handle(
-    state: Arc<ProxyState>,
-    peer: Option<SocketAddr>,
-    mut req: Request<Incoming>,
-) -> Response<ProxyBody> {
-    let now = Instant::now();
-    let rt = state.runtime();
-    let protocol = Protocol::of(req.headers());
-    let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
-    let (mut parts, body) = req.into_parts();
-
-    let class = match rt.router.classify(&parts, peer, now) {
-        Ok(c) => c,
-        Err(e) => {
-            state.faults.count(Fault::BadRequest);
-            return respond::bad_header(&e, protocol);
-        }
-    };
-    crate::admin::record_offered(class.criticality, class.cost);
-
-    let controls = state.controls();
-    if !class.health_check {
-        if let Some(refusal) = controls.check(now, class.criticality, fastrand::f64()) {
-            metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => refusal.reason())
-                .increment(1);
-            return respond::control_refusal(&refusal, protocol);
-        }
-    }
-
-    // Graceful degradation (never for health checks).
-    let mut degraded_path = false;
-    if let (Some(route), false) = (&class.route, class.health_check) {
-        if let Some(d) = &route.degrade {
-            let exercised = controls.exercise_degraded(fastrand::f64());
-            let engaged = exercised || rt.utilisation() >= d.threshold;
-            if engaged {
-                let counters = state.degrade_counters(&route.name);
-                if !state.degradation_enabled(&route.name) {
-                    counters.suppressed();
-                } else {
-                    let mode = degrade::mode(d);
-                    counters.count(&route.name, mode, exercised);
-                    match mode {
-                        Mode::Static => return degrade::static_response(d),
-                        Mode::UpstreamPath => {
-                            if let Some(p) = d.upstream_path.as_deref() {
-                                if let Some(u) = degrade::rewrite_path(&parts.uri, p) {
-                                    parts.uri = u;
-                                    degraded_path = true;
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    let admission = AdmissionRequest {
-        customer: &class.customer,
-        criticality: class.criticality,
-        operation: &class.operation,
-        deadline: class.deadline,
-        attempt: class.attempt,
-        estimated_cost: class.cost,
-        health_check: class.health_check,
-        continuation: false,
-    };
-    let permit = match rt.controller.admit(&admission) {
-        Admission::Admitted(p) => p,
-        Admission::Refused(r) => {
-            metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => r.reason.as_str())
-                .increment(1);
-            return respond::refusal(&r, protocol);
-        }
-        Admission::Queued(q) => {
-            let give_up = tokio::time::Instant::from_std(q.give_up_at());
-            let mut q = q;
-            let res = tokio::select! {
-                r = &mut q => r,
-                _ = tokio::time::sleep_until(give_up) => Err(q.expire()),
-            };
-            match res {
-                Ok(p) => p,
-                Err(r) => {
-                    metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => r.reason.as_str()).increment(1);
-                    return respond::refusal(&r, protocol);
-                }
-            }
-        }
-    };
-    metrics::counter!(wire::metric::ADMITTED).increment(1);
-
-    // Forwarded headers: hop-by-hop removed, the effective context written (so an upstream
-    // using spillway-tower sees the criticality and customer the proxy decided, and the time
-    // left after queueing), the peer appended to x-forwarded-for.
-    let upgrade = client_upgrade.is_some();
-    strip_hop_by_hop(&mut parts.headers, upgrade);
-    let ctx = RequestContext {
-        criticality: class.criticality,
-        deadline: class.deadline,
-        customer: Arc::clone(&class.customer),
-        attempt: class.attempt,
-    };
-    ctx.write_headers(&mut parts.headers, Instant::now(), protocol);
-    if let Some(p) = peer {
-        append_forwarded_for(&mut parts.headers, p);
-    }
-    if degraded_path {
-        parts
-            .headers
-            .insert(degrade::DEGRADED_HEADER, HeaderValue::from_static("1"));
-    }
-
-    let (res, upstream_upgrade) = forward(&state, &rt, parts, body, protocol, &class, permit).await;
-    if let (Some(on_client), Some(on_upstream)) = (client_upgrade, upstream_upgrade) {
-        tokio::spawn(tunnel(on_client, on_upstream));
-    }
-    res
-}
-
-async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
-    let (Ok(c), Ok(u)) = (client.await, upstream.await) else {
-        return;
-    };
-    let mut c = hyper_util::rt::TokioIo::new(c);
-    let mut u = hyper_util::rt::TokioIo::new(u);
-    let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
-}
-
-fn is_upgrade<B>(req: &Request<B>) -> bool {
-    req.version() == Version::HTTP_11
-        && req.headers().contains_key(header::UPGRADE)
-        && req
-            .headers()
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-            })
-}
-
-/// Removes hop-by-hop headers (RFC 9110 §7.6.1), keeping `te: trailers` (gRPC needs it) and,
-/// for upgrades, `connection`/`upgrade`.
-fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
-    let named: Vec<header::HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| header::HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .filter(|n| !(keep_upgrade && *n == header::UPGRADE))
-        .collect();
-    for n in named {
-        h.remove(n);
-    }
-    for n in [
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-    ] {
-        h.remove(n);
-    }
-    h.remove(header::TRANSFER_ENCODING);
-    h.remove(header::TRAILER);
-    if !keep_upgrade {
-        h.remove(header::CONNECTION);
-        h.remove(header::UPGRADE);
-    }
-    if h.get(header::TE).is_some_and(|v| v != "trailers") {
-        h.remove(header::TE);
-    }
-}
-
-fn append_forwarded_for(h: &mut HeaderMap, peer: SocketAddr) {
-    let ip = peer.ip().to_canonical().to_string();
-    let v = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prev) => format!("{prev}, {ip}"),
-        None => ip,
-    };
-    if let Ok(v) = HeaderValue::from_str(&v) {
-        h.insert("x-forwarded-for", v);
-    }
-}
-
-/// The request body: buffered (replayable on another task) or streamed (sent once).
-enum ReqBody {
-    Buffered(Bytes),
-    Streamed(Option<Incoming>),
-}
-
-async fn read_body(body: Incoming, limit: usize) -> Result<ReqBody, (Incoming, ())> {
-    let hint = body.size_hint();
-    let small = body.is_end_stream() || hint.exact().is_some_and(|n| n <= limit as u64);
-    if !small {
-        return Err((body, ()));
-    }
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(ReqBody::Buffered(c.to_bytes())),
-        // The client's body failed mid-read or lied about its length: nothing to send.
-        Err(_) => Ok(ReqBody::Buffered(Bytes::new())),
-    }
-}
+use crate::upstream::{full_body, BoxError, Pool, ProxyBody, Task};
 
 #[allow(clippy::too_many_arguments)]
-async fn forward(
+pub(super) async fn forward(
     state: &Arc<ProxyState>,
     rt: &Arc<Runtime>,
     parts: http::request::Parts,
@@ -605,55 +385,4 @@ fn upstream_request(
         wire::set_attempt(req.headers_mut(), attempt, protocol);
     }
     Ok(req)
-}
-
-/// What a response body holds until it ends: the admission permit, the task's in-flight count
-/// and its request slot.
-struct Guard {
-    _permit: Permit,
-    _inflight: InFlight,
-    _slot: OwnedSemaphorePermit,
-}
-
-pin_project_lite::pin_project! {
-    /// The upstream response body, releasing its [`Guard`] at the end of the stream (or when
-    /// the client goes away and the body is dropped).
-    struct Held {
-        #[pin]
-        inner: Incoming,
-        guard: Option<Guard>,
-    }
-}
-
-impl Body for Held {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
-        match this.inner.poll_frame(cx) {
-            Poll::Ready(None) => {
-                this.guard.take();
-                Poll::Ready(None)
-            }
-            Poll::Ready(Some(Err(e))) => {
-                if let Some(mut g) = this.guard.take() {
-                    g._permit.set_outcome(Outcome::Ignore);
-                }
-                Poll::Ready(Some(Err(Box::new(e))))
-            }
-            other => other.map(|o| o.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }

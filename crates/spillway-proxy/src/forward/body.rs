@@ -1,0 +1,84 @@
+//! Bodies: the request body buffered for replay or streamed once, and the response body that
+//! holds the admission permit, the task's in-flight count and its slot until it ends.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use spillway_core::controller::{Outcome, Permit};
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::upstream::{BoxError, InFlight};
+
+/// The request body: buffered (replayable on another task) or streamed (sent once).
+pub(super) enum ReqBody {
+    Buffered(Bytes),
+    Streamed(Option<Incoming>),
+}
+
+pub(super) async fn read_body(body: Incoming, limit: usize) -> Result<ReqBody, (Incoming, ())> {
+    let hint = body.size_hint();
+    let small = body.is_end_stream() || hint.exact().is_some_and(|n| n <= limit as u64);
+    if !small {
+        return Err((body, ()));
+    }
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(c) => Ok(ReqBody::Buffered(c.to_bytes())),
+        // The client's body failed mid-read or lied about its length: nothing to send.
+        Err(_) => Ok(ReqBody::Buffered(Bytes::new())),
+    }
+}
+
+/// What a response body holds until it ends: the admission permit, the task's in-flight count
+/// and its request slot.
+pub(super) struct Guard {
+    pub(super) _permit: Permit,
+    pub(super) _inflight: InFlight,
+    pub(super) _slot: OwnedSemaphorePermit,
+}
+
+pin_project_lite::pin_project! {
+    /// The upstream response body, releasing its [`Guard`] at the end of the stream (or when
+    /// the client goes away and the body is dropped).
+    pub(super) struct Held {
+        #[pin]
+        pub(super) inner: Incoming,
+        pub(super) guard: Option<Guard>,
+    }
+}
+
+impl Body for Held {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        match this.inner.poll_frame(cx) {
+            Poll::Ready(None) => {
+                this.guard.take();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                if let Some(mut g) = this.guard.take() {
+                    g._permit.set_outcome(Outcome::Ignore);
+                }
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
+            other => other.map(|o| o.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,164 @@
+//! One request's path through the proxy: classify → incident controls → degrade → admit →
+//! forward (balance, throttle, retry) → hold the permit until the response body ends.
+//!
+//! Why this order (SRE book ch. 21; DESIGN.md "The request's path"): classification decides
+//! everything after it; the operator's incident levers come before any work; a degraded static
+//! answer is cheaper than admission; admission (spillway-core's controller: quota, shed, limit,
+//! queue) happens before the body is read, so a refused request costs no body buffering; the
+//! permit is held until the response body ends, so a streamed response counts as in flight
+//! for as long as it really occupies the upstream.
+
+mod body;
+mod headers;
+mod send;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::HeaderValue;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use spillway_core::controller::{Admission, AdmissionRequest};
+use spillway_tower::context::RequestContext;
+use spillway_tower::wire::{self, Protocol};
+
+use crate::degrade::{self, Mode};
+use crate::metrics::Fault;
+use crate::respond;
+use crate::state::ProxyState;
+use crate::upstream::ProxyBody;
+
+use headers::{append_forwarded_for, is_upgrade, strip_hop_by_hop};
+
+/// Handles one client request (never fails: every outcome is a response).
+pub async fn handle(
+    state: Arc<ProxyState>,
+    peer: Option<SocketAddr>,
+    mut req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let now = Instant::now();
+    let rt = state.runtime();
+    let protocol = Protocol::of(req.headers());
+    let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+
+    let class = match rt.router.classify(&parts, peer, now) {
+        Ok(c) => c,
+        Err(e) => {
+            state.faults.count(Fault::BadRequest);
+            return respond::bad_header(&e, protocol);
+        }
+    };
+    crate::admin::record_offered(class.criticality, class.cost);
+
+    let controls = state.controls();
+    if !class.health_check {
+        if let Some(refusal) = controls.check(now, class.criticality, fastrand::f64()) {
+            metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => refusal.reason())
+                .increment(1);
+            return respond::control_refusal(&refusal, protocol);
+        }
+    }
+
+    // Graceful degradation (never for health checks).
+    let mut degraded_path = false;
+    if let (Some(route), false) = (&class.route, class.health_check) {
+        if let Some(d) = &route.degrade {
+            let exercised = controls.exercise_degraded(fastrand::f64());
+            let engaged = exercised || rt.utilisation() >= d.threshold;
+            if engaged {
+                let counters = state.degrade_counters(&route.name);
+                if !state.degradation_enabled(&route.name) {
+                    counters.suppressed();
+                } else {
+                    let mode = degrade::mode(d);
+                    counters.count(&route.name, mode, exercised);
+                    match mode {
+                        Mode::Static => return degrade::static_response(d),
+                        Mode::UpstreamPath => {
+                            if let Some(p) = d.upstream_path.as_deref() {
+                                if let Some(u) = degrade::rewrite_path(&parts.uri, p) {
+                                    parts.uri = u;
+                                    degraded_path = true;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    let admission = AdmissionRequest {
+        customer: &class.customer,
+        criticality: class.criticality,
+        operation: &class.operation,
+        deadline: class.deadline,
+        attempt: class.attempt,
+        estimated_cost: class.cost,
+        health_check: class.health_check,
+        continuation: false,
+    };
+    let permit = match rt.controller.admit(&admission) {
+        Admission::Admitted(p) => p,
+        Admission::Refused(r) => {
+            metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => r.reason.as_str())
+                .increment(1);
+            return respond::refusal(&r, protocol);
+        }
+        Admission::Queued(q) => {
+            let give_up = tokio::time::Instant::from_std(q.give_up_at());
+            let mut q = q;
+            let res = tokio::select! {
+                r = &mut q => r,
+                _ = tokio::time::sleep_until(give_up) => Err(q.expire()),
+            };
+            match res {
+                Ok(p) => p,
+                Err(r) => {
+                    metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => r.reason.as_str()).increment(1);
+                    return respond::refusal(&r, protocol);
+                }
+            }
+        }
+    };
+    metrics::counter!(wire::metric::ADMITTED).increment(1);
+
+    // Forwarded headers: hop-by-hop removed, the effective context written (so an upstream
+    // using spillway-tower sees the criticality and customer the proxy decided, and the time
+    // left after queueing), the peer appended to x-forwarded-for.
+    let upgrade = client_upgrade.is_some();
+    strip_hop_by_hop(&mut parts.headers, upgrade);
+    let ctx = RequestContext {
+        criticality: class.criticality,
+        deadline: class.deadline,
+        customer: Arc::clone(&class.customer),
+        attempt: class.attempt,
+    };
+    ctx.write_headers(&mut parts.headers, Instant::now(), protocol);
+    if let Some(p) = peer {
+        append_forwarded_for(&mut parts.headers, p);
+    }
+    if degraded_path {
+        parts
+            .headers
+            .insert(degrade::DEGRADED_HEADER, HeaderValue::from_static("1"));
+    }
+
+    let (res, upstream_upgrade) =
+        send::forward(&state, &rt, parts, body, protocol, &class, permit).await;
+    if let (Some(on_client), Some(on_upstream)) = (client_upgrade, upstream_upgrade) {
+        tokio::spawn(tunnel(on_client, on_upstream));
+    }
+    res
+}
+
+async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+    let (Ok(c), Ok(u)) = (client.await, upstream.await) else {
+        return;
+    };
+    let mut c = hyper_util::rt::TokioIo::new(c);
+    let mut u = hyper_util::rt::TokioIo::new(u);
+    let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+}
