@@ -108,8 +108,8 @@ function render() {
   charts.utilisation.draw(Object.assign({ ys: uy }, win));
 
   renderNow(samples[samples.length - 1]);
-  renderTable("by-customer", "shed_by_customer");
-  renderTable("by-operation", "shed_by_operation");
+  renderTable("by-customer", ["shed_by_customer", "throttled_by_customer"]);
+  renderTable("by-operation", ["shed_by_operation", "throttled_by_operation"]);
   renderDegradation(samples[samples.length - 1]);
   $("sample-count").textContent = `${samples.length} samples held.`;
 }
@@ -131,10 +131,12 @@ function renderNow(s) {
   $("latency-now").textContent = `${q} / ${p}`;
 }
 
-function renderTable(id, field) {
+function renderTable(id, fields) {
   const totals = new Map();
   for (const s of samples.slice(-60)) {
-    for (const [k, v] of Object.entries(s[field])) totals.set(k, (totals.get(k) || 0) + v);
+    for (const field of fields) {
+      for (const [k, v] of Object.entries(s[field] || {})) totals.set(k, (totals.get(k) || 0) + v);
+    }
   }
   const rows = [...totals.entries()].filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]).slice(0, 10);
   const body = document.createElement("tbody");

@@ -134,6 +134,10 @@ pub struct Sample {
     pub throttled: f64,
     /// Locally throttled calls by criticality.
     pub throttled_by_criticality: [f64; Criticality::COUNT],
+    /// Locally throttled calls by customer, the [`TOP_N`] largest.
+    pub throttled_by_customer: BTreeMap<String, f64>,
+    /// Locally throttled calls by operation, the [`TOP_N`] largest.
+    pub throttled_by_operation: BTreeMap<String, f64>,
     /// The highest client-throttle refusal probability among upstream tasks.
     pub throttle_probability: f64,
     /// Concurrency limit.
@@ -247,6 +251,8 @@ impl Differ {
         let (mut shed_by_customer, mut shed_by_operation) = (BTreeMap::new(), BTreeMap::new());
         let (mut queue_ms, mut processing_ms) = (None, None);
         let mut throttled_by_criticality = [0.0; 4];
+        let (mut throttled_by_customer, mut throttled_by_operation) =
+            (BTreeMap::new(), BTreeMap::new());
         if let (Some(np), false) = (&now.prom, first) {
             let pp = p.prom.as_ref();
             let scale =
@@ -276,6 +282,14 @@ impl Differ {
                 .queue_time
                 .delta_summary(pp.map_or(&empty, |x| &x.queue_time)));
             processing_ms = ms(np.latency.delta_summary(pp.map_or(&empty, |x| &x.latency)));
+            throttled_by_customer = top_n(scale(delta_map(
+                &np.throttled_by_customer,
+                pp.map(|x| &x.throttled_by_customer),
+            )));
+            throttled_by_operation = top_n(scale(delta_map(
+                &np.throttled_by_operation,
+                pp.map(|x| &x.throttled_by_operation),
+            )));
             let zero = [0.0; 4];
             let before = pp.map_or(&zero, |x| &x.throttled_by_criticality);
             throttled_by_criticality =
@@ -315,6 +329,8 @@ impl Differ {
             shed_by_operation,
             throttled: throttled_by_criticality.iter().sum(),
             throttled_by_criticality,
+            throttled_by_customer,
+            throttled_by_operation,
             throttle_probability: now.throttle_probability,
             limit: now.limit,
             in_flight: now.in_flight,
@@ -366,6 +382,41 @@ mod tests {
         assert_eq!(s.admitted, 10.0);
         assert_eq!(s.shed_by_reason["shed"], 5.0);
         assert!(s.offered >= 0.0);
+    }
+
+    #[test]
+    fn metrics_add_customers_latency_and_only_the_reasons_the_controller_lacks() {
+        use super::super::prom;
+        let text = |shed: u64, incident: u64, q_count: u64, q_sum: f64| {
+            format!(
+                "spillway_requests_shed_total{{customer=\"acme\",operation=\"/a\",criticality=\"SHEDDABLE\",reason=\"shed\"}} {shed}\n\
+                 spillway_requests_shed_total{{reason=\"incident_shed\"}} {incident}\n\
+                 spillway_queue_time_seconds_bucket{{le=\"0.01\"}} {q_count}\n\
+                 spillway_queue_time_seconds_bucket{{le=\"+Inf\"}} {q_count}\n\
+                 spillway_queue_time_seconds_sum {q_sum}\n\
+                 spillway_queue_time_seconds_count {q_count}\n"
+            )
+        };
+        let mut d = Differ::default();
+        let mut r = reading(0, 0, 0);
+        r.prom = Some(prom::read(&text(0, 0, 0, 0.0)));
+        d.next(r, 0, 1.0);
+        let mut r = reading(100, 40, 60);
+        r.prom = Some(prom::read(&text(60, 7, 40, 0.2)));
+        let s = d.next(r, 1_000, 1.0);
+        // "shed" comes from the controller (60), not added again from the metric.
+        assert_eq!(s.shed_by_reason["shed"], 60.0);
+        assert_eq!(s.shed_by_reason["incident_shed"], 7.0);
+        assert_eq!(s.refused, 67.0);
+        assert_eq!(s.shed_by_customer["acme"], 60.0);
+        assert_eq!(s.shed_by_operation["/a"], 60.0);
+        let q = s.queue_ms.expect("admitted requests were queued");
+        assert!((q.mean - 5.0).abs() < 1e-9, "{q:?}");
+        assert_eq!(q.p99, 10.0);
+        assert_eq!(
+            s.processing_ms, None,
+            "no latency recorded: no line, not a zero"
+        );
     }
 
     #[test]
