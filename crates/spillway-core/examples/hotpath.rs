@@ -11,7 +11,9 @@
 //! ```
 //!
 //! attributes the cost. Instructions per decision = (Ir at 2N − Ir at N) / N, which cancels
-//! the set-up. Kinds: `throttle`, `admit`, `quota`.
+//! the set-up. Kinds: `throttle`, `admit`, `quota`. An optional third argument runs that many
+//! threads on one shared instance (as divan's `t=2`), each doing `N` decisions; the wall time per
+//! decision and thread is printed (a rough figure on a shared machine; not for callgrind).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -25,8 +27,7 @@ use spillway_core::throttle::{AdaptiveThrottle, ThrottleConfig};
 use spillway_core::{Criticality, SystemClock};
 
 #[inline(never)]
-fn run_throttle(n: u64) -> u64 {
-    let t = AdaptiveThrottle::new(ThrottleConfig::default(), Instant::now()).expect("valid");
+fn run_throttle(t: &AdaptiveThrottle, n: u64) -> u64 {
     let mut sent = 0;
     for _ in 0..n {
         let now = Instant::now();
@@ -39,9 +40,7 @@ fn run_throttle(n: u64) -> u64 {
 }
 
 #[inline(never)]
-fn run_admit(n: u64) -> u64 {
-    let c =
-        AdmissionController::new(AdmissionConfig::default(), Arc::new(SystemClock)).expect("valid");
+fn run_admit(c: &AdmissionController, n: u64) -> u64 {
     let req = AdmissionRequest::new("checkout", Criticality::Critical);
     let mut admitted = 0;
     for _ in 0..n {
@@ -57,13 +56,7 @@ fn run_admit(n: u64) -> u64 {
 }
 
 #[inline(never)]
-fn run_quota(n: u64) -> u64 {
-    let cfg = QuotaConfig {
-        enforcement: QuotaEnforcement::Always,
-        ..QuotaConfig::default()
-    }
-    .with_customer("alice", CustomerQuota::uniform(1e12));
-    let q = QuotaBook::new(cfg, Instant::now()).expect("valid");
+fn run_quota(q: &QuotaBook, n: u64) -> u64 {
     let mut charged = 0;
     for _ in 0..n {
         let now = Instant::now();
@@ -77,25 +70,62 @@ fn run_quota(n: u64) -> u64 {
     charged
 }
 
+/// Runs `run(n)` on `threads` threads at once; returns the decisions that went through and
+/// the wall time per decision per thread.
+fn on_threads(threads: usize, n: u64, run: impl Fn(u64) -> u64 + Sync) -> (u64, f64) {
+    let start = Instant::now();
+    let done = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(|| run(n))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("driver thread panicked"))
+            .sum()
+    });
+    (done, start.elapsed().as_nanos() as f64 / n as f64)
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let kind = args.next().unwrap_or_default();
-    let n = match args.next().map(|s| s.parse::<u64>()) {
-        None => 100_000,
-        Some(Ok(n)) => n,
-        Some(Err(e)) => {
-            eprintln!("hotpath: N must be a whole number ({e})");
-            std::process::exit(2);
-        }
-    };
-    let done = match kind.as_str() {
-        "throttle" => run_throttle(n),
-        "admit" => run_admit(n),
-        "quota" => run_quota(n),
+    let mut number = |default: u64| match args.next().map(|s| s.parse::<u64>()) {
+        None => default,
+        Some(Ok(n)) if n > 0 => n,
         _ => {
-            eprintln!("usage: hotpath throttle|admit|quota [N (default 100000)]");
+            eprintln!("hotpath: N and THREADS must be whole numbers > 0");
             std::process::exit(2);
         }
     };
-    println!("{kind}: {done} of {n} went through");
+    let n = number(100_000);
+    let threads = number(1) as usize;
+    let (done, ns) = match kind.as_str() {
+        "throttle" => {
+            let t =
+                AdaptiveThrottle::new(ThrottleConfig::default(), Instant::now()).expect("valid");
+            on_threads(threads, n, |n| run_throttle(&t, n))
+        }
+        "admit" => {
+            let c = AdmissionController::new(AdmissionConfig::default(), Arc::new(SystemClock))
+                .expect("valid");
+            on_threads(threads, n, |n| run_admit(&c, n))
+        }
+        "quota" => {
+            let cfg = QuotaConfig {
+                enforcement: QuotaEnforcement::Always,
+                ..QuotaConfig::default()
+            }
+            .with_customer("alice", CustomerQuota::uniform(1e12));
+            let q = QuotaBook::new(cfg, Instant::now()).expect("valid");
+            on_threads(threads, n, |n| run_quota(&q, n))
+        }
+        _ => {
+            eprintln!(
+                "usage: hotpath throttle|admit|quota [N (default 100000)] [THREADS (default 1)]"
+            );
+            std::process::exit(2);
+        }
+    };
+    println!(
+        "{kind}: {done} of {} went through; {ns:.1} ns per decision per thread",
+        n * threads as u64
+    );
 }
