@@ -11,8 +11,10 @@ use clap::{Parser, Subcommand};
 
 mod backend;
 mod calc;
+mod demo;
 mod load;
 mod proxy;
+mod sim;
 
 /// Overload protection: criticality-aware admission, quotas, adaptive throttling, retry budgets.
 #[derive(Debug, Parser)]
@@ -33,8 +35,13 @@ enum Command {
     /// Run a demo backend with the overload pathology: c workers, an unbounded FIFO queue that
     /// serves callers who have left, optional pressure slowdown and capacity drop.
     Backend(backend::BackendArgs),
+    /// Unprotected vs Spillway vs Spillway with client throttling under a ramp to 10x capacity
+    /// and a sudden surge, on loopback: the goodput table and an HTML report.
+    Demo(demo::DemoArgs),
     /// Run the overload-protecting reverse proxy (sidecar or gateway) in front of a service.
     Proxy(proxy::ProxyArgs),
+    /// Simulate the policies at fleet scale, deterministically, in simulated time.
+    Sim(sim::SimArgs),
 }
 
 /// A bad argument found after clap parsed the command line: reported like clap's own errors,
@@ -57,7 +64,9 @@ fn main() -> ExitCode {
         Command::Calc(args) => calc::run(&args),
         Command::Load(args) => load::run(&args),
         Command::Backend(args) => backend::run(&args),
+        Command::Demo(args) => demo::run(&args),
         Command::Proxy(args) => proxy::run(&args),
+        Command::Sim(args) => sim::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,495 @@
+//! A request's path through the fleet: send, admit, work, call down, answer up, retry.
+//!
+//! Every decision here is the core's: `AdaptiveThrottle::try_acquire` before an attempt,
+//! `AdmissionController::admit` at the task, `RetryPolicy::decide` on a failure (with the
+//! outcome recorded first, as the policy's docs ask), and the `Permit`'s drop on completion.
+//! What this file adds is only the plumbing a real deployment has around them: timers, load
+//! balancing, workers, and the don't-retry marker on failures passed up by gated callers
+//! (as `spillway-tower`'s retry layer does).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use super::*;
+use crate::sim::model::Node;
+
+impl Engine {
+    #[inline]
+    pub(super) fn node(&self, id: u32) -> &Node {
+        &self.slab.nodes[id as usize]
+    }
+
+    #[inline]
+    fn node_mut(&mut self, id: u32) -> &mut Node {
+        &mut self.slab.nodes[id as usize]
+    }
+
+    /// The retry settings and client-side policies of the caller that is node `id`.
+    fn caller_of(&self, id: u32) -> (&RetrySet, &Caller) {
+        let n = self.node(id);
+        if n.layer == CLIENT {
+            let g = &self.groups[n.group as usize];
+            (&g.retry, &g.instances[n.instance as usize])
+        } else {
+            let l = &self.layers[n.layer as usize];
+            (&l.retry, &l.tasks[n.task as usize].caller)
+        }
+    }
+
+    /// Sends the next attempt of node `pid`'s current downstream call.
+    pub(super) fn send(&mut self, pid: u32) {
+        let now = self.now;
+        let now_i = self.at(now);
+        let (timeout, throttled) = {
+            let (set, caller) = self.caller_of(pid);
+            let throttled = caller
+                .throttle
+                .as_ref()
+                .is_some_and(|t| t.try_acquire(now_i).is_err());
+            (set.timeout, throttled)
+        };
+        let p = self.node_mut(pid);
+        p.local += 1;
+        if throttled {
+            return self.on_result(pid, Res::Throttled);
+        }
+        let target = if p.layer == CLIENT {
+            0
+        } else {
+            p.layer as usize + 1
+        };
+        let avoid = if p.local > 1 { p.last_task } else { NONE };
+        let Some(task) = self.layers[target].pick(&mut self.rng, avoid) else {
+            return self.on_result(pid, Res::Conn);
+        };
+        let p = self.node_mut(pid);
+        p.last_task = task;
+        p.sent += 1;
+        let give_up = now.saturating_add(timeout).min(p.deadline);
+        let (crit, group, local, pgen) = (p.crit, p.group, p.local, p.gen);
+        let cid = self.slab.alloc();
+        let protected = self.protected;
+        let c = self.node_mut(cid);
+        c.phase = Phase::Queued;
+        c.parent = pid;
+        c.parent_gen = pgen;
+        c.layer = target as u16;
+        c.crit = crit;
+        c.group = group;
+        c.task = task;
+        c.attempt_in = local;
+        c.deadline = if protected { give_up } else { NEVER };
+        c.give_up = give_up;
+        c.since = now;
+        let cgen = c.gen;
+        let p = self.node_mut(pid);
+        p.child = cid;
+        p.child_gen = cgen;
+        p.phase = Phase::Calling;
+        self.attempts += 1;
+        bump(&mut self.stats[target].arrivals, sec(now));
+        self.push(give_up, Kind::AttemptTimeout, cid, cgen);
+        self.arrive(cid);
+    }
+
+    /// Node `cid` reaches its task: admission (protected) or straight to the workers.
+    fn arrive(&mut self, cid: u32) {
+        let n = self.node(cid);
+        let (l, t, gen) = (n.layer as usize, n.task as usize, n.gen);
+        let task = &self.layers[l].tasks[t];
+        if task.down > 0 {
+            self.stats[l].lost += 1;
+            return self.reply(cid, Res::Conn);
+        }
+        let Some(ctrl) = &task.controller else {
+            return self.start_work(cid);
+        };
+        let req = AdmissionRequest {
+            customer: &self.customers[self.groups[n.group as usize].customer as usize],
+            criticality: n.crit,
+            operation: "",
+            deadline: (n.deadline != NEVER).then(|| self.clock.at(n.deadline)),
+            attempt: n.attempt_in,
+            estimated_cost: self.layers[l].est_cost,
+            health_check: false,
+            continuation: false,
+        };
+        match ctrl.admit(&req) {
+            Admission::Admitted(p) => {
+                self.node_mut(cid).permit = Some(p);
+                self.start_work(cid);
+            }
+            Admission::Refused(r) => self.refused(cid, r),
+            Admission::Queued(mut q) => {
+                let waker = Waker::from(Arc::new(NodeWake {
+                    id: cid,
+                    gen,
+                    list: Arc::clone(&self.woken),
+                }));
+                match Pin::new(&mut q).poll(&mut Context::from_waker(&waker)) {
+                    Poll::Ready(Ok(p)) => {
+                        self.node_mut(cid).permit = Some(p);
+                        self.start_work(cid);
+                    }
+                    Poll::Ready(Err(r)) => self.refused(cid, r),
+                    Poll::Pending => {
+                        let at = self.nanos_of(q.give_up_at());
+                        self.node_mut(cid).queued = Some(q);
+                        self.push(at, Kind::QueueGiveUp, cid, gen);
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn refused(&mut self, cid: u32, r: Refusal) {
+        let (l, t) = (self.node(cid).layer as usize, self.node(cid).task as usize);
+        let s = &mut self.stats[l];
+        s.refused_by_reason[r.reason.index()] += 1;
+        bump(&mut s.refused, sec(self.now));
+        let cost = self.layers[l].reject_ns;
+        if cost > 0 {
+            let workers = self.layers[l].workers;
+            let task = &mut self.layers[l].tasks[t];
+            if task.busy < workers {
+                task.busy += 1;
+                let at = self.now.saturating_add(cost);
+                self.push(at, Kind::RejectDone, t as u32, l as u32);
+            } else {
+                task.fifo.push_back((NONE, 0));
+            }
+        }
+        self.reply(cid, Res::Refused(r.reason));
+    }
+
+    /// A worker of task `t` of layer `l` is free: give it to the next waiting job.
+    pub(super) fn release_worker(&mut self, l: usize, t: usize) {
+        let task = &mut self.layers[l].tasks[t];
+        task.busy = task.busy.saturating_sub(1);
+        while let Some((i, g)) = self.layers[l].tasks[t].fifo.pop_front() {
+            if i == NONE {
+                self.layers[l].tasks[t].busy += 1;
+                let at = self.now.saturating_add(self.layers[l].reject_ns);
+                self.push(at, Kind::RejectDone, t as u32, l as u32);
+                break;
+            }
+            if self.slab.is(i, g) && self.node(i).phase == Phase::WaitWorker {
+                self.layers[l].tasks[t].busy += 1;
+                self.begin(i);
+                break;
+            }
+        }
+    }
+
+    /// Admitted: take a worker, or wait for one.
+    pub(super) fn start_work(&mut self, cid: u32) {
+        let n = self.node_mut(cid);
+        n.phase = Phase::WaitWorker;
+        let (l, t, gen) = (n.layer as usize, n.task as usize, n.gen);
+        let layer = &mut self.layers[l];
+        let task = &mut layer.tasks[t];
+        if task.down > 0 {
+            self.stats[l].lost += 1;
+            return self.reply(cid, Res::Conn);
+        }
+        if task.busy < layer.workers {
+            task.busy += 1;
+            self.begin(cid);
+        } else {
+            task.fifo.push_back((cid, gen));
+        }
+    }
+
+    /// On a worker: draw the service time at the layer's current speed.
+    fn begin(&mut self, cid: u32) {
+        let now = self.now;
+        let n = &self.slab.nodes[cid as usize];
+        let layer = &self.layers[n.layer as usize];
+        let s = service_nanos(&mut self.rng, &layer.service, layer.speed);
+        let st = &mut self.stats[n.layer as usize];
+        let wait = now.saturating_sub(n.since);
+        st.wait_sum_ns += u128::from(wait);
+        st.wait_n += 1;
+        let n = self.node_mut(cid);
+        n.wait_ns = wait;
+        n.work_ns = s;
+        n.phase = Phase::Working;
+        let gen = n.gen;
+        self.push(now.saturating_add(s), Kind::WorkerDone, cid, gen);
+    }
+
+    pub(super) fn worker_done(&mut self, cid: u32, gen: u32) {
+        // Working nodes are freed only here, so the event is never stale.
+        if !self.slab.is(cid, gen) {
+            return;
+        }
+        let now = self.now;
+        let n = self.node(cid);
+        let (l, t, give_up, cancelled) =
+            (n.layer as usize, n.task as usize, n.give_up, n.cancelled);
+        self.release_worker(l, t);
+        let s = &mut self.stats[l];
+        bump(&mut s.served, sec(now));
+        if cancelled || now > give_up {
+            bump(&mut s.wasted, sec(now));
+        }
+        if cancelled {
+            return self.finish_node(cid, Outcome::Dropped);
+        }
+        if self.layers[l].tasks[t].down > 0 {
+            self.stats[l].lost += 1;
+            return self.reply(cid, Res::Conn);
+        }
+        let slow = self.layers[l].slow_ns;
+        if slow > 0 {
+            self.node_mut(cid).phase = Phase::Slow;
+            self.push(now.saturating_add(slow), Kind::SlowDone, cid, gen);
+            return;
+        }
+        self.after_local(cid);
+    }
+
+    /// Local work done: call the next layer, or answer.
+    pub(super) fn after_local(&mut self, cid: u32) {
+        let l = self.node(cid).layer as usize;
+        let calls = self.layers[l].calls;
+        if l + 1 < self.layers.len() && calls > 0 {
+            let now_i = self.at(self.now);
+            if let Some(p) = &self.caller_of(cid).1.policy {
+                p.record_request(now_i);
+            }
+            let n = self.node_mut(cid);
+            n.calls_left = calls;
+            n.local = 0;
+            self.send(cid);
+        } else {
+            self.reply(cid, Res::Ok);
+        }
+    }
+
+    /// Releases node `id` (its permit with `outcome`) without answering anyone.
+    fn finish_node(&mut self, id: u32, outcome: Outcome) {
+        let n = self.node_mut(id);
+        if let Some(mut p) = n.permit.take() {
+            p.set_outcome(outcome);
+            drop(p);
+        }
+        self.slab.free(id);
+    }
+
+    /// Server node `cid` answers its caller with `res` and goes away.
+    pub(super) fn reply(&mut self, cid: u32, res: Res) {
+        let now = self.now;
+        let has_quota = self.layers[self.node(cid).layer as usize].has_quota;
+        let n = &mut self.slab.nodes[cid as usize];
+        let (parent, pgen) = (n.parent, n.parent_gen);
+        let (wait, served) = (n.wait_ns, now.saturating_sub(n.since + n.wait_ns));
+        if let Some(mut p) = n.permit.take() {
+            p.set_outcome(match res {
+                Res::Ok => Outcome::Success,
+                Res::Conn => Outcome::Ignore,
+                _ => Outcome::Dropped,
+            });
+            if has_quota {
+                p.set_actual_cost(n.work_ns as f64 / 1e9);
+            }
+            drop(p);
+        }
+        self.slab.free(cid);
+        if parent == NONE || !self.slab.is(parent, pgen) || self.node(parent).child != cid {
+            return;
+        }
+        let p = self.node_mut(parent);
+        p.child = NONE;
+        if p.layer == CLIENT && res == Res::Ok {
+            p.wait_ns = wait;
+            p.work_ns = served;
+        }
+        self.on_result(parent, res);
+    }
+
+    /// Node `pid`'s current attempt ended with `res`: next call, retry, or finish.
+    fn on_result(&mut self, pid: u32, res: Res) {
+        let now = self.now;
+        let now_i = self.at(now);
+        let n = self.node(pid);
+        let (last_task, local, carried, deadline, gen) =
+            (n.last_task, n.local, n.attempt_in, n.deadline, n.gen);
+        let set = *self.caller_of(pid).0;
+        if res == Res::Ok {
+            let caller = self.caller_of(pid).1;
+            if let Some(p) = &caller.policy {
+                p.record_outcome(now_i, u64::from(last_task), false);
+            }
+            if let Some(t) = &caller.throttle {
+                t.record_accept(now_i);
+            }
+            let n = self.node_mut(pid);
+            n.calls_left -= 1;
+            if n.calls_left > 0 {
+                n.local = 0;
+                if let Some(p) = &self.caller_of(pid).1.policy {
+                    p.record_request(now_i);
+                }
+                return self.send(pid);
+            }
+            return self.complete(pid, Res::Ok);
+        }
+        let dont_retry = match res {
+            Res::Refused(r) => !r.retry_elsewhere_can_help(),
+            Res::Failed { dont_retry } => dont_retry,
+            _ => false,
+        };
+        let wait = backoff(&mut self.rng, &set, local);
+        let caller = self.caller_of(pid).1;
+        let retry = match set.kind {
+            RetryKind::None => false,
+            RetryKind::Naive => res != Res::Throttled && local < set.max_attempts,
+            RetryKind::Budgeted | RetryKind::Throttled => match &caller.policy {
+                Some(p) if res != Res::Throttled => {
+                    // A timeout under load is the task failing to serve: an overload signal
+                    // for the widespread check, like a refusal.
+                    let overload = !matches!(res, Res::Conn);
+                    p.record_outcome(now_i, u64::from(last_task), overload);
+                    let failure = Failure {
+                        attempts_made: carried.saturating_sub(1).saturating_add(local),
+                        dont_retry,
+                        retryable: true,
+                    };
+                    // Never retry past the deadline (as spillway-tower's retry layer).
+                    now.saturating_add(wait) < deadline && p.decide(now_i, &failure).is_retry()
+                }
+                _ => false,
+            },
+        };
+        if !retry {
+            return self.complete(pid, res);
+        }
+        if wait == 0 {
+            return self.send(pid);
+        }
+        self.node_mut(pid).phase = Phase::Backoff;
+        self.push(now.saturating_add(wait), Kind::Retry, pid, gen);
+    }
+
+    /// Node `pid` is done with its downstream calls: record (top-level) or answer up.
+    fn complete(&mut self, pid: u32, res: Res) {
+        let now = self.now;
+        let n = self.node(pid);
+        if n.layer != CLIENT {
+            let (l, t) = (n.layer as usize, n.task as usize);
+            let up = if self.layers[l].tasks[t].down > 0 {
+                self.stats[l].lost += 1;
+                Res::Conn
+            } else {
+                match res {
+                    Res::Ok => Res::Ok,
+                    // Gated callers pass an overload up marked "don't retry" (SRE book ch. 21:
+                    // only the layer right above the overloaded one retries).
+                    Res::Conn => Res::Failed { dont_retry: false },
+                    _ => Res::Failed {
+                        dont_retry: self.layers[l].retry.gated(),
+                    },
+                }
+            };
+            return self.reply(pid, up);
+        }
+        let outcome = match res {
+            Res::Ok => ReqOutcome::Success,
+            Res::Refused(_) | Res::Failed { .. } => ReqOutcome::Rejected,
+            Res::Timeout => ReqOutcome::TimedOut,
+            Res::Throttled => ReqOutcome::Throttled,
+            Res::Conn => ReqOutcome::Error,
+        };
+        let ok = res == Res::Ok;
+        let record = RequestRecord {
+            offered_at: Duration::from_nanos(n.since),
+            criticality: n.crit,
+            customer: &self.customers[self.groups[n.group as usize].customer as usize],
+            attempts: n.sent,
+            outcome,
+            latency: ok.then(|| Duration::from_nanos(now.saturating_sub(n.since))),
+            queue_ms: ok.then(|| n.wait_ns as f64 / 1e6),
+            service_ms: ok.then(|| n.work_ns as f64 / 1e6),
+        };
+        self.recorder.record(&record);
+        self.open_top -= 1;
+        self.slab.free(pid);
+    }
+
+    /// The caller's timer for attempt `cid` fired: it gives up on it.
+    pub(super) fn attempt_timeout(&mut self, cid: u32, gen: u32) {
+        if !self.slab.is(cid, gen) {
+            return;
+        }
+        let (parent, pgen) = (self.node(cid).parent, self.node(cid).parent_gen);
+        if parent == NONE || !self.slab.is(parent, pgen) || self.node(parent).child != cid {
+            return;
+        }
+        self.node_mut(parent).child = NONE;
+        if self.protected {
+            self.cancel(cid);
+        } else {
+            // Unprotected: nobody tells the server; it finishes the work for nobody.
+            self.node_mut(cid).parent = NONE;
+        }
+        self.on_result(parent, Res::Timeout);
+    }
+
+    /// The caller of `id` left (protected): drop it and everything it started below.
+    fn cancel(&mut self, id: u32) {
+        let n = self.node_mut(id);
+        n.parent = NONE;
+        match n.phase {
+            Phase::Free => {}
+            // Dropping the queued admission takes it out of the core's queue.
+            Phase::Queued => self.slab.free(id),
+            // CPU already committed is not reclaimed: stop when the work ends.
+            Phase::Working => n.cancelled = true,
+            Phase::Calling => {
+                let (c, cg) = (n.child, n.child_gen);
+                if c != NONE && self.slab.is(c, cg) {
+                    self.cancel(c);
+                }
+                self.finish_node(id, Outcome::Dropped);
+            }
+            Phase::WaitWorker | Phase::Slow | Phase::Backoff => {
+                self.finish_node(id, Outcome::Dropped)
+            }
+        }
+    }
+
+    /// A queued admission reached its give-up time.
+    pub(super) fn queue_give_up(&mut self, cid: u32, gen: u32) {
+        if !self.slab.is(cid, gen) || self.node(cid).phase != Phase::Queued {
+            return;
+        }
+        if let Some(q) = self.node_mut(cid).queued.take() {
+            let r = q.expire();
+            self.refused(cid, r);
+        }
+    }
+}
+
+/// Second index of `nanos`.
+#[inline]
+pub(super) fn sec(nanos: u64) -> usize {
+    (nanos / 1_000_000_000) as usize
+}
+
+/// Full-jitter exponential backoff before retry number `retry` (AWS Architecture Blog,
+/// "Exponential Backoff and Jitter", 2015): uniform in `[0, min(max, base · 2^(retry−1)))`.
+fn backoff(rng: &mut fastrand::Rng, set: &RetrySet, retry: u32) -> u64 {
+    if set.backoff_base == 0 {
+        return 0;
+    }
+    let shift = retry.saturating_sub(1).min(40);
+    let cap = set
+        .backoff_base
+        .saturating_mul(1u64 << shift)
+        .min(set.backoff_max);
+    (rng.f64() * cap as f64) as u64
+}

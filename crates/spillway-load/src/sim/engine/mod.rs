@@ -1,0 +1,517 @@
+//! The event loop: a binary heap of timed events driving the fleet in simulated time.
+//!
+//! Why this shape: a discrete-event simulation only spends work on things that happen, so a
+//! simulated hour of a large fleet costs what its requests cost. Each event is 24 bytes in a
+//! min-heap ordered by (time, sequence) — the sequence makes ties deterministic. A request's
+//! life: arrival → the caller's throttle → a task picked → `AdmissionController::admit` (admitted,
+//! queued as a core `QueuedAdmission` future, or refused) → a worker → local work → calls to the
+//! next layer, each attempt with a timer, retried through the caller's policy → the answer goes
+//! up and the core `Permit` is dropped (releasing the slot, feeding the limit, settling the
+//! quota, maybe granting a queued waiter). Queued admissions are polled with a waker that records
+//! their slab index, so the loop learns which waiter a release granted.
+//!
+//! Protected tasks drop work whose caller has gone (the deadline is propagated and a caller that
+//! gives up cancels the handler, as hyper does on disconnect); an unprotected task has no
+//! admission control, an unbounded FIFO in front of its workers, and finishes every request it
+//! accepted — including those whose caller left — which is what lets overload feed itself.
+
+use std::cmp::Ordering;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use spillway_core::controller::{Admission, AdmissionRequest, Outcome, Refusal};
+use spillway_core::retry::Failure;
+
+use crate::report::{Outcome as ReqOutcome, Recorder, RequestRecord};
+use crate::sim::config::{Arrivals, FaultConfig, RetryKind, Scenario};
+use crate::sim::model::{Caller, Layer, Phase, Res, RetrySet, Slab, CLIENT, NEVER, NONE};
+use crate::sim::shape::{exp, service_nanos, LoadShape};
+use crate::sim::stats::{bump, LayerStats};
+use crate::sim::time::SimClock;
+
+mod flow;
+mod queue;
+
+use queue::EventQueue;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Arrival,
+    WorkerDone,
+    SlowDone,
+    AttemptTimeout,
+    QueueGiveUp,
+    Retry,
+    /// A refusal's CPU cost is paid: `id` = task, `gen` = layer.
+    RejectDone,
+    FaultStart,
+    FaultEnd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ev {
+    at: u64,
+    seq: u64,
+    id: u32,
+    gen: u32,
+    kind: Kind,
+}
+
+impl Ord for Ev {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // Reversed: `BinaryHeap` is a max-heap, the earliest event must come out first.
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+impl PartialOrd for Ev {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+type WokenList = Arc<Mutex<Vec<(u32, u32)>>>;
+
+/// Wakes a queued request by recording its slab index and generation.
+struct NodeWake {
+    id: u32,
+    gen: u32,
+    list: WokenList,
+}
+
+impl Wake for NodeWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        lock(&self.list).push((self.id, self.gen));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A client group at run time.
+struct Group {
+    crit: spillway_core::Criticality,
+    customer: u16,
+    retry: RetrySet,
+    arrivals: Arrivals,
+    shape: LoadShape,
+    peak: f64,
+    next_t: f64,
+    instances: Vec<Caller>,
+    rr: u32,
+}
+
+enum Fault {
+    Tasks { layer: usize, tasks: Vec<u32> },
+    Capacity { layer: usize, factor: f64 },
+    Slow { layer: usize, extra_ns: u64 },
+}
+
+/// One run's raw results.
+pub(crate) struct Finished {
+    pub recorder: Recorder,
+    pub stats: Vec<LayerStats>,
+    pub layer_names: Vec<String>,
+    pub events: u64,
+    pub offered: u64,
+    pub attempts: u64,
+    pub peak_in_flight: usize,
+}
+
+pub(crate) struct Engine {
+    now: u64,
+    end_s: f64,
+    origin: Instant,
+    clock: Arc<SimClock>,
+    q: EventQueue,
+    rng: fastrand::Rng,
+    slab: Slab,
+    layers: Vec<Layer>,
+    groups: Vec<Group>,
+    customers: Vec<String>,
+    woken: WokenList,
+    faults: Vec<(Fault, f64, f64)>,
+    active: Vec<bool>,
+    stats: Vec<LayerStats>,
+    recorder: Recorder,
+    protected: bool,
+    open_top: u64,
+    arrivals_open: usize,
+    events: u64,
+    offered: u64,
+    attempts: u64,
+}
+
+impl Engine {
+    /// Builds the fleet of `sc` (one variant, already applied). `title` names the run.
+    pub fn new(sc: &Scenario, title: &str) -> Result<Engine, spillway_core::ConfigError> {
+        let origin = Instant::now();
+        let clock = Arc::new(SimClock::new(origin));
+        let mut rng = fastrand::Rng::with_seed(sc.seed);
+        let mut layers = Vec::with_capacity(sc.layers.len());
+        for (i, l) in sc.layers.iter().enumerate() {
+            let has_next = i + 1 < sc.layers.len() && l.calls > 0;
+            layers.push(Layer::build(
+                l,
+                sc.protected,
+                has_next,
+                &clock,
+                origin,
+                &mut rng,
+            )?);
+        }
+        let mut customers: Vec<String> = Vec::new();
+        let mut groups = Vec::with_capacity(sc.clients.len());
+        for c in &sc.clients {
+            let name = c.customer.clone().unwrap_or_else(|| c.name.clone());
+            let customer = match customers.iter().position(|n| *n == name) {
+                Some(i) => i,
+                None => {
+                    customers.push(name);
+                    customers.len() - 1
+                }
+            } as u16;
+            let retry = RetrySet::new(
+                c.retry,
+                c.max_attempts,
+                c.backoff_ms,
+                c.backoff_max_ms,
+                c.timeout_ms,
+            );
+            let mut instances = Vec::with_capacity(c.instances as usize);
+            for _ in 0..c.instances {
+                instances.push(Caller::new(
+                    &retry,
+                    c.throttle_k,
+                    c.throttle_min_rps,
+                    origin,
+                    rng.u64(..),
+                )?);
+            }
+            groups.push(Group {
+                // Validated by `Scenario::validate`.
+                crit: c.criticality.parse().unwrap_or_default(),
+                customer,
+                retry,
+                arrivals: c.arrivals,
+                peak: c.load.peak(),
+                shape: c.load.clone(),
+                next_t: 0.0,
+                instances,
+                rr: 0,
+            });
+        }
+        let mut faults = Vec::with_capacity(sc.faults.len());
+        for f in &sc.faults {
+            let li = |name: &str| sc.layer_index(name).unwrap_or(0);
+            let fault = match f {
+                FaultConfig::TaskDown {
+                    layer,
+                    task,
+                    at_s,
+                    for_s,
+                } => (
+                    Fault::Tasks {
+                        layer: li(layer),
+                        tasks: vec![*task],
+                    },
+                    *at_s,
+                    *for_s,
+                ),
+                FaultConfig::ZoneDown {
+                    layer,
+                    zone,
+                    at_s,
+                    for_s,
+                } => {
+                    let l = li(layer);
+                    let tasks = (0..sc.layers[l].tasks)
+                        .filter(|t| t % sc.layers[l].zones == *zone)
+                        .collect();
+                    (Fault::Tasks { layer: l, tasks }, *at_s, *for_s)
+                }
+                FaultConfig::Capacity {
+                    layer,
+                    factor,
+                    at_s,
+                    for_s,
+                } => (
+                    Fault::Capacity {
+                        layer: li(layer),
+                        factor: *factor,
+                    },
+                    *at_s,
+                    *for_s,
+                ),
+                FaultConfig::Slow {
+                    layer,
+                    extra_ms,
+                    at_s,
+                    for_s,
+                } => (
+                    Fault::Slow {
+                        layer: li(layer),
+                        extra_ns: crate::sim::shape::ms_to_nanos(*extra_ms),
+                    },
+                    *at_s,
+                    *for_s,
+                ),
+            };
+            faults.push(fault);
+        }
+        let window = Duration::from_secs_f64(sc.duration_s);
+        let mut e = Engine {
+            now: 0,
+            end_s: sc.duration_s,
+            origin,
+            clock,
+            q: EventQueue::default(),
+            rng,
+            slab: Slab::new(),
+            active: vec![false; faults.len()],
+            faults,
+            stats: vec![LayerStats::default(); layers.len()],
+            layers,
+            groups,
+            customers,
+            woken: Arc::new(Mutex::new(Vec::new())),
+            recorder: Recorder::new(title, window),
+            protected: sc.protected,
+            open_top: 0,
+            arrivals_open: 0,
+            events: 0,
+            offered: 0,
+            attempts: 0,
+        };
+        for g in 0..e.groups.len() {
+            if let Some(t) = e.next_arrival(g) {
+                e.arrivals_open += 1;
+                e.push_at_secs(t, Kind::Arrival, g as u32);
+            }
+        }
+        for i in 0..e.faults.len() {
+            let (_, at, dur) = e.faults[i];
+            e.push_at_secs(at, Kind::FaultStart, i as u32);
+            e.push_at_secs(at + dur, Kind::FaultEnd, i as u32);
+        }
+        Ok(e)
+    }
+
+    fn push(&mut self, at: u64, kind: Kind, id: u32, gen: u32) {
+        self.q.push(self.now, at, kind, id, gen);
+    }
+
+    fn push_at_secs(&mut self, t: f64, kind: Kind, id: u32) {
+        self.push(secs_to_nanos(t), kind, id, 0);
+    }
+
+    /// Simulated instant `nanos` after the start.
+    #[inline]
+    fn at(&self, nanos: u64) -> Instant {
+        self.clock.at(nanos)
+    }
+
+    /// Nanoseconds since the start of a simulated instant.
+    #[inline]
+    fn nanos_of(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.origin).as_nanos()).unwrap_or(NEVER)
+    }
+
+    /// Runs to the end: arrivals stop after the window, then every offered request finishes.
+    pub fn run(mut self) -> Finished {
+        while self.arrivals_open > 0 || self.open_top > 0 {
+            let Some(ev) = self.q.pop() else { break };
+            self.now = ev.at;
+            self.clock.set(ev.at);
+            self.events += 1;
+            match ev.kind {
+                Kind::Arrival => self.arrival(ev.id as usize),
+                Kind::WorkerDone => self.worker_done(ev.id, ev.gen),
+                Kind::SlowDone => {
+                    if self.slab.is(ev.id, ev.gen) && self.node(ev.id).phase == Phase::Slow {
+                        self.after_local(ev.id);
+                    }
+                }
+                Kind::AttemptTimeout => self.attempt_timeout(ev.id, ev.gen),
+                Kind::QueueGiveUp => self.queue_give_up(ev.id, ev.gen),
+                Kind::Retry => {
+                    if self.slab.is(ev.id, ev.gen) && self.node(ev.id).phase == Phase::Backoff {
+                        self.send(ev.id);
+                    }
+                }
+                Kind::RejectDone => self.release_worker(ev.gen as usize, ev.id as usize),
+                Kind::FaultStart => self.fault(ev.id as usize, true),
+                Kind::FaultEnd => self.fault(ev.id as usize, false),
+            }
+            self.drain_woken();
+        }
+        Finished {
+            recorder: self.recorder,
+            stats: self.stats,
+            layer_names: self.layers.iter().map(|l| l.name.clone()).collect(),
+            events: self.events,
+            offered: self.offered,
+            attempts: self.attempts,
+            peak_in_flight: self.slab.peak,
+        }
+    }
+
+    /// The next arrival time of group `g` after its last one, in seconds, or `None` past the
+    /// window. Poisson arrivals by thinning at the shape's peak rate (exact for any shape).
+    fn next_arrival(&mut self, g: usize) -> Option<f64> {
+        let end = self.end_s;
+        let rng = &mut self.rng;
+        let grp = &mut self.groups[g];
+        if grp.peak <= 0.0 {
+            return None;
+        }
+        let mut t = grp.next_t;
+        loop {
+            match grp.arrivals {
+                Arrivals::Poisson => {
+                    t += exp(rng, 1.0 / grp.peak);
+                    if t >= end {
+                        return None;
+                    }
+                    if rng.f64() * grp.peak < grp.shape.rate_at(t) {
+                        break;
+                    }
+                }
+                Arrivals::Uniform => {
+                    let r = grp.shape.rate_at(t);
+                    t += if r > 0.0 { 1.0 / r } else { 1e-3 };
+                    if t >= end {
+                        return None;
+                    }
+                    if grp.shape.rate_at(t) > 0.0 {
+                        break;
+                    }
+                }
+            }
+        }
+        grp.next_t = t;
+        Some(t)
+    }
+
+    fn arrival(&mut self, g: usize) {
+        match self.next_arrival(g) {
+            Some(t) => self.push_at_secs(t, Kind::Arrival, g as u32),
+            None => self.arrivals_open -= 1,
+        }
+        let id = self.slab.alloc();
+        let now = self.now;
+        let grp = &mut self.groups[g];
+        let instance = grp.rr;
+        grp.rr = (grp.rr + 1) % grp.instances.len() as u32;
+        if let Some(p) = &grp.instances[instance as usize].policy {
+            p.record_request(self.clock.at(now));
+        }
+        let n = &mut self.slab.nodes[id as usize];
+        n.phase = Phase::Calling;
+        n.layer = CLIENT;
+        n.group = g as u16;
+        n.crit = grp.crit;
+        n.instance = instance;
+        n.since = now;
+        n.calls_left = 1;
+        self.offered += 1;
+        self.open_top += 1;
+        self.send(id);
+    }
+
+    /// Applies or lifts fault `i`.
+    fn fault(&mut self, i: usize, start: bool) {
+        if self.active[i] == start {
+            return;
+        }
+        self.active[i] = start;
+        let layer = match &self.faults[i].0 {
+            Fault::Tasks { layer, tasks } => {
+                let l = &mut self.layers[*layer];
+                for &t in tasks {
+                    let task = &mut l.tasks[t as usize];
+                    task.down = if start {
+                        task.down + 1
+                    } else {
+                        task.down.saturating_sub(1)
+                    };
+                }
+                l.rebuild_alive();
+                return;
+            }
+            Fault::Capacity { layer, .. } | Fault::Slow { layer, .. } => *layer,
+        };
+        let (mut speed, mut slow) = (1.0, 0u64);
+        for (f, on) in self.faults.iter().zip(&self.active) {
+            match (&f.0, *on) {
+                (Fault::Capacity { layer: l, factor }, true) if *l == layer => speed *= factor,
+                (Fault::Slow { layer: l, extra_ns }, true) if *l == layer => {
+                    slow = slow.saturating_add(*extra_ns)
+                }
+                _ => {}
+            }
+        }
+        self.layers[layer].speed = speed;
+        self.layers[layer].slow_ns = slow;
+    }
+
+    /// Polls the queued admissions the core granted or dropped since the last event.
+    fn drain_woken(&mut self) {
+        loop {
+            let batch = std::mem::take(&mut *lock(&self.woken));
+            if batch.is_empty() {
+                return;
+            }
+            for (id, gen) in batch {
+                self.poll_queued(id, gen);
+            }
+        }
+    }
+
+    fn poll_queued(&mut self, id: u32, gen: u32) {
+        if !self.slab.is(id, gen) || self.node(id).phase != Phase::Queued {
+            return;
+        }
+        let waker = Waker::from(Arc::new(NodeWake {
+            id,
+            gen,
+            list: Arc::clone(&self.woken),
+        }));
+        let Some(q) = self.slab.nodes[id as usize].queued.as_mut() else {
+            return;
+        };
+        match Pin::new(q).poll(&mut Context::from_waker(&waker)) {
+            Poll::Pending => {}
+            Poll::Ready(Ok(permit)) => {
+                let n = &mut self.slab.nodes[id as usize];
+                n.queued = None;
+                n.permit = Some(permit);
+                self.start_work(id);
+            }
+            Poll::Ready(Err(r)) => {
+                self.slab.nodes[id as usize].queued = None;
+                self.refused(id, r);
+            }
+        }
+    }
+}
+
+fn secs_to_nanos(t: f64) -> u64 {
+    let ns = t * 1e9;
+    if ns.is_finite() && ns > 0.0 {
+        if ns >= NEVER as f64 {
+            NEVER - 1
+        } else {
+            ns as u64
+        }
+    } else {
+        0
+    }
+}

@@ -1,0 +1,456 @@
+//! The simulated fleet's state: tasks with their admission controllers and workers, callers
+//! with their retry policies and throttles, and the slab of in-flight requests.
+//!
+//! Why a slab of small nodes: memory must grow with the requests *in flight*, not with the
+//! requests simulated, so a request is a slot in a `Vec` recycled through a free list, found by
+//! index and a generation counter (stale timers carry an old generation and are ignored), with
+//! its customer and criticality as small ids — no per-request `String`. Every policy object here
+//! is the core's own (`AdmissionController`, `RetryPolicy`, `AdaptiveThrottle`); this module
+//! only builds them from the scenario and holds them.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use spillway_core::controller::{AdmissionConfig, AdmissionController, Permit, QueuedAdmission};
+use spillway_core::quota::{CustomerQuota, QuotaConfig, QuotaEnforcement};
+use spillway_core::retry::{RetryConfig, RetryPolicy};
+use spillway_core::throttle::{AdaptiveThrottle, ThrottleConfig};
+use spillway_core::{Clock, ConfigError, Criticality, PerCriticality};
+
+use super::config::{
+    limit_config, shed_config, Balance, Enforcement, LayerConfig, RetryKind, ServiceDist,
+};
+use super::shape::ms_to_nanos;
+use super::time::{SimClock, SimRandom};
+
+/// "No node" in parent/child links.
+pub(crate) const NONE: u32 = u32::MAX;
+/// The layer index of a top-level (client) request.
+pub(crate) const CLIENT: u16 = u16::MAX;
+/// "No deadline".
+pub(crate) const NEVER: u64 = u64::MAX;
+
+/// How a caller retries, in nanoseconds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RetrySet {
+    pub kind: RetryKind,
+    pub max_attempts: u32,
+    pub backoff_base: u64,
+    pub backoff_max: u64,
+    pub timeout: u64,
+}
+
+impl RetrySet {
+    pub fn new(
+        kind: RetryKind,
+        max_attempts: u32,
+        base_ms: f64,
+        max_ms: f64,
+        timeout_ms: f64,
+    ) -> Self {
+        let ns = |ms: f64| if ms <= 0.0 { 0 } else { ms_to_nanos(ms) };
+        RetrySet {
+            kind,
+            max_attempts,
+            backoff_base: ns(base_ms),
+            backoff_max: ns(max_ms),
+            timeout: ms_to_nanos(timeout_ms),
+        }
+    }
+
+    /// Whether the core's gates decide (and failures go up marked "don't retry").
+    pub fn gated(&self) -> bool {
+        matches!(self.kind, RetryKind::Budgeted | RetryKind::Throttled)
+    }
+}
+
+/// One caller's client-side policy objects (one per client instance, one per task calling the
+/// next layer): the core's retry gates and adaptive throttle.
+pub(crate) struct Caller {
+    pub policy: Option<RetryPolicy>,
+    pub throttle: Option<AdaptiveThrottle<SimRandom>>,
+}
+
+impl Caller {
+    pub fn new(
+        set: &RetrySet,
+        k: f64,
+        min_rps: f64,
+        origin: Instant,
+        seed: u64,
+    ) -> Result<Self, ConfigError> {
+        let policy = if set.gated() {
+            Some(RetryPolicy::new(
+                RetryConfig {
+                    max_attempts: set.max_attempts,
+                    ..RetryConfig::default()
+                },
+                origin,
+            )?)
+        } else {
+            None
+        };
+        let throttle = if set.kind == RetryKind::Throttled {
+            Some(AdaptiveThrottle::with_random(
+                ThrottleConfig {
+                    k,
+                    min_requests_per_sec: min_rps,
+                    ..ThrottleConfig::default()
+                },
+                origin,
+                SimRandom::new(seed),
+            )?)
+        } else {
+            None
+        };
+        Ok(Caller { policy, throttle })
+    }
+}
+
+/// One task of a layer.
+pub(crate) struct Task {
+    /// `None` when unprotected.
+    pub controller: Option<AdmissionController>,
+    /// Workers busy.
+    pub busy: u32,
+    /// Admitted requests waiting for a worker (node, generation); the unbounded FIFO of an
+    /// unprotected task. Entries of cancelled nodes are skipped; `(NONE, _)` is the CPU cost of
+    /// a refusal.
+    pub fifo: VecDeque<(u32, u32)>,
+    /// Faults holding it down (0 = up).
+    pub down: u32,
+    /// Its client side towards the next layer.
+    pub caller: Caller,
+}
+
+/// One layer at run time.
+pub(crate) struct Layer {
+    pub name: String,
+    pub workers: u32,
+    pub service: ServiceDist,
+    pub calls: u32,
+    pub retry: RetrySet,
+    pub balance: Balance,
+    pub hot_tasks: u32,
+    pub hot_share: f64,
+    pub tasks: Vec<Task>,
+    /// Live tasks, and live hot tasks, for balancing.
+    pub alive: Vec<u32>,
+    pub alive_hot: Vec<u32>,
+    pub rr: usize,
+    /// Current speed (capacity faults) and added latency (slow-dependency faults).
+    pub speed: f64,
+    pub slow_ns: u64,
+    /// Expected cost of a request, CPU-seconds (the quota estimate).
+    pub est_cost: f64,
+    /// Quotas configured: settle with the measured cost.
+    pub has_quota: bool,
+    /// Worker time one refusal costs (0 = free).
+    pub reject_ns: u64,
+}
+
+impl Layer {
+    pub fn build(
+        cfg: &LayerConfig,
+        protected: bool,
+        has_next: bool,
+        clock: &Arc<SimClock>,
+        origin: Instant,
+        rng: &mut fastrand::Rng,
+    ) -> Result<Layer, ConfigError> {
+        let retry = RetrySet::new(
+            cfg.retry,
+            cfg.max_attempts,
+            cfg.backoff_ms,
+            cfg.backoff_max_ms,
+            cfg.timeout_ms,
+        );
+        let q = &cfg.quota;
+        let has_quota = q.default.is_some() || !q.customers.is_empty();
+        let admission = AdmissionConfig {
+            limit: limit_config(cfg),
+            headroom: PerCriticality(cfg.admission.headroom),
+            queue: cfg.admission.queue.clone(),
+            shed: shed_config(&cfg.admission),
+            quota: QuotaConfig {
+                tasks: cfg.tasks,
+                enforcement: match q.enforcement {
+                    Enforcement::WhenOverloaded => QuotaEnforcement::WhenOverloaded,
+                    Enforcement::Always => QuotaEnforcement::Always,
+                },
+                burst: Duration::from_nanos(ms_to_nanos(q.burst_ms)),
+                default_customer: q
+                    .default
+                    .map_or_else(CustomerQuota::unlimited, CustomerQuota::uniform),
+                customers: q
+                    .customers
+                    .iter()
+                    .map(|(n, v)| (n.clone(), CustomerQuota::uniform(*v)))
+                    .collect(),
+                ..QuotaConfig::default()
+            },
+            max_attempts: cfg.admission.max_attempts,
+            overload_retry_after: None,
+        };
+        let mut tasks = Vec::with_capacity(cfg.tasks as usize);
+        for _ in 0..cfg.tasks {
+            let controller = if protected {
+                let clock: Arc<dyn Clock> = clock.clone();
+                Some(
+                    AdmissionController::new(admission.clone(), clock)?
+                        .with_random(Arc::new(SimRandom::new(rng.u64(..)))),
+                )
+            } else {
+                None
+            };
+            tasks.push(Task {
+                controller,
+                busy: 0,
+                fifo: VecDeque::new(),
+                down: 0,
+                caller: if has_next {
+                    Caller::new(
+                        &retry,
+                        cfg.throttle_k,
+                        cfg.throttle_min_rps,
+                        origin,
+                        rng.u64(..),
+                    )?
+                } else {
+                    Caller {
+                        policy: None,
+                        throttle: None,
+                    }
+                },
+            });
+        }
+        let mut layer = Layer {
+            name: cfg.name.clone(),
+            workers: cfg.workers,
+            service: cfg.service,
+            calls: cfg.calls,
+            retry,
+            balance: cfg.balance,
+            hot_tasks: cfg.hot_tasks,
+            hot_share: cfg.hot_share,
+            tasks,
+            alive: Vec::new(),
+            alive_hot: Vec::new(),
+            rr: 0,
+            speed: 1.0,
+            slow_ns: 0,
+            est_cost: cfg.service.mean_ms() / 1e3,
+            reject_ns: if cfg.reject_cost_ms > 0.0 {
+                ms_to_nanos(cfg.reject_cost_ms)
+            } else {
+                0
+            },
+            has_quota,
+        };
+        layer.rebuild_alive();
+        Ok(layer)
+    }
+
+    /// Recomputes the balancing lists after a task went down or came back.
+    pub fn rebuild_alive(&mut self) {
+        self.alive.clear();
+        self.alive_hot.clear();
+        for (i, t) in self.tasks.iter().enumerate() {
+            if t.down == 0 {
+                self.alive.push(i as u32);
+                if (i as u32) < self.hot_tasks {
+                    self.alive_hot.push(i as u32);
+                }
+            }
+        }
+    }
+
+    /// Picks a live task, avoiding `avoid` (the task that just failed) when another is live.
+    pub fn pick(&mut self, rng: &mut fastrand::Rng, avoid: u32) -> Option<u32> {
+        let list =
+            if !self.alive_hot.is_empty() && self.hot_share > 0.0 && rng.f64() < self.hot_share {
+                &self.alive_hot
+            } else {
+                &self.alive
+            };
+        let n = list.len();
+        if n == 0 {
+            return None;
+        }
+        let mut i = match self.balance {
+            Balance::Random => rng.usize(..n),
+            Balance::RoundRobin => {
+                self.rr = self.rr.wrapping_add(1);
+                self.rr % n
+            }
+        };
+        if list[i] == avoid && n > 1 {
+            i = match self.balance {
+                Balance::Random => (i + 1 + rng.usize(..n - 1)) % n,
+                Balance::RoundRobin => (i + 1) % n,
+            };
+        }
+        Some(list[i])
+    }
+}
+
+/// Where a request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Free,
+    /// In a task's admission queue.
+    Queued,
+    /// Admitted, waiting for a worker.
+    WaitWorker,
+    /// On a worker.
+    Working,
+    /// Waiting on a slow dependency.
+    Slow,
+    /// Waiting for a downstream attempt (or a top-level request waiting for its attempt).
+    Calling,
+    /// Waiting to retry.
+    Backoff,
+}
+
+/// What an attempt's caller learns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Res {
+    Ok,
+    /// Refused by the admission controller.
+    Refused(spillway_core::controller::RefusalReason),
+    /// The task failed its own downstream calls (a 503 from the handler), maybe marked.
+    Failed {
+        dont_retry: bool,
+    },
+    /// The caller's timer fired first.
+    Timeout,
+    /// No live task, or the task was lost.
+    Conn,
+    /// Refused locally by the caller's throttle; never sent.
+    Throttled,
+}
+
+/// One request at one place: a top-level client request, or an attempt being served by a task.
+pub(crate) struct Node {
+    pub gen: u32,
+    pub phase: Phase,
+    pub parent: u32,
+    pub parent_gen: u32,
+    /// `CLIENT` for a top-level request.
+    pub layer: u16,
+    pub crit: Criticality,
+    pub group: u16,
+    pub task: u32,
+    /// Client instance (top-level) — its `Caller`.
+    pub instance: u32,
+    /// The attempt number this request was sent with (1 for top-level requests).
+    pub attempt_in: u32,
+    /// Propagated deadline (protected), `NEVER` otherwise.
+    pub deadline: u64,
+    /// When the caller gives up on this attempt (always set).
+    pub give_up: u64,
+    /// Top-level: when it was offered. Server: when it arrived at the task.
+    pub since: u64,
+    pub calls_left: u32,
+    /// Attempts made for the current downstream call.
+    pub local: u32,
+    pub child: u32,
+    pub child_gen: u32,
+    pub last_task: u32,
+    /// Top-level: attempts sent on the wire.
+    pub sent: u32,
+    pub work_ns: u64,
+    pub wait_ns: u64,
+    /// The caller left while it was on a worker: finish the CPU work, then stop.
+    pub cancelled: bool,
+    pub permit: Option<Permit>,
+    pub queued: Option<QueuedAdmission>,
+}
+
+impl Node {
+    pub fn blank() -> Node {
+        Node {
+            gen: 0,
+            phase: Phase::Free,
+            parent: NONE,
+            parent_gen: 0,
+            layer: CLIENT,
+            crit: Criticality::Critical,
+            group: 0,
+            task: NONE,
+            instance: 0,
+            attempt_in: 1,
+            deadline: NEVER,
+            give_up: NEVER,
+            since: 0,
+            calls_left: 0,
+            local: 0,
+            child: NONE,
+            child_gen: 0,
+            last_task: NONE,
+            sent: 0,
+            work_ns: 0,
+            wait_ns: 0,
+            cancelled: false,
+            permit: None,
+            queued: None,
+        }
+    }
+}
+
+/// The slab of nodes.
+pub(crate) struct Slab {
+    pub nodes: Vec<Node>,
+    free: Vec<u32>,
+    pub live: usize,
+    pub peak: usize,
+}
+
+impl Slab {
+    pub fn new() -> Self {
+        Slab {
+            nodes: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            peak: 0,
+        }
+    }
+
+    /// A fresh node (fields reset, generation bumped); returns its index.
+    pub fn alloc(&mut self) -> u32 {
+        self.live += 1;
+        self.peak = self.peak.max(self.live);
+        if let Some(i) = self.free.pop() {
+            let gen = self.nodes[i as usize].gen.wrapping_add(1);
+            self.nodes[i as usize] = Node {
+                gen,
+                ..Node::blank()
+            };
+            i
+        } else {
+            self.nodes.push(Node::blank());
+            (self.nodes.len() - 1) as u32
+        }
+    }
+
+    /// Releases a node: drops its permit or queued admission (releasing the slot or leaving
+    /// the queue, in the core) and recycles the slot.
+    pub fn free(&mut self, i: u32) {
+        let n = &mut self.nodes[i as usize];
+        n.phase = Phase::Free;
+        n.permit = None;
+        n.queued = None;
+        n.gen = n.gen.wrapping_add(1);
+        self.free.push(i);
+        self.live -= 1;
+    }
+
+    /// Whether `(i, gen)` still names a live node.
+    #[inline]
+    pub fn is(&self, i: u32, gen: u32) -> bool {
+        self.nodes
+            .get(i as usize)
+            .is_some_and(|n| n.gen == gen && n.phase != Phase::Free)
+    }
+}

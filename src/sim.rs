@@ -1,0 +1,182 @@
+//! `spillway sim`: run a scenario of the policies at fleet scale, in simulated time.
+//!
+//! Why a subcommand: the simulator answers "what do the real policies do with ten thousand
+//! tasks and their clients?" deterministically and in seconds; this module only picks the
+//! scenario (shipped by name, or a file), applies the command-line overrides, runs it through
+//! `spillway_load::sim` and prints/writes the results. Exit code 2 for a bad argument or an
+//! invalid scenario (the message names the key), 1 for I/O failures.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use spillway_load::report::{write_html, write_json};
+use spillway_load::sim::{self, builtin, output, Scenario};
+
+use crate::UsageError;
+
+/// `spillway sim` arguments.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// A shipped scenario (see --list), e.g. retry-amplification.
+    #[arg(value_name = "NAME", conflicts_with = "scenario")]
+    name: Option<String>,
+    /// A scenario file (TOML; see examples/sim/ for the format).
+    #[arg(long, value_name = "FILE")]
+    scenario: Option<PathBuf>,
+    /// List the shipped scenarios and exit.
+    #[arg(long)]
+    list: bool,
+    /// Print a shipped scenario's TOML (a starting point for your own) and exit.
+    #[arg(long, requires = "name")]
+    show: bool,
+    /// Override the scenario's seed.
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// Override the offering window, seconds (0.001 to 86400).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Scale tasks, client instances and offered load by this factor (0.001 to 1000).
+    #[arg(long, value_name = "F")]
+    scale: Option<f64>,
+    /// Run only these variants (repeatable; default all).
+    #[arg(long, value_name = "NAME")]
+    variant: Vec<String>,
+    /// Write the run reports as JSON here.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a self-contained HTML report with charts here.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Print the per-second series of every run.
+    #[arg(long)]
+    series: bool,
+}
+
+fn load(args: &SimArgs) -> Result<Scenario> {
+    let mut sc = match (&args.name, &args.scenario) {
+        (Some(name), _) => match builtin::scenario(name) {
+            Some(s) => s.map_err(|e| UsageError(e.to_string()))?,
+            None => {
+                let names: Vec<_> = builtin::names().collect();
+                return Err(UsageError(format!(
+                    "unknown scenario {name:?}: expected one of {} (or --scenario FILE)",
+                    names.join(", ")
+                ))
+                .into());
+            }
+        },
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading scenario file {}", path.display()))?;
+            Scenario::from_toml(&text, &path.display().to_string())
+                .map_err(|e| UsageError(e.to_string()))?
+        }
+        (None, None) => {
+            return Err(UsageError(
+                "a scenario is required: spillway sim NAME (see --list) or --scenario FILE".into(),
+            )
+            .into())
+        }
+    };
+    if let Some(seed) = args.seed {
+        sc.seed = seed;
+    }
+    if let Some(d) = args.duration {
+        sc.duration_s = d;
+    }
+    if let Some(f) = args.scale {
+        if !(f.is_finite() && (0.001..=1000.0).contains(&f)) {
+            return Err(
+                UsageError(format!("--scale {f}: expected a factor in 0.001..=1000")).into(),
+            );
+        }
+        sc = sc.scaled(f);
+    }
+    if !args.variant.is_empty() {
+        for v in &args.variant {
+            if !sc.variants.iter().any(|x| &x.name == v) {
+                let names: Vec<_> = sc.variants.iter().map(|x| x.name.as_str()).collect();
+                return Err(UsageError(format!(
+                    "--variant {v:?}: scenario {} has variants: {}",
+                    sc.name,
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                ))
+                .into());
+            }
+        }
+        sc.variants.retain(|x| args.variant.contains(&x.name));
+    }
+    sc.validate().map_err(|e| UsageError(e.to_string()))?;
+    Ok(sc)
+}
+
+/// Runs `spillway sim`.
+pub fn run(args: &SimArgs) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if args.list {
+        for (name, text) in builtin::SCENARIOS {
+            let desc = Scenario::from_toml(text, name)
+                .map(|s| s.description)
+                .unwrap_or_default();
+            writeln!(out, "{name:<22} {desc}")?;
+        }
+        return Ok(());
+    }
+    if args.show {
+        if let Some((_, text)) = builtin::SCENARIOS
+            .iter()
+            .find(|(n, _)| Some(*n) == args.name.as_deref())
+        {
+            out.write_all(text.as_bytes())?;
+            return Ok(());
+        }
+    }
+    let sc = load(args)?;
+    writeln!(out, "scenario {}: {}", sc.name, sc.description)?;
+    writeln!(
+        out,
+        "seed {}, {} s offered{}",
+        sc.seed,
+        sc.duration_s,
+        sim::capacity_rps(&sc)
+            .map(|c| format!(", capacity {c:.0} requests/s"))
+            .unwrap_or_default()
+    )?;
+    let started = Instant::now();
+    let runs = sim::run_scenario(&sc).map_err(|e| UsageError(e.to_string()))?;
+    let wall = started.elapsed().as_secs_f64();
+    out.write_all(output::summary_table(&runs).as_bytes())?;
+    if args.series {
+        for r in &runs {
+            writeln!(out)?;
+            out.write_all(output::series_table(r).as_bytes())?;
+        }
+    }
+    let offered: u64 = runs.iter().map(|r| r.offered).sum();
+    let attempts: u64 = runs.iter().map(|r| r.attempts).sum();
+    let events: u64 = runs.iter().map(|r| r.events).sum();
+    let peak = runs.iter().map(|r| r.peak_in_flight).max().unwrap_or(0);
+    eprintln!(
+        "simulated {offered} requests ({attempts} attempts, {events} events, at most {peak} in \
+         flight) in {wall:.2} s wall: {:.0} requests/s, {:.0} attempts/s",
+        offered as f64 / wall.max(1e-9),
+        attempts as f64 / wall.max(1e-9)
+    );
+    let reports: Vec<_> = runs.into_iter().map(|r| r.report).collect();
+    if let Some(p) = &args.json {
+        write_json(&reports, p)?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    if let Some(p) = &args.html {
+        write_html(&reports, p)?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    Ok(())
+}
