@@ -53,12 +53,15 @@ impl Default for ProxyConfig {
 /// re-measured periodically at a low pinned concurrency, so it settles near the knee
 /// (Envoy adaptive concurrency filter docs). Interval 10 s instead of the docs' 60 s example so
 /// a fresh sidecar finds its baseline quickly; buffer 0.5 (latency up to 1.5 × minRTT tolerated)
-/// so ordinary jitter on a shared host does not shrink the limit (see README "Why Envoy
-/// gradient").
+/// so ordinary jitter on a shared host does not shrink the limit; minRTT from 25 requests at a
+/// pinned concurrency of 5 (Envoy: 50 at 3) so the pinned phase is short. The cost: during each
+/// minRTT measurement (every 10–11.5 s, until 25 requests complete) the limit is 5. Measured in
+/// `tests/proxy_default_limit.rs`.
 pub fn default_admission() -> AdmissionConfig {
     AdmissionConfig {
         limit: LimitConfig::EnvoyGradient(EnvoyGradientConfig {
             interval: std::time::Duration::from_secs(10),
+            request_count: 25,
             buffer: 0.5,
             min_concurrency: 5,
             ..EnvoyGradientConfig::default()

@@ -248,7 +248,10 @@ pub(super) async fn forward(
                     strip_hop_by_hop(res.headers_mut(), false);
                     None
                 };
-                let (p, b) = res.into_parts();
+                let (mut p, b) = res.into_parts();
+                // Answer in the client's dialect: an HTTP/1.0 upstream must not turn the
+                // client's keep-alive HTTP/1.1 connection into 1.0 (hyper's h2 server ignores it).
+                p.version = Version::HTTP_11;
                 let body = Held {
                     inner: b,
                     guard: Some(Guard {
