@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod demo;
 pub mod load;
 pub mod report;
 pub mod sim;

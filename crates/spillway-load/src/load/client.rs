@@ -19,6 +19,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use spillway_core::retry::{Failure, RetryPolicy};
 use spillway_core::throttle::AdaptiveThrottle;
+use spillway_core::PerCriticality;
 use spillway_tower::wire;
 
 use super::mix::TrafficClass;
@@ -35,7 +36,10 @@ pub enum Behaviour {
     /// Retries only through spillway-core's retry gates (retryable failure, no don't-retry
     /// marker, attempt limit, widespread overload, 10% budget).
     Budgeted,
-    /// spillway-core's adaptive throttle before every attempt, plus the budgeted retries.
+    /// spillway-core's adaptive throttle before every attempt, plus the budgeted retries. One
+    /// throttle per criticality: a server sheds the lowest criticality first (SRE book ch. 21,
+    /// "Criticality"), so its refusals of SHEDDABLE traffic must not make the client refuse its
+    /// own CRITICAL requests — with a single throttle they would, undoing the server's order.
     Throttled,
 }
 
@@ -75,7 +79,8 @@ pub(crate) struct Policies {
     pub behaviour: Behaviour,
     pub max_attempts: u32,
     pub retry: RetryPolicy,
-    pub throttle: AdaptiveThrottle,
+    /// One adaptive throttle per criticality (indexed by `Criticality::index`).
+    pub throttles: PerCriticality<AdaptiveThrottle>,
     /// Id of the (single) target task for the widespread-overload ring.
     pub task: u64,
 }
@@ -120,6 +125,7 @@ pub(crate) async fn execute(
     if gated {
         policies.retry.record_request(Instant::now());
     }
+    let throttle = &policies.throttles.0[class.criticality.index()];
     let criticality = wire::format_criticality(class.criticality);
     let customer = HeaderValue::from_str(&class.customer).ok();
     loop {
@@ -127,8 +133,7 @@ pub(crate) async fn execute(
         if now >= deadline {
             return done;
         }
-        if policies.behaviour == Behaviour::Throttled && policies.throttle.try_acquire(now).is_err()
-        {
+        if policies.behaviour == Behaviour::Throttled && throttle.try_acquire(now).is_err() {
             done.outcome = Outcome::Throttled;
             return done;
         }
@@ -162,8 +167,14 @@ pub(crate) async fn execute(
         let failure = match answer {
             Ok(Ok(parts)) if parts.status.is_success() => {
                 if gated {
-                    policies.throttle.record_accept(now);
+                    throttle.record_accept(now);
                     policies.retry.record_outcome(now, policies.task, false);
+                }
+                // The attempt's timer bounds it, but a starved runtime can notice the answer
+                // late: goodput is success *within* the timeout, checked against the clock.
+                if now > deadline {
+                    done.outcome = Outcome::TimedOut;
+                    return done;
                 }
                 done.outcome = Outcome::Success;
                 done.latency = Some(now.saturating_duration_since(intended));
@@ -190,7 +201,7 @@ pub(crate) async fn execute(
             }
             Ok(Ok(_other_status)) => {
                 if gated {
-                    policies.throttle.record_accept(now);
+                    throttle.record_accept(now);
                     policies.retry.record_outcome(now, policies.task, false);
                 }
                 done.outcome = Outcome::Error;

@@ -31,6 +31,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use spillway_core::retry::{RetryConfig, RetryPolicy};
 use spillway_core::throttle::{AdaptiveThrottle, ThrottleConfig};
+use spillway_core::PerCriticality;
 use tokio::sync::mpsc;
 
 pub use client::Behaviour;
@@ -281,9 +282,11 @@ impl LoadGenerator {
             retry: RetryPolicy::new(cfg.retry.clone(), origin).unwrap_or_else(|_| {
                 RetryPolicy::new(RetryConfig::default(), origin).expect("default retry config")
             }),
-            throttle: AdaptiveThrottle::new(cfg.throttle.clone(), origin).unwrap_or_else(|_| {
-                AdaptiveThrottle::new(ThrottleConfig::default(), origin)
-                    .expect("default throttle config")
+            throttles: PerCriticality::from_fn(|_| {
+                AdaptiveThrottle::new(cfg.throttle.clone(), origin).unwrap_or_else(|_| {
+                    AdaptiveThrottle::new(ThrottleConfig::default(), origin)
+                        .expect("default throttle config")
+                })
             }),
             task: 1,
         });

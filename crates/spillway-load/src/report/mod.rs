@@ -178,6 +178,11 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// Sets a free-form `meta` entry after the run (e.g. what the backend saw).
+    pub fn set_meta_value(&mut self, key: impl Into<String>, value: impl Into<serde_json::Value>) {
+        self.meta.insert(key.into(), value.into());
+    }
+
     /// `meta["capacity_rps"]` as a number, if present.
     pub fn capacity_rps(&self) -> Option<f64> {
         self.meta

@@ -1,0 +1,132 @@
+//! `spillway demo`: unprotected vs Spillway vs Spillway with client throttling, on loopback, in
+//! one command — the goodput curve of SRE book ch. 21 measured on this machine.
+//!
+//! Why a thin layer: the scenario and its table live in `spillway_load::demo` (tests run the
+//! same code); this module prints them and checks the figures against the project's targets.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use spillway_load::demo::{self, DemoConfig, DemoRow, Mode, LEVELS};
+use spillway_load::report;
+
+/// `spillway demo` arguments.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Short smoke-test form: 2 workers (capacity 50/s), 12 s per run (about 40 s in all).
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the HTML report (three runs side by side).
+    #[arg(long, value_name = "FILE", default_value = "spillway-demo.html")]
+    html: PathBuf,
+    /// Where to write the JSON report.
+    #[arg(long, value_name = "FILE", default_value = "spillway-demo.json")]
+    json: PathBuf,
+    /// Seed of arrivals, mix and service times.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Runs `spillway demo`.
+pub fn run(args: &DemoArgs) -> Result<()> {
+    let mut cfg = if args.quick {
+        DemoConfig::quick()
+    } else {
+        DemoConfig::full()
+    };
+    cfg.seed = args.seed;
+    let c = cfg.capacity();
+    let p = cfg.phases.map(|d| d.as_secs());
+    println!(
+        "spillway demo: backend {} workers × {:?} mean (exponential) = capacity {c:.0} requests/s, \
+         unbounded FIFO queue.\nScenario per run: {}s at 0.5×, ramp 0.5× → 10× over {}s, {}s at \
+         0.5×, jump to 10× for {}s, {}s at 0.5×; 1 s timeout, 3 attempts; customer `good` sends \
+         CRITICAL + SHEDDABLE_PLUS (10%), `noisy` sends SHEDDABLE (90%).\nThe proxy is given no \
+         capacity figure (zero-config adaptive limit).\n",
+        cfg.workers, cfg.service, p[0], p[1], p[2], p[3], p[4]
+    );
+    let reports = demo::run_blocking(&cfg, !args.quiet)?;
+    for r in &reports {
+        crate::load::print_summary(r);
+        println!();
+    }
+    let rows: Vec<DemoRow> = reports.iter().map(|r| demo::summarise(&cfg, r)).collect();
+    println!("{}", demo::render_table(&rows));
+    check_targets(&rows);
+    report::write_json(&reports, &args.json).with_context(|| "writing --json")?;
+    report::write_html(&reports, &args.html).with_context(|| "writing --html")?;
+    println!(
+        "\nReports: {} and {}",
+        args.html.display(),
+        args.json.display()
+    );
+    Ok(())
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+/// Prints each target of issue 5 with the measured figure and whether it was met.
+fn check_targets(rows: &[DemoRow]) {
+    let find = |m: Mode| rows.iter().find(|r| r.title == m.title());
+    let fmt = |v: Option<f64>| v.map_or_else(|| "–".into(), |v| format!("{:.1}%", v * 100.0));
+    println!("Targets:");
+    if let Some(u) = find(Mode::Unprotected) {
+        let worst = u.goodput_at[LEVELS.len() - 1]
+            .into_iter()
+            .chain(u.jump_goodput)
+            .fold(f64::NAN, f64::max);
+        let ok = worst < 0.2;
+        println!(
+            "  unprotected goodput at 10× below 20% of capacity: {} ({}) — {}",
+            fmt(Some(worst)),
+            "ramp end and jump, the higher",
+            verdict(ok)
+        );
+    }
+    for m in [Mode::Spillway, Mode::SpillwayThrottled] {
+        let Some(r) = find(m) else { continue };
+        let plateau = r.goodput_at[1..]
+            .iter()
+            .copied()
+            .chain([r.jump_goodput])
+            .map(|g| g.unwrap_or(0.0))
+            .fold(f64::INFINITY, f64::min);
+        println!(
+            "  {}: goodput ≥ 95% of capacity from 1× to 10×: lowest {} — {}",
+            r.title,
+            fmt(Some(plateau)),
+            verdict(plateau >= 0.95)
+        );
+        let crit = r.critical_success.unwrap_or(0.0);
+        println!(
+            "  {}: CRITICAL success ≥ 99.9%: {} — {}",
+            r.title,
+            fmt(r.critical_success),
+            verdict(crit >= 0.999)
+        );
+        let good = r.good_success.unwrap_or(0.0);
+        println!(
+            "  {}: customer `good` success ≥ 99%: {} — {}",
+            r.title,
+            fmt(r.good_success),
+            verdict(good >= 0.99)
+        );
+        println!(
+            "  {}: goodput back to ≥ 95% within 2 s after the jump: {} — {}",
+            r.title,
+            r.recovery_s
+                .map_or_else(|| "not recovered".into(), |s| format!("{s} s")),
+            verdict(r.recovery_s.is_some_and(|s| s <= 2))
+        );
+    }
+}

@@ -1,0 +1,68 @@
+//! `spillway demo --quick` as a smoke test: the shape of the result, not its timing. Under a
+//! jump to 10× capacity the unprotected backend's goodput collapses while the protected one
+//! stays on a plateau. Bounds are generous (shared 2-core machines, debug builds); about 40 s.
+
+use std::process::Command;
+
+fn runs(json: &serde_json::Value) -> Vec<(String, f64, f64)> {
+    // (title, mean goodput/s during the jump, capacity)
+    json.as_array()
+        .expect("an array of runs")
+        .iter()
+        .map(|r| {
+            let capacity = r["meta"]["capacity_rps"].as_f64().unwrap();
+            let phases: Vec<f64> = r["meta"]["phases_s"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_f64().unwrap())
+                .collect();
+            let jump_start = (phases[0] + phases[1] + phases[2]) as usize;
+            let jump_end = jump_start + phases[3] as usize;
+            let seconds = r["seconds"].as_array().unwrap();
+            let goodput: f64 = seconds[jump_start..jump_end]
+                .iter()
+                .map(|s| s["goodput"].as_f64().unwrap())
+                .sum::<f64>()
+                / (jump_end - jump_start) as f64;
+            (r["title"].as_str().unwrap().to_owned(), goodput, capacity)
+        })
+        .collect()
+}
+
+#[test]
+fn quick_demo_shows_plateau_vs_collapse() {
+    let dir = std::env::temp_dir().join(format!("spillway-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, html) = (dir.join("demo.json"), dir.join("demo.html"));
+    let out = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["demo", "--quick", "--quiet", "--json"])
+        .arg(&json)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .expect("spillway runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("| unprotected |") && stdout.contains("Targets:"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = runs(&report);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    let (_, unprotected, capacity) = &runs[0];
+    let (_, protected, _) = &runs[1];
+    // Collapse: the unprotected backend serves well under half its capacity within the timeout.
+    assert!(*unprotected < 0.5 * capacity, "{runs:?}");
+    // Plateau: through Spillway, goodput stays a large share of capacity and far above.
+    assert!(*protected > 0.4 * capacity, "{runs:?}");
+    assert!(*protected > unprotected + 0.25 * capacity, "{runs:?}");
+    assert!(std::fs::read_to_string(&html).unwrap().contains("<svg"));
+    std::fs::remove_dir_all(&dir).ok();
+}
