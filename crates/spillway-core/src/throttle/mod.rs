@@ -24,8 +24,9 @@
 //! which the formula alone would throttle (`n` unanswered requests give `P = n / (n + 1)`). It is
 //! off by default, as the formula is specified; setting ~1 request/s is a sensible guard.
 //!
-//! The hot path ([`AdaptiveThrottle::try_acquire`]) takes no lock and allocates nothing: two
-//! [`WindowedCounter`] sums, one draw, one atomic add.
+//! The hot path ([`AdaptiveThrottle::try_acquire`]) takes no lock and allocates nothing: one
+//! pass over the buckets of both [`WindowedCounter`]s (most of a decision's cost), a draw only
+//! when `P > 0`, one atomic add.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -50,6 +51,7 @@ pub struct ThrottleConfig {
     #[cfg_attr(feature = "serde", serde(with = "crate::window::serde_secs"))]
     pub window: Duration,
     /// How many buckets the window is kept in: old traffic is forgotten one bucket at a time.
+    /// Every decision reads each bucket of both counters, so its cost grows linearly with this.
     /// Default 120 (1 s each). Accepted: `1..=3600`.
     pub buckets: usize,
     /// The multiplier `K`: the client sends up to `K ×` what the backend accepts before throttling.
