@@ -381,8 +381,9 @@ impl Scenario {
             .collect()
     }
 
-    /// Scales the fleet and the offered load by `factor` (tasks, hot tasks, zones and client
-    /// instances rounded, at least 1), keeping the load per task; for fast tests.
+    /// Scales the fleet, its global quotas and the offered load by `factor` (tasks, hot tasks,
+    /// zones and client instances rounded, at least 1), keeping the load per task; for fast
+    /// tests. Faults naming a task or zone that no longer exists are dropped.
     pub fn scaled(&self, factor: f64) -> Scenario {
         let mut s = self.clone();
         let round = |n: u32| ((f64::from(n) * factor).round() as u32).max(1);
@@ -392,6 +393,10 @@ impl Scenario {
             if l.hot_tasks > 0 {
                 l.hot_tasks = round(l.hot_tasks).min(l.tasks);
             }
+            // Global quotas are absolute rates: they scale with the fleet.
+            let q = &mut l.quota;
+            q.default = q.default.map(|v| v * factor);
+            q.customers.values_mut().for_each(|v| *v *= factor);
         }
         for c in &mut s.clients {
             c.instances = round(c.instances);
