@@ -16,6 +16,7 @@
 //! | [`upstream`] | the tasks: pools, p2c balancing, throttles, retries, ejection, health checks |
 //! | [`degrade`] | graceful degradation per route |
 //! | [`listener`] | accept with back-pressure, HTTP/1.1 + h2c, header limits, graceful shutdown |
+//! | [`tls`] | optional TLS on the listener (cargo feature `tls`, rustls) |
 //! | [`admin`], [`controls`] | the admin listener and incident controls |
 //! | [`dashboard`] | the live dashboard and knee calculator the admin listener serves |
 
@@ -34,6 +35,7 @@ pub mod respond;
 pub mod route;
 pub mod run;
 pub mod state;
+pub mod tls;
 pub mod upstream;
 
 pub use config::{ConfigError, ProxyConfig};

@@ -6,7 +6,9 @@
 //! ("connections are load too"); closing them after accept costs a handshake each and invites
 //! instant reconnects, while leaving them in the kernel's backlog makes clients wait (or time
 //! out) at no cost to the proxy. Slow clients are bounded by hyper's header-read timeout
-//! (HTTP/1.1), oversized heads by its read buffer (431) and HTTP/2 header-list limit.
+//! (HTTP/1.1), oversized heads by its read buffer (431) and HTTP/2 header-list limit. With the
+//! `tls` feature and `[listen.tls]`, connections are TLS (ALPN h2/http1.1), the handshake
+//! bounded by the same header-read timeout.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,12 +24,14 @@ use tokio::sync::Semaphore;
 
 use crate::metrics::Fault;
 use crate::state::ProxyState;
+use crate::tls::Acceptor;
 
-/// Serves `listener` until `shutdown` resolves, then waits up to `drain` for open
-/// connections to finish their requests.
+/// Serves `listener` (over TLS when `tls` is given) until `shutdown` resolves, then waits up
+/// to `drain` for open connections to finish their requests.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<ProxyState>,
+    tls: Option<Acceptor>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
@@ -81,11 +85,40 @@ pub async fn serve(
                 )
             }
         });
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn.into_owned());
-        let state3 = Arc::clone(&state);
+        let watcher = graceful.watcher();
+        let (builder, state3, tls) = (Arc::clone(&builder), Arc::clone(&state), tls.clone());
+        let handshake = Duration::from_millis(listen.header_read_timeout_ms);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let result = match tls {
+                None => {
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+                    watcher.watch(conn.into_owned()).await
+                }
+                Some(acceptor) => {
+                    #[cfg(feature = "tls")]
+                    match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let conn =
+                                builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
+                            watcher.watch(conn.into_owned()).await
+                        }
+                        Ok(Err(_)) => {
+                            state3.faults.count(Fault::TlsHandshake);
+                            Ok(())
+                        }
+                        Err(_) => {
+                            state3.faults.count(Fault::HeaderTimeout);
+                            Ok(())
+                        }
+                    }
+                    #[cfg(not(feature = "tls"))]
+                    {
+                        let _ = (handshake, &watcher);
+                        match acceptor {}
+                    }
+                }
+            };
+            if let Err(e) = result {
                 count_connection_error(&state3, &*e);
             }
             metrics::gauge!(crate::metrics::CONNECTIONS).decrement(1.0);

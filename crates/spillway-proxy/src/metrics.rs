@@ -52,10 +52,12 @@ pub enum Fault {
     UpstreamUnavailable,
     /// A body larger than `upstream.retry_buffer_bytes` was streamed, so not retried.
     NotRetriedLargeBody,
+    /// A TLS handshake failed.
+    TlsHandshake,
 }
 
 impl Fault {
-    const ALL: [Fault; 9] = [
+    const ALL: [Fault; 10] = [
         Fault::BadRequest,
         Fault::HeadersTooLarge,
         Fault::HeaderTimeout,
@@ -65,6 +67,7 @@ impl Fault {
         Fault::UpstreamTimeout,
         Fault::UpstreamUnavailable,
         Fault::NotRetriedLargeBody,
+        Fault::TlsHandshake,
     ];
 
     /// The metric label value.
@@ -79,13 +82,14 @@ impl Fault {
             Fault::UpstreamTimeout => "upstream_timeout",
             Fault::UpstreamUnavailable => "upstream_unavailable",
             Fault::NotRetriedLargeBody => "not_retried_large_body",
+            Fault::TlsHandshake => "tls_handshake",
         }
     }
 }
 
 /// Fault counters.
 #[derive(Debug, Default)]
-pub struct Faults([AtomicU64; 9]);
+pub struct Faults([AtomicU64; 10]);
 
 impl Faults {
     /// Counts one `f` (here and in the `metrics` facade).

@@ -42,6 +42,9 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    /// TLS could not be set up (names the file and the problem).
+    #[error("{0}")]
+    Tls(String),
     /// The admin listener failed.
     #[error("admin listener: {0}")]
     Admin(String),
@@ -94,6 +97,7 @@ pub async fn start(state: Arc<ProxyState>, addr: Option<SocketAddr>) -> Result<R
         what: "local address".into(),
         source,
     })?;
+    let tls = crate::tls::acceptor(&state.config().listen).map_err(RunError::Tls)?;
     state.runtime().pool.start_health_checks();
     let (stop, mut rx) = tokio::sync::watch::channel(false);
     let st = Arc::clone(&state);
@@ -101,7 +105,7 @@ pub async fn start(state: Arc<ProxyState>, addr: Option<SocketAddr>) -> Result<R
         let shutdown = async move {
             let _ = rx.wait_for(|v| *v).await;
         };
-        crate::listener::serve(listener, st, shutdown, Duration::from_secs(5)).await;
+        crate::listener::serve(listener, st, tls, shutdown, Duration::from_secs(5)).await;
     });
     Ok(Running {
         addr,

@@ -229,9 +229,10 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
             "8192 ..= 16777216 bytes (hyper's smallest read buffer is 8 KiB)",
         ));
     }
-    #[cfg(not(feature = "tls"))]
+
     if l.tls.is_some() {
-        return Err(bad("listen.tls", "set", "no [listen.tls]: this build has no `tls` feature (cargo build --features spillway-proxy/tls)"));
+        // Reads the files, so a missing or bad certificate is refused at load, not at accept.
+        crate::tls::acceptor(l).map_err(|m| ("listen.tls".to_string(), m))?;
     }
     let u = &cfg.upstream;
     if u.addresses.is_empty() {
