@@ -141,6 +141,9 @@ async fn capacity_drop_leaves_fewer_workers_then_recovers() {
         assert_eq!(status, 200);
         during.push(util);
     }
+    // During the drop the report says "full": the workers sitting out count as busy.
+    let fullest = during.iter().copied().fold(0.0, f64::max);
+    assert!(fullest > 0.6, "{during:?}");
     // After the drop the backend is back to 4 workers.
     let after: Vec<_> = (0..8)
         .map(|_| {
@@ -148,14 +151,12 @@ async fn capacity_drop_leaves_fewer_workers_then_recovers() {
             tokio::spawn(async move { get(&c, addr, "/work").await })
         })
         .collect();
-    let mut max_util: f64 = 0.0;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let busy = backend.stats().busy;
     for t in after {
-        max_util = max_util.max(t.await.unwrap().2);
+        assert_eq!(t.await.unwrap().0, 200);
     }
-    assert!(
-        max_util > 0.25,
-        "more than one worker busy after the drop: {max_util}"
-    );
+    assert!(busy > 1, "more than one worker busy after the drop: {busy}");
     assert_eq!(backend.stats().served, 28);
 }
 

@@ -18,8 +18,9 @@
 //!   [`wire::COST`](spillway_tower::wire::COST) (service seconds: the request's cost in
 //!   CPU-second-equivalent units) and
 //!   [`wire::ENDPOINT_LOAD_METRICS`](spillway_tower::wire::ENDPOINT_LOAD_METRICS)
-//!   (`TEXT application_utilization=<busy workers / c>, cpu_utilization=<same in spin mode>,
-//!   rps_fractional=<served in the last second>`). A `cost=<x>` query parameter (default 1,
+//!   (`TEXT application_utilization=<busy worker-time / c over the last 1–2 s>,
+//!   cpu_utilization=<same, in spin mode>, rps_fractional=<served in the last whole second>`;
+//!   workers sitting out a capacity drop count as busy). A `cost=<x>` query parameter (default 1,
 //!   accepted `(0, 1000]`) multiplies the request's service time; a bad value gets `400`
 //!   naming `cost`.
 //!
@@ -27,6 +28,7 @@
 
 mod config;
 mod server;
+mod util;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -82,6 +84,8 @@ pub(crate) struct Shared {
     pub abandoned: AtomicU64,
     pub queued: AtomicUsize,
     pub busy: AtomicUsize,
+    /// Busy worker-time over the last second or two (the ORCA utilisation).
+    pub util: util::Utilisation,
     /// Completions per whole second since start: (second, count) packed for a cheap rate.
     pub rate: std::sync::Mutex<(u64, u64, u64)>,
     pub queue: mpsc::UnboundedSender<Job>,
@@ -207,6 +211,7 @@ impl Backend {
             queued: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
             rate: std::sync::Mutex::new((0, 0, 0)),
+            util: util::Utilisation::new(cfg.workers, Instant::now()),
             queue: tx,
             cfg,
         });
@@ -273,20 +278,40 @@ async fn worker(
         if let Some(d) = shared.drop_active(Instant::now()) {
             if index >= d.workers {
                 let end = shared.start + d.at + d.duration;
-                tokio::select! {
-                    _ = tokio::time::sleep_until(end.into()) => continue,
-                    _ = stopped.changed() => return,
+                shared.util.change(Instant::now(), true);
+                let stop = tokio::select! {
+                    _ = tokio::time::sleep_until(end.into()) => false,
+                    _ = stopped.changed() => true,
+                };
+                shared.util.change(Instant::now(), false);
+                if stop {
+                    return;
                 }
+                continue;
             }
         }
+        // A worker that will sit out the next drop stops waiting for work when it starts.
+        let sits_out_at = shared
+            .cfg
+            .drop
+            .filter(|d| index >= d.workers)
+            .map(|d| shared.start + d.at)
+            .filter(|at| *at > Instant::now());
         let job = tokio::select! {
             job = async { rx.lock().await.recv().await } => job,
+            _ = async {
+                match sits_out_at {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            } => continue,
             _ = stopped.changed() => return,
         };
         let Some(job) = job else { return };
         shared.queued.fetch_sub(1, Ordering::Relaxed);
         let busy = shared.busy.fetch_add(1, Ordering::Relaxed) + 1;
         let started = Instant::now();
+        shared.util.change(started, true);
         let queue = started.saturating_duration_since(job.enqueued);
         let mut factor = job.cost;
         if let Some(s) = shared.cfg.slowdown {
@@ -306,7 +331,9 @@ async fn worker(
             }
         }
         let service = started.elapsed();
-        let utilisation = shared.busy.load(Ordering::Relaxed) as f64 / shared.cfg.workers as f64;
+        let finished = Instant::now();
+        let utilisation = shared.util.value(finished);
+        shared.util.change(finished, false);
         shared.busy.fetch_sub(1, Ordering::Relaxed);
         shared.served.fetch_add(1, Ordering::Relaxed);
         let rps = shared.completed(Instant::now());
