@@ -38,8 +38,9 @@ pub struct Runtime {
     started: std::time::Instant,
 }
 
-/// The controller's utilisation, refreshed at most every 10 ms: a snapshot locks the queue
-/// and allocates, too much to take per request just to compare against a degradation threshold.
+/// The controller's utilisation, refreshed at most every 10 ms (and the in-flight, limit,
+/// utilisation and throttle gauges with it): a snapshot locks the queue and allocates, too much
+/// to take per request.
 #[derive(Debug, Default)]
 struct UtilCache {
     bits: AtomicU64,
@@ -60,8 +61,11 @@ impl Runtime {
                 .compare_exchange(at, now_ms, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            let u = self.controller.snapshot().utilisation;
+            let snap = self.controller.snapshot();
+            let u = snap.utilisation;
             self.util.bits.store(u.to_bits(), Ordering::Relaxed);
+            spillway_tower::metrics::gauges(snap.in_flight, snap.limit, u);
+            self.pool.publish_throttle_gauges();
             return u;
         }
         f64::from_bits(self.util.bits.load(Ordering::Relaxed))

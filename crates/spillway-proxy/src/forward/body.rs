@@ -11,6 +11,8 @@ use hyper::body::Incoming;
 use spillway_core::controller::{Outcome, Permit};
 use tokio::sync::OwnedSemaphorePermit;
 
+use spillway_tower::metrics::RequestLabels;
+
 use crate::upstream::{BoxError, InFlight};
 
 /// The request body: buffered (replayable on another task) or streamed (sent once).
@@ -35,9 +37,18 @@ pub(super) async fn read_body(body: Incoming, limit: usize) -> Result<ReqBody, (
 /// What a response body holds until it ends: the admission permit, the task's in-flight count
 /// and its request slot.
 pub(super) struct Guard {
-    pub(super) _permit: Permit,
+    pub(super) permit: Permit,
+    pub(super) labels: RequestLabels,
     pub(super) _inflight: InFlight,
     pub(super) _slot: OwnedSemaphorePermit,
+}
+
+impl Drop for Guard {
+    /// Admitted requests' latency, from admission to the end of the response body (refusals
+    /// never reach here: they would make latency look good, AWS Builders' Library).
+    fn drop(&mut self) {
+        spillway_tower::metrics::latency(&self.labels, self.permit.started_at().elapsed());
+    }
 }
 
 pin_project_lite::pin_project! {
@@ -66,7 +77,7 @@ impl Body for Held {
             }
             Poll::Ready(Some(Err(e))) => {
                 if let Some(mut g) = this.guard.take() {
-                    g._permit.set_outcome(Outcome::Ignore);
+                    g.permit.set_outcome(Outcome::Ignore);
                 }
                 Poll::Ready(Some(Err(Box::new(e))))
             }

@@ -19,9 +19,11 @@ use std::time::Instant;
 use http::header::HeaderValue;
 use http::{Request, Response};
 use hyper::body::Incoming;
+use metrics::SharedString;
 use spillway_core::controller::{Admission, AdmissionRequest};
 use spillway_tower::context::RequestContext;
-use spillway_tower::wire::{self, Protocol};
+use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
+use spillway_tower::wire::Protocol;
 
 use crate::degrade::{self, Mode};
 use crate::metrics::Fault;
@@ -51,12 +53,18 @@ pub async fn handle(
         }
     };
     crate::admin::record_offered(class.criticality, class.cost);
+    let labels = RequestLabels {
+        customer: Arc::clone(&class.customer),
+        operation: SharedString::from(Arc::clone(&class.operation)),
+        criticality: class.criticality,
+    };
+    // Refreshes the cached utilisation (and the gauges) at most every 10 ms.
+    let utilisation = rt.utilisation();
 
     let controls = state.controls();
     if !class.health_check {
         if let Some(refusal) = controls.check(now, class.criticality, fastrand::f64()) {
-            metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => refusal.reason())
-                .increment(1);
+            tower_metrics::shed(&labels, refusal.reason());
             return respond::control_refusal(&refusal, protocol);
         }
     }
@@ -66,7 +74,7 @@ pub async fn handle(
     if let (Some(route), false) = (&class.route, class.health_check) {
         if let Some(d) = &route.degrade {
             let exercised = controls.exercise_degraded(fastrand::f64());
-            let engaged = exercised || rt.utilisation() >= d.threshold;
+            let engaged = exercised || utilisation >= d.threshold;
             if engaged {
                 let counters = state.degrade_counters(&route.name);
                 if !state.degradation_enabled(&route.name) {
@@ -103,8 +111,7 @@ pub async fn handle(
     let permit = match rt.controller.admit(&admission) {
         Admission::Admitted(p) => p,
         Admission::Refused(r) => {
-            metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => r.reason.as_str())
-                .increment(1);
+            tower_metrics::shed(&labels, r.reason.as_str());
             return respond::refusal(&r, protocol);
         }
         Admission::Queued(q) => {
@@ -117,13 +124,13 @@ pub async fn handle(
             match res {
                 Ok(p) => p,
                 Err(r) => {
-                    metrics::counter!(wire::metric::SHED, wire::metric::L_REASON => r.reason.as_str()).increment(1);
+                    tower_metrics::shed(&labels, r.reason.as_str());
                     return respond::refusal(&r, protocol);
                 }
             }
         }
     };
-    metrics::counter!(wire::metric::ADMITTED).increment(1);
+    tower_metrics::admitted(&labels, permit.queue_time());
 
     // Forwarded headers: hop-by-hop removed, the effective context written (so an upstream
     // using spillway-tower sees the criticality and customer the proxy decided, and the time
@@ -147,7 +154,7 @@ pub async fn handle(
     }
 
     let (res, upstream_upgrade) =
-        send::forward(&state, &rt, parts, body, protocol, &class, permit).await;
+        send::forward(&state, &rt, parts, body, protocol, &class, permit, labels).await;
     if let (Some(on_client), Some(on_upstream)) = (client_upgrade, upstream_upgrade) {
         tokio::spawn(tunnel(on_client, on_upstream));
     }

@@ -9,8 +9,10 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use metrics::SharedString;
 use spillway_core::controller::{Outcome, Permit};
 use spillway_core::retry::{Failure, RetryDecision, RetryGate};
+use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
 use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
 
 use super::body::{read_body, Guard, Held, ReqBody};
@@ -30,6 +32,7 @@ pub(super) async fn forward(
     protocol: Protocol,
     class: &crate::route::Classified,
     mut permit: Permit,
+    labels: RequestLabels,
 ) -> (Response<ProxyBody>, Option<hyper::upgrade::OnUpgrade>) {
     let pool = Arc::clone(&rt.pool);
     let cfg = &pool.cfg;
@@ -70,6 +73,7 @@ pub(super) async fn forward(
 
         // Client-side throttle (SRE ch. 21): refused locally, counted as that task refusing.
         if task.throttle.try_acquire(now).is_err() {
+            tower_metrics::throttled(&labels, dest(&task));
             retry.record_outcome(now, task.id, true);
             match decide(state, retry, now, attempt, false, replayable) {
                 RetryDecision::Retry if more_tasks(&pool, tried, now) => {
@@ -178,6 +182,7 @@ pub(super) async fn forward(
                     && attempt < retry.max_attempts()
                     && more_tasks(&pool, tried, now)
                 {
+                    tower_metrics::retried(&labels, dest(&task), "connect");
                     attempt += 1;
                     continue;
                 }
@@ -219,7 +224,7 @@ pub(super) async fn forward(
                     pool.record_failure(&task, now);
                     let decision = decide(state, retry, now, attempt, dont_retry, replayable);
                     if decision.is_retry() && more_tasks(&pool, tried, now) {
-                        metrics::counter!(wire::metric::RETRIED, wire::metric::L_REASON => "overloaded").increment(1);
+                        tower_metrics::retried(&labels, dest(&task), "overloaded");
                         attempt += 1;
                         continue;
                     }
@@ -255,7 +260,8 @@ pub(super) async fn forward(
                 let body = Held {
                     inner: b,
                     guard: Some(Guard {
-                        _permit: permit,
+                        permit,
+                        labels,
                         _inflight: inflight,
                         _slot: slot,
                     }),
@@ -287,6 +293,10 @@ fn decide(
         Failure::overloaded(attempt)
     };
     retry.decide(now, &f)
+}
+
+fn dest(task: &Task) -> SharedString {
+    SharedString::from(Arc::clone(&task.addr))
 }
 
 fn more_tasks(pool: &Pool, tried: u64, now: Instant) -> bool {

@@ -75,6 +75,10 @@ pub struct Task {
     errors: WindowedCounter,
     requests: WindowedCounter,
     ejection: Mutex<Ejection>,
+    /// Mirror of the ejection's end (ns since `origin`, 0 = not ejected) for the lock-free
+    /// check on every pick.
+    ejected_until_ns: AtomicU64,
+    origin: Instant,
     orca: ManualSignal,
     orca_at_ns: AtomicU64,
     total: AtomicU64,
@@ -161,6 +165,8 @@ impl Pool {
                 errors: WindowedCounter::new(WINDOW, 10, origin),
                 requests: WindowedCounter::new(WINDOW, 10, origin),
                 ejection: Mutex::new(Ejection::default()),
+                ejected_until_ns: AtomicU64::new(0),
+                origin,
                 orca: ManualSignal::new(format!("orca:{a}")),
                 orca_at_ns: AtomicU64::new(u64::MAX),
                 total: AtomicU64::new(0),
@@ -264,7 +270,14 @@ impl Pool {
         task.failures.fetch_add(1, Ordering::Relaxed);
         let ejected_now = self.tasks.iter().filter(|t| t.is_ejected(now)).count();
         let may = ejected_now < max_ejected(self.tasks.len(), self.cfg.ejection.max_fraction);
-        let ejected = task.lock_ejection().failure(now, &self.cfg.ejection, may);
+        let ejected = {
+            let mut e = task.lock_ejection();
+            let ejected = e.failure(now, &self.cfg.ejection, may);
+            if ejected {
+                task.mirror(&e, now);
+            }
+            ejected
+        };
         if ejected {
             metrics::counter!(crate::metrics::EJECTIONS, crate::metrics::L_UPSTREAM => task.addr.to_string()).increment(1);
             crate::metrics::log(&format!(
@@ -277,6 +290,17 @@ impl Pool {
     /// Records a success from `task`.
     pub fn record_success(&self, task: &Task) {
         task.lock_ejection().success();
+    }
+
+    /// Publishes each task's throttle probability (gauge `spillway_throttle_probability`).
+    pub fn publish_throttle_gauges(&self) {
+        let now = Instant::now();
+        for t in &self.tasks {
+            spillway_tower::metrics::throttle_probability(
+                metrics::SharedString::from(Arc::clone(&t.addr)),
+                t.throttle.probability(now),
+            );
+        }
     }
 
     /// `/status` view.
@@ -359,9 +383,19 @@ impl Task {
         self.ejection.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether the task is ejected at `now`.
+    /// Whether the task is ejected at `now` (one atomic load).
     pub fn is_ejected(&self, now: Instant) -> bool {
-        self.lock_ejection().is_ejected(now)
+        let until = self.ejected_until_ns.load(Ordering::Relaxed);
+        until != 0 && spillway_core::clock::nanos_since(self.origin, now) < until
+    }
+
+    fn mirror(&self, e: &Ejection, now: Instant) {
+        let until = e.remaining(now).map_or(0, |left| {
+            spillway_core::clock::nanos_since(self.origin, now)
+                .saturating_add(spillway_core::clock::saturating_nanos(left))
+                .max(1)
+        });
+        self.ejected_until_ns.store(until, Ordering::Relaxed);
     }
 
     /// Requests in flight to it.
@@ -389,7 +423,9 @@ impl Task {
 
     /// Ends an ejection (health check passed).
     pub fn readmit(&self) {
-        self.lock_ejection().readmit();
+        let mut e = self.lock_ejection();
+        e.readmit();
+        self.ejected_until_ns.store(0, Ordering::Relaxed);
     }
 }
 

@@ -17,7 +17,7 @@ use spillway_proxy::{ProxyConfig, ProxyState};
 use tokio::net::TcpListener;
 
 /// A loopback backend: echoes what it saw; `/hang` answers after 30 s, `/slow` after 0.8 s;
-/// `/busy` answers 503.
+/// `/busy` answers 503; `/report` carries an ORCA report (utilisation 0.7) and a cost of 5.
 pub struct Backend {
     pub addr: SocketAddr,
     pub task: tokio::task::JoinHandle<()>,
@@ -64,6 +64,14 @@ async fn echo(req: Request<Incoming>, name: Arc<str>) -> Result<Response<Full<By
     ))));
     if path == "/busy" {
         *res.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+    }
+    if path == "/report" {
+        let h = res.headers_mut();
+        h.insert(
+            "endpoint-load-metrics",
+            "TEXT application_utilization=0.7".parse().unwrap(),
+        );
+        h.insert("x-spillway-cost", "5".parse().unwrap());
     }
     Ok(res)
 }
