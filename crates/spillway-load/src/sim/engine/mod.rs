@@ -18,6 +18,7 @@
 use std::cmp::Ordering;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -38,6 +39,7 @@ mod queue;
 use queue::EventQueue;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 enum Kind {
     Arrival,
     WorkerDone,
@@ -51,19 +53,49 @@ enum Kind {
     FaultEnd,
 }
 
+impl Kind {
+    const ALL: [Kind; 9] = [
+        Kind::Arrival,
+        Kind::WorkerDone,
+        Kind::SlowDone,
+        Kind::AttemptTimeout,
+        Kind::QueueGiveUp,
+        Kind::Retry,
+        Kind::RejectDone,
+        Kind::FaultStart,
+        Kind::FaultEnd,
+    ];
+}
+
+/// An event: 24 bytes, ordered by time then by a sequence number (ties in scheduling order),
+/// with its kind in the low 8 bits of `key` (`key = seq << 8 | kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Ev {
     at: u64,
-    seq: u64,
+    key: u64,
     id: u32,
     gen: u32,
-    kind: Kind,
+}
+
+impl Ev {
+    fn new(at: u64, seq: u64, kind: Kind, id: u32, gen: u32) -> Ev {
+        Ev {
+            at,
+            key: (seq << 8) | kind as u64,
+            id,
+            gen,
+        }
+    }
+
+    fn kind(&self) -> Kind {
+        Kind::ALL[(self.key & 0xff) as usize % Kind::ALL.len()]
+    }
 }
 
 impl Ord for Ev {
     fn cmp(&self, o: &Self) -> Ordering {
         // Reversed: `BinaryHeap` is a max-heap, the earliest event must come out first.
-        (o.at, o.seq).cmp(&(self.at, self.seq))
+        (o.at, o.key).cmp(&(self.at, self.key))
     }
 }
 
@@ -73,7 +105,14 @@ impl PartialOrd for Ev {
     }
 }
 
-type WokenList = Arc<Mutex<Vec<(u32, u32)>>>;
+/// Queued requests the core granted or dropped since the loop last looked.
+#[derive(Default)]
+struct Woken {
+    any: AtomicBool,
+    list: Mutex<Vec<(u32, u32)>>,
+}
+
+type WokenList = Arc<Woken>;
 
 /// Wakes a queued request by recording its slab index and generation.
 struct NodeWake {
@@ -87,7 +126,8 @@ impl Wake for NodeWake {
         self.wake_by_ref();
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        lock(&self.list).push((self.id, self.gen));
+        lock(&self.list.list).push((self.id, self.gen));
+        self.list.any.store(true, AtomicOrdering::Relaxed);
     }
 }
 
@@ -137,6 +177,7 @@ pub(crate) struct Engine {
     groups: Vec<Group>,
     customers: Vec<String>,
     woken: WokenList,
+    batch: Vec<(u32, u32)>,
     faults: Vec<(Fault, f64, f64)>,
     active: Vec<bool>,
     stats: Vec<LayerStats>,
@@ -281,7 +322,8 @@ impl Engine {
             layers,
             groups,
             customers,
-            woken: Arc::new(Mutex::new(Vec::new())),
+            woken: Arc::default(),
+            batch: Vec::new(),
             recorder: Recorder::new(title, window),
             protected: sc.protected,
             open_top: 0,
@@ -331,7 +373,7 @@ impl Engine {
             self.now = ev.at;
             self.clock.set(ev.at);
             self.events += 1;
-            match ev.kind {
+            match ev.kind() {
                 Kind::Arrival => self.arrival(ev.id as usize),
                 Kind::WorkerDone => self.worker_done(ev.id, ev.gen),
                 Kind::SlowDone => {
@@ -464,14 +506,14 @@ impl Engine {
 
     /// Polls the queued admissions the core granted or dropped since the last event.
     fn drain_woken(&mut self) {
-        loop {
-            let batch = std::mem::take(&mut *lock(&self.woken));
-            if batch.is_empty() {
-                return;
-            }
-            for (id, gen) in batch {
+        while self.woken.any.swap(false, AtomicOrdering::Relaxed) {
+            let mut batch = std::mem::take(&mut self.batch);
+            std::mem::swap(&mut *lock(&self.woken.list), &mut batch);
+            for &(id, gen) in &batch {
                 self.poll_queued(id, gen);
             }
+            batch.clear();
+            self.batch = batch;
         }
     }
 

@@ -27,13 +27,7 @@ impl EventQueue {
     /// Schedules `kind` for `(id, gen)` at `at`; `now` is the current time (`at >= now`).
     pub fn push(&mut self, now: u64, at: u64, kind: Kind, id: u32, gen: u32) {
         self.seq += 1;
-        let ev = Ev {
-            at,
-            seq: self.seq,
-            id,
-            gen,
-            kind,
-        };
+        let ev = Ev::new(at, self.seq, kind, id, gen);
         if matches!(kind, Kind::AttemptTimeout | Kind::QueueGiveUp) && at >= now {
             let delay = at - now;
             if let Some((_, lane)) = self.lanes.iter_mut().find(|(d, _)| *d == delay) {
@@ -106,7 +100,7 @@ mod tests {
         assert_eq!(q.len(), 0);
         assert_eq!(popped.len(), 10_000);
         for w in popped.windows(2) {
-            assert!((w[0].at, w[0].seq) < (w[1].at, w[1].seq), "{w:?}");
+            assert!((w[0].at, w[0].key) < (w[1].at, w[1].key), "{w:?}");
         }
     }
 }
