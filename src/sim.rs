@@ -159,6 +159,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
             out.write_all(output::series_table(r).as_bytes())?;
         }
     }
+    out.flush()?;
     let offered: u64 = runs.iter().map(|r| r.offered).sum();
     let attempts: u64 = runs.iter().map(|r| r.attempts).sum();
     let events: u64 = runs.iter().map(|r| r.events).sum();
