@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,10 @@ use tokio::net::TcpListener;
 pub struct Backend {
     pub addr: SocketAddr,
     pub task: tokio::task::JoinHandle<()>,
+    /// Connections accepted so far.
+    pub accepted: Arc<AtomicUsize>,
+    /// Most requests ever in progress at once.
+    pub max_active: Arc<AtomicUsize>,
 }
 
 impl Backend {
@@ -29,7 +34,23 @@ impl Backend {
     }
 }
 
-async fn echo(req: Request<Incoming>, name: Arc<str>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn echo(
+    req: Request<Incoming>,
+    name: Arc<str>,
+    active: Arc<AtomicUsize>,
+    max_active: Arc<AtomicUsize>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let now = active.fetch_add(1, Ordering::SeqCst) + 1;
+    max_active.fetch_max(now, Ordering::SeqCst);
+    let res = echo_inner(req, name).await;
+    active.fetch_sub(1, Ordering::SeqCst);
+    res
+}
+
+async fn echo_inner(
+    req: Request<Incoming>,
+    name: Arc<str>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_string();
     if path == "/hang" {
         tokio::time::sleep(Duration::from_secs(30)).await;
@@ -80,20 +101,33 @@ pub async fn backend(name: &str) -> Backend {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let name: Arc<str> = Arc::from(name);
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let max_active = Arc::new(AtomicUsize::new(0));
+    let active = Arc::new(AtomicUsize::new(0));
+    let (acc, maxa) = (Arc::clone(&accepted), Arc::clone(&max_active));
     let task = tokio::spawn(async move {
         let mut conns = tokio::task::JoinSet::new();
         loop {
             let Ok((s, _)) = l.accept().await else { return };
+            acc.fetch_add(1, Ordering::SeqCst);
             let name = Arc::clone(&name);
+            let (active, maxa) = (Arc::clone(&active), Arc::clone(&maxa));
             conns.spawn(async move {
-                let svc = service_fn(move |r| echo(r, Arc::clone(&name)));
+                let svc = service_fn(move |r| {
+                    echo(r, Arc::clone(&name), Arc::clone(&active), Arc::clone(&maxa))
+                });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(s), svc)
                     .await;
             });
         }
     });
-    Backend { addr, task }
+    Backend {
+        addr,
+        task,
+        accepted,
+        max_active,
+    }
 }
 
 /// An address nothing listens on.
