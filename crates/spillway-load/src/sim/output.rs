@@ -87,9 +87,12 @@ pub fn summary_table(runs: &[SimRun]) -> String {
                 let _ = write!(line, " {name} {}", pct(c));
             }
         }
-        line.push_str(" | attempts per layer:");
+        line.push_str(" | attempts per request at each layer (mean wait):");
         for l in &r.layers {
             let _ = write!(line, " {} {:.2}×", l.name, l.amplification);
+            if let Some(w) = l.mean_wait_ms {
+                let _ = write!(line, " ({w:.3} ms)");
+            }
         }
         let _ = writeln!(out, "{line}");
     }
