@@ -32,6 +32,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "criticality-spike",
         include_str!("../../../../examples/sim/criticality-spike.toml"),
     ),
+    ("demo", include_str!("../../../../examples/sim/demo.toml")),
     ("mmc", include_str!("../../../../examples/sim/mmc.toml")),
     ("fleet", include_str!("../../../../examples/sim/fleet.toml")),
 ];
