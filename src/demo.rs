@@ -11,6 +11,8 @@ use clap::Args;
 use spillway_load::demo::{self, DemoConfig, DemoRow, Mode, LEVELS};
 use spillway_load::report;
 
+use crate::UsageError;
+
 /// `spillway demo` arguments.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -29,6 +31,10 @@ pub struct DemoArgs {
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
+    /// Run nothing: read reports written by `spillway load --json` (or a previous demo) for the
+    /// full demo's scenario and print their table and targets (used by bench/peers.sh).
+    #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "quick")]
+    from_json: Vec<PathBuf>,
 }
 
 /// Runs `spillway demo`.
@@ -49,6 +55,16 @@ pub fn run(args: &DemoArgs) -> Result<()> {
          capacity figure (zero-config adaptive limit).\n",
         cfg.workers, cfg.service, p[0], p[1], p[2], p[3], p[4]
     );
+    if !args.from_json.is_empty() {
+        let mut reports = Vec::new();
+        for path in &args.from_json {
+            reports.extend(report::read_json(path).map_err(|e| UsageError(e.to_string()))?);
+        }
+        let rows: Vec<DemoRow> = reports.iter().map(|r| demo::summarise(&cfg, r)).collect();
+        println!("{}", demo::render_table(&rows));
+        check_targets(&rows);
+        return Ok(());
+    }
     let reports = demo::run_blocking(&cfg, !args.quiet)?;
     for r in &reports {
         crate::load::print_summary(r);
@@ -87,14 +103,13 @@ fn check_targets(rows: &[DemoRow]) {
             .fold(f64::NAN, f64::max);
         let ok = worst < 0.2;
         println!(
-            "  unprotected goodput at 10× below 20% of capacity: {} ({}) — {}",
+            "  unprotected goodput at 10× below 20% of capacity: {} (ramp end and jump, the \
+             higher) — {}",
             fmt(Some(worst)),
-            "ramp end and jump, the higher",
             verdict(ok)
         );
     }
-    for m in [Mode::Spillway, Mode::SpillwayThrottled] {
-        let Some(r) = find(m) else { continue };
+    for r in rows.iter().filter(|r| r.title != Mode::Unprotected.title()) {
         let plateau = r.goodput_at[1..]
             .iter()
             .copied()

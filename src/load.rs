@@ -33,7 +33,7 @@ enum BehaviourArg {
     Naive,
     /// Retries only through the retry gates (attempt limit, don't-retry, 10% budget).
     Budgeted,
-    /// Adaptive client-side throttling plus budgeted retries.
+    /// Adaptive client-side throttling (one throttle per criticality) plus budgeted retries.
     Throttled,
 }
 
