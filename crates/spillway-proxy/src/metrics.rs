@@ -54,10 +54,12 @@ pub enum Fault {
     NotRetriedLargeBody,
     /// A TLS handshake failed.
     TlsHandshake,
+    /// A request body to be buffered did not arrive within `listen.header_read_timeout_ms` (408).
+    BodyTimeout,
 }
 
 impl Fault {
-    const ALL: [Fault; 10] = [
+    const ALL: [Fault; 11] = [
         Fault::BadRequest,
         Fault::HeadersTooLarge,
         Fault::HeaderTimeout,
@@ -68,6 +70,7 @@ impl Fault {
         Fault::UpstreamUnavailable,
         Fault::NotRetriedLargeBody,
         Fault::TlsHandshake,
+        Fault::BodyTimeout,
     ];
 
     /// The metric label value.
@@ -83,13 +86,14 @@ impl Fault {
             Fault::UpstreamUnavailable => "upstream_unavailable",
             Fault::NotRetriedLargeBody => "not_retried_large_body",
             Fault::TlsHandshake => "tls_handshake",
+            Fault::BodyTimeout => "body_timeout",
         }
     }
 }
 
 /// Fault counters.
 #[derive(Debug, Default)]
-pub struct Faults([AtomicU64; 10]);
+pub struct Faults([AtomicU64; 11]);
 
 impl Faults {
     /// Counts one `f` (here and in the `metrics` facade).

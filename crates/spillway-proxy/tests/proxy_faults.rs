@@ -222,3 +222,26 @@ max_len = 0
     }
     assert_eq!(p.state.status().admission.in_flight, 0);
 }
+
+#[tokio::test]
+async fn slow_body_gets_408_and_frees_its_slot() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 300\n",
+        b.addr
+    ))
+    .await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"POST /up HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc")
+        .await
+        .unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert_eq!(p.state.faults.get(Fault::BodyTimeout), 1);
+    assert_eq!(p.state.status().admission.in_flight, 0);
+    assert_eq!(
+        b.max_active.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing reached the upstream"
+    );
+}

@@ -21,16 +21,30 @@ pub(super) enum ReqBody {
     Streamed(Option<Incoming>),
 }
 
-pub(super) async fn read_body(body: Incoming, limit: usize) -> Result<ReqBody, (Incoming, ())> {
+/// Why a body meant for buffering could not be read.
+pub(super) enum ReadError {
+    /// The client did not finish sending it in time.
+    Timeout,
+    /// The stream failed or was longer than announced.
+    Broken(String),
+}
+
+/// Buffers a body with a known length up to `limit` (within `timeout`: a slow upload must not
+/// hold an admission permit forever); anything else is handed back to be streamed.
+pub(super) async fn read_body(
+    body: Incoming,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<ReqBody, ReadError> {
     let hint = body.size_hint();
     let small = body.is_end_stream() || hint.exact().is_some_and(|n| n <= limit as u64);
     if !small {
-        return Err((body, ()));
+        return Ok(ReqBody::Streamed(Some(body)));
     }
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(ReqBody::Buffered(c.to_bytes())),
-        // The client's body failed mid-read or lied about its length: nothing to send.
-        Err(_) => Ok(ReqBody::Buffered(Bytes::new())),
+    match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await {
+        Ok(Ok(c)) => Ok(ReqBody::Buffered(c.to_bytes())),
+        Ok(Err(e)) => Err(ReadError::Broken(e.to_string())),
+        Err(_) => Err(ReadError::Timeout),
     }
 }
 

@@ -15,7 +15,10 @@ use spillway_core::retry::{Failure, RetryDecision, RetryGate};
 use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
 use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
 
-use super::body::{read_body, Guard, Held, ReqBody};
+use super::body::{read_body, Guard, Held, ReadError, ReqBody};
+
+/// gRPC `CANCELLED`: the client's side of the stream failed.
+const GRPC_CANCELLED: u16 = 1;
 use super::headers::strip_hop_by_hop;
 use crate::config::UpstreamProtocol;
 use crate::metrics::Fault;
@@ -36,9 +39,39 @@ pub(super) async fn forward(
 ) -> (Response<ProxyBody>, Option<hyper::upgrade::OnUpgrade>) {
     let pool = Arc::clone(&rt.pool);
     let cfg = &pool.cfg;
-    let mut body = match read_body(body, cfg.retry_buffer_bytes).await {
+    let read_timeout = Duration::from_millis(rt.config.listen.header_read_timeout_ms);
+    let mut body = match read_body(body, cfg.retry_buffer_bytes, read_timeout).await {
         Ok(b) => b,
-        Err((b, ())) => ReqBody::Streamed(Some(b)),
+        Err(e) => {
+            // Nothing was sent upstream: the admission slot taught nothing about capacity.
+            permit.set_outcome(Outcome::Ignore);
+            let res = match e {
+                ReadError::Timeout => {
+                    state.faults.count(Fault::BodyTimeout);
+                    respond::error(
+                        protocol,
+                        StatusCode::REQUEST_TIMEOUT,
+                        GRPC_CANCELLED,
+                        "body_timeout",
+                        format!(
+                            "the request body did not arrive within {} ms",
+                            read_timeout.as_millis()
+                        ),
+                    )
+                }
+                ReadError::Broken(why) => {
+                    state.faults.count(Fault::BadRequest);
+                    respond::error(
+                        protocol,
+                        StatusCode::BAD_REQUEST,
+                        GRPC_CANCELLED,
+                        "bad_body",
+                        format!("the request body could not be read: {why}"),
+                    )
+                }
+            };
+            return (res, None);
+        }
     };
     let upgrade = parts.headers.contains_key(header::UPGRADE);
     let http2 = match cfg.protocol {
@@ -186,7 +219,7 @@ pub(super) async fn forward(
                     attempt += 1;
                     continue;
                 }
-                if !replayable {
+                if !replayable && more_tasks(&pool, tried, now) {
                     state.faults.count(Fault::NotRetriedLargeBody);
                 }
                 permit.set_outcome(Outcome::Ignore);
