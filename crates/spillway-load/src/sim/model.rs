@@ -120,8 +120,6 @@ pub(crate) struct Task {
     pub fifo: VecDeque<(u32, u32)>,
     /// Faults holding it down (0 = up).
     pub down: u32,
-    /// Its client side towards the next layer.
-    pub caller: Caller,
 }
 
 /// One layer at run time.
@@ -135,6 +133,8 @@ pub(crate) struct Layer {
     pub hot_tasks: u32,
     pub hot_share: f64,
     pub tasks: Vec<Task>,
+    /// Each task's client side towards the next layer (apart: only calls down touch it).
+    pub callers: Vec<Caller>,
     /// Live tasks, and live hot tasks, for balancing.
     pub alive: Vec<u32>,
     pub alive_hot: Vec<u32>,
@@ -194,6 +194,7 @@ impl Layer {
             overload_retry_after: None,
         };
         let mut tasks = Vec::with_capacity(cfg.tasks as usize);
+        let mut callers = Vec::with_capacity(cfg.tasks as usize);
         for _ in 0..cfg.tasks {
             let controller = if protected {
                 let clock: Arc<dyn Clock> = clock.clone();
@@ -209,20 +210,20 @@ impl Layer {
                 busy: 0,
                 fifo: VecDeque::new(),
                 down: 0,
-                caller: if has_next {
-                    Caller::new(
-                        &retry,
-                        cfg.throttle_k,
-                        cfg.throttle_min_rps,
-                        origin,
-                        rng.u64(..),
-                    )?
-                } else {
-                    Caller {
-                        policy: None,
-                        throttle: None,
-                    }
-                },
+            });
+            callers.push(if has_next {
+                Caller::new(
+                    &retry,
+                    cfg.throttle_k,
+                    cfg.throttle_min_rps,
+                    origin,
+                    rng.u64(..),
+                )?
+            } else {
+                Caller {
+                    policy: None,
+                    throttle: None,
+                }
             });
         }
         let mut layer = Layer {
@@ -235,6 +236,7 @@ impl Layer {
             hot_tasks: cfg.hot_tasks,
             hot_share: cfg.hot_share,
             tasks,
+            callers,
             alive: Vec::new(),
             alive_hot: Vec::new(),
             rr: 0,
@@ -399,9 +401,12 @@ impl Node {
     }
 }
 
-/// The slab of nodes.
+/// The slab of nodes, with their generations mirrored in a compact array: most timers are
+/// stale by the time they fire, and checking one must not pull a 280-byte node into the cache.
+/// Generations are even while a node is live and odd once it is freed.
 pub(crate) struct Slab {
     pub nodes: Vec<Node>,
+    gens: Vec<u32>,
     free: Vec<u32>,
     pub live: usize,
     pub peak: usize,
@@ -411,18 +416,20 @@ impl Slab {
     pub fn new() -> Self {
         Slab {
             nodes: Vec::new(),
+            gens: Vec::new(),
             free: Vec::new(),
             live: 0,
             peak: 0,
         }
     }
 
-    /// A fresh node (fields reset, generation bumped); returns its index.
+    /// A fresh node (fields reset, generation bumped to the next even value); returns its index.
     pub fn alloc(&mut self) -> u32 {
         self.live += 1;
         self.peak = self.peak.max(self.live);
         if let Some(i) = self.free.pop() {
-            let gen = self.nodes[i as usize].gen.wrapping_add(1);
+            let gen = self.gens[i as usize].wrapping_add(1);
+            self.gens[i as usize] = gen;
             self.nodes[i as usize] = Node {
                 gen,
                 ..Node::blank()
@@ -430,6 +437,7 @@ impl Slab {
             i
         } else {
             self.nodes.push(Node::blank());
+            self.gens.push(0);
             (self.nodes.len() - 1) as u32
         }
     }
@@ -442,15 +450,14 @@ impl Slab {
         n.permit = None;
         n.queued = None;
         n.gen = n.gen.wrapping_add(1);
+        self.gens[i as usize] = n.gen;
         self.free.push(i);
         self.live -= 1;
     }
 
-    /// Whether `(i, gen)` still names a live node.
+    /// Whether `(i, gen)` still names a live node (`gen` taken from a live node is even).
     #[inline]
     pub fn is(&self, i: u32, gen: u32) -> bool {
-        self.nodes
-            .get(i as usize)
-            .is_some_and(|n| n.gen == gen && n.phase != Phase::Free)
+        self.gens.get(i as usize) == Some(&gen)
     }
 }

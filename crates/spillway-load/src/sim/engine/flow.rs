@@ -35,7 +35,7 @@ impl Engine {
             (&g.retry, &g.instances[n.instance as usize])
         } else {
             let l = &self.layers[n.layer as usize];
-            (&l.retry, &l.tasks[n.task as usize].caller)
+            (&l.retry, &l.callers[n.task as usize])
         }
     }
 
