@@ -181,3 +181,47 @@ async fn bidirectional_stream_is_not_buffered_and_keeps_trailers() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(p.state.status().admission.in_flight, 0);
 }
+
+#[tokio::test]
+async fn refusals_reach_grpc_clients_as_status_codes() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(WorkServer::new(Svc))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
+    );
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{addr}\"]\n[classify]\ndefault_criticality = \"SHEDDABLE\"\n"
+    ))
+    .await;
+    let ch = tonic::transport::Channel::from_shared(format!("http://{}", p.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = WorkClient::new(ch);
+    p.state
+        .controls()
+        .set_shed_below(Some(spillway_core::Criticality::Critical));
+    let e = c
+        .r#do(WorkRequest {
+            payload: "x".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert!(
+        e.message().contains("shed by an operator"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(e.metadata().get("grpc-retry-pushback-ms").unwrap(), "-1");
+    p.state.controls().set_shed_below(None);
+    assert!(c
+        .r#do(WorkRequest {
+            payload: "x".into()
+        })
+        .await
+        .is_ok());
+}

@@ -268,3 +268,37 @@ customers = [["small", {{ per_criticality = [1.0, 1.0, 1.0, 1.0] }}]]
         assert_eq!(get(&c, p.addr, "/", &[("x-api-key", "k-big")]).await.0, 200);
     }
 }
+
+#[tokio::test]
+async fn caller_deadline_bounds_the_upstream_wait() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{}\"]\n", b.addr)).await;
+    let t = std::time::Instant::now();
+    let (s, _, body) = get(
+        &client(),
+        p.addr,
+        "/hang",
+        &[("x-spillway-deadline-ms", "200")],
+    )
+    .await;
+    assert_eq!(s, 504, "{body}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "the 30 s request timeout did not apply"
+    );
+    // The remaining time is forwarded, so the upstream knows it too.
+    let (_, _, body) = get(
+        &client(),
+        p.addr,
+        "/",
+        &[("x-spillway-deadline-ms", "5000")],
+    )
+    .await;
+    let left: u64 = body
+        .split("deadline=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{body}"));
+    assert!((4000..=5000).contains(&left), "{body}");
+}

@@ -66,12 +66,13 @@ async fn echo_inner(
             .to_string()
     };
     let line = format!(
-        "{name} {} {path} v={:?} crit={} cust={} attempt={}",
+        "{name} {} {path} v={:?} crit={} cust={} attempt={} deadline={}",
         req.method(),
         req.version(),
         h("x-spillway-criticality"),
         h("x-spillway-customer"),
         h("x-spillway-attempt"),
+        h("x-spillway-deadline-ms"),
     );
     let body = req
         .into_body()
