@@ -366,8 +366,41 @@ pub(crate) struct Node {
     pub wait_ns: u64,
     /// The caller left while it was on a worker: finish the CPU work, then stop.
     pub cancelled: bool,
-    pub permit: Option<Permit>,
-    pub queued: Option<QueuedAdmission>,
+    /// What it holds from the core: nothing, a permit, or a queued admission.
+    pub held: Held,
+}
+
+/// What a request holds from its task's admission controller (one at a time, so one field).
+#[derive(Debug, Default)]
+pub(crate) enum Held {
+    #[default]
+    Nothing,
+    Permit(Permit),
+    Queued(QueuedAdmission),
+}
+
+impl Node {
+    /// Takes the permit, if it holds one.
+    pub fn take_permit(&mut self) -> Option<Permit> {
+        match std::mem::take(&mut self.held) {
+            Held::Permit(p) => Some(p),
+            other => {
+                self.held = other;
+                None
+            }
+        }
+    }
+
+    /// Takes the queued admission, if it holds one.
+    pub fn take_queued(&mut self) -> Option<QueuedAdmission> {
+        match std::mem::take(&mut self.held) {
+            Held::Queued(q) => Some(q),
+            other => {
+                self.held = other;
+                None
+            }
+        }
+    }
 }
 
 impl Node {
@@ -395,8 +428,7 @@ impl Node {
             work_ns: 0,
             wait_ns: 0,
             cancelled: false,
-            permit: None,
-            queued: None,
+            held: Held::Nothing,
         }
     }
 }
@@ -447,8 +479,8 @@ impl Slab {
     pub fn free(&mut self, i: u32) {
         let n = &mut self.nodes[i as usize];
         n.phase = Phase::Free;
-        n.permit = None;
-        n.queued = None;
+        // Dropping a permit releases its slot; dropping a queued admission leaves the queue.
+        n.held = Held::Nothing;
         n.gen = n.gen.wrapping_add(1);
         self.gens[i as usize] = n.gen;
         self.free.push(i);

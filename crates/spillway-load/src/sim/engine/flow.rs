@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::*;
-use crate::sim::model::Node;
+use crate::sim::model::{Held, Node};
 
 impl Engine {
     #[inline]
@@ -119,7 +119,7 @@ impl Engine {
         };
         match ctrl.admit(&req) {
             Admission::Admitted(p) => {
-                self.node_mut(cid).permit = Some(p);
+                self.node_mut(cid).held = Held::Permit(p);
                 self.start_work(cid);
             }
             Admission::Refused(r) => self.refused(cid, r),
@@ -131,13 +131,13 @@ impl Engine {
                 }));
                 match Pin::new(&mut q).poll(&mut Context::from_waker(&waker)) {
                     Poll::Ready(Ok(p)) => {
-                        self.node_mut(cid).permit = Some(p);
+                        self.node_mut(cid).held = Held::Permit(p);
                         self.start_work(cid);
                     }
                     Poll::Ready(Err(r)) => self.refused(cid, r),
                     Poll::Pending => {
                         let at = self.nanos_of(q.give_up_at());
-                        self.node_mut(cid).queued = Some(q);
+                        self.node_mut(cid).held = Held::Queued(q);
                         self.push(at, Kind::QueueGiveUp, cid, gen);
                     }
                 }
@@ -273,7 +273,7 @@ impl Engine {
     /// Releases node `id` (its permit with `outcome`) without answering anyone.
     fn finish_node(&mut self, id: u32, outcome: Outcome) {
         let n = self.node_mut(id);
-        if let Some(mut p) = n.permit.take() {
+        if let Some(mut p) = n.take_permit() {
             p.set_outcome(outcome);
             drop(p);
         }
@@ -287,7 +287,7 @@ impl Engine {
         let n = &mut self.slab.nodes[cid as usize];
         let (parent, pgen) = (n.parent, n.parent_gen);
         let (wait, served) = (n.wait_ns, now.saturating_sub(n.since + n.wait_ns));
-        if let Some(mut p) = n.permit.take() {
+        if let Some(mut p) = n.take_permit() {
             p.set_outcome(match res {
                 Res::Ok => Outcome::Success,
                 Res::Conn => Outcome::Ignore,
@@ -467,7 +467,7 @@ impl Engine {
         if !self.slab.is(cid, gen) || self.node(cid).phase != Phase::Queued {
             return;
         }
-        if let Some(q) = self.node_mut(cid).queued.take() {
+        if let Some(q) = self.node_mut(cid).take_queued() {
             let r = q.expire();
             self.refused(cid, r);
         }

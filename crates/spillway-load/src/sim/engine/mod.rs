@@ -28,7 +28,7 @@ use spillway_core::retry::Failure;
 
 use crate::report::{Outcome as ReqOutcome, Recorder, RequestRecord};
 use crate::sim::config::{Arrivals, FaultConfig, RetryKind, Scenario};
-use crate::sim::model::{Caller, Layer, Phase, Res, RetrySet, Slab, CLIENT, NEVER, NONE};
+use crate::sim::model::{Caller, Held, Layer, Phase, Res, RetrySet, Slab, CLIENT, NEVER, NONE};
 use crate::sim::shape::{exp, service_nanos, LoadShape};
 use crate::sim::stats::{bump, LayerStats};
 use crate::sim::time::SimClock;
@@ -526,19 +526,17 @@ impl Engine {
             gen,
             list: Arc::clone(&self.woken),
         }));
-        let Some(q) = self.slab.nodes[id as usize].queued.as_mut() else {
+        let Held::Queued(q) = &mut self.slab.nodes[id as usize].held else {
             return;
         };
         match Pin::new(q).poll(&mut Context::from_waker(&waker)) {
             Poll::Pending => {}
             Poll::Ready(Ok(permit)) => {
-                let n = &mut self.slab.nodes[id as usize];
-                n.queued = None;
-                n.permit = Some(permit);
+                self.slab.nodes[id as usize].held = Held::Permit(permit);
                 self.start_work(id);
             }
             Poll::Ready(Err(r)) => {
-                self.slab.nodes[id as usize].queued = None;
+                self.slab.nodes[id as usize].held = Held::Nothing;
                 self.refused(id, r);
             }
         }
