@@ -29,6 +29,7 @@ pub mod controls;
 pub mod dashboard;
 pub mod degrade;
 pub mod forward;
+pub mod hostcpu;
 pub mod listener;
 pub mod metrics;
 pub mod respond;

@@ -392,6 +392,17 @@ fn build_controller(
             .map_err(|e| err("signals.process_cpu".into(), e.to_string()))?;
         c = c.with_signal(Arc::new(cpu));
     }
+    if cfg.signals.host_cpu {
+        match crate::hostcpu::start() {
+            Some(sig) => c = c.with_signal(sig),
+            None => {
+                return Err(err(
+                    "signals.host_cpu".into(),
+                    "true needs a readable /proc/stat with a `cpu` line (Linux)".into(),
+                ))
+            }
+        }
+    }
     if cfg.signals.orca {
         c = c.with_signal(pool.orca_signal());
     }

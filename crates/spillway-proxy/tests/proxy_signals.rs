@@ -100,3 +100,32 @@ max_interval_ms = 200
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn host_cpu_signal_is_sampled() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[signals]\nhost_cpu = true\n",
+        b.addr
+    ))
+    .await;
+    // Burn some CPU so the host is measurably busy, then read the signal.
+    let spin = std::thread::spawn(|| {
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(700) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        x
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let _ = spin.join();
+    let st = p.state.status();
+    let host = st
+        .admission
+        .signals
+        .iter()
+        .find(|(n, _)| n == "host_cpu")
+        .expect("host_cpu registered");
+    assert!(host.1 > 0.0 && host.1 <= 1.0, "{host:?}");
+}

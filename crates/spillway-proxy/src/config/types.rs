@@ -314,6 +314,9 @@ impl Default for ClassifyConfig {
 pub struct SignalsConfig {
     /// This process's CPU use vs its cgroup/host allowance. Default false.
     pub process_cpu: bool,
+    /// The host's CPU utilisation from `/proc/stat`, sampled every 250 ms (Linux). Default
+    /// false.
+    pub host_cpu: bool,
     /// Read ORCA `endpoint-load-metrics` from responses (mean of the tasks'
     /// `application_utilization`, else `cpu_utilization`). Default true.
     pub orca: bool,
@@ -328,6 +331,7 @@ impl Default for SignalsConfig {
     fn default() -> Self {
         SignalsConfig {
             process_cpu: false,
+            host_cpu: false,
             orca: true,
             orca_max_age_ms: 5_000,
             cost_header: true,
