@@ -4,8 +4,8 @@
 //! in another language should need nothing but `--listen` and `--upstream` to be protected
 //! (adaptive concurrency, needing no capacity figure), and one place to read when tuning. Every
 //! key is documented in `CONFIG.md` with its default; errors name the key and the line
-//! ([`load`]). The admission part (`[admission]`) is `spillway-core`'s own
-//! [`AdmissionConfig`], so the proxy cannot drift from the policy it configures.
+//! ([`parse`]). The admission part (`[admission]`) is `spillway-core`'s own
+//! [`AdmissionConfig`](spillway_core::controller::AdmissionConfig), so the proxy cannot drift from the policy it configures.
 
 mod load;
 mod types;
