@@ -1,31 +1,29 @@
-//! `spillway demo --quick` as a smoke test: the shape of the result, not its timing. Under a
-//! jump to 10× capacity the unprotected backend's goodput collapses while the protected one
-//! stays on a plateau. Bounds are generous (shared 2-core machines, debug builds); about 40 s.
+//! `spillway demo --quick` as a smoke test: the shape of the result, not its timing. Offered
+//! 2×–10× capacity, the unprotected backend's goodput collapses while the protected one stays
+//! on a plateau. Bounds are generous (shared 2-core machines, debug builds); about 40 s.
 
 use std::process::Command;
 
 fn runs(json: &serde_json::Value) -> Vec<(String, f64, f64)> {
-    // (title, mean goodput/s during the jump, capacity)
+    // (title, mean goodput/s over the seconds offered at least 2× capacity, capacity)
     json.as_array()
         .expect("an array of runs")
         .iter()
         .map(|r| {
             let capacity = r["meta"]["capacity_rps"].as_f64().unwrap();
-            let phases: Vec<f64> = r["meta"]["phases_s"]
+            let overloaded: Vec<f64> = r["seconds"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|p| p.as_f64().unwrap())
-                .collect();
-            let jump_start = (phases[0] + phases[1] + phases[2]) as usize;
-            let jump_end = jump_start + phases[3] as usize;
-            let seconds = r["seconds"].as_array().unwrap();
-            let goodput: f64 = seconds[jump_start..jump_end]
-                .iter()
+                .filter(|s| s["offered"].as_f64().unwrap() >= 2.0 * capacity)
                 .map(|s| s["goodput"].as_f64().unwrap())
-                .sum::<f64>()
-                / (jump_end - jump_start) as f64;
-            (r["title"].as_str().unwrap().to_owned(), goodput, capacity)
+                .collect();
+            assert!(
+                overloaded.len() >= 4,
+                "the scenario overloads for several seconds"
+            );
+            let mean = overloaded.iter().sum::<f64>() / overloaded.len() as f64;
+            (r["title"].as_str().unwrap().to_owned(), mean, capacity)
         })
         .collect()
 }
@@ -58,11 +56,12 @@ fn quick_demo_shows_plateau_vs_collapse() {
     assert_eq!(runs.len(), 3, "{runs:?}");
     let (_, unprotected, capacity) = &runs[0];
     let (_, protected, _) = &runs[1];
-    // Collapse: the unprotected backend serves well under half its capacity within the timeout.
-    assert!(*unprotected < 0.5 * capacity, "{runs:?}");
-    // Plateau: through Spillway, goodput stays a large share of capacity and far above.
-    assert!(*protected > 0.4 * capacity, "{runs:?}");
-    assert!(*protected > unprotected + 0.25 * capacity, "{runs:?}");
+    // Collapse: overloaded, the unprotected backend serves almost nothing within the timeout.
+    assert!(*unprotected < 0.2 * capacity, "{runs:?}");
+    // Plateau: through Spillway it keeps serving a good share of its capacity (generous: the
+    // proxy's adaptive limit is still settling in a 12 s run on a shared machine).
+    assert!(*protected > 0.25 * capacity, "{runs:?}");
+    assert!(*protected > unprotected + 0.2 * capacity, "{runs:?}");
     assert!(std::fs::read_to_string(&html).unwrap().contains("<svg"));
     std::fs::remove_dir_all(&dir).ok();
 }

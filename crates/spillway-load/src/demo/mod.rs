@@ -8,7 +8,8 @@
 //!    limit; no capacity figure is given to it), trusting the generator's criticality and
 //!    customer headers because it runs on loopback;
 //! 3. **spillway+throttle** — the same, with clients that also throttle themselves adaptively
-//!    and retry within a budget.
+//!    (one throttle per criticality; a 10 s window, the scenario being compressed in time) and
+//!    retry within a budget.
 //!
 //! The scenario, in multiples of the backend's capacity `C` (workers / mean service time): a
 //! warm-up at 0.5 C, a linear ramp 0.5 C → 10 C, a calm at 0.5 C (recovery), a sudden jump to
@@ -206,6 +207,12 @@ pub async fn run_mode(
     load.timeout = cfg.timeout;
     load.retry.max_attempts = cfg.attempts;
     load.seed = cfg.seed;
+    // The scenario compresses minutes into seconds (34 s per run), so the throttle's memory is
+    // compressed too: 10 s in 10 buckets instead of SRE ch. 21's two minutes, which would span
+    // the whole run and keep throttling long after the surge. (The retry budget's window is
+    // 10 s already.)
+    load.throttle.window = Duration::from_secs(10);
+    load.throttle.buckets = 10;
     load.behaviour = match mode {
         Mode::Unprotected | Mode::Spillway => Behaviour::Naive,
         Mode::SpillwayThrottled => Behaviour::Throttled,
