@@ -38,7 +38,8 @@ pub struct SimArgs {
     /// Override the offering window, seconds (0.001 to 86400).
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
-    /// Scale tasks, client instances and offered load by this factor (0.001 to 1000).
+    /// Scale tasks, client instances, global quotas and offered load by this factor (0.001 to
+    /// 1000), keeping the load per task.
     #[arg(long, value_name = "F")]
     scale: Option<f64>,
     /// Run only these variants (repeatable; default all).
