@@ -302,3 +302,27 @@ async fn caller_deadline_bounds_the_upstream_wait() {
         .unwrap_or_else(|| panic!("{body}"));
     assert!((4000..=5000).contains(&left), "{body}");
 }
+
+#[tokio::test]
+async fn overload_refusal_retried_once_on_another_task() {
+    let busy = backend("busy").await;
+    let ok = backend("ok").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\", \"{}\"]\n[upstream.ejection]\nconsecutive_failures = 0\n[upstream.retry]\nbudget_ratio = 1.0\nmin_retries_per_sec = 1000.0\nwidespread_min_tasks = 3\n",
+        busy.addr, ok.addr
+    ))
+    .await;
+    let c = client();
+    // The first request of a fresh proxy goes to the first task (both score 0): the busy one.
+    let (s, h, body) = get(&c, p.addr, "/r", &[]).await;
+    assert_eq!(s, 200, "{body}");
+    assert!(body.starts_with("ok GET /r"), "{body}");
+    assert!(
+        body.contains("attempt=2"),
+        "the retry says which attempt it is: {body}"
+    );
+    assert!(h.get("x-spillway-dont-retry").is_none());
+    for _ in 0..10 {
+        assert_eq!(get(&c, p.addr, "/r", &[]).await.0, 200);
+    }
+}

@@ -108,8 +108,8 @@ pub(super) async fn forward(
         if task.throttle.try_acquire(now).is_err() {
             tower_metrics::throttled(&labels, dest(&task));
             retry.record_outcome(now, task.id, true);
-            match decide(state, retry, now, attempt, false, replayable) {
-                RetryDecision::Retry if more_tasks(&pool, tried, now) => {
+            match decide(state, &pool, tried, now, attempt, false, replayable) {
+                RetryDecision::Retry => {
                     attempt += 1;
                     continue;
                 }
@@ -255,8 +255,9 @@ pub(super) async fn forward(
                 retry.record_outcome(now, task.id, overload.is_some());
                 if let Some(dont_retry) = overload {
                     pool.record_failure(&task, now);
-                    let decision = decide(state, retry, now, attempt, dont_retry, replayable);
-                    if decision.is_retry() && more_tasks(&pool, tried, now) {
+                    let decision =
+                        decide(state, &pool, tried, now, attempt, dont_retry, replayable);
+                    if decision.is_retry() {
                         tower_metrics::retried(&labels, dest(&task), "overloaded");
                         attempt += 1;
                         continue;
@@ -305,16 +306,29 @@ pub(super) async fn forward(
     }
 }
 
+/// Whether an overload refusal may be retried on another task. The budget is charged only when
+/// another task exists (a sidecar with one task never spends it); with no task left, a
+/// widespread overload is still reported as such so the caller is told not to retry.
+#[allow(clippy::too_many_arguments)]
 fn decide(
     state: &ProxyState,
-    retry: &spillway_core::retry::RetryPolicy,
+    pool: &Pool,
+    tried: u64,
     now: Instant,
     attempt: u32,
     dont_retry: bool,
     replayable: bool,
 ) -> RetryDecision {
+    let retry = pool.retry_policy();
     if !state.controls().retries_enabled() {
         return RetryDecision::GiveUp(RetryGate::NotRetryable);
+    }
+    if !more_tasks(pool, tried, now) {
+        return RetryDecision::GiveUp(if retry.is_widespread() {
+            RetryGate::Widespread
+        } else {
+            RetryGate::NotRetryable
+        });
     }
     if !replayable {
         state.faults.count(Fault::NotRetriedLargeBody);

@@ -18,7 +18,7 @@ use spillway_proxy::{ProxyConfig, ProxyState};
 use tokio::net::TcpListener;
 
 /// A loopback backend: echoes what it saw; `/hang` answers after 30 s, `/slow` after 0.8 s;
-/// `/busy` answers 503; `/report` carries an ORCA report (utilisation 0.7) and a cost of 5.
+/// `/busy` (or any path on a backend named `busy…`) answers 503; `/report` carries an ORCA report (utilisation 0.7) and a cost of 5.
 pub struct Backend {
     pub addr: SocketAddr,
     pub task: tokio::task::JoinHandle<()>,
@@ -84,7 +84,7 @@ async fn echo_inner(
         "{line} body={}",
         body.len()
     ))));
-    if path == "/busy" {
+    if path == "/busy" || name.starts_with("busy") {
         *res.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
     }
     if path == "/report" {
