@@ -11,8 +11,8 @@ use spillway_core::Criticality;
 use super::svg::{bar_chart, escape, xy_chart, Series, XyChart, PALETTE};
 use super::{Counts, Percentiles, RunReport};
 
-const STYLE: &str = "body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}\
-table{border-collapse:collapse;margin:1em 0;font-size:13px}\
+const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}\
+.wide{overflow-x:auto}table{border-collapse:collapse;margin:1em 0;font-size:12px}\
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}\
 svg{display:block;margin:1em 0}pre{background:#f8f8f8;padding:8px;overflow:auto;font-size:12px}";
@@ -78,7 +78,7 @@ pub fn render_html(reports: &[RunReport]) -> String {
 
 fn summary_table(h: &mut String, reports: &[RunReport], names: &[String]) {
     h.push_str(
-        "<h2>Summary</h2><table><tr><th>run</th><th>seconds</th><th>offered/s</th>\
+        "<h2>Summary</h2><div class=\"wide\"><table><tr><th>run</th><th>seconds</th><th>offered/s</th>\
          <th>goodput/s</th><th>success</th><th>rejected</th><th>timed out</th><th>throttled</th>\
          <th>errors</th><th>attempts/request</th><th>p50 ms</th><th>p99 ms</th><th>p99.9 ms</th>\
          <th>max ms</th><th>queue p50/p99 ms</th><th>service p50/p99 ms</th></tr>",
@@ -115,7 +115,7 @@ fn summary_table(h: &mut String, reports: &[RunReport], names: &[String]) {
             pair(r.latency.as_ref().and_then(|l| l.processing)),
         );
     }
-    h.push_str("</table>");
+    h.push_str("</table></div>");
 }
 
 fn breakdown_tables(h: &mut String, reports: &[RunReport], names: &[String]) {
