@@ -136,15 +136,20 @@ pub fn run(source: Source) -> Result<(), RunError> {
         let admin_cfg = state.config().admin.clone();
         let (admin_stop, admin_rx) = tokio::sync::watch::channel(false);
         let admin = if admin_cfg.enabled {
-            let st = Arc::clone(&state);
-            let mut rx = admin_rx.clone();
-            crate::metrics::log(&format!("admin API on {}", admin_cfg.listen));
-            Some(tokio::spawn(async move {
-                crate::admin::serve_admin(st, admin_cfg, async move {
-                    let _ = rx.wait_for(|v| *v).await;
-                })
+            // Bound before serving so that a taken port stops the start with its reason.
+            let listen = admin_cfg.listen;
+            let server = crate::admin::AdminServer::bind(Arc::clone(&state), admin_cfg)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| RunError::Admin(e.to_string()))?;
+            crate::metrics::log(&format!("admin API on {listen}"));
+            let mut rx = admin_rx.clone();
+            Some(tokio::spawn(async move {
+                server
+                    .serve(async move {
+                        let _ = rx.wait_for(|v| *v).await;
+                    })
+                    .await
+                    .map_err(|e| e.to_string())
             }))
         } else {
             None
