@@ -245,3 +245,16 @@ async fn slow_body_gets_408_and_frees_its_slot() {
         "nothing reached the upstream"
     );
 }
+
+#[tokio::test]
+async fn malformed_request_line_gets_400_and_is_counted() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{}\"]\n", b.addr)).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"THIS IS NOT HTTP\r\n\r\n").await.unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(p.state.faults.get(Fault::BadRequest), 1);
+    assert_eq!(b.accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
