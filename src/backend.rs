@@ -135,20 +135,21 @@ pub fn run(args: &BackendArgs) -> Result<()> {
     };
     let capacity = cfg.capacity_rps();
     let result = backend::serve_blocking(cfg, args.duration, |h| {
-        println!(
+        // A closed stdout must not stop the backend: the banner is best effort.
+        let _ = crate::load::emit(&format!(
             "spillway backend listening on http://{} — {} workers, capacity ≈ {:.0} requests/s \
-             (GET /healthz, /stats); Ctrl-C to stop",
+             (GET /healthz, /stats); Ctrl-C to stop\n",
             h.local_addr(),
             workers,
             capacity
-        );
+        ));
     });
     match result {
         Ok(stats) => {
-            println!(
-                "served {} of {} accepted ({} for callers who had already left)",
+            crate::load::emit(&format!(
+                "served {} of {} accepted ({} for callers who had already left)\n",
                 stats.served, stats.accepted, stats.served_abandoned
-            );
+            ))?;
             Ok(())
         }
         // A setting out of range names its flag: exit 2 like clap's own errors.

@@ -4,6 +4,7 @@
 //! Why a thin layer: the scenario and its table live in `spillway_load::demo` (tests run the
 //! same code); this module prints them and checks the figures against the project's targets.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -11,6 +12,7 @@ use clap::Args;
 use spillway_load::demo::{self, DemoConfig, DemoRow, Mode, LEVELS};
 use spillway_load::report;
 
+use crate::load::emit;
 use crate::UsageError;
 
 /// `spillway demo` arguments.
@@ -47,39 +49,44 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     cfg.seed = args.seed;
     let c = cfg.capacity();
     let p = cfg.phases.map(|d| d.as_secs());
-    println!(
+    emit(&format!(
         "spillway demo: backend {} workers × {:?} mean (exponential) = capacity {c:.0} requests/s, \
          unbounded FIFO queue.\nScenario per run: {}s at 0.5×, ramp 0.5× → 10× over {}s, {}s at \
          0.5×, jump to 10× for {}s, {}s at 0.5×; 1 s timeout, 3 attempts; customer `good` sends \
          CRITICAL + SHEDDABLE_PLUS (10%), `noisy` sends SHEDDABLE (90%).\nThe proxy is given no \
-         capacity figure (zero-config adaptive limit).\n",
+         capacity figure (zero-config adaptive limit).\n\n",
         cfg.workers, cfg.service, p[0], p[1], p[2], p[3], p[4]
-    );
+    ))?;
     if !args.from_json.is_empty() {
         let mut reports = Vec::new();
         for path in &args.from_json {
             reports.extend(report::read_json(path).map_err(|e| UsageError(e.to_string()))?);
         }
         let rows: Vec<DemoRow> = reports.iter().map(|r| demo::summarise(&cfg, r)).collect();
-        println!("{}", demo::render_table(&rows));
-        check_targets(&rows);
+        emit(&format!(
+            "{}\n{}",
+            demo::render_table(&rows),
+            targets(&rows)
+        ))?;
         return Ok(());
     }
     let reports = demo::run_blocking(&cfg, !args.quiet)?;
     for r in &reports {
-        crate::load::print_summary(r);
-        println!();
+        emit(&format!("{}\n", crate::load::summary(r)))?;
     }
     let rows: Vec<DemoRow> = reports.iter().map(|r| demo::summarise(&cfg, r)).collect();
-    println!("{}", demo::render_table(&rows));
-    check_targets(&rows);
+    emit(&format!(
+        "{}\n{}",
+        demo::render_table(&rows),
+        targets(&rows)
+    ))?;
     report::write_json(&reports, &args.json).with_context(|| "writing --json")?;
     report::write_html(&reports, &args.html).with_context(|| "writing --html")?;
-    println!(
-        "\nReports: {} and {}",
+    emit(&format!(
+        "\nReports: {} and {}\n",
         args.html.display(),
         args.json.display()
-    );
+    ))?;
     Ok(())
 }
 
@@ -91,18 +98,20 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-/// Prints each target of issue 5 with the measured figure and whether it was met.
-fn check_targets(rows: &[DemoRow]) {
+/// Each target of issue 5 with the measured figure and whether it was met.
+fn targets(rows: &[DemoRow]) -> String {
+    let mut out = String::new();
     let find = |m: Mode| rows.iter().find(|r| r.title == m.title());
     let fmt = |v: Option<f64>| v.map_or_else(|| "–".into(), |v| format!("{:.1}%", v * 100.0));
-    println!("Targets:");
+    let _ = writeln!(out, "Targets:");
     if let Some(u) = find(Mode::Unprotected) {
         let worst = u.goodput_at[LEVELS.len() - 1]
             .into_iter()
             .chain(u.jump_goodput)
             .fold(f64::NAN, f64::max);
         let ok = worst < 0.2;
-        println!(
+        let _ = writeln!(
+            out,
             "  unprotected goodput at 10× below 20% of capacity: {} (ramp end and jump, the \
              higher) — {}",
             fmt(Some(worst)),
@@ -116,27 +125,31 @@ fn check_targets(rows: &[DemoRow]) {
             .chain([r.jump_goodput])
             .map(|g| g.unwrap_or(0.0))
             .fold(f64::INFINITY, f64::min);
-        println!(
+        let _ = writeln!(
+            out,
             "  {}: goodput ≥ 95% of capacity from 1× to 10×: lowest {} — {}",
             r.title,
             fmt(Some(plateau)),
             verdict(plateau >= 0.95)
         );
         let crit = r.critical_success.unwrap_or(0.0);
-        println!(
+        let _ = writeln!(
+            out,
             "  {}: CRITICAL success ≥ 99.9%: {} — {}",
             r.title,
             fmt(r.critical_success),
             verdict(crit >= 0.999)
         );
         let good = r.good_success.unwrap_or(0.0);
-        println!(
+        let _ = writeln!(
+            out,
             "  {}: customer `good` success ≥ 99%: {} — {}",
             r.title,
             fmt(r.good_success),
             verdict(good >= 0.99)
         );
-        println!(
+        let _ = writeln!(
+            out,
             "  {}: goodput back to ≥ 95% within 2 s after the jump: {} — {}",
             r.title,
             r.recovery_s
@@ -144,4 +157,5 @@ fn check_targets(rows: &[DemoRow]) {
             verdict(r.recovery_s.is_some_and(|s| s <= 2))
         );
     }
+    out
 }

@@ -5,6 +5,7 @@
 //! `spillway_load` so that `spillway demo` and tests run exactly the same code in-process; this
 //! module only turns flags into a [`LoadConfig`] and prints the result.
 
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -138,16 +139,16 @@ pub fn run(args: &LoadArgs) -> Result<()> {
     // Every setting error names its flag: exit 2 like clap's own.
     cfg.validate().map_err(|e| UsageError(e.to_string()))?;
     let report = load::run_blocking(cfg, !args.quiet)?;
-    print_summary(&report);
+    emit(&summary(&report))?;
     if let Some(path) = &args.json {
         report::write_json(std::slice::from_ref(&report), path)
             .with_context(|| "writing --json")?;
-        println!("JSON report: {}", path.display());
+        emit(&format!("JSON report: {}\n", path.display()))?;
     }
     if let Some(path) = &args.html {
         report::write_html(std::slice::from_ref(&report), path)
             .with_context(|| "writing --html")?;
-        println!("HTML report: {}", path.display());
+        emit(&format!("HTML report: {}\n", path.display()))?;
     }
     Ok(())
 }
@@ -157,15 +158,18 @@ fn ratio(c: &report::Counts) -> String {
         .map_or_else(|| "-".into(), |r| format!("{:.2}%", r * 100.0))
 }
 
-/// Prints the run's totals, breakdowns and latency.
-pub(crate) fn print_summary(r: &RunReport) {
+/// The run's totals, breakdowns and latency, as printed.
+pub(crate) fn summary(r: &RunReport) -> String {
+    let mut out = String::new();
     let s = &r.summary;
     let c = &s.counts;
-    println!(
+    let _ = writeln!(
+        out,
         "{}: {:.0} s, offered {} ({:.1}/s), sent {} ({:.2} attempts/request)",
         r.title, s.duration_s, c.offered, s.offered_rps, c.sent, s.amplification
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  goodput {} ({:.1}/s, {}), rejected {}, timed out {}, throttled {}, errors {}",
         c.goodput,
         s.goodput_rps,
@@ -176,11 +180,12 @@ pub(crate) fn print_summary(r: &RunReport) {
         c.errors
     );
     for (name, c) in &s.by_criticality {
-        println!("  {name:<16} success {:>8} of {}", ratio(c), c.offered);
+        let _ = writeln!(out, "  {name:<16} success {:>8} of {}", ratio(c), c.offered);
     }
     if s.by_customer.len() > 1 {
         for (name, c) in &s.by_customer {
-            println!(
+            let _ = writeln!(
+                out,
                 "  customer {name:<10} success {:>8} of {}",
                 ratio(c),
                 c.offered
@@ -190,22 +195,27 @@ pub(crate) fn print_summary(r: &RunReport) {
     match &r.latency {
         Some(l) => {
             let t = &l.total;
-            println!(
+            let _ = writeln!(
+        out,
                 "  latency of successes (from intended send time): p50 {:.1} ms, p90 {:.1}, p99 {:.1}, p99.9 {:.1}, max {:.1}",
                 t.p50_ms, t.p90_ms, t.p99_ms, t.p999_ms, t.max_ms
             );
             if let (Some(q), Some(p)) = (l.queue, l.processing) {
-                println!(
+                let _ = writeln!(
+        out,
                     "  server-reported: queue p50 {:.1} ms / p99 {:.1}; service p50 {:.1} ms / p99 {:.1}",
                     q.p50_ms, q.p99_ms, p.p50_ms, p.p99_ms
                 );
             }
         }
-        None => println!("  no successful requests"),
+        None => {
+            let _ = writeln!(out, "  no successful requests");
+        }
     }
     if let Some(lag) = r.meta.get("send_lag") {
         let p99 = lag["p99_ms"].as_f64().unwrap_or(0.0);
-        println!(
+        let _ = writeln!(
+            out,
             "  generator send lag: p50 {:.1} ms, p99 {p99:.1} ms, max {:.1} ms",
             lag["p50_ms"].as_f64().unwrap_or(0.0),
             lag["max_ms"].as_f64().unwrap_or(0.0)
@@ -217,11 +227,22 @@ pub(crate) fn print_summary(r: &RunReport) {
             .and_then(|t| t.as_f64())
             .unwrap_or(1000.0);
         if p99 > timeout_ms / 10.0 {
-            println!(
+            let _ = writeln!(
+                out,
                 "  warning: the generator fell behind its schedule (send lag p99 {p99:.0} ms vs a \
                  {timeout_ms:.0} ms timeout): this machine is too busy for this rate. Latency \
                  still counts from the intended send times, but some requests were offered late."
             );
         }
     }
+    out
+}
+
+/// Writes `text` to stdout, returning the I/O error (a closed pipe is reported by `main` as
+/// success) instead of panicking as `println!` does.
+pub(crate) fn emit(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
 }
