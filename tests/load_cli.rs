@@ -173,3 +173,24 @@ fn a_short_run_against_the_backend_writes_reports() {
     assert!(page.contains("<svg") && !page.contains("<script"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    // Nothing listens on the port: every request fails fast, then the summary meets a closed pipe.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["load", "--target", &format!("127.0.0.1:{port}")])
+        .args(["--rate", "20", "--duration", "500ms", "--attempts", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
