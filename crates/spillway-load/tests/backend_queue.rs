@@ -178,3 +178,38 @@ async fn bad_cost_and_non_loopback_are_refused() {
         .expect("0.0.0.0 refused");
     assert!(e.to_string().contains("--listen"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_slows_down_as_requests_pile_up() {
+    // 1 worker, 20 ms, service × (1 + 1.0 × max(0, in_flight − 1)).
+    let mut config = cfg(1, 20);
+    config.slowdown = Some(spillway_load::backend::Slowdown {
+        alpha: 1.0,
+        threshold: 1,
+    });
+    let backend = Backend::start(config).await.unwrap();
+    let addr = backend.local_addr();
+    let c = client();
+    let service_ms = |c: HttpClient| async move {
+        let uri: http::Uri = format!("http://{addr}/work").parse().unwrap();
+        let resp = c.get(uri).await.unwrap();
+        resp.headers()
+            .get(wire::SERVICE_MS)
+            .and_then(|v| v.to_str().ok()?.parse::<f64>().ok())
+            .unwrap()
+    };
+    // Alone: in flight = 1, no slowdown.
+    let alone = service_ms(c.clone()).await;
+    assert!(alone < 40.0, "{alone}");
+    // Five at once: the first served sees 5 in flight → 20 ms × (1 + 4) = 100 ms.
+    let tasks: Vec<_> = (0..5)
+        .map(|_| tokio::spawn(service_ms(c.clone())))
+        .collect();
+    let mut times = Vec::new();
+    for t in tasks {
+        times.push(t.await.unwrap());
+    }
+    let slowest = times.iter().copied().fold(0.0, f64::max);
+    assert!(slowest > 70.0, "{times:?}");
+    assert!(slowest > 2.0 * alone, "{times:?} vs {alone}");
+}
