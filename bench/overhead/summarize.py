@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Turn the raw results of bench/proxy-overhead.sh into one markdown report.
+
+Why a separate file: the shell script only runs processes and records raw numbers (wrk text,
+`spillway load` JSON, /proc CPU counters); the arithmetic (percentiles, µs per request, ratios,
+targets met or missed) is easier to read and to check here.
+
+Usage: summarize.py WORK_DIR   (prints markdown on stdout)
+"""
+import json
+import os
+import re
+import sys
+
+WORK = sys.argv[1]
+PATHS = [
+    ("direct", "direct to `spillway backend`"),
+    ("spillway", "`spillway proxy` (fixed limit)"),
+    ("zeroconf", "`spillway proxy` (zero-config)"),
+    ("nginx", "nginx reverse proxy"),
+]
+
+
+def read(name):
+    p = os.path.join(WORK, name)
+    return open(p).read() if os.path.exists(p) else None
+
+
+def wrk(name):
+    """Parse `wrk --latency` output: requests/s, p50, p99 (ms), non-2xx count."""
+    text = read(name)
+    if text is None:
+        return None
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
+
+    def pct(p):
+        m = re.search(r"^\s+%s%%\s+([\d.]+)(us|ms|s)\s*$" % p, text, re.M)
+        if not m:
+            return None
+        v = float(m.group(1))
+        return {"us": v / 1000.0, "ms": v, "s": v * 1000.0}[m.group(2)]
+
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    total = re.search(r"(\d+) requests in ([\d.]+)(ms|s)", text)
+    errs = re.search(r"Socket errors:(.*)", text)
+    goodput = None
+    if rps and total:
+        n = int(total.group(1))
+        ok = n - (int(bad.group(1)) if bad else 0)
+        goodput = float(rps.group(1)) * ok / max(1, n)
+    return {
+        "rps": goodput,
+        "all_rps": float(rps.group(1)) if rps else None,
+        "p50": pct(50),
+        "p99": pct(99),
+        "non2xx": int(bad.group(1)) if bad else 0,
+        "socket_errors": errs.group(1).strip() if errs else "",
+    }
+
+
+def load(name):
+    """Parse a `spillway load --json` report: goodput/s, success share, p50/p99 (ms)."""
+    text = read(name)
+    if text is None:
+        return None
+    run = json.loads(text)[0]
+    s, lat = run["summary"], run["latency"]["total"]
+    return {
+        "offered": s["offered"] / s["duration_s"],
+        "sent": s["sent"],
+        "goodput": s["goodput"] / s["duration_s"],
+        "ok": 100.0 * s["goodput"] / max(1, s["offered"]),
+        "p50": lat.get("p50_ms"),
+        "p99": lat.get("p99_ms"),
+        "p999": lat.get("p999_ms"),
+        "lag99": run["meta"]["send_lag"]["p99_ms"],
+    }
+
+
+def fmt(v, unit=""):
+    return "—" if v is None else f"{v:,.1f}{unit}"
+
+
+out = []
+meta = dict(line.split("=", 1) for line in (read("meta") or "").splitlines() if "=" in line)
+out.append(f"Measured {meta.get('date', '?')} on {meta.get('host', '?')} "
+           f"({meta.get('cpus', '?')} CPUs, shared). Load average before: "
+           f"{meta.get('load_before', '?')}; after: {meta.get('load_after', '?')}. "
+           f"Backend: `spillway backend --workers {meta.get('workers')} --service-time 1ms "
+           f"--dist constant --cpu sleep`. nginx: {meta.get('nginx', '?')}.")
+out.append("")
+
+# --- 1. Max throughput (wrk, closed loop) ---
+out.append(f"### Maximum throughput (wrk, closed loop: {meta.get('wrk', '?')})")
+out.append("")
+out.append("| path | 2xx responses/s | vs direct | vs nginx | p50 | p99 | non-2xx |")
+out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+maxes = {k: wrk(f"{k}.max.wrk") for k, _ in PATHS}
+direct_max = (maxes.get("direct") or {}).get("rps")
+nginx_max = (maxes.get("nginx") or {}).get("rps")
+for key, label in PATHS:
+    r = maxes.get(key)
+    if not r or r["rps"] is None:
+        out.append(f"| {label} | skipped | | | | | |")
+        continue
+    vd = f"{100 * r['rps'] / direct_max:.0f} %" if direct_max else "—"
+    vn = f"{100 * r['rps'] / nginx_max:.0f} %" if nginx_max else "—"
+    out.append(f"| {label} | {r['rps']:,.0f} | {vd} | {vn} | {fmt(r['p50'], ' ms')} | "
+               f"{fmt(r['p99'], ' ms')} | {r['non2xx']} |")
+out.append("")
+
+# --- 2. Fixed rates (spillway load, open loop) ---
+rates = [r for r in meta.get("rates", "").split(",") if r]
+out.append("### Latency at fixed rates (`spillway load`, open loop, Poisson arrivals, HTTP/1.1 keep-alive)")
+out.append("")
+out.append("Latency is from each request's intended send time (no coordinated omission). "
+           "*Added* = this path's percentile minus the direct path's at the same rate.")
+out.append("")
+out.append("*Front CPU* = the proxy's own CPU per request (nginx: master and workers), from "
+           "`/proc/PID/task/*/schedstat`; *host busy* = the whole machine's busy share of its "
+           "CPUs during the run (client, backend, front, and anyone else's work).")
+out.append("")
+rcpu = {}
+for line in (read("rates.cpu") or "").splitlines():
+    p = line.split()
+    if len(p) == 7:
+        busy = (float(p[5]) - float(p[3])) / max(1.0, float(p[6]) - float(p[4]))
+        rcpu[(p[0], p[1])] = (int(p[2]), 100.0 * busy)
+out.append("| rate | path | goodput/s | success | p50 | p99 | p99.9 | added p50 | added p99 | front CPU/request | host busy |")
+out.append("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+added99 = {}
+for rate in rates:
+    base = load(f"direct.{rate}.json")
+    for key, label in PATHS:
+        r = load(f"{key}.{rate}.json")
+        if not r:
+            out.append(f"| {rate}/s | {label} | skipped | | | | | | | | |")
+            continue
+        a50 = a99 = None
+        if base and key != "direct":
+            a50, a99 = r["p50"] - base["p50"], r["p99"] - base["p99"]
+            added99[(key, rate)] = a99
+        ns, busy = rcpu.get((key, rate), (0, None))
+        sent = r["sent"]
+        per = f"{ns / 1000.0 / sent:.1f} µs" if ns and sent else "—"
+        out.append(f"| {rate}/s | {label} | {r['goodput']:,.0f} | {r['ok']:.2f} % | "
+                   f"{fmt(r['p50'], ' ms')} | {fmt(r['p99'], ' ms')} | {fmt(r['p999'], ' ms')} | "
+                   f"{fmt(a50, ' ms')} | {fmt(a99, ' ms')} | {per} | {fmt(busy, ' %')} |")
+out.append("")
+
+# --- 3. CPU per request: refused vs served ---
+cpu = {}
+for line in (read("cpu") or "").splitlines():
+    parts = line.split()
+    if len(parts) == 4:  # phase ticks ns requests
+        cpu[parts[0]] = (int(parts[1]), int(parts[2]), int(parts[3]))
+hz = int(meta.get("clk_tck", "100"))
+out.append(f"### Proxy CPU per request: refused vs served ({meta.get('cpu_rate', '?')} req/s "
+           f"for {meta.get('cpu_secs', '?')} s each, same connections model)")
+out.append("")
+out.append("CPU of the proxy process only (the backend's is not counted): utime+stime from "
+           f"`/proc/PID/stat` (1/{hz} s ticks) and, finer, the sum of `/proc/PID/task/*/schedstat` "
+           "run times (ns). *Net* subtracts an idle phase of the same length (timers, "
+           "utilisation refresh).")
+out.append("")
+out.append("| phase | requests | CPU (stat) | CPU (schedstat) | µs/request (stat) | µs/request (schedstat, net of idle) |")
+out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+idle = cpu.get("idle", (0, 0, 0))
+per = {}
+for phase in ("idle", "served", "refused"):
+    if phase not in cpu:
+        continue
+    t, ns, n = cpu[phase]
+    st_us = (t * 1e6 / hz) / n if n else None
+    net = ((ns - idle[1]) / 1000.0) / n if n and phase != "idle" else None
+    per[phase] = net
+    out.append(f"| {phase} | {n:,} | {t * 1000 / hz:,.0f} ms | {ns / 1e6:,.0f} ms | {fmt(st_us)} | {fmt(net)} |")
+if per.get("served") and per.get("refused") is not None:
+    ratio = 100.0 * per["refused"] / per["served"]
+    out.append("")
+    out.append(f"**A refusal costs {ratio:.0f} % of a served request** "
+               f"({per['refused']:.1f} µs vs {per['served']:.1f} µs of proxy CPU); target ≤ 5 %: "
+               f"{'met' if ratio <= 5 else 'missed'}.")
+out.append("")
+
+# --- Targets ---
+out.append("### Targets (issue 4)")
+out.append("")
+sp = (maxes.get("spillway") or {}).get("rps")
+if sp and nginx_max:
+    ok = sp >= nginx_max
+    out.append(f"- Throughput ≥ nginx's: spillway {sp:,.0f}/s vs nginx {nginx_max:,.0f}/s — "
+               f"{'met' if ok else 'missed'} ({100 * sp / nginx_max:.0f} %).")
+else:
+    out.append("- Throughput ≥ nginx's: not measured (nginx skipped).")
+for key in ("spillway", "zeroconf"):
+    vals = [(rate, added99[(key, rate)]) for rate in rates if (key, rate) in added99]
+    if vals:
+        worst = max(v for _, v in vals)
+        txt = ", ".join(f"{v:+.2f} ms at {rate}/s" for rate, v in vals)
+        out.append(f"- p99 added ≤ 1 ms below half load ({dict(PATHS)[key]}): {txt} — "
+                   f"{'met' if worst <= 1.0 else 'missed'}.")
+print("\n".join(out))

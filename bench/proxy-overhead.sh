@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# Proxy overhead, measured in one run on this machine, side by side (issue 4, "Show"):
+#
+#   1. throughput (wrk, closed loop) and p50/p99 at fixed rates (`spillway load`, open loop) for
+#      a direct connection to `spillway backend`, `spillway proxy` with a fixed large limit,
+#      the zero-config `spillway proxy`, and nginx as a keep-alive reverse proxy;
+#   2. the proxy's CPU per request for requests it refuses (incident control shed-below) vs
+#      requests it forwards, at the same rate, from /proc/PID/stat and /proc/PID/task/*/schedstat.
+#
+#   bench/proxy-overhead.sh                  # installs nginx and wrk from Debian when missing
+#   SKIP_INSTALL=1 bench/proxy-overhead.sh
+#   RATES=2000,4000 PHASE_SECS=5 bench/proxy-overhead.sh
+#
+# Why two clients: an open-loop generator past capacity measures collapse, not capacity (its
+# queue of late requests times out), so the maximum is measured closed-loop with wrk (a small C
+# client that leaves the 2 shared cores to the servers); the fixed-rate latencies come from
+# `spillway load`, open loop with Poisson arrivals and latency from the intended send time, so a
+# stalled server cannot hide its tail (coordinated omission; Tene, "How NOT to measure latency").
+#
+# Everything listens on 127.0.0.1 only; each phase is bounded (PHASE_SECS, default 8 s); every
+# process started here is killed on exit. Results: stdout and bench/results/proxy-overhead.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PORT=${BASE_PORT:-18420}
+BACKEND=127.0.0.1:$PORT
+PROXY=127.0.0.1:$((PORT + 1))
+ADMIN=127.0.0.1:$((PORT + 2))
+ZERO=127.0.0.1:$((PORT + 3))
+ZADMIN=127.0.0.1:$((PORT + 4))
+NGINX=127.0.0.1:$((PORT + 5))
+PHASE_SECS=${PHASE_SECS:-8}
+WORKERS=${WORKERS:-2048}
+WRK_CONNS=${WRK_CONNS:-64}
+CPU_RATE=${CPU_RATE:-3000}
+CPU_SECS=${CPU_SECS:-10}
+OUT=${OUT:-bench/results/proxy-overhead.md}
+
+WORK=$(mktemp -d /tmp/spillway-overhead.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+have() { command -v "$1" >/dev/null 2>&1; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
+stop() { # kill one process started here and forget its id (ids are reused)
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  local keep=() p
+  for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
+
+cargo build --release --quiet
+BIN=target/release/spillway
+
+# nginx and wrk from Debian's packages when missing; say why when they cannot be had.
+NGINX_NOTE=""
+if [ -z "${SKIP_INSTALL:-}" ] && { ! have nginx || ! have wrk; }; then
+  if [ "$(id -u)" = 0 ] && have apt-get; then
+    for pkg in nginx wrk; do
+      have "$pkg" || apt-get install -y --no-install-recommends "$pkg" >>"$WORK/apt.log" 2>&1 \
+        || echo "could not install $pkg with apt-get (see $WORK/apt.log)"
+    done
+  else
+    echo "not installing nginx/wrk: needs root and apt-get (Debian/Ubuntu)"
+  fi
+fi
+have nginx || NGINX_NOTE="nginx is not installed and could not be installed: nginx rows skipped"
+have wrk || echo "wrk is not installed and could not be installed: maximum-throughput rows skipped"
+[ -n "$NGINX_NOTE" ] && echo "$NGINX_NOTE"
+
+# Other engineers share the 2 cores: wait (bounded, WAIT_QUIET seconds, default 90) until the
+# machine has been less than 35 % busy over one second, and record the load average either way.
+busy_1s() {
+  local a b
+  a=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat)
+  sleep 1
+  b=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat)
+  echo "$a $b" | awk '{printf "%d\n", 100 * ($3 - $1) / ($4 - $2 + 0.001)}'
+}
+for _ in $(seq "${WAIT_QUIET:-90}"); do
+  b=$(busy_1s)
+  [ "$b" -lt 35 ] && break
+  echo "machine $b % busy (others' work); waiting for a quieter moment ..."
+done
+echo "machine busy before the run: $(busy_1s) %; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+HZ=$(getconf CLK_TCK)
+{
+  echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "host=$(uname -srm)"
+  echo "cpus=$(nproc)"
+  echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "workers=$WORKERS"
+  echo "clk_tck=$HZ"
+  echo "wrk=$WRK_CONNS connections, 1 thread, ${PHASE_SECS} s"
+  echo "nginx=$(if have nginx; then nginx -v 2>&1 | sed 's/.*: //'; echo ", 2 workers, upstream keepalive 256"; else echo "skipped ($NGINX_NOTE)"; fi | tr -d '\n')"
+} >"$WORK/meta"
+
+# --- the servers ---------------------------------------------------------------------------
+# Cheap and wide: sleep-based 1 ms service time and many workers, so the backend is never the
+# bottleneck (capacity ≈ WORKERS / 1 ms far above anything 2 cores can send).
+"$BIN" backend --listen "$BACKEND" --workers "$WORKERS" --service-time 1ms --dist constant \
+  --cpu sleep --duration 900s >"$WORK/backend.log" 2>&1 &
+PIDS+=($!)
+wait_port "$BACKEND" || { echo "backend did not start (see $WORK/backend.log)"; exit 1; }
+
+# The proxy with a fixed large limit: no adaptive measurement windows (the Envoy gradient pins
+# the limit to 5 for a minRTT probe every 30 s), utilisation stays far below every shed
+# threshold, and the upstream pool is wide enough for wrk's connections.
+cat >"$WORK/spillway.toml" <<TOML
+[listen]
+address = "$PROXY"
+[upstream]
+addresses = ["$BACKEND"]
+max_requests_per_task = 1024
+max_idle_per_task = 1024
+[admission.limit]
+algorithm = "fixed"
+limit = 10000
+[classify]
+trusted = ["127.0.0.0/8"]
+[admin]
+listen = "$ADMIN"
+TOML
+# The zero-config form is `spillway proxy --listen A --upstream B`; it would put its admin
+# listener on the default 127.0.0.1:9901, which another engineer's run may hold, so the same
+# defaults are written as a file with only the admin address moved.
+cat >"$WORK/zeroconf.toml" <<TOML
+[listen]
+address = "$ZERO"
+[upstream]
+addresses = ["$BACKEND"]
+[admin]
+listen = "$ZADMIN"
+TOML
+
+mkdir -p "$WORK/nginx/logs"
+cat >"$WORK/nginx/nginx.conf" <<NGINX
+worker_processes 2;
+error_log $WORK/nginx/logs/error.log warn;
+pid $WORK/nginx/nginx.pid;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  upstream backend { server $BACKEND; keepalive 256; keepalive_requests 1000000; }
+  server {
+    listen $NGINX;
+    location / {
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_pass http://backend;
+    }
+  }
+}
+NGINX
+
+start_front() { # $1 = key; sets FRONT_PID and TARGET
+  FRONT_PID=
+  case $1 in
+    direct) TARGET=$BACKEND; return 0 ;;
+    spillway) TARGET=$PROXY; "$BIN" proxy --config "$WORK/spillway.toml" >"$WORK/$1.log" 2>&1 & ;;
+    zeroconf) TARGET=$ZERO; "$BIN" proxy --config "$WORK/zeroconf.toml" >"$WORK/$1.log" 2>&1 & ;;
+    nginx) TARGET=$NGINX; nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g "daemon off;" >"$WORK/$1.log" 2>&1 & ;;
+  esac
+  FRONT_PID=$!
+  PIDS+=("$FRONT_PID")
+  wait_port "$TARGET" || { echo "$1 did not start (see $WORK/$1.log)"; stop "$FRONT_PID"; return 1; }
+}
+
+# CPU accounting. stat: utime + stime (fields 14, 15 after the command name), in 1/CLK_TCK s;
+# schedstat: the first field of each thread's /proc/PID/task/TID/schedstat is its run time in
+# ns. A front's CPU includes its children (nginx's workers).
+cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d\n", s}'; }
+tree_ns() { # $1 = pid: run time of it and its children, ns
+  local p s=0
+  for p in "$1" $(pgrep -P "$1" || true); do s=$((s + $(cpu_ns "$p"))); done
+  echo "$s"
+}
+host_busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+
+load_at() { # $1 = key, $2 = rate: one open-loop run; records front CPU and host busy share
+  local key=$1 rate=$2 f0=0 f1=0 h0 h1
+  [ -n "$FRONT_PID" ] && f0=$(tree_ns "$FRONT_PID")
+  h0=$(host_busy)
+  "$BIN" load --target "$TARGET" --rate "$rate" --duration "${PHASE_SECS}s" --attempts 1 \
+    --timeout 500ms --quiet --title "$key" --json "$WORK/$key.$rate.json" >"$WORK/$key.$rate.txt"
+  h1=$(host_busy)
+  [ -n "$FRONT_PID" ] && f1=$(tree_ns "$FRONT_PID")
+  echo "$key $rate $((f1 - f0)) $h0 $h1" >>"$WORK/rates.cpu"
+}
+
+KEYS=(direct spillway zeroconf)
+have nginx && KEYS+=(nginx)
+
+# --- 1a. maximum throughput, closed loop -----------------------------------------------------
+for key in "${KEYS[@]}"; do
+  have wrk || break
+  start_front "$key" || continue
+  echo "max throughput: $key ..."
+  wrk -t1 -c"$WRK_CONNS" -d2s "http://$TARGET/" >/dev/null 2>&1 || true # warm-up: pools, limit
+  wrk -t1 -c"$WRK_CONNS" -d"${PHASE_SECS}s" --latency "http://$TARGET/" >"$WORK/$key.max.wrk" 2>&1 || true
+  [ -n "$FRONT_PID" ] && stop "$FRONT_PID"
+  sleep 1
+done
+
+# --- 1b. fixed rates, open loop --------------------------------------------------------------
+if [ -z "${RATES:-}" ]; then
+  DMAX=$(awk '/Requests\/sec:/ {print int($2)}' "$WORK/direct.max.wrk" 2>/dev/null || true)
+  DMAX=${DMAX:-8000}
+  # 10 %, 25 % and 50 % of the direct path's maximum, rounded to 100/s.
+  RATES="$(((DMAX / 10 + 50) / 100 * 100)),$(((DMAX / 4 + 50) / 100 * 100)),$(((DMAX / 2 + 50) / 100 * 100))"
+fi
+echo "rates=$RATES" >>"$WORK/meta"
+for key in "${KEYS[@]}"; do
+  start_front "$key" || continue
+  "$BIN" load --target "$TARGET" --rate 1000 --duration 2s --attempts 1 --quiet >/dev/null 2>&1 || true # warm-up
+  for rate in ${RATES//,/ }; do
+    echo "fixed rate: $key at $rate/s ..."
+    load_at "$key" "$rate" || echo "$key at $rate/s: load failed (see $WORK/$key.$rate.txt)"
+  done
+  [ -n "$FRONT_PID" ] && stop "$FRONT_PID"
+  sleep 1
+done
+
+# --- 2. CPU per refused vs served request ----------------------------------------------------
+measure() { # $1 = phase, $2 = request count source (json file or "-"), runs "${@:3}"
+  local phase=$1 src=$2; shift 2
+  local t0 n0 t1 n1 count
+  t0=$(cpu_ticks "$FRONT_PID"); n0=$(cpu_ns "$FRONT_PID")
+  "$@"
+  t1=$(cpu_ticks "$FRONT_PID"); n1=$(cpu_ns "$FRONT_PID")
+  count=0
+  [ "$src" != - ] && count=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['summary']['sent'])" "$src")
+  echo "$phase $((t1 - t0)) $((n1 - n0)) $count" >>"$WORK/cpu"
+}
+admin_post() { # $1 = path, $2 = JSON body
+  local host=${ADMIN%:*} port=${ADMIN#*:}
+  exec 3<>"/dev/tcp/$host/$port"
+  printf 'POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+    "$1" "$ADMIN" "${#2}" "$2" >&3
+  head -1 <&3
+  exec 3<&-
+}
+echo "cpu_rate=$CPU_RATE" >>"$WORK/meta"
+echo "cpu_secs=$CPU_SECS" >>"$WORK/meta"
+if start_front spillway; then
+  echo "cpu per request: warm-up, idle, served, refused ..."
+  "$BIN" load --target "$TARGET" --rate "$CPU_RATE" --duration 2s --attempts 1 --quiet >/dev/null 2>&1 || true
+  cpu_load() { # $1 = phase, $2 = criticality
+    "$BIN" load --target "$TARGET" --rate "$CPU_RATE" --duration "${CPU_SECS}s" --attempts 1 \
+      --timeout 500ms --quiet --title "$1" --class "criticality=$2" \
+      --json "$WORK/cpu.$1.json" >"$WORK/cpu.$1.txt"
+  }
+  measure idle - sleep "$CPU_SECS"
+  measure served "$WORK/cpu.served.json" cpu_load served CRITICAL
+  # Incident control: shed everything below SHEDDABLE_PLUS, i.e. every SHEDDABLE request is
+  # refused by the proxy before it reaches the upstream (503 + don't-retry).
+  admin_post /controls/shed-below '{"criticality": "SHEDDABLE_PLUS"}' >"$WORK/shed.txt"
+  measure refused "$WORK/cpu.refused.json" cpu_load refused SHEDDABLE
+  admin_post /controls/reset '{}' >>"$WORK/shed.txt"
+  stop "$FRONT_PID"
+  # The refused phase must really have been refused: all SHEDDABLE requests rejected.
+  python3 - "$WORK/cpu.refused.json" "$WORK/cpu.served.json" <<'PY' || echo "WARNING: the CPU phases did not refuse/serve as intended"
+import json, sys
+r = json.load(open(sys.argv[1]))[0]["summary"]
+s = json.load(open(sys.argv[2]))[0]["summary"]
+assert r["rejected"] == r["sent"] and r["sent"] > 0, r
+assert s["goodput"] == s["sent"] and s["sent"] > 0, s
+PY
+fi
+
+echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/meta"
+mkdir -p "$(dirname "$OUT")"
+{
+  echo "# Proxy overhead (bench/proxy-overhead.sh)"
+  echo
+  python3 bench/overhead/summarize.py "$WORK"
+} >"$OUT.tmp"
+mv "$OUT.tmp" "$OUT"
+cat "$OUT"
+echo
+echo "raw results in $WORK; report in $OUT"
