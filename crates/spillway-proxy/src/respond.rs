@@ -3,16 +3,17 @@
 //! Why here and not in the forwarding code: every answer the proxy invents must say clearly
 //! what happened (status, a body or `grpc-message` naming the cause, `Retry-After`, the
 //! don't-retry marker) the same way everywhere. Header names and formats are
-//! `spillway_tower::wire`'s; the status mapping (429 for a customer over quota, 503 for
-//! overload, gRPC `RESOURCE_EXHAUSTED`/`UNAVAILABLE` as Trailers-Only) follows
-//! `spillway_tower::server::reject`, whose builders are crate-private to that crate.
+//! `spillway_tower::wire`'s; a controller refusal is answered by
+//! `spillway_tower::server::reject::refusal_response` (429 for a customer over quota, 503 for
+//! overload, gRPC `RESOURCE_EXHAUSTED`/`UNAVAILABLE` as Trailers-Only), the very mapping the
+//! tower server layer uses, so a service behind the layer and one behind the proxy refuse alike.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 use spillway_core::controller::Refusal;
-use spillway_tower::server::reject::REASON;
+use spillway_tower::server::reject::{self, REASON};
 use spillway_tower::wire::{self, HeaderError, OverloadGiveUp, Protocol, Pushback};
 
 use crate::controls::ControlRefusal;
@@ -36,18 +37,7 @@ pub fn error(
 ) -> Response<ProxyBody> {
     let mut res = match protocol {
         Protocol::Grpc => {
-            let mut res = Response::new(empty_body());
-            let h = res.headers_mut();
-            h.insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/grpc"),
-            );
-            h.insert(wire::GRPC_STATUS, HeaderValue::from(grpc));
-            let msg = message.replace(|c: char| !c.is_ascii_graphic() && c != ' ', "_");
-            if let Ok(v) = HeaderValue::from_str(&msg) {
-                h.insert(wire::GRPC_MESSAGE, v);
-            }
-            res
+            reject::grpc_trailers_only(grpc, reject::grpc_message(&message)).map(|_| empty_body())
         }
         Protocol::Http => {
             let mut body = message;
@@ -86,23 +76,12 @@ fn retry_headers(
     }
 }
 
-/// The admission controller refused.
+/// `Retry-After` when a refusal carries no delay of its own (spillway-tower's default too).
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The admission controller refused: spillway-tower's mapping, with the proxy's body type.
 pub fn refusal(r: &Refusal, protocol: Protocol) -> Response<ProxyBody> {
-    let over_quota = r.reason.is_customer_over_quota();
-    let (status, grpc) = if over_quota {
-        (StatusCode::TOO_MANY_REQUESTS, wire::GRPC_RESOURCE_EXHAUSTED)
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, wire::GRPC_UNAVAILABLE)
-    };
-    let reason = r.reason.as_str();
-    let mut res = error(protocol, status, grpc, reason, reason.to_string());
-    retry_headers(
-        &mut res,
-        protocol,
-        r.retry_after.unwrap_or(Duration::from_secs(1)),
-        !r.reason.retry_elsewhere_can_help(),
-    );
-    res
+    reject::refusal_response(r, protocol, DEFAULT_RETRY_AFTER).map(full_body)
 }
 
 /// An incident control refused (never worth retrying elsewhere: the cut is fleet-wide).
@@ -117,7 +96,7 @@ pub fn control_refusal(c: &ControlRefusal, protocol: Protocol) -> Response<Proxy
     retry_headers(
         &mut res,
         protocol,
-        Duration::from_secs(1),
+        DEFAULT_RETRY_AFTER,
         !c.retryable_elsewhere(),
     );
     res
@@ -143,7 +122,7 @@ pub fn give_up(g: &OverloadGiveUp, protocol: Protocol) -> Response<ProxyBody> {
         "upstream_overloaded",
         g.to_string(),
     );
-    retry_headers(&mut res, protocol, Duration::from_secs(1), true);
+    retry_headers(&mut res, protocol, DEFAULT_RETRY_AFTER, true);
     res
 }
 
@@ -175,7 +154,7 @@ pub fn unavailable(
         reason,
         message,
     );
-    retry_headers(&mut res, protocol, Duration::from_secs(1), false);
+    retry_headers(&mut res, protocol, DEFAULT_RETRY_AFTER, false);
     res
 }
 
@@ -199,4 +178,37 @@ pub fn internal(protocol: Protocol, message: String) -> Response<ProxyBody> {
         "proxy_error",
         message,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use spillway_core::controller::RefusalReason;
+    use spillway_core::Criticality;
+    use spillway_tower::server::reject::refusal_response;
+
+    /// The proxy answers a refusal exactly as spillway-tower's server layer does (one mapping):
+    /// same status, headers and body, for every reason, both dialects, with and without delay.
+    #[tokio::test]
+    async fn refusal_is_the_tower_mapping() {
+        for reason in RefusalReason::ALL {
+            for retry_after in [None, Some(Duration::from_millis(2500))] {
+                for protocol in [Protocol::Http, Protocol::Grpc] {
+                    let r = Refusal {
+                        reason,
+                        criticality: Criticality::Sheddable,
+                        retry_after,
+                    };
+                    let ours = refusal(&r, protocol);
+                    let theirs = refusal_response(&r, protocol, Duration::from_secs(1));
+                    let case = format!("{reason:?} {retry_after:?} {protocol:?}");
+                    assert_eq!(ours.status(), theirs.status(), "{case}");
+                    assert_eq!(ours.headers(), theirs.headers(), "{case}");
+                    let body = ours.into_body().collect().await.unwrap().to_bytes();
+                    assert_eq!(body, theirs.into_body(), "{case}");
+                }
+            }
+        }
+    }
 }

@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use metrics::SharedString;
 use spillway_core::controller::{Outcome, Permit};
 use spillway_core::retry::{Failure, RetryDecision, RetryGate};
+use spillway_tower::client::overload_refusal;
 use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
 use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
 
@@ -251,7 +252,8 @@ pub(super) async fn forward(
                 );
             }
             Ok(Ok(mut res)) => {
-                let overload = overload_refusal(&res);
+                // The same reading as spillway-tower's client layers (one classification).
+                let overload = overload_refusal(&res).map(|o| o.dont_retry);
                 retry.record_outcome(now, task.id, overload.is_some());
                 if let Some(dont_retry) = overload {
                     pool.record_failure(&task, now);
@@ -359,21 +361,6 @@ fn cause(e: &(dyn std::error::Error + 'static)) -> String {
         cur = c.source();
     }
     s
-}
-
-/// `Some(dont_retry)` when the response is an overload refusal: HTTP 503/429, or gRPC
-/// `UNAVAILABLE`/`RESOURCE_EXHAUSTED` in a Trailers-Only response (the same reading as
-/// spillway-tower's client layers).
-fn overload_refusal<B>(res: &Response<B>) -> Option<bool> {
-    let by_status = matches!(
-        res.status(),
-        StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
-    );
-    let by_grpc = matches!(
-        wire::grpc_status(res.headers()),
-        Some(wire::GRPC_UNAVAILABLE | wire::GRPC_RESOURCE_EXHAUSTED)
-    );
-    (by_status || by_grpc).then(|| wire::is_dont_retry(res.headers()))
 }
 
 /// The service's own reports: actual cost (quota accounting) and ORCA utilisation.

@@ -16,17 +16,20 @@ use crate::wire::{self, Pushback};
 
 /// How a downstream refused a request for overload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct OverloadRefusal {
+pub struct OverloadRefusal {
     /// The response carried a don't-retry marker (`x-spillway-dont-retry: 1` or a negative
     /// `grpc-retry-pushback-ms`).
-    pub(crate) dont_retry: bool,
+    pub dont_retry: bool,
     /// The server asked to wait this long before retrying (`grpc-retry-pushback-ms` >= 0, or
     /// `Retry-After` seconds).
-    pub(crate) retry_after: Option<Duration>,
+    pub retry_after: Option<Duration>,
 }
 
-/// The overload refusal a response carries, if it is one.
-pub(crate) fn overload_refusal<B>(resp: &Response<B>) -> Option<OverloadRefusal> {
+/// The overload refusal a response carries, if it is one: HTTP 503/429, or gRPC `UNAVAILABLE`
+/// / `RESOURCE_EXHAUSTED` in a Trailers-Only response. The one reading of "did the downstream
+/// refuse for overload", shared by the throttle, the retry layer and the proxy, so none counts
+/// as accepted what another retries. Generic over the body: only the head is read.
+pub fn overload_refusal<B>(resp: &Response<B>) -> Option<OverloadRefusal> {
     let headers = resp.headers();
     let by_status = matches!(
         resp.status(),

@@ -21,7 +21,7 @@ pub mod throttle;
 #[cfg(test)]
 mod tests;
 
-pub use classify::find_cause;
+pub use classify::{find_cause, overload_refusal, OverloadRefusal};
 pub use propagate::{Propagate, PropagateLayer};
 pub use retry::{Retry, RetryLayer, RetryMode};
 pub use throttle::{Throttle, ThrottleKeying, ThrottleLayer, Throttled};

@@ -28,8 +28,12 @@ const GRPC_INVALID_ARGUMENT: u16 = 3;
 /// Header carrying the refusal reason (`RefusalReason::as_str`), for clients and logs.
 pub const REASON: http::HeaderName = http::HeaderName::from_static("x-spillway-reason");
 
-fn grpc_trailers_only<B>(status: u16, message: HeaderValue) -> Response<SpillwayBody<B>> {
-    let mut res = Response::new(SpillwayBody::empty());
+/// A gRPC Trailers-Only response (HTTP 200, `content-type: application/grpc`, `grpc-status` and
+/// `grpc-message` in the headers, no body), for callers that build their own early errors (e.g.
+/// a proxy's faults). The body is empty [`Bytes`]; map it to your body type with
+/// [`Response::map`].
+pub fn grpc_trailers_only(status: u16, message: HeaderValue) -> Response<Bytes> {
+    let mut res = Response::new(Bytes::new());
     let h = res.headers_mut();
     h.insert(
         http::header::CONTENT_TYPE,
@@ -40,12 +44,22 @@ fn grpc_trailers_only<B>(status: u16, message: HeaderValue) -> Response<Spillway
     res
 }
 
-/// The response for a refusal by the admission controller.
-pub(crate) fn refusal<B>(
+/// The response for a refusal by the admission controller — the one wire mapping of a
+/// [`Refusal`], for every edge that answers for Spillway (this crate's server layer, the proxy).
+///
+/// HTTP: 429 for a customer over quota, 503 otherwise, the reason as a `text/plain` body.
+/// gRPC: Trailers-Only with `RESOURCE_EXHAUSTED` / `UNAVAILABLE` and `grpc-retry-pushback-ms`
+/// (the delay when retrying may help; for over-quota the refill delay; `-1` otherwise). Both:
+/// `Retry-After` (the refusal's own delay, else `default_retry_after`; whole seconds, at least
+/// one), [`REASON`], and `x-spillway-dont-retry: 1` when retrying elsewhere cannot help.
+///
+/// The body is [`Bytes`] (empty for gRPC, so the response ends with its headers); map it to
+/// your body type with [`Response::map`].
+pub fn refusal_response(
     r: &Refusal,
     protocol: Protocol,
     default_retry_after: Duration,
-) -> Response<SpillwayBody<B>> {
+) -> Response<Bytes> {
     let over_quota = r.reason.is_customer_over_quota();
     let dont_retry = !r.reason.retry_elsewhere_can_help();
     let retry_after = r.retry_after.unwrap_or(default_retry_after);
@@ -73,7 +87,7 @@ pub(crate) fn refusal<B>(
             res
         }
         Protocol::Http => {
-            let mut res = Response::new(SpillwayBody::local(Bytes::from_static(reason.as_bytes())));
+            let mut res = Response::new(Bytes::from_static(reason.as_bytes()));
             *res.status_mut() = if over_quota {
                 StatusCode::TOO_MANY_REQUESTS
             } else {
@@ -95,6 +109,24 @@ pub(crate) fn refusal<B>(
     res
 }
 
+/// A locally made body for this crate's server (an empty one ends with the headers).
+fn local_body<B>(data: Bytes) -> SpillwayBody<B> {
+    if data.is_empty() {
+        SpillwayBody::empty()
+    } else {
+        SpillwayBody::local(data)
+    }
+}
+
+/// [`refusal_response`] with this crate's server body.
+pub(crate) fn refusal<B>(
+    r: &Refusal,
+    protocol: Protocol,
+    default_retry_after: Duration,
+) -> Response<SpillwayBody<B>> {
+    refusal_response(r, protocol, default_retry_after).map(local_body)
+}
+
 /// The response when a handler gave up on an overloaded downstream ([`wire::OverloadGiveUp`]):
 /// 503 / `UNAVAILABLE` with the don't-retry marker in both dialects.
 pub(crate) fn give_up<B>(protocol: Protocol, retry_after: Duration) -> Response<SpillwayBody<B>> {
@@ -102,7 +134,8 @@ pub(crate) fn give_up<B>(protocol: Protocol, retry_after: Duration) -> Response<
         Protocol::Grpc => grpc_trailers_only(
             wire::GRPC_UNAVAILABLE,
             HeaderValue::from_static("downstream overloaded"),
-        ),
+        )
+        .map(local_body),
         Protocol::Http => {
             let mut res = Response::new(SpillwayBody::local(Bytes::from_static(
                 b"downstream overloaded",
@@ -118,7 +151,7 @@ pub(crate) fn give_up<B>(protocol: Protocol, retry_after: Duration) -> Response<
 }
 
 /// Puts both don't-retry markers on a response (the HTTP one and gRFC A6's negative pushback).
-pub(crate) fn mark_dont_retry(h: &mut HeaderMap) {
+pub fn mark_dont_retry(h: &mut HeaderMap) {
     h.insert(wire::DONT_RETRY, HeaderValue::from_static("1"));
     h.insert(
         wire::GRPC_RETRY_PUSHBACK_MS,
@@ -131,9 +164,7 @@ pub(crate) fn bad_header<B>(e: &HeaderError, protocol: Protocol) -> Response<Spi
     let msg = e.to_string();
     match protocol {
         Protocol::Grpc => {
-            let v = HeaderValue::from_str(&percent_encode(&msg))
-                .unwrap_or_else(|_| HeaderValue::from_static("invalid spillway header"));
-            grpc_trailers_only(GRPC_INVALID_ARGUMENT, v)
+            grpc_trailers_only(GRPC_INVALID_ARGUMENT, grpc_message(&msg)).map(local_body)
         }
         Protocol::Http => {
             let mut res = Response::new(SpillwayBody::local(Bytes::from(msg)));
@@ -145,6 +176,13 @@ pub(crate) fn bad_header<B>(e: &HeaderError, protocol: Protocol) -> Response<Spi
             res
         }
     }
+}
+
+/// `text` as a `grpc-message` value: percent-encoded as the gRPC over HTTP/2 spec asks (bytes
+/// outside 0x20–0x7E, and `%`, as `%XX`), so any text is a valid header value.
+pub fn grpc_message(text: &str) -> HeaderValue {
+    HeaderValue::from_str(&percent_encode(text))
+        .unwrap_or_else(|_| HeaderValue::from_static("unprintable message"))
 }
 
 /// `grpc-message` encoding (gRPC over HTTP/2): bytes outside 0x20–0x7E and `%` as `%XX`.
@@ -197,15 +235,7 @@ mod tests {
 
     #[test]
     fn dont_retry_marker_follows_the_reason() {
-        for reason in [
-            RefusalReason::OverQuota,
-            RefusalReason::Shed,
-            RefusalReason::ConcurrencyLimit,
-            RefusalReason::QueueFull,
-            RefusalReason::QueueTimeout,
-            RefusalReason::DeadlineExceeded,
-            RefusalReason::TooManyAttempts,
-        ] {
+        for reason in RefusalReason::ALL {
             let expect = !reason.retry_elsewhere_can_help();
             let r: R = refusal(
                 &refused(reason, None),
