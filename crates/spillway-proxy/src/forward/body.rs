@@ -65,6 +65,31 @@ impl Drop for Guard {
     }
 }
 
+/// What an upgraded (WebSocket-style) tunnel holds until both its directions close: the
+/// admission permit, the task's in-flight count and its request slot. A tunnel occupies the
+/// upstream (and one of its connections) for as long as it is open, so it counts toward the
+/// concurrency limit and the task's slots like any request in flight.
+///
+/// Its outcome is [`Outcome::Ignore`] and no latency is recorded: a tunnel's lifetime is how
+/// long the client chose to keep it, not how long the upstream took to serve, so it is not a
+/// latency sample for the limit algorithm nor for the latency histogram.
+pub(super) struct TunnelHold {
+    _permit: Permit,
+    _inflight: InFlight,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl TunnelHold {
+    pub(super) fn new(mut permit: Permit, inflight: InFlight, slot: OwnedSemaphorePermit) -> Self {
+        permit.set_outcome(Outcome::Ignore);
+        TunnelHold {
+            _permit: permit,
+            _inflight: inflight,
+            _slot: slot,
+        }
+    }
+}
+
 pin_project_lite::pin_project! {
     /// The upstream response body, releasing its [`Guard`] at the end of the stream (or when
     /// the client goes away and the body is dropped).

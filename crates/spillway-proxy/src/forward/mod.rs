@@ -6,7 +6,8 @@
 //! answer is cheaper than admission; admission (spillway-core's controller: quota, shed, limit,
 //! queue) happens before the body is read, so a refused request costs no body buffering; the
 //! permit is held until the response body ends, so a streamed response counts as in flight
-//! for as long as it really occupies the upstream.
+//! for as long as it really occupies the upstream — and an upgraded tunnel until both its
+//! directions close.
 
 mod body;
 mod headers;
@@ -155,17 +156,23 @@ pub async fn handle(
 
     let (res, upstream_upgrade) =
         send::forward(&state, &rt, parts, body, protocol, &class, permit, labels).await;
-    if let (Some(on_client), Some(on_upstream)) = (client_upgrade, upstream_upgrade) {
-        tokio::spawn(tunnel(on_client, on_upstream));
+    // Without the client's side (it did not ask to upgrade) the hold is dropped here, which
+    // releases the permit at once.
+    if let (Some(on_client), Some(up)) = (client_upgrade, upstream_upgrade) {
+        tokio::spawn(tunnel(on_client, up));
     }
     res
 }
 
-async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+/// Copies bytes both ways until both directions have closed (or either fails), holding the
+/// admission permit, the task's in-flight count and its slot until then (`send::Upgrade`).
+async fn tunnel(client: hyper::upgrade::OnUpgrade, up: send::Upgrade) {
+    let send::Upgrade { upstream, hold } = up;
     let (Ok(c), Ok(u)) = (client.await, upstream.await) else {
         return;
     };
     let mut c = hyper_util::rt::TokioIo::new(c);
     let mut u = hyper_util::rt::TokioIo::new(u);
     let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+    drop(hold);
 }

@@ -16,7 +16,7 @@ use spillway_tower::client::overload_refusal;
 use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
 use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
 
-use super::body::{read_body, Guard, Held, ReadError, ReqBody};
+use super::body::{read_body, Guard, Held, ReadError, ReqBody, TunnelHold};
 
 /// gRPC `CANCELLED`: the client's side of the stream failed.
 const GRPC_CANCELLED: u16 = 1;
@@ -25,7 +25,13 @@ use crate::config::UpstreamProtocol;
 use crate::metrics::Fault;
 use crate::respond;
 use crate::state::{ProxyState, Runtime};
-use crate::upstream::{full_body, BoxError, Pool, ProxyBody, Task};
+use crate::upstream::{empty_body, full_body, BoxError, Pool, ProxyBody, Task};
+
+/// An upstream's 101: its side of the tunnel, and what the tunnel holds until it closes.
+pub(super) struct Upgrade {
+    pub(super) upstream: hyper::upgrade::OnUpgrade,
+    pub(super) hold: TunnelHold,
+}
 
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn forward(
@@ -37,7 +43,7 @@ pub(super) async fn forward(
     class: &crate::route::Classified,
     mut permit: Permit,
     labels: RequestLabels,
-) -> (Response<ProxyBody>, Option<hyper::upgrade::OnUpgrade>) {
+) -> (Response<ProxyBody>, Option<Upgrade>) {
     let pool = Arc::clone(&rt.pool);
     let cfg = &pool.cfg;
     let read_timeout = Duration::from_millis(rt.config.listen.header_read_timeout_ms);
@@ -283,12 +289,18 @@ pub(super) async fn forward(
                     }
                 }
                 read_reports(state, &pool, &task, &res, &mut permit, now);
-                let upgraded = if res.status() == StatusCode::SWITCHING_PROTOCOLS {
-                    Some(hyper::upgrade::on(&mut res))
-                } else {
-                    strip_hop_by_hop(res.headers_mut(), false);
-                    None
-                };
+                if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    // The 101 ends the HTTP exchange but not the work: the permit, in-flight
+                    // count and slot move to the tunnel and are held until it closes.
+                    let upgrade = Upgrade {
+                        upstream: hyper::upgrade::on(&mut res),
+                        hold: TunnelHold::new(permit, inflight, slot),
+                    };
+                    let (mut p, _) = res.into_parts();
+                    p.version = Version::HTTP_11;
+                    return (Response::from_parts(p, empty_body()), Some(upgrade));
+                }
+                strip_hop_by_hop(res.headers_mut(), false);
                 let (mut p, b) = res.into_parts();
                 // Answer in the client's dialect: an HTTP/1.0 upstream must not turn the
                 // client's keep-alive HTTP/1.1 connection into 1.0 (hyper's h2 server ignores it).
@@ -302,7 +314,7 @@ pub(super) async fn forward(
                         _slot: slot,
                     }),
                 };
-                return (Response::from_parts(p, body.boxed_unsync()), upgraded);
+                return (Response::from_parts(p, body.boxed_unsync()), None);
             }
         }
     }
