@@ -21,9 +21,6 @@ pub const UPSTREAM_REQUESTS: &str = "spillway_proxy_upstream_requests_total";
 pub const EJECTIONS: &str = "spillway_proxy_ejections_total";
 /// Open client connections.
 pub const CONNECTIONS: &str = "spillway_proxy_client_connections";
-/// Offered demand in cost units, including what was refused (label `criticality`): scale on
-/// this, not on a utilisation that shedding holds down.
-pub const DEMAND: &str = "spillway_proxy_demand_cost_units_total";
 /// Label: fault kind.
 pub const L_KIND: &str = "kind";
 /// Label: upstream task address.

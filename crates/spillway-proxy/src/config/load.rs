@@ -510,6 +510,42 @@ mod tests {
     }
 
     #[test]
+    fn type_error_inside_array_of_tables_names_the_key() {
+        let text = "[[routes]]\nname = \"a\"\npath = \"/a\"\n\n[[routes]]\nname = \"b\"\npath = \"/b\"\ncriticality = \"MEDIUM\"\n";
+        let e = parse(text, "c.toml").unwrap_err();
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (Some(8), "routes[1].criticality"),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("c.toml:8: routes[1].criticality: "),
+            "{e}"
+        );
+        // The first entry, and a key before the bad one, are named the same way.
+        let e = parse("[[routes]]\nname = 3\n", "c.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (Some(2), "routes[0].name"), "{e}");
+    }
+
+    #[test]
+    fn errors_inside_routes_name_the_entry_and_key() {
+        let cases: [(&str, usize, &str); 7] = [
+            ("[[routes]]\nname = \"a\"\n[[routes]]\ncriticality = \"MEDIUM\"\nname = \"b\"\n", 4, "routes[1].criticality"),
+            ("[[routes]]\nname = \"a\"\n[routes.degrade]\nthreshold = 0.5\n[[routes]]\nname = \"b\"\ncriticality = \"MEDIUM\"\n", 7, "routes[1].criticality"),
+            ("routes = [{ name = \"a\" }, { name = \"b\", criticality = \"MEDIUM\" }]\n", 1, "routes[1].criticality"),
+            ("[[routes]]\nname = \"a\"\n[[routes]]\nname = \"b\"\ncriticality = 5\n", 5, "routes[1].criticality"),
+            ("[[routes]]\nname = \"a\"\n[[routes]]\nname = \"b\"\ncost = \"x\"\n", 5, "routes[1].cost"),
+            ("[[routes]]\nname = \"a\"\n[[routes]]\nname = \"b\"\ncriticality = \"MEDIUM\"\n[[routes]]\nname = \"c\"\n", 5, "routes[1].criticality"),
+            ("[[routes]]\nname = \"a\"\n[[routes]]\nname = \"b\"\n[routes.headers]\nx = \"y\"\n[routes.degrade]\nthreshold = \"no\"\n", 8, "routes[1].degrade.threshold"),
+        ];
+        for (text, line, key) in cases {
+            let e = parse(text, "c.toml").unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (Some(line), key), "{text}\n{e}");
+        }
+    }
+
+    #[test]
     fn defaults_parse_and_roundtrip() {
         let cfg = parse("", "empty").unwrap();
         assert_eq!(cfg, ProxyConfig::default());

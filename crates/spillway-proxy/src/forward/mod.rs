@@ -53,7 +53,11 @@ pub async fn handle(
             return respond::bad_header(&e, protocol);
         }
     };
-    crate::admin::record_offered(class.criticality, class.cost);
+    // Offered demand is what clients ask of the service; health checks are the proxy's and
+    // the load balancers' probes, not demand (they are never refused either).
+    if !class.health_check {
+        crate::admin::record_offered(class.criticality, class.cost);
+    }
     let labels = RequestLabels {
         customer: Arc::clone(&class.customer),
         operation: SharedString::from(Arc::clone(&class.operation)),
