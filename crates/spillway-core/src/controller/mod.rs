@@ -24,6 +24,9 @@ mod permit;
 mod refusal;
 mod request;
 #[cfg(test)]
+#[path = "tests/seeded_limit.rs"]
+mod seeded_limit_tests;
+#[cfg(test)]
 mod tests;
 
 use std::cell::Cell;
@@ -41,7 +44,7 @@ use crate::queue::{
     AdmissionQueue, DropReason, QueueConfig, QueueEntry, ServiceTimeEstimate, SlotSource, Ticket,
 };
 use crate::quota::{QuotaBook, QuotaCharge, QuotaConfig};
-use crate::random::RandomSource;
+use crate::random::{RandomSource, ThreadRandom};
 use crate::shed::{ShedConfig, ShedPolicy};
 use crate::signal::LoadSignal;
 
@@ -351,11 +354,25 @@ pub struct ControllerSnapshot {
 }
 
 impl AdmissionController {
-    /// A controller with `cfg` (validated) reading time from `clock`.
+    /// A controller with `cfg` (validated) reading time from `clock`. The limit algorithm draws
+    /// from the thread-local generator (only the Envoy gradient draws: its minRTT window jitter).
     pub fn new(cfg: AdmissionConfig, clock: Arc<dyn Clock>) -> Result<Self, ConfigError> {
+        Self::with_limit_random(cfg, clock, Box::new(ThreadRandom))
+    }
+
+    /// [`new`](Self::new), with `random` as the limit algorithm's random source (built with
+    /// [`LimitConfig::build_with_random`]). A simulator passes a seeded source (e.g.
+    /// `SeededRandom`) so that the Envoy gradient's jittered minRTT windows, and so the whole
+    /// limit trajectory, repeat for the same seed, clock and samples. The shed ramp's draws are
+    /// separate: set them with [`with_random`](Self::with_random).
+    pub fn with_limit_random(
+        cfg: AdmissionConfig,
+        clock: Arc<dyn Clock>,
+        random: Box<dyn RandomSource>,
+    ) -> Result<Self, ConfigError> {
         cfg.validate()?;
         let origin = clock.now();
-        let limiter = Limiter::new(cfg.limit.build(origin), cfg.headroom)?;
+        let limiter = Limiter::new(cfg.limit.build_with_random(origin, random), cfg.headroom)?;
         let quota = QuotaBook::new(cfg.quota, origin)?;
         let shed = ShedPolicy::new(cfg.shed)?;
         let queue = AdmissionQueue::new(cfg.queue.clone())?;
