@@ -24,6 +24,19 @@
 //!   and minRTT windows measure live traffic without pinning the limit.
 //! - `fixed_min_rtt` replaces dynamic minRTT measurement entirely (Envoy `fixed_value`).
 //!
+//! One addition, off by default (Envoy has no such rule): `app_limited_growth`. Envoy grows the
+//! limit by the gradient (up to 2×) plus √limit every window in which latency stays near minRTT,
+//! *whether or not the limit was in use*, so a lightly loaded task reaches `max_concurrency_limit`
+//! (1000) within about a second, and the next surge sends up to 1000 requests at a service that
+//! can only run a few (measured with `spillway demo`: 296 in flight at a 4-worker backend). With
+//! `app_limited_growth = Some(f)`, a window whose peak in-flight count (from [`Sample::in_flight`])
+//! is below `limit / f` may not raise the limit: low load says nothing about capacity. This is
+//! the "app-limited" rule of Netflix concurrency-limits (`Gradient2Limit`, `AIMDLimit`:
+//! `inflight < limit / 2` leaves the limit alone; see `gradient2.rs`, `aimd.rs`) and of TCP's
+//! congestion window validation (RFC 7661: the window is not grown while the sender does not use
+//! at least half of it). Decreases still apply; the minRTT window's pinning and restore are
+//! unchanged.
+//!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
 //! [`Sample::now`]. Percentiles come from a fixed log-linear histogram (two significant digits,
@@ -86,6 +99,10 @@ pub struct EnvoyGradientConfig {
     pub update_interval: Duration,
     /// Ceiling (`max_concurrency_limit`), `≥` the floor. Default 1000 (Envoy).
     pub max_concurrency_limit: usize,
+    /// Do not raise the limit after a sampling window whose peak in-flight count was below
+    /// `limit / f` (see the module docs; Netflix uses 2), `f` in `[1, 100]`. Default unset
+    /// (Envoy: the limit grows whenever latency allows).
+    pub app_limited_growth: Option<f64>,
     /// Use this minRTT instead of measuring it (Envoy `fixed_value`), `> 0` if set. Default unset.
     #[cfg_attr(
         feature = "serde",
@@ -106,6 +123,7 @@ impl Default for EnvoyGradientConfig {
             sample_percentile: 0.5,
             update_interval: Duration::from_millis(100),
             max_concurrency_limit: 1000,
+            app_limited_growth: None,
             fixed_min_rtt: None,
         }
     }
@@ -179,6 +197,15 @@ impl EnvoyGradientConfig {
                 "an integer >= min_concurrency and min_concurrency_limit",
             ));
         }
+        if let Some(f) = self.app_limited_growth {
+            check_range(
+                "limit.envoy_gradient.app_limited_growth",
+                f,
+                1.0,
+                100.0,
+                "a factor in [1, 100] (2 = grow only while at least half the limit is used), or unset",
+            )?;
+        }
         if self.fixed_min_rtt.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::new(
                 "limit.envoy_gradient.fixed_min_rtt_ms",
@@ -207,6 +234,7 @@ pub struct EnvoyGradientLimit {
     buffer: f64,
     percentile: f64,
     dynamic_min_rtt: bool,
+    app_limited_growth: Option<f64>,
     // State.
     limit: usize,
     deferred_limit: usize,
@@ -217,6 +245,8 @@ pub struct EnvoyGradientLimit {
     min_rtt_ns: f64,
     sample_rtt_ns: f64,
     consecutive_at_floor: u32,
+    /// Largest `Sample::in_flight` seen since the sampling window opened.
+    window_peak_in_flight: usize,
     hist: LatencyHistogram,
 }
 
@@ -262,6 +292,10 @@ impl EnvoyGradientLimit {
             buffer: finite_or(cfg.buffer, 0.0, 10.0, 0.25),
             percentile: finite_or(cfg.sample_percentile, 0.0, 1.0, 0.5),
             dynamic_min_rtt: fixed.is_none(),
+            app_limited_growth: cfg
+                .app_limited_growth
+                .filter(|f| f.is_finite())
+                .map(|f| f.clamp(1.0, 100.0)),
             limit: min_concurrency.clamp(floor, max),
             deferred_limit: 0,
             in_min_rtt_window: false,
@@ -271,6 +305,7 @@ impl EnvoyGradientLimit {
             min_rtt_ns: fixed.unwrap_or(0.0),
             sample_rtt_ns: 0.0,
             consecutive_at_floor: 0,
+            window_peak_in_flight: 0,
             hist: LatencyHistogram::new(),
         };
         if me.dynamic_min_rtt {
@@ -325,17 +360,25 @@ impl EnvoyGradientLimit {
             .saturating_add(self.interval_ns)
             .saturating_add(jitter_ns);
         self.window_start_ns = now_ns;
+        self.window_peak_in_flight = 0;
     }
 
     fn close_sample_window(&mut self, now_ns: u64) {
         self.window_start_ns = now_ns;
+        let peak = std::mem::take(&mut self.window_peak_in_flight);
         let Some(sample) = self.hist.quantile(self.percentile) else {
             return;
         };
         self.hist.clear();
         self.sample_rtt_ns = sample;
-        let new_limit = self.calculate_new_limit();
+        let mut new_limit = self.calculate_new_limit();
         let old = self.limit;
+        if let Some(f) = self.app_limited_growth {
+            // App-limited (module docs): the limit was not the constraint, so no growth.
+            if (peak as f64) * f < old as f64 {
+                new_limit = new_limit.min(old);
+            }
+        }
         self.limit = new_limit;
         if old == self.floor && new_limit == self.floor {
             self.consecutive_at_floor += 1;
@@ -382,6 +425,9 @@ impl Limit for EnvoyGradientLimit {
                 }
             }
         }
+
+        // This sample belongs to the window now open (it may just have closed the last one).
+        self.window_peak_in_flight = self.window_peak_in_flight.max(s.in_flight);
 
         // Requests started before the current minRTT window opened ran under the old limit:
         // they say nothing about ideal latency (Envoy discards them always).

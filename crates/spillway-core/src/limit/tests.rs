@@ -281,6 +281,63 @@ fn envoy_pins_during_min_rtt_window_then_grows_near_min_rtt() {
     assert_eq!(l2.limit(), before);
 }
 
+/// Feeds one 100 ms window of 10 samples of `rtt`, each reporting `in_flight` requests in flight.
+fn envoy_window_at(
+    l: &mut EnvoyGradientLimit,
+    t0: Instant,
+    start_ms: u64,
+    rtt_ms: u64,
+    in_flight: usize,
+) {
+    for i in 0..10u64 {
+        let now = start_ms + rtt_ms + i * 10;
+        l.on_sample(&sample(
+            at(t0, now),
+            Duration::from_millis(rtt_ms),
+            in_flight,
+            false,
+        ));
+    }
+}
+
+#[test]
+fn envoy_app_limited_growth_holds_the_limit_when_it_is_not_used() {
+    let t0 = Instant::now();
+    let cfg = EnvoyGradientConfig {
+        interval: Duration::from_secs(3600),
+        app_limited_growth: Some(2.0),
+        ..envoy_cfg()
+    };
+    // Envoy's rule alone: latency at minRTT grows the limit every window even with 2 in flight.
+    let mut envoy = envoy_measured(t0, &envoy_cfg(), Box::new(FixedRandom(0.0)));
+    let mut bounded = envoy_measured(t0, &cfg, Box::new(FixedRandom(0.0)));
+    for w in 1..9u64 {
+        envoy_window_at(&mut envoy, t0, 100 * w, 10, 2);
+        envoy_window_at(&mut bounded, t0, 100 * w, 10, 2);
+    }
+    assert!(
+        envoy.limit() > 50,
+        "Envoy grows regardless: {}",
+        envoy.limit()
+    );
+    // 2 in flight × 2 ≥ 3 (the restored limit): one window of growth (3·1.25 + √3.75 → 5),
+    // then 2 × 2 < 5, so the limit stays.
+    assert_eq!(bounded.limit(), 5);
+    // Using the limit (in flight = limit) lets it grow again, window by window.
+    let mut path = vec![bounded.limit()];
+    for w in 9..13u64 {
+        let used = bounded.limit();
+        envoy_window_at(&mut bounded, t0, 100 * w, 10, used);
+        path.push(bounded.limit());
+    }
+    assert!(path.windows(2).all(|w| w[1] > w[0]), "path {path:?}");
+    // Decreases still apply while app-limited: 10× minRTT with 1 in flight shrinks it.
+    let high = bounded.limit();
+    envoy_window_at(&mut bounded, t0, 1300, 100, 1);
+    envoy_window_at(&mut bounded, t0, 1400, 100, 1);
+    assert!(bounded.limit() < high, "{} !< {high}", bounded.limit());
+}
+
 #[test]
 fn envoy_shrinks_when_sample_rtt_far_above_min_rtt() {
     let t0 = Instant::now();

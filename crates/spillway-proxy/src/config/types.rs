@@ -60,6 +60,12 @@ impl Default for ProxyConfig {
 /// lightly loaded service: 74 of 10 090 requests at 2 000 req/s to a 64-worker backend); CoDel
 /// (5 ms target) still keeps it from standing. Measured in `tests/proxy_default_limit.rs` and
 /// CONFIG.md.
+///
+/// `app_limited_growth = 2` (Netflix's app-limited rule, RFC 7661; see spillway-core
+/// `limit/envoy.rs`): Envoy's controller grows the limit whenever latency is near minRTT, so at
+/// light load it reached 1000 within a second and the next surge sent 296 requests at once to a
+/// 4-worker backend (`spillway demo`, 10× jump); the limit now grows only while at least half
+/// of it is in use.
 pub fn default_admission() -> AdmissionConfig {
     AdmissionConfig {
         queue: QueueConfig {
@@ -71,6 +77,7 @@ pub fn default_admission() -> AdmissionConfig {
             request_count: 25,
             buffer: 0.5,
             min_concurrency: 5,
+            app_limited_growth: Some(2.0),
             ..EnvoyGradientConfig::default()
         }),
         ..AdmissionConfig::default()
