@@ -5,7 +5,7 @@
 #      a direct connection to `spillway backend`, `spillway proxy` with a fixed large limit,
 #      the zero-config `spillway proxy`, and nginx as a keep-alive reverse proxy;
 #   2. the proxy's CPU per request for requests it refuses (incident control shed-below) vs
-#      requests it forwards, at the same rate, from /proc/PID/stat and /proc/PID/task/*/schedstat.
+#      requests it forwards, at the same rate, from utime + stime in /proc/PID/stat.
 #
 #   bench/proxy-overhead.sh                  # installs nginx and wrk from Debian when missing
 #   SKIP_INSTALL=1 bench/proxy-overhead.sh
@@ -107,7 +107,8 @@ HZ=$(getconf CLK_TCK)
 # bottleneck (capacity ≈ WORKERS / 1 ms far above anything 2 cores can send).
 "$BIN" backend --listen "$BACKEND" --workers "$WORKERS" --service-time 1ms --dist constant \
   --cpu sleep --duration 900s >"$WORK/backend.log" 2>&1 &
-PIDS+=($!)
+BACKEND_PID=$!
+PIDS+=("$BACKEND_PID")
 wait_port "$BACKEND" || { echo "backend did not start (see $WORK/backend.log)"; exit 1; }
 
 # The proxy with a fixed large limit: no adaptive measurement windows (the Envoy gradient pins
@@ -176,27 +177,30 @@ start_front() { # $1 = key; sets FRONT_PID and TARGET
   wait_port "$TARGET" || { echo "$1 did not start (see $WORK/$1.log)"; stop "$FRONT_PID"; return 1; }
 }
 
-# CPU accounting. stat: utime + stime (fields 14, 15 after the command name), in 1/CLK_TCK s;
-# schedstat: the first field of each thread's /proc/PID/task/TID/schedstat is its run time in
-# ns. A front's CPU includes its children (nginx's workers).
+# CPU accounting: utime + stime (fields 14, 15 of /proc/PID/stat, counted after the command
+# name), in 1/CLK_TCK s; they include threads that have exited (per-thread schedstat would lose
+# tokio's short-lived blocking threads). A front's CPU includes its children (nginx's workers).
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d\n", s}'; }
-tree_ns() { # $1 = pid: run time of it and its children, ns
+tree_ticks() { # $1 = pid: CPU ticks of it and its children
   local p s=0
-  for p in "$1" $(pgrep -P "$1" || true); do s=$((s + $(cpu_ns "$p"))); done
+  for p in "$1" $(pgrep -P "$1" || true); do s=$((s + $(cpu_ticks "$p"))); done
   echo "$s"
 }
 host_busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
 
-load_at() { # $1 = key, $2 = rate: one open-loop run; records front CPU and host busy share
-  local key=$1 rate=$2 f0=0 f1=0 h0 h1
-  [ -n "$FRONT_PID" ] && f0=$(tree_ns "$FRONT_PID")
+load_at() { # $1 = key, $2 = rate: one open-loop run; records CPU of front, backend, client, host
+  local key=$1 rate=$2 f0=0 f1=0 b0 b1 h0 h1
+  [ -n "$FRONT_PID" ] && f0=$(tree_ticks "$FRONT_PID")
+  b0=$(cpu_ticks "$BACKEND_PID")
   h0=$(host_busy)
-  "$BIN" load --target "$TARGET" --rate "$rate" --duration "${PHASE_SECS}s" --attempts 1 \
+  /usr/bin/time -f "%U %S" -o "$WORK/$key.$rate.time" \
+    "$BIN" load --target "$TARGET" --rate "$rate" --duration "${PHASE_SECS}s" --attempts 1 \
     --timeout 500ms --quiet --title "$key" --json "$WORK/$key.$rate.json" >"$WORK/$key.$rate.txt"
   h1=$(host_busy)
-  [ -n "$FRONT_PID" ] && f1=$(tree_ns "$FRONT_PID")
-  echo "$key $rate $((f1 - f0)) $h0 $h1" >>"$WORK/rates.cpu"
+  b1=$(cpu_ticks "$BACKEND_PID")
+  [ -n "$FRONT_PID" ] && f1=$(tree_ticks "$FRONT_PID")
+  # key rate front-ticks backend-ticks client-seconds busy0 total0 busy1 total1
+  echo "$key $rate $((f1 - f0)) $((b1 - b0)) $(awk '{print $1 + $2}' "$WORK/$key.$rate.time") $h0 $h1" >>"$WORK/rates.cpu"
 }
 
 KEYS=(direct spillway zeroconf)
@@ -235,13 +239,13 @@ done
 # --- 2. CPU per refused vs served request ----------------------------------------------------
 measure() { # $1 = phase, $2 = request count source (json file or "-"), runs "${@:3}"
   local phase=$1 src=$2; shift 2
-  local t0 n0 t1 n1 count
-  t0=$(cpu_ticks "$FRONT_PID"); n0=$(cpu_ns "$FRONT_PID")
+  local t0 t1 count
+  t0=$(cpu_ticks "$FRONT_PID")
   "$@"
-  t1=$(cpu_ticks "$FRONT_PID"); n1=$(cpu_ns "$FRONT_PID")
+  t1=$(cpu_ticks "$FRONT_PID")
   count=0
   [ "$src" != - ] && count=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['summary']['sent'])" "$src")
-  echo "$phase $((t1 - t0)) $((n1 - n0)) $count" >>"$WORK/cpu"
+  echo "$phase $((t1 - t0)) $count" >>"$WORK/cpu"
 }
 admin_post() { # $1 = path, $2 = JSON body
   local host=${ADMIN%:*} port=${ADMIN#*:}
