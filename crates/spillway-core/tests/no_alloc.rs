@@ -9,7 +9,9 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spillway_core::controller::{Admission, AdmissionConfig, AdmissionController, AdmissionRequest};
+use spillway_core::controller::{
+    Admission, AdmissionConfig, AdmissionController, AdmissionRequest,
+};
 use spillway_core::quota::{CustomerQuota, QuotaBook, QuotaConfig, QuotaEnforcement};
 use spillway_core::retry::{Failure, RetryConfig, RetryPolicy};
 use spillway_core::throttle::{AdaptiveThrottle, ThrottleConfig};
@@ -69,7 +71,10 @@ fn admit_and_release_allocate_nothing() {
             }
         }
     });
-    assert_eq!(n, 0, "admit + release allocated {n} times in 10,000 decisions");
+    assert_eq!(
+        n, 0,
+        "admit + release allocated {n} times in 10,000 decisions"
+    );
     // A refusal must be as cheap: fill the limit with CRITICAL work, then SHEDDABLE arrivals
     // find utilisation at 1.0 and are shed without entering the queue.
     let sheddable = AdmissionRequest::new("bob", Criticality::Sheddable);
@@ -88,7 +93,10 @@ fn admit_and_release_allocate_nothing() {
             }
         }
     });
-    assert_eq!(refused, 1000, "SHEDDABLE must be refused while CRITICAL fills the limit");
+    assert_eq!(
+        refused, 1000,
+        "SHEDDABLE must be refused while CRITICAL fills the limit"
+    );
     assert_eq!(n, 0, "1,000 refusals allocated {n} times");
     drop(held);
 }
