@@ -343,7 +343,13 @@ pub struct SignalsConfig {
     /// Read ORCA `endpoint-load-metrics` from responses (mean of the tasks'
     /// `application_utilization`, else `cpu_utilization`). Default true.
     pub orca: bool,
-    /// A report older than this is ignored. Default 5 000 ms.
+    /// A report older than this is ignored. Default 1 000 ms.
+    ///
+    /// Why short: reports arrive only on responses, so when the proxy sheds everything a high
+    /// reading keeps being trusted — and keeps everything shed — until it ages out, however soon
+    /// the upstream drained (SRE ch. 21 wants recovery on its own; the demo's target is 2 s).
+    /// A report is itself an average over the last second or two of the upstream's work (the
+    /// demo backend's window), so one older than that says little about the upstream now.
     pub orca_max_age_ms: u64,
     /// Read `x-spillway-cost` from responses as the request's actual cost (quota accounting).
     /// Default true.
@@ -356,7 +362,7 @@ impl Default for SignalsConfig {
             process_cpu: false,
             host_cpu: false,
             orca: true,
-            orca_max_age_ms: 5_000,
+            orca_max_age_ms: 1_000,
             cost_header: true,
         }
     }
