@@ -83,10 +83,10 @@ busy_1s() {
   b=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat)
   echo "$a $b" | awk '{printf "%d\n", 100 * ($3 - $1) / ($4 - $2 + 0.001)}'
 }
-for _ in $(seq "${WAIT_QUIET:-90}"); do
+for i in $(seq "${WAIT_QUIET:-90}"); do
   b=$(busy_1s)
   [ "$b" -lt 35 ] && break
-  echo "machine $b % busy (others' work); waiting for a quieter moment ..."
+  [ $((i % 15)) = 1 ] && echo "machine $b % busy (others' work); waiting up to ${WAIT_QUIET:-90} s for a quieter moment ..."
 done
 echo "machine busy before the run: $(busy_1s) %; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
