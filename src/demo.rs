@@ -33,6 +33,13 @@ pub struct DemoArgs {
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
+    /// Serve the proxy's live dashboard here while the protected runs go on (loopback only; a
+    /// free port is used if this one is taken).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9901")]
+    dashboard: std::net::SocketAddr,
+    /// Do not serve the dashboard.
+    #[arg(long, conflicts_with = "dashboard")]
+    no_dashboard: bool,
     /// Run nothing: read reports written by `spillway load --json` (or a previous demo) for the
     /// full demo's scenario and print their table and targets (used by bench/peers.sh).
     #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "quick")]
@@ -47,6 +54,15 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         DemoConfig::full()
     };
     cfg.seed = args.seed;
+    if !args.dashboard.ip().is_loopback() {
+        return Err(UsageError(format!(
+            "--dashboard {}: expected a loopback address (127.0.0.0/8 or [::1]); the demo's \
+             dashboard has no token",
+            args.dashboard
+        ))
+        .into());
+    }
+    cfg.dashboard = (!args.no_dashboard).then_some(args.dashboard);
     let c = cfg.capacity();
     let p = cfg.phases.map(|d| d.as_secs());
     emit(&format!(

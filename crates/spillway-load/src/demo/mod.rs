@@ -75,6 +75,9 @@ pub struct DemoConfig {
     pub modes: Vec<Mode>,
     /// Seed.
     pub seed: u64,
+    /// Where to serve the proxy's live dashboard while a protected run goes on (`None`: not at
+    /// all). If the address is taken, a free loopback port is used instead.
+    pub dashboard: Option<SocketAddr>,
 }
 
 impl DemoConfig {
@@ -88,6 +91,7 @@ impl DemoConfig {
             attempts: 3,
             modes: Mode::ALL.to_vec(),
             seed: 1,
+            dashboard: Some(SocketAddr::from(([127, 0, 0, 1], 9901))),
         }
     }
 
@@ -180,6 +184,45 @@ async fn start_proxy(upstream: SocketAddr) -> Result<spillway_proxy::run::Runnin
         .map_err(|e| DemoError::Proxy(e.to_string()))
 }
 
+/// The proxy's admin listener (and with it the live dashboard) for one protected run: stopped by
+/// sending on the returned channel. Falls back to a free loopback port when `addr` is taken, so
+/// a second demo or a running proxy does not stop this one.
+async fn start_dashboard(
+    state: Arc<spillway_proxy::ProxyState>,
+    addr: SocketAddr,
+) -> Result<
+    (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ),
+    DemoError,
+> {
+    use spillway_proxy::admin::{AdminConfig, AdminServer};
+    let config = |listen| AdminConfig {
+        listen,
+        ..AdminConfig::default()
+    };
+    let server = match AdminServer::bind(Arc::clone(&state), config(addr)).await {
+        Ok(s) => s,
+        Err(_) => AdminServer::bind(state, config(SocketAddr::new(addr.ip(), 0)))
+            .await
+            .map_err(|e| DemoError::Proxy(format!("dashboard: {e}")))?,
+    };
+    if let Ok(bound) = server.local_addr() {
+        eprintln!("live dashboard: http://{bound}/  (calculator: http://{bound}/assets/calc.html)");
+    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        if let Err(e) = server.serve(shutdown).await {
+            eprintln!("dashboard stopped: {e}");
+        }
+    });
+    Ok((stop, task))
+}
+
 /// One run of the scenario in `mode`, on the current runtime.
 pub async fn run_mode(
     cfg: &DemoConfig,
@@ -197,6 +240,10 @@ pub async fn run_mode(
     let proxy = match mode {
         Mode::Unprotected => None,
         Mode::Spillway | Mode::SpillwayThrottled => Some(start_proxy(backend.local_addr()).await?),
+    };
+    let dashboard = match (&proxy, cfg.dashboard) {
+        (Some(p), Some(addr)) => Some(start_dashboard(Arc::clone(&p.state), addr).await?),
+        _ => None,
     };
     let target = proxy.as_ref().map_or(backend.local_addr(), |p| p.addr);
     let mut load = LoadConfig::new(target);
@@ -228,6 +275,10 @@ pub async fn run_mode(
     report.set_meta_value("backend_served", stats.served);
     report.set_meta_value("backend_served_abandoned", stats.served_abandoned);
     report.set_meta_value("phases_s", cfg.phases.map(|d| d.as_secs_f64()).to_vec());
+    if let Some((stop, task)) = dashboard {
+        let _ = stop.send(());
+        let _ = task.await;
+    }
     if let Some(p) = proxy {
         p.shutdown().await;
     }
