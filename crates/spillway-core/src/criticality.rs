@@ -92,7 +92,11 @@ impl FromStr for Criticality {
         let eq = |name: &str| {
             t.len() == name.len()
                 && t.bytes().zip(name.bytes()).all(|(a, b)| {
-                    let a = if a == b'-' { b'_' } else { a.to_ascii_uppercase() };
+                    let a = if a == b'-' {
+                        b'_'
+                    } else {
+                        a.to_ascii_uppercase()
+                    };
                     a == b
                 })
         };

@@ -40,6 +40,6 @@ pub mod throttle;
 pub mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::ConfigError;
 pub use criticality::{Criticality, ParseCriticalityError, PerCriticality};
+pub use error::ConfigError;
 pub use random::{FixedRandom, RandomSource, SeededRandom, ThreadRandom};

@@ -8,7 +8,10 @@ use spillway_core::Criticality;
 use spillway_proxy::admin::metrics::offered;
 
 fn offered_requests() -> u64 {
-    Criticality::ALL.iter().map(|c| offered().requests(*c)).sum()
+    Criticality::ALL
+        .iter()
+        .map(|c| offered().requests(*c))
+        .sum()
 }
 
 #[tokio::test]
