@@ -14,6 +14,19 @@
 //!   criticality scheme, ch. 21) a burst of sheddable traffic can never fill the task, and 5% of
 //!   it is kept for CRITICAL_PLUS. The `max(1, …)` keeps every level able to run one request
 //!   when the limit is at least 1, so no level starves outright on a tiny limit.
+//! - **A reserved slot at small limits.** Fractions alone reserve nothing when the limit is
+//!   small: at a limit of 5 the floors are 4 / 4 / 4 / 5, so SHEDDABLE could take every slot
+//!   CRITICAL may use, and a CRITICAL arrival waited in the queue behind a full limiter (where
+//!   CoDel or the queue's max wait could drop it) — measured with `spillway demo`, whose
+//!   adaptive limit sits at 5–15 for a 4-worker backend. So, from the top down, a level with a
+//!   smaller fraction than the level above it gets at most that level's allowance minus one:
+//!   every higher level keeps at least one slot the lower cannot take ([`allowed_ladder`]; at 5:
+//!   3 / 3 / 4 / 5, at 10: 7 / 8 / 9 / 10, from about 20 on the fractions alone decide). The
+//!   reserve never pushes a level below half the limit (rounded up) or below 1: a level that
+//!   could use less than half could not show the limit algorithm that the limit is in use (the
+//!   app-limited rule of `limit::aimd`, `limit::gradient2` and the Envoy controller's
+//!   `app_limited_growth` grows the limit only while at least half of it is used), and the limit
+//!   would never grow to make room for it.
 //!
 //! [`Limiter::try_acquire`] / [`Limiter::release`] are the raw operations the admission
 //! controller uses; [`Limiter::acquire`] wraps them in an RAII [`LimiterPermit`] for direct use.
@@ -72,6 +85,36 @@ pub fn allowed_for(limit: usize, fraction: f64) -> usize {
     }
     // f64 → usize `as` saturates and maps NaN to 0; `max(1)` keeps one slot per level.
     ((limit as f64 * fraction) as usize).clamp(1, limit)
+}
+
+/// How many requests in flight each level may start below, at `limit`, given the per-level
+/// `headroom` fractions (indexed by [`Criticality::index`]): each level's
+/// [`allowed_for`] share, lowered from the top down so that a level with a smaller fraction
+/// than the one above it stays at least one slot below it — but never below
+/// `min(share, ⌈limit / 2⌉)` (see the module docs). Non-decreasing with criticality whenever the
+/// fractions are.
+pub fn allowed_ladder(
+    limit: usize,
+    headroom: &[f64; Criticality::COUNT],
+) -> [usize; Criticality::COUNT] {
+    let mut out = [0; Criticality::COUNT];
+    if limit == 0 {
+        return out;
+    }
+    let half = limit.div_ceil(2);
+    let top = Criticality::COUNT - 1;
+    out[top] = allowed_for(limit, headroom[top]);
+    for i in (0..top).rev() {
+        let own = allowed_for(limit, headroom[i]);
+        let above = out[i + 1];
+        let reserved = if headroom[i] < headroom[i + 1] {
+            own.min(above.saturating_sub(1))
+        } else {
+            own.min(above)
+        };
+        out[i] = reserved.max(own.min(half)).max(1);
+    }
+    out
 }
 
 /// Concurrency slots up to an adaptive limit.
@@ -137,7 +180,7 @@ impl Limiter {
     /// In-flight count below which level `c` may start a request, at the current limit.
     #[inline]
     pub fn allowed(&self, c: Criticality) -> usize {
-        allowed_for(self.limit(), self.headroom[c.index()])
+        allowed_ladder(self.limit(), &self.headroom)[c.index()]
     }
 
     /// Whether every slot of the limit is taken (nothing at all could be admitted).
@@ -282,14 +325,46 @@ mod tests {
     }
 
     #[test]
+    fn ladder_reserves_a_slot_per_level_at_small_limits() {
+        let h = DEFAULT_HEADROOM.0;
+        // Fractions alone: 4 / 4 / 4 / 5 at a limit of 5 (no slot reserved for CRITICAL).
+        assert_eq!(allowed_ladder(5, &h), [3, 3, 4, 5], "S kept at ⌈5/2⌉");
+        assert_eq!(allowed_ladder(6, &h), [3, 4, 5, 6]);
+        assert_eq!(allowed_ladder(10, &h), [7, 8, 9, 10]);
+        // From about 20 on the fractions alone decide (16 / 18 / 19 / 20).
+        assert_eq!(allowed_ladder(20, &h), [16, 18, 19, 20]);
+        assert_eq!(allowed_ladder(100, &h), [80, 90, 95, 100]);
+        assert_eq!(allowed_ladder(3, &h), [2, 2, 2, 3]);
+        assert_eq!(allowed_ladder(1, &h), [1, 1, 1, 1]);
+        assert_eq!(allowed_ladder(0, &h), [0, 0, 0, 0]);
+        // Equal fractions reserve nothing.
+        assert_eq!(allowed_ladder(5, &[1.0; 4]), [5, 5, 5, 5]);
+        for limit in 0..300 {
+            let a = allowed_ladder(limit, &h);
+            assert!(a.windows(2).all(|w| w[0] <= w[1]), "{limit}: {a:?}");
+            for (i, &x) in a.iter().enumerate() {
+                assert!(x <= allowed_for(limit, h[i]), "never above its share");
+                assert!(limit == 0 || x >= limit.div_ceil(2).min(allowed_for(limit, h[i])));
+            }
+            if limit >= 7 {
+                assert!(a.windows(2).all(|w| w[0] < w[1]), "{limit}: {a:?}");
+            }
+        }
+    }
+
+    #[test]
     fn headroom_refuses_sheddable_before_critical() {
+        // At a limit of 10 each level keeps one slot the level below cannot take:
+        // SHEDDABLE 7, SHEDDABLE_PLUS 8, CRITICAL 9, CRITICAL_PLUS 10.
         let l = fixed(10);
-        let permits: Vec<_> = (0..8)
-            .map(|_| l.try_acquire(Criticality::Sheddable).expect("below 8"))
+        let permits: Vec<_> = (0..7)
+            .map(|_| l.try_acquire(Criticality::Sheddable).expect("below 7"))
             .collect();
-        assert_eq!(permits.len(), 8);
+        assert_eq!(permits.len(), 7);
         assert_eq!(l.try_acquire(Criticality::Sheddable), None);
-        assert_eq!(l.try_acquire(Criticality::SheddablePlus), Some(9));
+        assert_eq!(l.try_acquire(Criticality::SheddablePlus), Some(8));
+        assert_eq!(l.try_acquire(Criticality::SheddablePlus), None);
+        assert_eq!(l.try_acquire(Criticality::Critical), Some(9));
         assert_eq!(
             l.try_acquire(Criticality::Critical),
             None,
@@ -298,11 +373,12 @@ mod tests {
         assert_eq!(l.try_acquire(Criticality::CriticalPlus), Some(10));
         assert!(l.is_full());
         assert_eq!(l.try_acquire(Criticality::CriticalPlus), None);
-        assert_eq!(l.in_flight_of(Criticality::Sheddable), 8);
-        for _ in 0..8 {
+        assert_eq!(l.in_flight_of(Criticality::Sheddable), 7);
+        for _ in 0..7 {
             l.release(Criticality::Sheddable, None);
         }
         l.release(Criticality::SheddablePlus, None);
+        l.release(Criticality::Critical, None);
         l.release(Criticality::CriticalPlus, None);
         assert_eq!(l.in_flight(), 0);
     }
