@@ -42,6 +42,44 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// Reads an `[admission]` table over the proxy's zero-config defaults rather than the core's.
+///
+/// Why: serde fills keys missing from a table with that type's `Default`, which for
+/// `AdmissionConfig` is the core's (Gradient2, shed from 0.8); a file that sets only
+/// `[admission.queue]` must keep every other zero-config default (`default_admission`).
+/// Tables merge key by key, except `limit`, which names its algorithm and is taken whole.
+/// The first parse already reported type errors with their key and line, so this one only
+/// combines values that are known to be well-formed.
+fn admission_over_proxy_defaults(mut cfg: ProxyConfig, text: &str) -> Result<ProxyConfig, String> {
+    let doc: serde_json::Value = toml_edit::de::from_str(text).map_err(|e| e.to_string())?;
+    let Some(user) = doc.get("admission") else {
+        return Ok(cfg);
+    };
+    let mut merged =
+        serde_json::to_value(super::types::default_admission()).map_err(|e| e.to_string())?;
+    merge(&mut merged, user, true);
+    cfg.admission = serde_json::from_value(merged).map_err(|e| e.to_string())?;
+    Ok(cfg)
+}
+
+/// Overlays `user` onto `base`: objects key by key (but `limit` whole, at the top), anything
+/// else replaced.
+fn merge(base: &mut serde_json::Value, user: &serde_json::Value, top: bool) {
+    match (base, user) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(u)) => {
+            for (k, v) in u {
+                match b.get_mut(k) {
+                    Some(slot) if !(top && k == "limit") => merge(slot, v, false),
+                    _ => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (b, u) => *b = u.clone(),
+    }
+}
+
 /// Parses and validates `text` (from `origin`, used in messages).
 pub fn parse(text: &str, origin: &str) -> Result<ProxyConfig, ConfigError> {
     let doc = Document::parse(text).map_err(|e| {
@@ -65,6 +103,12 @@ pub fn parse(text: &str, origin: &str) -> Result<ProxyConfig, ConfigError> {
             key,
             message: first_line_message(e.message()),
         }
+    })?;
+    let cfg = admission_over_proxy_defaults(cfg, text).map_err(|message| ConfigError {
+        origin: origin.into(),
+        line: span_of(doc.as_item(), "admission").and_then(|s| line_of(text, s.start).0),
+        key: "admission".into(),
+        message,
     })?;
     validate(&cfg).map_err(|(key, message)| ConfigError {
         origin: origin.into(),
@@ -553,5 +597,31 @@ mod tests {
             cfg.admission.limit,
             spillway_core::limit::LimitConfig::EnvoyGradient(_)
         ));
+    }
+    #[test]
+    fn a_partial_admission_table_keeps_the_proxy_defaults() {
+        let cfg = parse("[admission.queue]\nmax_wait_ms = 250.0\n", "t.toml").expect("valid");
+        let d = super::super::types::default_admission();
+        assert_eq!(
+            cfg.admission.queue.max_wait,
+            std::time::Duration::from_millis(250)
+        );
+        assert_eq!(cfg.admission.queue.max_len, d.queue.max_len);
+        assert_eq!(
+            cfg.admission.limit, d.limit,
+            "the zero-config limit is kept"
+        );
+        assert_eq!(
+            cfg.admission.shed, d.shed,
+            "the proxy's shed thresholds are kept"
+        );
+        let cfg = parse(
+            "[admission.limit]\nalgorithm = \"fixed\"\nlimit = 10\n[admission.shed]\nramp = 0.05\n",
+            "t.toml",
+        )
+        .expect("valid");
+        assert_eq!(cfg.admission.limit.name(), "fixed");
+        assert_eq!(cfg.admission.shed.ramp, 0.05);
+        assert_eq!(cfg.admission.shed.thresholds, d.shed.thresholds);
     }
 }
