@@ -7,6 +7,12 @@
 //! until the delay falls back below target. Defaults target 5 ms / interval 100 ms are the paper's
 //! and also what folly's `Codel` uses for RPC server queues.
 //!
+//! Which entry is dropped is the queue's choice, not CoDel's: the paper drops the packet at the
+//! head, but an RPC queue ordered by criticality has its most critical waiter there, so the
+//! queue feeds CoDel the longest wait of anyone queued and drops the oldest entry of the lowest
+//! criticality present (SRE book ch. 21, "Handling Overload": shed the least critical first).
+//! The control law — when to drop — is unchanged.
+//!
 //! Time is always an argument; the state is plain fields behind the queue's `&mut`.
 
 use std::time::{Duration, Instant};
@@ -70,8 +76,8 @@ impl Codel {
         t + self.interval.div_f64(n.sqrt())
     }
 
-    /// Decides whether the entry about to be dequeued (waiting `sojourn`, queue length `len`)
-    /// is dropped instead of served.
+    /// Decides whether, at a dequeue where the standing delay is `sojourn` and `len` entries
+    /// wait, one entry is dropped instead of served (the queue picks which).
     pub(crate) fn should_drop(&mut self, sojourn: Duration, now: Instant, len: usize) -> bool {
         let ok = self.ok_to_drop(sojourn, now, len);
         if self.dropping {

@@ -19,7 +19,8 @@
 //!   ACM Queue 13(8), 2015: FIFO normally, LIFO once a queue has been building for a while, so
 //!   the requests served are the ones whose callers are still waiting); and CoDel (Nichols &
 //!   Jacobson 2012, RFC 8289; see `codel.rs`) which drops at dequeue once the sojourn time has
-//!   stayed above target for an interval.
+//!   stayed above target for an interval — dropping the oldest entry of the lowest criticality
+//!   queued, never the head while something less critical waits (SRE book ch. 21).
 //!
 //! The queue is a plain data structure driven by `now` arguments and a [`SlotSource`], so its
 //! ordering and dropping logic is unit-tested on its own; the controller keeps it behind a mutex.
@@ -503,9 +504,22 @@ impl<T> AdmissionQueue<T> {
                 return None;
             }
             let len = self.len;
+            // CoDel judges the standing delay — the longest wait of anyone queued (the fronts
+            // hold each class's oldest) — but its victim is the oldest entry of the LOWEST
+            // class present, not the head: the SRE book (ch. 21, "Handling Overload") sheds
+            // the least critical work first, so a CRITICAL waiter is dropped only when nothing
+            // less critical is queued. Dropping the head (the most critical waiter) is what
+            // made CRITICAL requests fail while SHEDDABLE ones still waited behind them.
+            let oldest = self
+                .classes
+                .iter()
+                .filter_map(|q| q.front())
+                .map(|e| e.enqueued_at);
+            let sojourn = now.saturating_duration_since(oldest.min().unwrap_or(enqueued_at));
             if let Some(codel) = self.codel.as_mut() {
-                if codel.should_drop(now.saturating_duration_since(enqueued_at), now, len) {
-                    let e = self.take(now, class, pos)?;
+                if codel.should_drop(sojourn, now, len) {
+                    let lowest = (0..CLASSES).find(|&c| !self.classes[c].is_empty());
+                    let e = self.take(now, lowest.unwrap_or(class), 0)?;
                     on_drop(e, DropReason::Codel);
                     continue;
                 }

@@ -143,6 +143,65 @@ fn codel_drops_after_an_interval_above_target() {
 }
 
 #[test]
+fn codel_drops_the_least_critical_waiter_not_the_head() {
+    // SRE book ch. 21: shed the least critical first. A SHEDDABLE and a CRITICAL have both
+    // waited past target for an interval: CoDel drops the SHEDDABLE and grants the CRITICAL.
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::codel());
+    push(&mut q, t0, 1, Sheddable, false);
+    push(&mut q, t0, 2, Critical, false);
+    let one = Slots::new(1);
+    let mut dropped = Vec::new();
+    // 10 ms: above target, CoDel arms (no drop yet) and the CRITICAL head is served.
+    let e = q.dequeue(t0 + 10 * MS, Duration::ZERO, &one, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert_eq!(e.map(|e| e.item), Some(2), "CRITICAL served first");
+    assert!(dropped.is_empty());
+    // Refill: a CRITICAL behind the SHEDDABLE, an interval later both past target.
+    push(&mut q, t0 + 20 * MS, 3, Critical, false);
+    let one = Slots::new(1);
+    let e = q.dequeue(t0 + 120 * MS, Duration::ZERO, &one, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert_eq!(
+        dropped,
+        vec![(1, DropReason::Codel)],
+        "the SHEDDABLE is the victim"
+    );
+    assert_eq!(e.map(|e| e.item), Some(3), "the CRITICAL is granted");
+    assert!(q.is_empty());
+}
+
+#[test]
+fn codel_drops_critical_only_when_nothing_less_critical_waits() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::codel());
+    for i in 0..4 {
+        push(&mut q, t0, i, Critical, false);
+    }
+    push(&mut q, t0, 10, SheddablePlus, true);
+    push(&mut q, t0, 11, Sheddable, true);
+    push(&mut q, t0, 12, Sheddable, false);
+    let slots = Slots::new(usize::MAX);
+    let mut dropped = Vec::new();
+    let mut served = Vec::new();
+    // Arm at 10 ms (serving one CRITICAL), then drop at 110, 210, 281, 339 ms (the control
+    // law: interval / sqrt(count)), serving one entry after each drop.
+    for ms in [10, 110, 210, 281, 339] {
+        if let Some(e) = q.dequeue(t0 + ms * MS, Duration::ZERO, &slots, |e, r| {
+            dropped.push((e.item, r))
+        }) {
+            served.push(e.item);
+        }
+    }
+    let victims: Vec<u32> = dropped.iter().map(|d| d.0).collect();
+    // Lowest class first: SHEDDABLE new work, SHEDDABLE continuation, SHEDDABLE_PLUS.
+    assert_eq!(victims, vec![12, 11, 10]);
+    assert_eq!(served, vec![0, 1, 2, 3]);
+}
+
+#[test]
 fn codel_does_not_drop_without_a_free_slot() {
     let t0 = Instant::now();
     let mut q = queue(QueueDiscipline::codel());
