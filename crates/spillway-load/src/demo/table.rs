@@ -21,7 +21,8 @@ pub struct DemoRow {
     /// The run.
     pub title: String,
     /// Goodput as a fraction of capacity at each of [`LEVELS`] during the ramp (0.5 × from the
-    /// warm-up); `None` if the run had no such second.
+    /// warm-up; the others at the second [`level_second`] picks: the first offering at least
+    /// that level); `None` if the run had no such second.
     pub goodput_at: Vec<Option<f64>>,
     /// Mean goodput as a fraction of capacity during the sudden jump to 10 ×.
     pub jump_goodput: Option<f64>,
@@ -41,6 +42,26 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     (n > 0).then(|| sum / n as f64)
 }
 
+/// The ramp second the table reports goodput at for `level` (a multiple of capacity above the
+/// warm-up's 0.5 ×): the first whole second that offers at least `level` × capacity from its
+/// start — the ramp rises, so all of it is at or just above the level. The top level (10 ×)
+/// is reached only as the ramp ends, so it falls back to the ramp's last second, the highest
+/// load the ramp offers (9.4–10 × with the full scenario's 16 s ramp; the jump column shows a
+/// steady 10 ×). `None` if the scenario has no ramp.
+///
+/// Why not the second whose middle is nearest the level: at 1 × that second straddles it and
+/// offers about 0.8 × on average, so its goodput could never show ≥ 95% of capacity.
+pub(crate) fn level_second(cfg: &DemoConfig, level: f64) -> Option<usize> {
+    let [warm, ramp, ..] = cfg.phases.map(|d| d.as_secs_f64());
+    // Offered load (× capacity) at time `t`, as the ramp phase schedules it (0.5 → 10 ×).
+    let rate_at = |t: f64| 0.5 + 9.5 * ((t - warm) / ramp).clamp(0.0, 1.0);
+    let mut seconds = warm as usize..(warm + ramp) as usize;
+    seconds
+        .clone()
+        .find(|&t| rate_at(t as f64) >= level)
+        .or_else(|| seconds.next_back())
+}
+
 /// Computes `report`'s row of the table, given the scenario it ran.
 pub fn summarise(cfg: &DemoConfig, report: &RunReport) -> DemoRow {
     let c = cfg.capacity();
@@ -55,15 +76,7 @@ pub fn summarise(cfg: &DemoConfig, report: &RunReport) -> DemoRow {
                 let from = if warm >= 2.0 { 1 } else { 0 };
                 return mean((from..warm as usize).filter_map(goodput));
             }
-            // The ramp second whose middle is nearest to `level` × capacity.
-            let rate_at = |t: f64| 0.5 + 9.5 * ((t - warm) / ramp).clamp(0.0, 1.0);
-            (warm as usize..(warm + ramp) as usize)
-                .min_by(|&a, &b| {
-                    let da = (rate_at(a as f64 + 0.5) - level).abs();
-                    let db = (rate_at(b as f64 + 0.5) - level).abs();
-                    da.total_cmp(&db)
-                })
-                .and_then(goodput)
+            level_second(cfg, level).and_then(goodput)
         })
         .collect();
     let jump_start = warm + ramp + calm;
@@ -163,6 +176,33 @@ mod tests {
             }
         }
         r.finish()
+    }
+
+    #[test]
+    fn each_level_uses_the_first_second_at_or_above_it() {
+        // Quick scenario: warm-up 0..1 s, ramp 1..6 s from 0.5 × to 10 ×, so the ramp seconds
+        // start at 0.5, 2.4, 4.3, 6.2 and 8.1 ×.
+        let cfg = DemoConfig::quick();
+        assert_eq!(level_second(&cfg, 1.0), Some(2), "second 1 starts at 0.5 ×");
+        assert_eq!(level_second(&cfg, 2.0), Some(2));
+        assert_eq!(level_second(&cfg, 5.0), Some(4), "second 3 starts at 4.3 ×");
+        // 10 × only at the ramp's end: its last second.
+        assert_eq!(level_second(&cfg, 10.0), Some(5));
+        // Full scenario (3 + 16 s): 1 × at second 4 (1.09 ×), 2 × at 6, 5 × at 11, 10 × at 18.
+        let full = DemoConfig::full();
+        let picks: Vec<_> = [1.0, 2.0, 5.0, 10.0]
+            .map(|l| level_second(&full, l))
+            .to_vec();
+        assert_eq!(picks, vec![Some(4), Some(6), Some(11), Some(18)]);
+        // The row reports those seconds' goodput: `ok(t) = 10 t` successes plus the CRITICAL
+        // ones (every 20th request, all succeed) not already counted.
+        let row = summarise(&cfg, &run(|t| 10 * t as u64));
+        let expect = |t: u64| {
+            let ok = 10 * t;
+            (ok + (0..100).step_by(20).filter(|&i| i >= ok).count() as u64) as f64 / 50.0
+        };
+        let at: Vec<f64> = row.goodput_at[1..].iter().map(|g| g.unwrap()).collect();
+        assert_eq!(at, vec![expect(2), expect(2), expect(4), expect(5)]);
     }
 
     #[test]
