@@ -198,9 +198,13 @@ impl Layer {
         for _ in 0..cfg.tasks {
             let controller = if protected {
                 let clock: Arc<dyn Clock> = clock.clone();
+                // One draw per task, as before; the limit's own jitter (Envoy gradient) gets a
+                // stream derived from it, so adding it did not shift any other draw.
+                let seed = rng.u64(..);
+                let limit_random = Box::new(SimRandom::new(seed ^ 0x9e37_79b9_7f4a_7c15));
                 Some(
-                    AdmissionController::new(admission.clone(), clock)?
-                        .with_random(Arc::new(SimRandom::new(rng.u64(..)))),
+                    AdmissionController::with_limit_random(admission.clone(), clock, limit_random)?
+                        .with_random(Arc::new(SimRandom::new(seed))),
                 )
             } else {
                 None

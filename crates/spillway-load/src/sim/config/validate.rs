@@ -4,7 +4,6 @@
 //! layer; a zone must exist; thresholds must keep their order), and each error must name the
 //! key as the user wrote it (`layer[backend].workers`) with the value and what is accepted.
 
-use spillway_core::limit::LimitConfig;
 use spillway_core::Criticality;
 
 use super::{
@@ -234,15 +233,6 @@ impl Scenario {
         let a = &l.admission;
         let ak = |f: &str| k(&format!("admission.{f}"));
         if let Some(limit) = &a.limit {
-            if let LimitConfig::EnvoyGradient(_) = limit {
-                return Err(self.invalid(
-                    ak("limit.algorithm"),
-                    "envoy_gradient",
-                    "fixed, aimd or gradient2 (the Envoy controller draws its minRTT jitter \
-                     from an unseeded source inside the admission controller, so a simulation \
-                     with it would not be reproducible)",
-                ));
-            }
             limit.validate().map_err(|e| {
                 self.invalid(ak("limit"), format_args!("{limit:?}"), &e.to_string())
             })?;
