@@ -39,7 +39,7 @@ pub struct AimdConfig {
     /// An rtt above this counts as a drop. Default 5 s (Netflix `DEFAULT_TIMEOUT`).
     #[cfg_attr(
         feature = "serde",
-        serde(rename = "timeout_ms", with = "super::millis")
+        serde(rename = "timeout_ms", with = "crate::queue::millis")
     )]
     pub timeout: Duration,
 }

@@ -73,7 +73,7 @@ pub struct EnvoyGradientConfig {
     /// (Envoy docs example; Envoy has no default).
     #[cfg_attr(
         feature = "serde",
-        serde(rename = "interval_ms", with = "super::millis")
+        serde(rename = "interval_ms", with = "crate::queue::millis")
     )]
     pub interval: Duration,
     /// Samples that make one minRTT measurement (`request_count`), `≥ 1`. Default 50 (Envoy).
@@ -94,7 +94,7 @@ pub struct EnvoyGradientConfig {
     /// docs example; Envoy has no default).
     #[cfg_attr(
         feature = "serde",
-        serde(rename = "update_interval_ms", with = "super::millis")
+        serde(rename = "update_interval_ms", with = "crate::queue::millis")
     )]
     pub update_interval: Duration,
     /// Ceiling (`max_concurrency_limit`), `≥` the floor. Default 1000 (Envoy).
@@ -106,7 +106,7 @@ pub struct EnvoyGradientConfig {
     /// Use this minRTT instead of measuring it (Envoy `fixed_value`), `> 0` if set. Default unset.
     #[cfg_attr(
         feature = "serde",
-        serde(rename = "fixed_min_rtt_ms", with = "super::millis::option")
+        serde(rename = "fixed_min_rtt_ms", with = "crate::queue::millis::option")
     )]
     pub fixed_min_rtt: Option<Duration>,
 }
