@@ -120,6 +120,9 @@ pub fn allowed_ladder(
 /// Concurrency slots up to an adaptive limit.
 pub struct Limiter {
     limit: AtomicUsize,
+    /// `allowed_ladder(limit)`, recomputed only when the limit changes (under the algorithm's
+    /// lock) so that admission reads one atomic instead of redoing the ladder's arithmetic.
+    allowed: [AtomicUsize; Criticality::COUNT],
     in_flight: AtomicUsize,
     by_criticality: [AtomicUsize; Criticality::COUNT],
     headroom: [f64; Criticality::COUNT],
@@ -145,8 +148,10 @@ impl Limiter {
         headroom: PerCriticality<f64>,
     ) -> Result<Self, ConfigError> {
         validate_headroom(&headroom)?;
+        let ladder = allowed_ladder(algorithm.limit(), &headroom.0);
         Ok(Limiter {
             limit: AtomicUsize::new(algorithm.limit()),
+            allowed: ladder.map(AtomicUsize::new),
             in_flight: AtomicUsize::new(0),
             by_criticality: std::array::from_fn(|_| AtomicUsize::new(0)),
             headroom: headroom.0,
@@ -180,7 +185,7 @@ impl Limiter {
     /// In-flight count below which level `c` may start a request, at the current limit.
     #[inline]
     pub fn allowed(&self, c: Criticality) -> usize {
-        allowed_ladder(self.limit(), &self.headroom)[c.index()]
+        self.allowed[c.index()].load(Ordering::Acquire)
     }
 
     /// Whether every slot of the limit is taken (nothing at all could be admitted).
@@ -234,7 +239,18 @@ impl Limiter {
             Err(poisoned) => poisoned.into_inner(),
         };
         algo.on_sample(sample);
-        self.limit.store(algo.limit(), Ordering::Release);
+        let limit = algo.limit();
+        if limit != self.limit.load(Ordering::Relaxed) {
+            // Still under the lock: writers are serialised, so the ladder matches the limit.
+            for (slot, allowed) in self
+                .allowed
+                .iter()
+                .zip(allowed_ladder(limit, &self.headroom))
+            {
+                slot.store(allowed, Ordering::Release);
+            }
+            self.limit.store(limit, Ordering::Release);
+        }
     }
 
     /// Takes a slot for `c` as an RAII guard that returns it when dropped.
