@@ -15,22 +15,6 @@ use spillway_proxy::metrics::Fault;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-async fn read_head(s: &mut TcpStream) -> String {
-    let mut buf = Vec::new();
-    let mut b = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut b))
-            .await
-            .expect("head in time")
-            .unwrap();
-        if n == 0 {
-            break;
-        }
-        buf.push(b[0]);
-    }
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
 #[tokio::test]
 async fn websocket_style_upgrade_is_tunnelled() {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -53,22 +53,6 @@ async fn upstream() -> std::net::SocketAddr {
     addr
 }
 
-async fn read_head(s: &mut TcpStream) -> String {
-    let mut buf = Vec::new();
-    let mut b = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut b))
-            .await
-            .expect("head in time")
-            .unwrap();
-        if n == 0 {
-            break;
-        }
-        buf.push(b[0]);
-    }
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
 #[tokio::test]
 async fn open_tunnel_holds_the_permit_until_it_closes() {
     let up = upstream().await;

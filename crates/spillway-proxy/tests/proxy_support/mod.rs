@@ -186,3 +186,23 @@ pub async fn get(
     let body = res.into_body().collect().await.unwrap().to_bytes();
     (status, headers, String::from_utf8_lossy(&body).into_owned())
 }
+
+/// Reads a raw HTTP/1.1 response head (up to the blank line) from `s`, at most 5 s.
+pub async fn read_head(s: &mut tokio::net::TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read(s, &mut b),
+        )
+        .await
+        .expect("head in time")
+        .unwrap();
+        if n == 0 {
+            break;
+        }
+        buf.push(b[0]);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
