@@ -273,6 +273,9 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
             "8192 ..= 16777216 bytes (hyper's smallest read buffer is 8 KiB)",
         ));
     }
+    if !(1..=1024).contains(&l.threads) {
+        return Err(bad("listen.threads", l.threads, "an integer in 1 ..= 1024"));
+    }
 
     if l.tls.is_some() {
         // Reads the files, so a missing or bad certificate is refused at load, not at accept.

@@ -116,6 +116,16 @@ pub struct ListenConfig {
     pub max_header_bytes: usize,
     /// TLS (with the `tls` cargo feature): certificate chain and key, PEM files.
     pub tls: Option<TlsConfig>,
+    /// Data-plane threads, each with its own single-threaded runtime, `SO_REUSEPORT` listener
+    /// and upstream connections (`spillway proxy` only; in-process `run::start` serves on the
+    /// caller's runtime). Default: one per available CPU (`std::thread::available_parallelism`,
+    /// which honours cgroup CPU quotas).
+    pub threads: usize,
+}
+
+/// One data-plane thread per available CPU (1 when the count cannot be read).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
 impl Default for ListenConfig {
@@ -126,6 +136,7 @@ impl Default for ListenConfig {
             header_read_timeout_ms: 10_000,
             max_header_bytes: 65_536,
             tls: None,
+            threads: default_threads(),
         }
     }
 }
