@@ -24,16 +24,18 @@
 //! which the formula alone would throttle (`n` unanswered requests give `P = n / (n + 1)`). It is
 //! off by default, as the formula is specified; setting ~1 request/s is a sensible guard.
 //!
-//! The hot path ([`AdaptiveThrottle::try_acquire`]) takes no lock and allocates nothing: one
-//! pass over the buckets of both [`WindowedCounter`]s (most of a decision's cost), a draw only
-//! when `P > 0`, one atomic add.
+//! The hot path ([`AdaptiveThrottle::try_acquire`]) takes no lock and allocates nothing, and its
+//! cost does not grow with the number of buckets: both counts are running totals
+//! ([`WindowedTotal`]), corrected once per bucket as it leaves the window, so a decision is a
+//! few atomic loads, a draw only when `P > 0`, and one compare-exchange plus one atomic add.
+//! (Summing the 120 buckets of both counters on every decision was most of its cost.)
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::{check_range, ConfigError};
 use crate::random::{RandomSource, ThreadRandom};
-use crate::window::{WindowedCounter, MAX_BUCKETS};
+use crate::window::{WindowedTotal, MAX_BUCKETS};
 
 #[cfg(test)]
 mod tests;
@@ -51,8 +53,8 @@ pub struct ThrottleConfig {
     #[cfg_attr(feature = "serde", serde(with = "crate::window::serde_secs"))]
     pub window: Duration,
     /// How many buckets the window is kept in: old traffic is forgotten one bucket at a time.
-    /// Every decision reads each bucket of both counters, so its cost grows linearly with this.
-    /// Default 120 (1 s each). Accepted: `1..=3600`.
+    /// Memory grows with this (16 bytes per bucket); a decision's cost does not (running
+    /// totals). Default 120 (1 s each). Accepted: `1..=3600`.
     pub buckets: usize,
     /// The multiplier `K`: the client sends up to `K ×` what the backend accepts before throttling.
     /// Default 2 (SRE ch. 21). Accepted: finite, `> 0`; lower is more aggressive.
@@ -131,8 +133,8 @@ pub struct Throttled {
 /// but an overload refusal counts as accepted — even an application error shows the backend is
 /// taking work).
 pub struct AdaptiveThrottle<R: RandomSource = ThreadRandom> {
-    requests: WindowedCounter,
-    accepts: WindowedCounter,
+    requests: WindowedTotal,
+    accepts: WindowedTotal,
     k: f64,
     /// `min_requests_per_sec × window` in requests: below it the throttle stays open.
     min_requests: f64,
@@ -151,8 +153,8 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
     pub fn with_random(cfg: ThrottleConfig, origin: Instant, rng: R) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(AdaptiveThrottle {
-            requests: WindowedCounter::new(cfg.window, cfg.buckets, origin),
-            accepts: WindowedCounter::new(cfg.window, cfg.buckets, origin),
+            requests: WindowedTotal::new(cfg.window, cfg.buckets, origin),
+            accepts: WindowedTotal::new(cfg.window, cfg.buckets, origin),
             k: cfg.k,
             min_requests: cfg.min_requests_per_sec * cfg.window.as_secs_f64(),
             rng,
@@ -193,11 +195,11 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
         self.accepts.add(now, 1);
     }
 
-    /// `(requests, accepts)` over the window ending at `now`.
+    /// `(requests, accepts)` over the window ending at `now`. O(1): running totals. Time is
+    /// expected to move forward; a `now` behind the newest one seen reads the newest window
+    /// (see [`WindowedTotal`]).
     pub fn counts(&self, now: Instant) -> (u64, u64) {
-        // One pass over both counters' buckets (they share a geometry): the sums are most of
-        // a decision's cost.
-        self.requests.sum_pair(&self.accepts, now)
+        (self.requests.sum(now), self.accepts.sum(now))
     }
 
     /// The multiplier `K` in force.

@@ -29,6 +29,9 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{nanos_since, saturating_nanos};
 
+mod total;
+pub use total::WindowedTotal;
+
 /// The largest number of buckets a counter keeps (one per second over an hour). More buckets buy
 /// nothing measurable and make every [`WindowedCounter::sum`] slower.
 pub const MAX_BUCKETS: usize = 3600;
@@ -121,10 +124,17 @@ impl WindowedCounter {
     /// Adds `n` events at `now` and says which bucket and round they landed in, so that the
     /// caller can take them back with [`WindowedCounter::take_back`].
     pub(crate) fn add_landed(&self, now: Instant, n: u64) -> Option<Landed> {
+        self.add_at_slice(self.slice_at(now), n)
+            .map(|(landed, _)| landed)
+    }
+
+    /// Adds `n` events to time slice `slice`: where they landed, and by how much the bucket's
+    /// count changed (less than `n`, even negative, when a stale bucket was reset on the way).
+    #[inline]
+    fn add_at_slice(&self, slice: u64, n: u64) -> Option<(Landed, i64)> {
         if n == 0 {
             return None;
         }
-        let slice = self.slice_at(now);
         let idx = (slice % self.len()) as usize;
         // Truncation is the documented wrap of the round tag.
         let round = (slice / self.len()) as u32;
@@ -135,13 +145,35 @@ impl WindowedCounter {
             let (tag, count) = unpack(cur);
             // Signed distance handles the wrap of the tag: >= 0 means the bucket holds our round
             // or a newer one written by a thread whose clock read raced ahead of ours.
-            let (tag, next) = if tag.wrapping_sub(round) as i32 >= 0 {
-                (tag, pack(tag, count.saturating_add(add)))
+            let (tag, next, delta) = if tag.wrapping_sub(round) as i32 >= 0 {
+                let sum = count.saturating_add(add);
+                (tag, pack(tag, sum), i64::from(sum - count))
             } else {
-                (round, pack(round, add))
+                (round, pack(round, add), i64::from(add) - i64::from(count))
             };
             match bucket.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::Relaxed) {
-                Ok(_) => return Some(Landed { idx, tag }),
+                Ok(_) => return Some((Landed { idx, tag }, delta)),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Empties bucket `idx` if it still holds round `round` or an older one (its events have
+    /// left the window); returns how many events it removed. A bucket already reset to a newer
+    /// round is left alone: whoever reset it accounted for what it held.
+    fn retire(&self, idx: usize, round: u32) -> u32 {
+        let Some(bucket) = self.buckets.get(idx) else {
+            return 0;
+        };
+        let mut cur = bucket.load(Ordering::Relaxed);
+        loop {
+            let (tag, count) = unpack(cur);
+            if count == 0 || (round.wrapping_sub(tag) as i32) < 0 {
+                return 0;
+            }
+            let next = pack(tag, 0);
+            match bucket.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => return count,
                 Err(actual) => cur = actual,
             }
         }
@@ -185,29 +217,6 @@ impl WindowedCounter {
             self.buckets.split_at((current + 1).min(self.buckets.len()));
         sum_round(this_round, round) + sum_round(previous_round, round.wrapping_sub(1))
     }
-
-    /// `(self.sum(now), other.sum(now))` in one pass over both counters' buckets when they
-    /// share a geometry (origin, slice, bucket count), as the throttle's two counters do: the
-    /// loop bookkeeping is paid once per bucket pair rather than once per bucket. The result
-    /// is the same as two calls to [`sum`](Self::sum); counters of different geometry are
-    /// simply summed one after the other.
-    pub(crate) fn sum_pair(&self, other: &WindowedCounter, now: Instant) -> (u64, u64) {
-        let same_geometry = self.origin == other.origin
-            && self.slice_nanos == other.slice_nanos
-            && self.buckets.len() == other.buckets.len();
-        if !same_geometry {
-            return (self.sum(now), other.sum(now));
-        }
-        let slice = self.slice_at(now);
-        let len = self.len();
-        let round = (slice / len) as u32; // as in `sum`
-        let split = ((slice % len) as usize + 1).min(self.buckets.len());
-        let (a_this, a_previous) = self.buckets.split_at(split);
-        let (b_this, b_previous) = other.buckets.split_at(split);
-        let (a1, b1) = sum_round_pair(a_this, b_this, round);
-        let (a2, b2) = sum_round_pair(a_previous, b_previous, round.wrapping_sub(1));
-        (a1 + a2, b1 + b2)
-    }
 }
 
 /// The counts of `buckets` whose round is `expected` or one ahead of it: 0 means the bucket's
@@ -224,23 +233,6 @@ fn sum_round(buckets: &[AtomicU64], expected: u32) -> u64 {
         }
     }
     total
-}
-
-/// [`sum_round`] of two bucket slices of the same length, side by side.
-#[inline]
-fn sum_round_pair(a: &[AtomicU64], b: &[AtomicU64], expected: u32) -> (u64, u64) {
-    let (mut total_a, mut total_b) = (0u64, 0u64);
-    for (bucket_a, bucket_b) in a.iter().zip(b) {
-        let (tag, count) = unpack(bucket_a.load(Ordering::SeqCst));
-        if tag.wrapping_sub(expected) <= 1 {
-            total_a += u64::from(count);
-        }
-        let (tag, count) = unpack(bucket_b.load(Ordering::SeqCst));
-        if tag.wrapping_sub(expected) <= 1 {
-            total_b += u64::from(count);
-        }
-    }
-    (total_a, total_b)
 }
 
 impl fmt::Debug for WindowedCounter {
@@ -275,188 +267,4 @@ pub(crate) mod serde_secs {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-
-    const S: Duration = Duration::from_secs(1);
-
-    fn counter(window_secs: u64, buckets: usize) -> (WindowedCounter, Instant) {
-        let t0 = Instant::now();
-        (
-            WindowedCounter::new(Duration::from_secs(window_secs), buckets, t0),
-            t0,
-        )
-    }
-
-    #[test]
-    fn counts_within_the_window() {
-        let (c, t0) = counter(10, 10);
-        c.add(t0, 3);
-        assert_eq!(c.sum(t0), 3);
-        c.add(t0 + S * 4, 2);
-        assert_eq!(c.sum(t0 + S * 4), 5);
-        assert_eq!(c.sum(t0 + S * 9), 5);
-    }
-
-    #[test]
-    fn bucket_expires_exactly_one_window_later() {
-        let (c, t0) = counter(10, 10);
-        c.add(t0 + Duration::from_millis(500), 7); // slice 0
-        assert_eq!(c.sum(t0 + Duration::from_millis(9_999)), 7); // slice 9: still inside
-        assert_eq!(c.sum(t0 + S * 10), 0); // slice 10 reuses bucket 0: forgotten
-    }
-
-    #[test]
-    fn roll_over_resets_the_reused_bucket_lazily() {
-        let (c, t0) = counter(10, 10);
-        c.add(t0 + S * 3, 4); // slice 3, round 0
-        c.add(t0 + S * 5, 1); // slice 5
-        c.add(t0 + S * 13, 2); // slice 13: same bucket as slice 3, round 1 — the 4 must go
-        assert_eq!(c.sum(t0 + S * 13), 1 + 2);
-        assert_eq!(c.sum(t0 + S * 15), 2); // slice 5 has left the window too
-        assert_eq!(c.sum(t0 + S * 23), 0);
-    }
-
-    #[test]
-    fn forgets_everything_after_a_long_silence() {
-        let (c, t0) = counter(120, 120);
-        for s in 0..120 {
-            c.add(t0 + S * s, 1);
-        }
-        assert_eq!(c.sum(t0 + S * 119), 120);
-        // Exactly the same bucket indices, many rounds later: every tag is stale.
-        assert_eq!(c.sum(t0 + S * (120 * 1000 + 119)), 0);
-        c.add(t0 + S * (120 * 1000 + 5), 1);
-        assert_eq!(c.sum(t0 + S * (120 * 1000 + 119)), 1);
-    }
-
-    #[test]
-    fn a_write_from_a_lagging_clock_is_not_lost() {
-        let (c, t0) = counter(10, 10);
-        c.add(t0 + S * 12, 1); // bucket 2, round 1
-        c.add(t0 + S * 2, 1); // a thread whose `now` is a whole window behind: lands in round 1
-        assert_eq!(c.sum(t0 + S * 12), 2);
-        // And a reader a little behind the writers still sees the raced-ahead events.
-        let (c, t0) = counter(10, 10);
-        c.add(t0 + S * 5, 1);
-        assert_eq!(c.sum(t0 + S * 4), 1);
-    }
-
-    #[test]
-    fn take_back_only_touches_the_round_it_added_to() {
-        let (c, t0) = counter(10, 10);
-        let landed = c.add_landed(t0, 3).expect("n > 0 lands");
-        c.take_back(landed, 1);
-        assert_eq!(c.sum(t0), 2);
-        c.take_back(landed, 5); // saturates, never wraps
-        assert_eq!(c.sum(t0), 0);
-        assert_eq!(c.add_landed(t0, 0), None);
-        let old = c.add_landed(t0, 1).expect("lands");
-        c.add(t0 + S * 10, 4); // bucket 0, round 1: the round-0 event is gone
-        c.take_back(old, 1); // must not eat a round-1 event
-        assert_eq!(c.sum(t0 + S * 10), 4);
-    }
-
-    #[test]
-    fn degenerate_construction_is_clamped_not_panicking() {
-        let t0 = Instant::now();
-        let c = WindowedCounter::new(Duration::ZERO, 0, t0);
-        assert_eq!(c.buckets(), 1);
-        assert_eq!(c.slice(), Duration::from_nanos(1));
-        c.add(t0, 1);
-        assert_eq!(c.sum(t0), 1);
-        assert_eq!(c.sum(t0 + Duration::from_nanos(1)), 0);
-        let c = WindowedCounter::new(Duration::MAX, usize::MAX, t0);
-        assert_eq!(c.buckets(), MAX_BUCKETS);
-        c.add(t0, u64::MAX); // saturates the bucket at u32::MAX
-        assert_eq!(c.sum(t0), u64::from(u32::MAX));
-        // `now` before the origin counts as the origin's slice.
-        let c = WindowedCounter::new(Duration::from_secs(10), 10, t0 + S);
-        c.add(t0, 1);
-        assert_eq!(c.sum(t0 + S), 1);
-    }
-
-    #[test]
-    fn concurrent_adds_are_exact() {
-        let (c, t0) = counter(10, 10);
-        let c = Arc::new(c);
-        let threads: Vec<_> = (0..4)
-            .map(|t| {
-                let c = Arc::clone(&c);
-                std::thread::spawn(move || {
-                    for i in 0..50_000u64 {
-                        // Spread over several buckets, all inside one window.
-                        c.add(t0 + Duration::from_millis((i + t) % 9_000), 1);
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().expect("adder thread panicked");
-        }
-        assert_eq!(c.sum(t0 + S * 9), 200_000);
-    }
-
-    /// The per-bucket formula `sum` used before it was hoisted out of the loop: the most recent
-    /// slice ≡ i (mod len) not after `now`, its round, and a match on 0 or 1 round ahead.
-    fn reference_sum(c: &WindowedCounter, now: Instant) -> u64 {
-        let slice = c.slice_at(now);
-        let len = c.len();
-        let mut total = 0u64;
-        for (i, bucket) in c.buckets.iter().enumerate() {
-            let i = i as u64;
-            let expected: i64 = if slice >= i {
-                ((slice - (slice - i) % len) / len) as i64
-            } else {
-                -1
-            };
-            let (tag, count) = unpack(bucket.load(Ordering::SeqCst));
-            let ahead = tag.wrapping_sub(expected as u32) as i32;
-            if ahead == 0 || ahead == 1 {
-                total += u64::from(count);
-            }
-        }
-        total
-    }
-
-    proptest::proptest! {
-        /// `sum` and `sum_pair` agree with the reference formula at any `now`, after adds at
-        /// any times (lagging and raced-ahead writers included) and take-backs.
-        #[test]
-        fn sums_match_the_per_bucket_formula(
-            buckets in 1usize..14,
-            adds in proptest::collection::vec((0u64..40_000, 0u64..4, proptest::bool::ANY), 0..60),
-            reads in proptest::collection::vec(0u64..45_000, 1..12),
-        ) {
-            let t0 = Instant::now();
-            let ms = Duration::from_millis;
-            let a = WindowedCounter::new(Duration::from_secs(10), buckets, t0);
-            let b = WindowedCounter::new(Duration::from_secs(10), buckets, t0);
-            for (at, n, other) in adds {
-                let c = if other { &b } else { &a };
-                if let Some(landed) = c.add_landed(t0 + ms(at), n) {
-                    if at % 3 == 0 {
-                        c.take_back(landed, 1);
-                    }
-                }
-            }
-            for at in reads {
-                let now = t0 + ms(at);
-                proptest::prop_assert_eq!(a.sum(now), reference_sum(&a, now));
-                proptest::prop_assert_eq!(b.sum(now), reference_sum(&b, now));
-                proptest::prop_assert_eq!(a.sum_pair(&b, now), (a.sum(now), b.sum(now)));
-            }
-            // Counters of different geometry fall back to two plain sums.
-            let c = WindowedCounter::new(Duration::from_secs(7), buckets, t0);
-            c.add(t0, 2);
-            proptest::prop_assert_eq!(a.sum_pair(&c, t0), (a.sum(t0), c.sum(t0)));
-        }
-    }
-
-    #[test]
-    fn is_send_and_sync() {
-        fn check<T: Send + Sync>() {}
-        check::<WindowedCounter>();
-    }
-}
+mod tests;
