@@ -23,6 +23,9 @@ pub struct ProxyArgs {
     /// Zero-config form: an upstream task (host:port); repeat for a gateway over several tasks.
     #[arg(long, value_name = "HOST:PORT", requires = "listen")]
     upstream: Vec<String>,
+    /// Zero-config form: data-plane threads (default: one per CPU; `--check` shows the value).
+    #[arg(long, value_name = "N", requires = "listen")]
+    threads: Option<usize>,
     /// Validate the configuration, print the effective configuration as JSON, and exit.
     #[arg(long)]
     check: bool,
@@ -36,6 +39,7 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
         (None, Some(listen)) if !args.upstream.is_empty() => Source::Flags {
             listen,
             upstreams: args.upstream.clone(),
+            threads: args.threads,
         },
         _ => {
             return Err(UsageError(

@@ -5,10 +5,18 @@
 //! connections cost memory and file descriptors whether or not they carry requests
 //! ("connections are load too"); closing them after accept costs a handshake each and invites
 //! instant reconnects, while leaving them in the kernel's backlog makes clients wait (or time
-//! out) at no cost to the proxy. Slow clients are bounded by hyper's header-read timeout
+//! out) at no cost to the proxy. (Each accept loop — one per data-plane thread — holds at most
+//! one accepted connection, unread, while it waits for a slot.) Slow clients are bounded by hyper's header-read timeout
 //! (HTTP/1.1), oversized heads by its read buffer (431) and HTTP/2 header-list limit. With the
 //! `tls` feature and `[listen.tls]`, connections are TLS (ALPN h2/http1.1), the handshake
 //! bounded by the same header-read timeout.
+//!
+//! Why one listening socket per data-plane thread (`SO_REUSEPORT`, [`bind_per_thread`]): with
+//! one socket per thread the kernel spreads new connections across the threads and each thread
+//! accepts and serves its own, with no hand-off between threads (the layout nginx uses with
+//! `reuseport`, and the one Linux added the option for: "SO_REUSEPORT", LWN 542629, 2013). Where
+//! the option is missing the threads share one socket, which still works (each accepts from
+//! it) but wakes them all on each connection.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -35,8 +43,21 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
+    let cap = Arc::new(Semaphore::new(state.config().listen.max_connections));
+    serve_capped(listener, state, tls, cap, shutdown, drain).await;
+}
+
+/// [`serve`] with the connection cap `cap` shared with other listeners (one per data-plane
+/// thread, one cap for the process).
+pub async fn serve_capped(
+    listener: TcpListener,
+    state: Arc<ProxyState>,
+    tls: Option<Acceptor>,
+    cap: Arc<Semaphore>,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) {
     let listen = state.config().listen.clone();
-    let cap = Arc::new(Semaphore::new(listen.max_connections));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -51,17 +72,6 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
-        // Back-pressure: take a connection slot before accepting.
-        let slot = match Arc::clone(&cap).try_acquire_owned() {
-            Ok(s) => s,
-            Err(_) => {
-                state.faults.count(Fault::ConnectionCap);
-                tokio::select! {
-                    s = Arc::clone(&cap).acquire_owned() => match s { Ok(s) => s, Err(_) => break },
-                    _ = &mut shutdown => break,
-                }
-            }
-        };
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
@@ -73,6 +83,20 @@ pub async fn serve(
                 }
             },
             _ = &mut shutdown => break,
+        };
+        // Back-pressure: at the cap this loop holds the connection it has just accepted, unread,
+        // and accepts nothing more until a slot frees. (Taking the slot *before* accepting
+        // would be exact for one listener, but with one listener per thread an idle thread
+        // would hoard a slot while another thread's clients wait.)
+        let slot = match Arc::clone(&cap).try_acquire_owned() {
+            Ok(s) => s,
+            Err(_) => {
+                state.faults.count(Fault::ConnectionCap);
+                tokio::select! {
+                    s = Arc::clone(&cap).acquire_owned() => match s { Ok(s) => s, Err(_) => break },
+                    _ = &mut shutdown => break,
+                }
+            }
         };
         let _ = stream.set_nodelay(true);
         metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
@@ -154,4 +178,94 @@ fn count_connection_error(state: &ProxyState, e: &(dyn std::error::Error + 'stat
 /// Binds `addr` (helper for the binary and tests).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
+}
+
+/// Listening sockets for the data-plane threads.
+#[derive(Debug)]
+pub struct Bound {
+    /// One socket per thread (`SO_REUSEPORT`), or a single socket the threads share.
+    pub sockets: Vec<std::net::TcpListener>,
+    /// The bound address (the real port when port 0 was asked for).
+    pub addr: SocketAddr,
+    /// Why the threads share one socket, when they do.
+    pub shared_because: Option<String>,
+}
+
+/// Pending connections the kernel queues per socket (tokio's `TcpListener::bind` uses 1024).
+const BACKLOG: i32 = 1024;
+
+/// Binds `threads` sockets to `addr` with `SO_REUSEPORT` (non-blocking, ready for
+/// `TcpListener::from_std`), or one socket when the option is unavailable or `threads` is 1.
+///
+/// The address is first bound once *without* `SO_REUSEPORT` and released: `SO_REUSEPORT` lets
+/// any process of the same user join a group, so without this check a second proxy started on
+/// a port in use would silently take half its connections instead of failing. With it, binding
+/// a port something already listens on fails with "address in use" as before, and a later
+/// process doing the same check fails against ours.
+pub fn bind_per_thread(addr: SocketAddr, threads: usize) -> std::io::Result<Bound> {
+    let probe = socket(addr)?;
+    probe.bind(&addr.into())?;
+    let addr = probe
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| std::io::Error::other("the bound address is not an IP socket address"))?;
+    if threads <= 1 {
+        probe.listen(BACKLOG)?;
+        probe.set_nonblocking(true)?;
+        return Ok(Bound {
+            sockets: vec![probe.into()],
+            addr,
+            shared_because: None,
+        });
+    }
+    drop(probe);
+    match reuseport_group(addr, threads) {
+        Ok(sockets) => Ok(Bound {
+            sockets,
+            addr,
+            shared_because: None,
+        }),
+        Err(why) => {
+            let one = socket(addr)?;
+            one.bind(&addr.into())?;
+            one.listen(BACKLOG)?;
+            one.set_nonblocking(true)?;
+            Ok(Bound {
+                sockets: vec![one.into()],
+                addr,
+                shared_because: Some(format!("SO_REUSEPORT unavailable ({why})")),
+            })
+        }
+    }
+}
+
+fn socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    // As tokio's bind: a restart may bind while old connections sit in TIME_WAIT.
+    #[cfg(unix)]
+    s.set_reuse_address(true)?;
+    Ok(s)
+}
+
+#[cfg(unix)]
+fn reuseport_group(
+    addr: SocketAddr,
+    threads: usize,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    let mut out = Vec::with_capacity(threads);
+    for _ in 0..threads {
+        let s = socket(addr)?;
+        s.set_reuse_port(true)?;
+        s.bind(&addr.into())?;
+        s.listen(BACKLOG)?;
+        s.set_nonblocking(true)?;
+        out.push(s.into());
+    }
+    Ok(out)
+}
+
+#[cfg(not(unix))]
+fn reuseport_group(_: SocketAddr, _: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
+    Err(std::io::Error::other("not a Unix system"))
 }

@@ -3,6 +3,16 @@
 //! Why a blocking entry point in the library: the `spillway` binary stays a thin CLI (it needs
 //! no async runtime of its own), and tests and benchmarks can start the same thing in-process
 //! with [`start`].
+//!
+//! Why thread-per-core in [`run`]: on tokio's work-stealing runtime a request's tasks (client
+//! connection, upstream connection) wake each other across worker threads, a futex call each
+//! time (about 0.64 per request measured with `strace -c`, BENCHMARKS.md), and a proxy's work per
+//! request is small enough for that to show. So the CLI runs `[listen] threads` single-threaded
+//! runtimes, each with its own listening socket (`SO_REUSEPORT`) and its own upstream
+//! connections: a request is accepted, admitted, forwarded and answered on one thread. What
+//! must be seen by every request — the admission controller, quotas, throttles, balancing
+//! counts, metrics — is shared through `Arc`s and atomics as before. The admin listener,
+//! signals, reloads and health checks run on one more small runtime on the calling thread.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,6 +34,8 @@ pub enum Source {
         listen: SocketAddr,
         /// Upstream tasks.
         upstreams: Vec<String>,
+        /// Data-plane threads (`--threads`; `None`: one per CPU).
+        threads: Option<usize>,
     },
 }
 
@@ -54,10 +66,17 @@ pub enum RunError {
 pub fn load(source: &Source) -> Result<Arc<ProxyState>, ConfigError> {
     match source {
         Source::File(path) => ProxyState::from_file(path.clone()),
-        Source::Flags { listen, upstreams } => {
+        Source::Flags {
+            listen,
+            upstreams,
+            threads,
+        } => {
             let mut cfg = ProxyConfig::default();
             cfg.listen.address = *listen;
             cfg.upstream.addresses = upstreams.clone();
+            if let Some(n) = threads {
+                cfg.listen.threads = *n;
+            }
             config::check(&cfg, "command line")?;
             ProxyState::new(cfg, "command line", None)
         }
@@ -105,7 +124,7 @@ pub async fn start(state: Arc<ProxyState>, addr: Option<SocketAddr>) -> Result<R
         let shutdown = async move {
             let _ = rx.wait_for(|v| *v).await;
         };
-        crate::listener::serve(listener, st, tls, shutdown, Duration::from_secs(5)).await;
+        crate::listener::serve(listener, st, tls, shutdown, DRAIN).await;
     });
     Ok(Running {
         addr,
@@ -115,32 +134,50 @@ pub async fn start(state: Arc<ProxyState>, addr: Option<SocketAddr>) -> Result<R
     })
 }
 
-/// Runs the proxy until SIGINT/SIGTERM: data listener, admin listener (if enabled), SIGHUP
-/// reloads the `--config` file (an invalid file is refused and the old configuration kept).
+/// How long open connections get to finish on shutdown.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Runs the proxy until SIGINT/SIGTERM: `[listen] threads` data-plane threads (see the module
+/// doc), the admin listener (if enabled); SIGHUP reloads the `--config` file (an invalid file
+/// is refused and the old configuration kept).
 pub fn run(source: Source) -> Result<(), RunError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let io = |what: &str| {
+        let what = what.to_string();
+        move |source| RunError::Io { what, source }
+    };
+    // The control runtime: admin API, signals, reloads, health checks, host CPU sampling.
+    let control = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .thread_name("spillway-control")
         .build()
-        .map_err(|source| RunError::Io {
-            what: "cannot start the async runtime".into(),
-            source,
-        })?;
-    rt.block_on(async move {
+        .map_err(io("cannot start the async runtime"))?;
+    // Loaded inside the runtime (health checks and samplers start on it); the admin listener
+    // is bound before anything serves, so a taken port stops the start with its reason.
+    let (state, admin) = control.block_on(async {
         let state = load(&source)?;
-        let running = start(Arc::clone(&state), None).await?;
-        crate::metrics::log(&format!(
-            "listening on {} -> {}",
-            running.addr,
-            state.config().upstream.addresses.join(", ")
-        ));
         let admin_cfg = state.config().admin.clone();
-        let (admin_stop, admin_rx) = tokio::sync::watch::channel(false);
         let admin = if admin_cfg.enabled {
-            // Bound before serving so that a taken port stops the start with its reason.
             let listen = admin_cfg.listen;
             let server = crate::admin::AdminServer::bind(Arc::clone(&state), admin_cfg)
                 .await
                 .map_err(|e| RunError::Admin(e.to_string()))?;
+            Some((server, listen))
+        } else {
+            None
+        };
+        Ok::<_, RunError>((state, admin))
+    })?;
+    let data = start_threads(&state)?;
+    crate::metrics::log(&format!(
+        "listening on {} -> {} ({})",
+        data.addr,
+        state.config().upstream.addresses.join(", "),
+        data.layout
+    ));
+
+    let result = control.block_on(async move {
+        let (admin_stop, admin_rx) = tokio::sync::watch::channel(false);
+        let admin = if let Some((server, listen)) = admin {
             crate::metrics::log(&format!("admin API on {listen}"));
             let mut rx = admin_rx.clone();
             Some(tokio::spawn(async move {
@@ -157,13 +194,123 @@ pub fn run(source: Source) -> Result<(), RunError> {
         wait_for_signals(&state).await;
         crate::metrics::log("shutting down: draining connections");
         let _ = admin_stop.send(true);
-        running.shutdown().await;
         if let Some(a) = admin {
             if let Ok(Err(e)) = a.await {
                 return Err(RunError::Admin(e));
             }
         }
         Ok(())
+    });
+    // Also on an admin error: the data threads stop accepting and drain (each up to DRAIN).
+    data.shutdown();
+    result
+}
+
+/// The data plane of [`run`]: `[listen] threads` threads, each serving its own listener on its
+/// own single-threaded runtime.
+#[derive(Debug)]
+pub struct DataPlane {
+    /// The bound address (the real port when port 0 was asked for).
+    pub addr: SocketAddr,
+    /// How the threads listen, for the start-up log line: one `SO_REUSEPORT` socket each, or
+    /// one shared socket and why.
+    pub layout: String,
+    /// Whether each thread has a listening socket of its own.
+    pub reuseport: bool,
+    stop: tokio::sync::watch::Sender<bool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl DataPlane {
+    /// Number of data-plane threads.
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Stops accepting, lets each thread drain its open connections (up to 5 s) and joins the
+    /// threads (blocking).
+    pub fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.threads {
+            if t.join().is_err() {
+                crate::metrics::log("a data-plane thread panicked while draining");
+            }
+        }
+    }
+}
+
+/// Binds the configured listener once per data-plane thread and starts the threads (what
+/// [`run`] does; tests call it in-process). The admin listener is not started. Health checks
+/// and samplers run on the runtime current when `state` was built.
+pub fn start_threads(state: &Arc<ProxyState>) -> Result<DataPlane, RunError> {
+    let io = |what: &str| {
+        let what = what.to_string();
+        move |source| RunError::Io { what, source }
+    };
+    let listen = state.config().listen.clone();
+    let bound = crate::listener::bind_per_thread(listen.address, listen.threads)
+        .map_err(io(&format!("cannot listen on {}", listen.address)))?;
+    let tls = crate::tls::acceptor(&listen).map_err(RunError::Tls)?;
+    let cap = Arc::new(tokio::sync::Semaphore::new(listen.max_connections));
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+
+    // Every fallible step (runtimes, registering the sockets) before any thread starts.
+    let mut workers = Vec::with_capacity(listen.threads);
+    for i in 0..listen.threads {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io("cannot start a data-plane runtime"))?;
+        // With one shared socket, each thread accepts from its own handle on it.
+        let std_listener = bound
+            .sockets
+            .get(i)
+            .or_else(|| bound.sockets.first())
+            .ok_or_else(|| std::io::Error::other("no listening socket was bound"))
+            .and_then(std::net::TcpListener::try_clone)
+            .map_err(io("cannot share the listening socket"))?;
+        let listener = {
+            let _in_rt = rt.enter();
+            tokio::net::TcpListener::from_std(std_listener)
+                .map_err(io("cannot register the listening socket"))?
+        };
+        workers.push((rt, listener));
+    }
+    drop(bound.sockets);
+    let mut threads = Vec::with_capacity(workers.len());
+    for (i, (rt, listener)) in workers.into_iter().enumerate() {
+        let (state, tls, cap, mut rx) = (
+            Arc::clone(state),
+            tls.clone(),
+            Arc::clone(&cap),
+            stop_rx.clone(),
+        );
+        let t = std::thread::Builder::new()
+            .name(format!("spillway-data-{i}"))
+            .spawn(move || {
+                crate::upstream::mark_data_thread();
+                rt.block_on(async move {
+                    let shutdown = async move {
+                        let _ = rx.wait_for(|v| *v).await;
+                    };
+                    crate::listener::serve_capped(listener, state, tls, cap, shutdown, DRAIN).await;
+                });
+            })
+            .map_err(io("cannot start a data-plane thread"))?;
+        threads.push(t);
+    }
+    let n = threads.len();
+    let layout = match &bound.shared_because {
+        None if n > 1 => format!("{n} data-plane threads, one SO_REUSEPORT listener each"),
+        None => "1 data-plane thread".to_string(),
+        Some(why) => format!("{n} data-plane threads sharing one listener: {why}"),
+    };
+    Ok(DataPlane {
+        addr: bound.addr,
+        layout,
+        reuseport: bound.shared_because.is_none() && n > 1,
+        stop,
+        threads,
     })
 }
 

@@ -58,6 +58,7 @@ async fn zero_config_form() {
     let state = load(&Source::Flags {
         listen: "127.0.0.1:0".parse().unwrap(),
         upstreams: vec![b.addr.to_string()],
+        threads: None,
     })
     .unwrap();
     assert!(matches!(
@@ -75,6 +76,7 @@ async fn zero_config_form() {
     let e = load(&Source::Flags {
         listen: "127.0.0.1:0".parse().unwrap(),
         upstreams: vec!["localhost".into()],
+        threads: None,
     })
     .unwrap_err();
     assert_eq!(

@@ -186,7 +186,7 @@ pub(super) async fn forward(
                 );
             }
         };
-        let client = if http2 { &pool.http2 } else { &pool.http1 };
+        let client = pool.client(http2);
         let mut timeout = Duration::from_millis(cfg.request_timeout_ms);
         if let Some(d) = class.deadline {
             timeout = timeout.min(d.saturating_duration_since(now));

@@ -11,10 +11,19 @@
 //! Connections are load too: each task has a bounded number of request slots (HTTP/1.1: one
 //! connection each; HTTP/2: streams on one connection) shared by every client connection, and
 //! idle upstream connections are closed after `idle_timeout_ms` (hyper-util's pool).
+//!
+//! Why a connection pool per data-plane thread: `spillway proxy` runs one single-threaded
+//! runtime per core (`crate::run`). hyper-util's client spawns each upstream connection's task
+//! on the runtime that opened it, so one client shared by every thread would hand a connection
+//! opened on thread A to a request on thread B, and every request and response would cross
+//! threads (a futex wake each way). So a thread marked with [`mark_data_thread`] gets its own
+//! clients from [`Pool::client`]; other threads (tests, health checks, the admin runtime) share
+//! one. Slots, throttles, balancing and ejection stay shared: they are the policy.
 
 mod eject;
 mod health;
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,6 +38,7 @@ use spillway_core::retry::RetryPolicy;
 use spillway_core::signal::{LoadSignal, ManualSignal};
 use spillway_core::throttle::AdaptiveThrottle;
 use spillway_core::window::WindowedCounter;
+use thread_local::ThreadLocal;
 use tokio::sync::Semaphore;
 
 pub use eject::{max_ejected, Ejection};
@@ -120,15 +130,39 @@ pub struct TaskStatus {
     pub failures_total: u64,
 }
 
+thread_local! {
+    static DATA_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as a data-plane thread with its own single-threaded runtime: from
+/// now on [`Pool::client`] gives it connection pools of its own.
+pub fn mark_data_thread() {
+    DATA_THREAD.with(|d| d.set(true));
+}
+
+/// An upstream HTTP client.
+pub type UpstreamClient = Client<HttpConnector, ProxyBody>;
+
+/// The two clients of one pool on one thread.
+#[derive(Debug)]
+struct Clients {
+    http1: UpstreamClient,
+    http2: UpstreamClient,
+}
+
 /// The upstream tasks and how to reach them.
 #[derive(Debug)]
 pub struct Pool {
     tasks: Vec<Arc<Task>>,
     retry: RetryPolicy,
-    /// HTTP/1.1 client (pooled connections).
-    pub http1: Client<HttpConnector, ProxyBody>,
-    /// HTTP/2 cleartext client (prior knowledge; one multiplexed connection per task).
-    pub http2: Client<HttpConnector, ProxyBody>,
+    /// HTTP/1.1 client (pooled connections) shared by threads not marked as data-plane
+    /// threads (health checks, in-process proxies on a multi-thread runtime).
+    pub http1: UpstreamClient,
+    /// HTTP/2 cleartext client (prior knowledge; one multiplexed connection per task), shared
+    /// like `http1`.
+    pub http2: UpstreamClient,
+    /// Each data-plane thread's own clients, built on its first request.
+    local: ThreadLocal<Clients>,
     /// The configuration this pool was built from.
     pub cfg: UpstreamConfig,
     /// Read `x-spillway-cost` from responses as the actual cost.
@@ -173,33 +207,35 @@ impl Pool {
                 failures: AtomicU64::new(0),
             }));
         }
-        let connector = || {
-            let mut c = HttpConnector::new();
-            c.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
-            c.set_nodelay(true);
-            c
-        };
-        let idle = Duration::from_millis(cfg.idle_timeout_ms);
-        let http1 = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(idle)
-            .pool_max_idle_per_host(cfg.max_idle_per_task)
-            .build(connector());
-        let http2 = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(idle)
-            .http2_only(true)
-            .build(connector());
+        let Clients { http1, http2 } = clients(cfg);
         Ok(Pool {
             tasks,
             retry: RetryPolicy::new(cfg.retry.clone(), origin)
                 .map_err(|e| format!("retry: {e}"))?,
             http1,
             http2,
+            local: ThreadLocal::new(),
             cfg: cfg.clone(),
             cost_header: signals.cost_header,
             origin,
             orca_max_age: Duration::from_millis(signals.orca_max_age_ms),
             health: Mutex::new(None),
         })
+    }
+
+    /// The client to send with: this thread's own if it is a data-plane thread
+    /// ([`mark_data_thread`]), else the shared one.
+    pub fn client(&self, http2: bool) -> &UpstreamClient {
+        let c = if DATA_THREAD.with(Cell::get) {
+            self.local.get_or(|| clients(&self.cfg))
+        } else {
+            return if http2 { &self.http2 } else { &self.http1 };
+        };
+        if http2 {
+            &c.http2
+        } else {
+            &c.http1
+        }
     }
 
     /// Starts active health checks if enabled (needs a tokio runtime; idempotent).
@@ -366,6 +402,25 @@ impl Pool {
     }
 }
 
+fn clients(cfg: &UpstreamConfig) -> Clients {
+    let connector = || {
+        let mut c = HttpConnector::new();
+        c.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
+        c.set_nodelay(true);
+        c
+    };
+    let idle = Duration::from_millis(cfg.idle_timeout_ms);
+    let http1 = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(idle)
+        .pool_max_idle_per_host(cfg.max_idle_per_task)
+        .build(connector());
+    let http2 = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(idle)
+        .http2_only(true)
+        .build(connector());
+    Clients { http1, http2 }
+}
+
 #[derive(Debug)]
 struct OrcaSignal(std::sync::Weak<Pool>);
 
@@ -465,6 +520,36 @@ mod tests {
             ..UpstreamConfig::default()
         };
         Pool::new(&cfg, &SignalsConfig::default()).unwrap()
+    }
+
+    /// A data-plane thread gets clients of its own (so a pooled connection, whose task runs on
+    /// the runtime that opened it, is only used by the thread that opened it); other threads
+    /// share one.
+    #[test]
+    fn data_threads_get_their_own_clients() {
+        let p = Arc::new(pool(1));
+        let shared = p.client(false) as *const UpstreamClient as usize;
+        assert_eq!(shared, &p.http1 as *const UpstreamClient as usize);
+        // Both threads alive at once (a finished thread's slot may be given to a new one).
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let on_thread = |p: Arc<Pool>, barrier: Arc<std::sync::Barrier>| {
+            std::thread::spawn(move || {
+                mark_data_thread();
+                let a = p.client(false) as *const UpstreamClient as usize;
+                let b = p.client(false) as *const UpstreamClient as usize;
+                let h2 = p.client(true) as *const UpstreamClient as usize;
+                assert_eq!(a, b, "the same thread keeps its clients");
+                assert_ne!(a, h2);
+                barrier.wait();
+                a
+            })
+        };
+        let h1 = on_thread(Arc::clone(&p), Arc::clone(&barrier));
+        let h2 = on_thread(Arc::clone(&p), barrier);
+        let (t1, t2) = (h1.join().unwrap(), h2.join().unwrap());
+        assert_ne!(t1, shared);
+        assert_ne!(t2, shared);
+        assert_ne!(t1, t2, "two data threads, two pools");
     }
 
     #[test]

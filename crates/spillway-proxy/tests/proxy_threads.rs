@@ -1,0 +1,188 @@
+//! The thread-per-core data plane of `spillway proxy` (`run::start_threads`): one listening
+//! socket per thread on one port (`SO_REUSEPORT`) without letting a second process join it,
+//! requests served on every thread with per-thread upstream connections, one connection cap for
+//! the process, graceful drain, and the `threads` setting.
+
+mod proxy_support;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proxy_support::{backend, read_head};
+use spillway_proxy::listener::bind_per_thread;
+use spillway_proxy::run::{load, start_threads, DataPlane, Source};
+use spillway_proxy::ProxyState;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn data_plane(toml: &str) -> (Arc<ProxyState>, DataPlane) {
+    let mut cfg = spillway_proxy::config::parse(toml, "test.toml").expect("valid config");
+    cfg.admin.enabled = false;
+    cfg.listen.address = "127.0.0.1:0".parse().unwrap();
+    let state = ProxyState::new(cfg, "test", None).expect("state");
+    let dp = start_threads(&state).expect("data plane");
+    (state, dp)
+}
+
+async fn shutdown(dp: DataPlane) {
+    tokio::task::spawn_blocking(move || dp.shutdown())
+        .await
+        .unwrap();
+}
+
+#[test]
+fn one_port_for_all_threads_and_a_taken_port_is_refused() {
+    let b = bind_per_thread("127.0.0.1:0".parse().unwrap(), 3).unwrap();
+    assert_ne!(b.addr.port(), 0);
+    #[cfg(target_os = "linux")]
+    {
+        assert_eq!(b.sockets.len(), 3, "one socket per thread");
+        assert!(b.shared_because.is_none());
+    }
+    for s in &b.sockets {
+        assert_eq!(s.local_addr().unwrap(), b.addr);
+    }
+    // SO_REUSEPORT would let a second group join silently; the plain bind first refuses it.
+    let e = bind_per_thread(b.addr, 2).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    assert!(std::net::TcpListener::bind(b.addr).is_err());
+    // And a port a plain listener holds is refused too.
+    let plain = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let e = bind_per_thread(plain.local_addr().unwrap(), 2).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_thread_serves_with_its_own_upstream_connections() {
+    let b = backend("b").await;
+    let (_state, dp) = data_plane(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nthreads = 2\n",
+        b.addr
+    ));
+    assert_eq!(dp.threads(), 2);
+    let addr = dp.addr;
+    // A new client connection each time: the kernel spreads them over both sockets (by a
+    // hash of the 4-tuple; all 40 on one of two sockets has odds 2^-39).
+    for i in 0..40 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "request {i}: {out}");
+        assert!(
+            out.contains("b GET /x"),
+            "request {i} reached the backend: {out}"
+        );
+    }
+    // Sequential requests: one pooled upstream connection would do for a shared pool; each
+    // thread opened its own.
+    let upstream_conns = b.accepted.load(Ordering::SeqCst);
+    assert!(
+        upstream_conns >= 2,
+        "each data-plane thread opens its own upstream connections: {upstream_conns}"
+    );
+    shutdown(dp).await;
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "no listener left after shutdown"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_is_one_for_all_threads() {
+    let b = backend("b").await;
+    let (state, dp) = data_plane(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nthreads = 2\nmax_connections = 2\n",
+        b.addr
+    ));
+    let c1 = TcpStream::connect(dp.addr).await.unwrap();
+    let _c2 = TcpStream::connect(dp.addr).await.unwrap();
+    // With a cap per thread, some of these would land on a thread with a free slot.
+    let mut waiting = Vec::new();
+    for _ in 0..6 {
+        let mut c = TcpStream::connect(dp.addr).await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        waiting.push(c);
+    }
+    for c in &mut waiting {
+        let mut buf = [0u8; 16];
+        let r = tokio::time::timeout(Duration::from_millis(200), c.read(&mut buf)).await;
+        assert!(r.is_err(), "no third connection served while two are open");
+    }
+    assert!(
+        state
+            .faults
+            .get(spillway_proxy::metrics::Fault::ConnectionCap)
+            >= 1
+    );
+    drop(c1);
+    // A freed slot lets one waiting connection in (whichever thread its socket belongs to).
+    let served = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            for c in &mut waiting {
+                let mut buf = [0u8; 12];
+                if let Ok(Ok(n)) =
+                    tokio::time::timeout(Duration::from_millis(50), c.read(&mut buf)).await
+                {
+                    return String::from_utf8_lossy(&buf[..n]).into_owned();
+                }
+            }
+        }
+    })
+    .await
+    .expect("a waiting connection is served once a slot frees");
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    drop(waiting);
+    shutdown(dp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_requests_in_flight() {
+    let b = backend("b").await;
+    let (_state, dp) = data_plane(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nthreads = 2\n",
+        b.addr
+    ));
+    let mut c = TcpStream::connect(dp.addr).await.unwrap();
+    c.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Wait until the backend has the request, then stop the proxy.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while b.max_active.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("request reached the backend");
+    let stopping = tokio::task::spawn_blocking(move || dp.shutdown());
+    let head = read_head(&mut c).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "drained, not cut: {head}");
+    stopping.await.unwrap();
+}
+
+#[test]
+fn threads_default_flag_and_validation() {
+    let flags = |threads| Source::Flags {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        upstreams: vec!["127.0.0.1:9".into()],
+        threads,
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(load(&flags(None)).unwrap().config().listen.threads, cpus);
+    assert_eq!(load(&flags(Some(3))).unwrap().config().listen.threads, 3);
+    let e = load(&flags(Some(0))).unwrap_err().to_string();
+    assert!(
+        e.contains("listen.threads") && e.contains("1 ..= 1024"),
+        "{e}"
+    );
+    let e = spillway_proxy::config::parse("[listen]\nthreads = 5000\n", "c.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("listen.threads") && e.contains("5000"), "{e}");
+}
