@@ -8,17 +8,21 @@
 //! overload, gRPC `RESOURCE_EXHAUSTED`/`UNAVAILABLE` as Trailers-Only), the very mapping the
 //! tower server layer uses, so a service behind the layer and one behind the proxy refuse alike.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 use spillway_core::controller::Refusal;
+use spillway_core::Criticality;
 use spillway_tower::server::reject::{self, REASON};
 use spillway_tower::wire::{self, HeaderError, OverloadGiveUp, Protocol, Pushback};
 
 use crate::controls::ControlRefusal;
 use crate::upstream::{empty_body, full_body, ProxyBody};
 
+/// The content type of the proxy's own plain-text bodies.
+const TEXT: &str = "text/plain; charset=utf-8";
 /// gRPC `INVALID_ARGUMENT`.
 const GRPC_INVALID_ARGUMENT: u16 = 3;
 /// gRPC `DEADLINE_EXCEEDED`.
@@ -44,10 +48,8 @@ pub fn error(
             body.push('\n');
             let mut res = Response::new(full_body(Bytes::from(body)));
             *res.status_mut() = status;
-            res.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
+            res.headers_mut()
+                .insert(http::header::CONTENT_TYPE, HeaderValue::from_static(TEXT));
             res
         }
     };
@@ -86,13 +88,26 @@ pub fn refusal(r: &Refusal, protocol: Protocol) -> Response<ProxyBody> {
 
 /// An incident control refused (never worth retrying elsewhere: the cut is fleet-wide).
 pub fn control_refusal(c: &ControlRefusal, protocol: Protocol) -> Response<ProxyBody> {
-    let mut res = error(
-        protocol,
-        StatusCode::SERVICE_UNAVAILABLE,
-        wire::GRPC_UNAVAILABLE,
-        c.reason(),
-        c.to_string(),
-    );
+    let mut res = match (c, protocol) {
+        // During an incident every refused request carries the same text: formatted once.
+        (ControlRefusal::Shed { below }, Protocol::Http) => {
+            let mut res =
+                Response::new(full_body(Bytes::from_static(shed_body(*below).as_bytes())));
+            *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            res.headers_mut()
+                .insert(http::header::CONTENT_TYPE, HeaderValue::from_static(TEXT));
+            res.headers_mut()
+                .insert(REASON, HeaderValue::from_static(c.reason()));
+            res
+        }
+        _ => error(
+            protocol,
+            StatusCode::SERVICE_UNAVAILABLE,
+            wire::GRPC_UNAVAILABLE,
+            c.reason(),
+            c.to_string(),
+        ),
+    };
     retry_headers(
         &mut res,
         protocol,
@@ -100,6 +115,18 @@ pub fn control_refusal(c: &ControlRefusal, protocol: Protocol) -> Response<Proxy
         !c.retryable_elsewhere(),
     );
     res
+}
+
+/// The body of a shed-below refusal (one string per criticality, made on first use and kept
+/// for the life of the process: at most four).
+fn shed_body(below: Criticality) -> &'static str {
+    static BODIES: [OnceLock<&'static str>; 4] = [const { OnceLock::new() }; 4];
+    let i = below.index().min(BODIES.len() - 1);
+    BODIES[i].get_or_init(|| {
+        let mut s = ControlRefusal::Shed { below }.to_string();
+        s.push('\n');
+        Box::leak(s.into_boxed_str())
+    })
 }
 
 /// A malformed Spillway header (400 / `INVALID_ARGUMENT`), naming it and what it accepts.
@@ -185,8 +212,30 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
     use spillway_core::controller::RefusalReason;
-    use spillway_core::Criticality;
     use spillway_tower::server::reject::refusal_response;
+
+    /// The cached shed-below answer is the one `error` builds from the refusal's text.
+    #[tokio::test]
+    async fn cached_shed_refusal_matches_the_formatted_one() {
+        for below in Criticality::ALL {
+            let c = ControlRefusal::Shed { below };
+            let cached = control_refusal(&c, Protocol::Http);
+            let mut fresh = error(
+                Protocol::Http,
+                StatusCode::SERVICE_UNAVAILABLE,
+                wire::GRPC_UNAVAILABLE,
+                c.reason(),
+                c.to_string(),
+            );
+            retry_headers(&mut fresh, Protocol::Http, DEFAULT_RETRY_AFTER, true);
+            assert_eq!(cached.status(), fresh.status(), "{below}");
+            assert_eq!(cached.headers(), fresh.headers(), "{below}");
+            let a = cached.into_body().collect().await.unwrap().to_bytes();
+            let b = fresh.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(a, b, "{below}");
+            assert!(String::from_utf8_lossy(&a).contains(below.as_str()));
+        }
+    }
 
     /// The proxy answers a refusal exactly as spillway-tower's server layer does (one mapping):
     /// same status, headers and body, for every reason, both dialects, with and without delay.
