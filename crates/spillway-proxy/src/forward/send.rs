@@ -37,7 +37,7 @@ pub(super) struct Upgrade {
 pub(super) async fn forward(
     state: &Arc<ProxyState>,
     rt: &Arc<Runtime>,
-    parts: http::request::Parts,
+    mut parts: http::request::Parts,
     body: Incoming,
     protocol: Protocol,
     class: &crate::route::Classified,
@@ -176,16 +176,23 @@ pub(super) async fn forward(
                 }
             },
         };
-        let req = match upstream_request(&parts, &task, send_body, http2, attempt, protocol) {
-            Ok(r) => r,
-            Err(e) => {
-                permit.set_outcome(Outcome::Ignore);
-                return (
-                    respond::internal(protocol, format!("cannot build the upstream request: {e}")),
-                    None,
-                );
-            }
-        };
+        // With one task there is never a second attempt (retries go to *another* task), so the
+        // headers can move into the upstream request instead of being copied for a retry.
+        let last = pool.tasks().len() <= 1;
+        let req =
+            match upstream_request(&mut parts, last, &task, send_body, http2, attempt, protocol) {
+                Ok(r) => r,
+                Err(e) => {
+                    permit.set_outcome(Outcome::Ignore);
+                    return (
+                        respond::internal(
+                            protocol,
+                            format!("cannot build the upstream request: {e}"),
+                        ),
+                        None,
+                    );
+                }
+            };
         let client = pool.client(http2);
         let mut timeout = Duration::from_millis(cfg.request_timeout_ms);
         if let Some(d) = class.deadline {
@@ -410,14 +417,20 @@ fn pool_signals_cost(pool: &Pool) -> bool {
 }
 
 fn upstream_request(
-    parts: &http::request::Parts,
+    parts: &mut http::request::Parts,
+    last: bool,
     task: &Task,
     body: ProxyBody,
     http2: bool,
     attempt: u32,
     protocol: Protocol,
 ) -> Result<Request<ProxyBody>, http::Error> {
-    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    // A clone of the parsed path (shared bytes), not a re-parse of its text.
+    let pq = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     let uri = http::Uri::builder()
         .scheme("http")
         .authority(task.authority.clone())
@@ -426,7 +439,11 @@ fn upstream_request(
     let mut req = Request::new(body);
     *req.method_mut() = parts.method.clone();
     *req.uri_mut() = uri;
-    *req.headers_mut() = parts.headers.clone();
+    *req.headers_mut() = if last {
+        std::mem::take(&mut parts.headers)
+    } else {
+        parts.headers.clone()
+    };
     if http2 {
         *req.version_mut() = Version::HTTP_2;
         req.headers_mut().remove(header::HOST);
