@@ -32,18 +32,26 @@ fi
 
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
 
-# The full demo's scenario (DemoConfig::full in crates/spillway-load/src/demo): capacity 100/s.
+# The full demo's scenario (DemoConfig::full in crates/spillway-load/src/demo): capacity 100/s,
+# two streams offered at once — customer `good` steady, customer `noisy` ramping and jumping —
+# exactly as `spillway demo --print-streams` lists them; `demo --from-json` merges the two
+# reports of each run (same title).
+mapfile -t STREAMS < <("$BIN" demo --print-streams)
 load() { # $1 = title, $2 = target
-  "$BIN" load --target "$2" --title "$1" --quiet \
-    --rate "stages:50/3s,50..1000/16s,50/5s,1000/5s,50/5s" --timeout 1s --attempts 3 \
-    --class criticality=CRITICAL,customer=good,weight=1 \
-    --class criticality=SHEDDABLE_PLUS,customer=good,weight=1 \
-    --class criticality=SHEDDABLE,customer=noisy,weight=18 \
-    --json "$WORK/$1.json" > "$WORK/$1.txt"
+  local i=0 pids=()
+  for s in "${STREAMS[@]}"; do
+    # shellcheck disable=SC2086 # each line is a list of flags
+    "$BIN" load --target "$2" --title "$1" --quiet --timeout 1s --attempts 3 \
+      $s --json "$WORK/$1.$i.json" > "$WORK/$1.$i.txt" &
+    pids+=($!)
+    RUNS+=("$WORK/$1.$i.json")
+    i=$((i + 1))
+  done
+  wait "${pids[@]}"
 }
 
 backend() {
-  "$BIN" backend --listen "$BACKEND" --workers 4 --service-time 40ms --dist exponential \
+  "$BIN" backend --listen "$BACKEND" --workers 4 --service-time 40ms --dist uniform --spread 0.5 \
     --duration 60s > "$WORK/backend.log" 2>&1 &
   BACKEND_PID=$!
   wait_port "$BACKEND"
@@ -64,7 +72,6 @@ run() { # $1 = title, $2.. = front command (empty = direct)
   [ -n "$front_pid" ] && kill "$front_pid" 2>/dev/null && wait "$front_pid" 2>/dev/null || true
   kill $BACKEND_PID 2>/dev/null; wait $BACKEND_PID 2>/dev/null || true
   sleep 0.5
-  RUNS+=("$WORK/$title.json")
 }
 
 RUNS=()

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use spillway_load::demo::{self, DemoConfig, DemoRow, Mode, LEVELS};
+use spillway_load::demo::{self, DemoConfig, DemoRow, Mode};
 use spillway_load::report;
 
 use crate::load::emit;
@@ -18,9 +18,17 @@ use crate::UsageError;
 /// `spillway demo` arguments.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Short smoke-test form: 2 workers (capacity 50/s), 12 s per run (about 40 s in all).
+    /// Short smoke-test form: 2 workers (capacity 50/s), 15 s per run (about 50 s in all).
     #[arg(long)]
     quick: bool,
+    /// Runs to make, comma-separated, in order: unprotected, spillway, spillway+throttle.
+    #[arg(long, value_name = "RUNS", value_delimiter = ',', value_parser = parse_mode,
+          default_value = "unprotected,spillway,spillway+throttle")]
+    runs: Vec<Mode>,
+    /// Print the `spillway load` arguments of the scenario's two streams (one line each:
+    /// `--rate ... --class ...`) and exit (used by bench/peers.sh).
+    #[arg(long, conflicts_with = "from_json")]
+    print_streams: bool,
     /// Where to write the HTML report (three runs side by side).
     #[arg(long, value_name = "FILE", default_value = "spillway-demo.html")]
     html: PathBuf,
@@ -42,8 +50,15 @@ pub struct DemoArgs {
     no_dashboard: bool,
     /// Run nothing: read reports written by `spillway load --json` (or a previous demo) for the
     /// full demo's scenario and print their table and targets (used by bench/peers.sh).
+    /// Reports with the same title are one run's two streams and are merged.
     #[arg(long, value_name = "FILE", num_args = 1.., conflicts_with = "quick")]
     from_json: Vec<PathBuf>,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    Mode::parse(s).ok_or_else(|| {
+        format!("unknown run {s:?}; expected unprotected, spillway or spillway+throttle")
+    })
 }
 
 /// Runs `spillway demo`.
@@ -63,21 +78,52 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         .into());
     }
     cfg.dashboard = (!args.no_dashboard).then_some(args.dashboard);
+    cfg.modes = args.runs.clone();
+    if args.print_streams {
+        for stream in cfg.streams() {
+            let mut line = format!(
+                "--rate {} --seed {}",
+                DemoConfig::rate_arg(&stream.shape),
+                cfg.seed.wrapping_add(stream.seed_offset)
+            );
+            for class in DemoConfig::class_args(&stream.mix) {
+                let _ = write!(line, " --class {class}");
+            }
+            emit(&format!("{}\n", line))?;
+        }
+        return Ok(());
+    }
     let c = cfg.capacity();
-    let p = cfg.phases.map(|d| d.as_secs());
+    let secs = |d: std::time::Duration| d.as_secs_f64();
+    let levels: Vec<String> = cfg.levels.iter().map(|l| format!("{l}×")).collect();
     emit(&format!(
-        "spillway demo: backend {} workers × {:?} mean (exponential) = capacity {c:.0} requests/s, \
-         unbounded FIFO queue.\nScenario per run: {}s at 0.5×, ramp 0.5× → 10× over {}s, {}s at \
-         0.5×, jump to 10× for {}s, {}s at 0.5×; 1 s timeout, 3 attempts; customer `good` sends \
-         CRITICAL + SHEDDABLE_PLUS (10%), `noisy` sends SHEDDABLE (90%).\nThe proxy is given no \
-         capacity figure (zero-config adaptive limit).\n\n",
-        cfg.workers, cfg.service, p[0], p[1], p[2], p[3], p[4]
+        "spillway demo: backend {} workers × {:?} mean ({:?}) = capacity {c:.0} requests/s, \
+         unbounded FIFO queue.\nScenario per run: {}s at 0.5×, then {} (each reached by a {}s \
+         rise, held {}s), {}s at 0.5×, jump to {}× for {}s, {}s at 0.5×; 1 s timeout, {} \
+         attempts.\nCustomer `good` sends a steady {:.0} requests/s (half CRITICAL, half \
+         SHEDDABLE_PLUS); customer `noisy` sends SHEDDABLE, the rest of the load.\nThe proxy is \
+         given no capacity figure (zero-config adaptive limit). Goodput at a level: over its \
+         held seconds after the first, as a share of min(offered, capacity).\n\n",
+        cfg.workers,
+        cfg.service,
+        cfg.distribution,
+        secs(cfg.warm),
+        levels.join(", "),
+        secs(cfg.rise),
+        secs(cfg.hold),
+        secs(cfg.calm),
+        cfg.top(),
+        secs(cfg.jump),
+        secs(cfg.recover),
+        cfg.attempts,
+        cfg.good_rate(),
     ))?;
     if !args.from_json.is_empty() {
         let mut reports = Vec::new();
         for path in &args.from_json {
             reports.extend(report::read_json(path).map_err(|e| UsageError(e.to_string()))?);
         }
+        let reports = demo::merge_by_title(reports);
         let rows: Vec<DemoRow> = reports.iter().map(|r| demo::summarise(&cfg, r)).collect();
         emit(&format!(
             "{}\n{}",
@@ -121,7 +167,11 @@ fn targets(rows: &[DemoRow]) -> String {
     let fmt = |v: Option<f64>| v.map_or_else(|| "–".into(), |v| format!("{:.1}%", v * 100.0));
     let _ = writeln!(out, "Targets:");
     if let Some(u) = find(Mode::Unprotected) {
-        let worst = u.goodput_at[LEVELS.len() - 1]
+        let worst = u
+            .goodput_at
+            .last()
+            .copied()
+            .flatten()
             .into_iter()
             .chain(u.jump_goodput)
             .fold(f64::NAN, f64::max);
@@ -135,15 +185,18 @@ fn targets(rows: &[DemoRow]) -> String {
         );
     }
     for r in rows.iter().filter(|r| r.title != Mode::Unprotected.title()) {
-        let plateau = r.goodput_at[1..]
+        let plateau = r
+            .levels
             .iter()
-            .copied()
+            .zip(&r.goodput_at)
+            .filter(|(level, _)| **level >= 1.0)
+            .map(|(_, g)| *g)
             .chain([r.jump_goodput])
             .map(|g| g.unwrap_or(0.0))
             .fold(f64::INFINITY, f64::min);
         let _ = writeln!(
             out,
-            "  {}: goodput ≥ 95% of capacity from 1× to 10×: lowest {} — {}",
+            "  {}: goodput ≥ 95% of min(offered, capacity) from 1× to 10×: lowest {} — {}",
             r.title,
             fmt(Some(plateau)),
             verdict(plateau >= 0.95)

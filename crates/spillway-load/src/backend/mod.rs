@@ -270,6 +270,8 @@ async fn worker(
     seed: u64,
 ) {
     let mut rng = fastrand::Rng::with_seed(seed);
+    // Sleep overshoot still owed (see `sleep_target`).
+    let mut owed = Duration::ZERO;
     loop {
         if *stopped.borrow() {
             return;
@@ -325,7 +327,11 @@ async fn worker(
         // Capped at 10 minutes whatever the multipliers: a worker must come back eventually.
         let target = Duration::from_secs_f64((base.as_secs_f64() * factor).min(600.0));
         match shared.cfg.cpu {
-            CpuMode::Sleep => tokio::time::sleep(target).await,
+            CpuMode::Sleep => {
+                let asked = target.saturating_sub(owed);
+                tokio::time::sleep(asked).await;
+                owed = overshoot_owed(owed, target, started.elapsed());
+            }
             CpuMode::Spin => {
                 let _ = tokio::task::spawn_blocking(move || spin(target)).await;
             }
@@ -349,6 +355,22 @@ async fn worker(
     }
 }
 
+/// Most sleep overshoot a worker carries into its next request: a few timer ticks. More than
+/// that is not timer rounding but the process being descheduled, which a real service would
+/// not make up for either.
+const MAX_OWED: Duration = Duration::from_millis(3);
+
+/// What a sleeping worker owes after serving a request drawn as `target` that took `took`,
+/// having owed `owed` before it: tokio's timer rounds every sleep *up* to its next 1 ms tick
+/// (tokio docs, `time::sleep`: "millisecond granularity"), so 40 ms drawn took about 41 ms —
+/// measured in `spillway demo`: mean service time 41.9 ms for a configured 40 ms, i.e. the
+/// backend ran at 95% of the capacity the demo states. The next sleep is shortened by what is
+/// owed, so the service times' mean is the configured one and the capacity `workers / mean`
+/// holds; each request's reported service time is still what it really took.
+fn overshoot_owed(owed: Duration, target: Duration, took: Duration) -> Duration {
+    (owed + took).saturating_sub(target).min(MAX_OWED)
+}
+
 /// Burns `target` of this thread's CPU time (wall time if the platform has no thread clock).
 fn spin(target: Duration) {
     let start = cpu_time::ThreadTime::try_now().ok();
@@ -362,5 +384,25 @@ fn spin(target: Duration) {
             return;
         }
         std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overshoot_is_paid_back_on_the_next_sleep() {
+        let ms = Duration::from_millis;
+        // A 40 ms request that took 41 ms: 1 ms owed; the next asks 39 ms of a 40 ms draw.
+        let owed = overshoot_owed(Duration::ZERO, ms(40), ms(41));
+        assert_eq!(owed, ms(1));
+        assert_eq!(ms(40).saturating_sub(owed), ms(39));
+        // It took 40 ms (39 rounded up): still 1 ms owed, and the mean stays 40 ms.
+        assert_eq!(overshoot_owed(owed, ms(40), ms(40)), ms(1));
+        // Paid back when a sleep lands on time.
+        assert_eq!(overshoot_owed(owed, ms(40), ms(39)), Duration::ZERO);
+        // A long stall (descheduled) is not carried beyond MAX_OWED.
+        assert_eq!(overshoot_owed(Duration::ZERO, ms(40), ms(140)), MAX_OWED);
     }
 }

@@ -12,17 +12,30 @@
 //!    retry within a budget.
 //!
 //! The scenario, in multiples of the backend's capacity `C` (workers / mean service time): a
-//! warm-up at 0.5 C, a linear ramp 0.5 C → 10 C, a calm at 0.5 C (recovery), a sudden jump to
-//! 10 C, and a final calm at 0.5 C (recovery). Two customers: `good` sends CRITICAL and
-//! SHEDDABLE_PLUS traffic (10% of requests; CRITICAL is 5%, so it stays below capacity even at
-//! 10 C), `noisy` sends the other 90% as SHEDDABLE — the misbehaving batch client.
+//! warm-up at 0.5 C; a ramp to 10 C climbed as a staircase (1, 2, 5, 10 C, each reached by a
+//! linear rise and held for a few seconds); a calm at 0.5 C (recovery); a sudden jump to 10 C;
+//! a final calm at 0.5 C (recovery). Two customers, each its own open-loop stream: `good` sends
+//! a steady 0.2 C (half CRITICAL, half SHEDDABLE_PLUS) throughout — well within capacity
+//! whatever the other does — and `noisy`, the misbehaving batch client, sends SHEDDABLE and
+//! makes up the rest of the offered load: it is the one that ramps and jumps.
+//!
+//! Why a staircase and a low-variance service time: the table compares goodput with a 95% bar,
+//! so its sampling noise must be well below 5%. With exponential service a 4-worker backend
+//! completes 100 ± 10 requests in a second (σ 10%) and 200 ± 14 in two (σ 7%): a single
+//! second measures luck. Each level is therefore held and averaged over its seconds after the
+//! first (the settling one), and service times are uniform on 20–60 ms (coefficient of
+//! variation 0.29; 200 ± 4 completions in two seconds, σ 2%). The unprotected collapse does not
+//! depend on the distribution: its unbounded FIFO queue serves callers who have left.
 
+mod merge;
 mod table;
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use spillway_core::controller::RefusalReason;
 use spillway_core::Criticality;
 
 use crate::backend::{Backend, BackendConfig, ServiceTime};
@@ -31,7 +44,8 @@ use crate::load::{
 };
 use crate::report::RunReport;
 
-pub use table::{render_table, summarise, DemoRow, LEVELS};
+pub use merge::{merge, merge_by_title};
+pub use table::{render_table, summarise, DemoRow};
 
 /// How one run reaches the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +70,24 @@ impl Mode {
             Mode::SpillwayThrottled => "spillway+throttle",
         }
     }
+
+    /// The mode titled `s` (see [`title`](Self::title)).
+    pub fn parse(s: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.title() == s)
+    }
+}
+
+/// One open-loop stream of the scenario: a customer's own rate shape and traffic mix.
+#[derive(Debug, Clone)]
+pub struct Stream {
+    /// The customer it sends for (also the stream's title in its own report).
+    pub customer: &'static str,
+    /// Offered requests/s over time.
+    pub shape: RateShape,
+    /// What its requests carry.
+    pub mix: Mix,
+    /// Added to the demo's seed, so the two streams' arrivals are independent.
+    pub seed_offset: u64,
 }
 
 /// The demo's settings.
@@ -65,8 +97,25 @@ pub struct DemoConfig {
     pub workers: usize,
     /// Backend mean service time.
     pub service: Duration,
-    /// Phase lengths: warm-up, ramp, calm, jump, calm.
-    pub phases: [Duration; 5],
+    /// Backend service-time distribution (see the module docs).
+    pub distribution: ServiceTime,
+    /// Warm-up at 0.5 × capacity.
+    pub warm: Duration,
+    /// The staircase's levels, multiples of capacity, in order (the last is the jump's too).
+    pub levels: Vec<f64>,
+    /// Linear rise from one level to the next.
+    pub rise: Duration,
+    /// How long each level is held (its first second settles, the rest are measured).
+    pub hold: Duration,
+    /// Calm at 0.5 × after the staircase.
+    pub calm: Duration,
+    /// Sudden jump to the top level.
+    pub jump: Duration,
+    /// Calm at 0.5 × after the jump (recovery).
+    pub recover: Duration,
+    /// Customer `good`'s steady rate as a fraction of capacity (half CRITICAL, half
+    /// SHEDDABLE_PLUS).
+    pub good_share: f64,
     /// Client timeout (from the intended send time).
     pub timeout: Duration,
     /// Attempts per request (naive clients retry up to this).
@@ -80,13 +129,24 @@ pub struct DemoConfig {
     pub dashboard: Option<SocketAddr>,
 }
 
+/// The warm-up's and the calms' level, × capacity.
+pub const CALM: f64 = 0.5;
+
 impl DemoConfig {
     /// The full demo: 4 workers × 40 ms (C = 100/s), 34 s per run, about 2 minutes in all.
     pub fn full() -> Self {
         DemoConfig {
             workers: 4,
             service: Duration::from_millis(40),
-            phases: [3, 16, 5, 5, 5].map(Duration::from_secs),
+            distribution: ServiceTime::Uniform { spread: 0.5 },
+            warm: Duration::from_secs(3),
+            levels: vec![1.0, 2.0, 5.0, 10.0],
+            rise: Duration::from_secs(1),
+            hold: Duration::from_secs(3),
+            calm: Duration::from_secs(4),
+            jump: Duration::from_secs(5),
+            recover: Duration::from_secs(6),
+            good_share: 0.2,
             timeout: Duration::from_secs(1),
             attempts: 3,
             modes: Mode::ALL.to_vec(),
@@ -95,11 +155,17 @@ impl DemoConfig {
         }
     }
 
-    /// The smoke-test form: 2 workers × 40 ms (C = 50/s), 12 s per run.
+    /// The smoke-test form: 2 workers × 40 ms (C = 50/s), 15 s per run: the same levels with
+    /// no rise, held 2 s each.
     pub fn quick() -> Self {
         DemoConfig {
             workers: 2,
-            phases: [1, 5, 2, 2, 2].map(Duration::from_secs),
+            warm: Duration::from_secs(1),
+            rise: Duration::ZERO,
+            hold: Duration::from_secs(2),
+            calm: Duration::from_secs(2),
+            jump: Duration::from_secs(2),
+            recover: Duration::from_secs(2),
             ..DemoConfig::full()
         }
     }
@@ -109,46 +175,149 @@ impl DemoConfig {
         self.workers as f64 / self.service.as_secs_f64()
     }
 
-    /// The offered-load shape.
-    pub fn shape(&self) -> RateShape {
-        let c = self.capacity();
-        let [warm, ramp, calm, jump, calm2] = self.phases;
-        let flat = |x: f64, d| Stage {
-            from: x * c,
-            to: x * c,
-            duration: d,
-        };
-        RateShape::Stages(vec![
-            flat(0.5, warm),
-            Stage {
-                from: 0.5 * c,
-                to: 10.0 * c,
-                duration: ramp,
-            },
-            flat(0.5, calm),
-            flat(10.0, jump),
-            flat(0.5, calm2),
-        ])
+    /// The top level (the ramp's end and the jump), × capacity.
+    pub fn top(&self) -> f64 {
+        self.levels.last().copied().unwrap_or(CALM)
     }
 
-    /// The traffic mix (see the module docs).
-    pub fn mix() -> Mix {
-        let class = |c: Criticality, customer: &str, weight: f64| {
+    /// The total offered load over time (both customers), in multiples of capacity.
+    fn stages(&self) -> Vec<(f64, f64, Duration)> {
+        let mut out = vec![(CALM, CALM, self.warm)];
+        let mut from = CALM;
+        for &level in &self.levels {
+            if !self.rise.is_zero() {
+                out.push((from, level, self.rise));
+            }
+            out.push((level, level, self.hold));
+            from = level;
+        }
+        let top = self.top();
+        out.extend([
+            (CALM, CALM, self.calm),
+            (top, top, self.jump),
+            (CALM, CALM, self.recover),
+        ]);
+        out
+    }
+
+    fn shape_minus(&self, minus: f64) -> RateShape {
+        let c = self.capacity();
+        RateShape::Stages(
+            self.stages()
+                .into_iter()
+                .map(|(a, b, duration)| Stage {
+                    from: (a * c - minus).max(0.0),
+                    to: (b * c - minus).max(0.0),
+                    duration,
+                })
+                .collect(),
+        )
+    }
+
+    /// The total offered-load shape, both customers together (requests/s).
+    pub fn shape(&self) -> RateShape {
+        self.shape_minus(0.0)
+    }
+
+    /// Customer `good`'s steady rate, requests/s.
+    pub fn good_rate(&self) -> f64 {
+        self.good_share * self.capacity()
+    }
+
+    /// The two streams offered at once: `good` (steady) and `noisy` (the rest of
+    /// [`shape`](Self::shape)). Their rates add up to `shape()` at every instant.
+    pub fn streams(&self) -> Vec<Stream> {
+        let class = |c: Criticality, customer: &str| {
             TrafficClass::parse(&format!(
-                "criticality={},customer={customer},weight={weight}",
+                "criticality={},customer={customer},weight=1",
                 c.as_str()
             ))
             .unwrap_or_else(|_| TrafficClass::default_class())
         };
-        Mix::new(vec![
-            class(Criticality::Critical, "good", 1.0),
-            class(Criticality::SheddablePlus, "good", 1.0),
-            class(Criticality::Sheddable, "noisy", 18.0),
-        ])
+        let good = self.good_rate();
+        vec![
+            Stream {
+                customer: "good",
+                shape: RateShape::Stages(vec![Stage {
+                    from: good,
+                    to: good,
+                    duration: self.total(),
+                }]),
+                mix: Mix::new(vec![
+                    class(Criticality::Critical, "good"),
+                    class(Criticality::SheddablePlus, "good"),
+                ]),
+                seed_offset: 0x600d,
+            },
+            Stream {
+                customer: "noisy",
+                shape: self.shape_minus(good),
+                mix: Mix::new(vec![class(Criticality::Sheddable, "noisy")]),
+                seed_offset: 0,
+            },
+        ]
     }
 
-    fn total(&self) -> Duration {
-        self.phases.iter().sum()
+    /// Length of one run's offering window.
+    pub fn total(&self) -> Duration {
+        self.stages().iter().map(|s| s.2).sum()
+    }
+
+    /// The whole seconds of the run over which goodput at `level` is measured: the warm-up's
+    /// (0.5 ×) or the level's hold, without its first second (settling) when it lasts two or
+    /// more. `None` for a level the scenario does not hold.
+    pub fn level_window(&self, level: f64) -> Option<Range<u64>> {
+        let mut t = Duration::ZERO;
+        for (a, b, d) in self.stages() {
+            let (start, end) = (t.as_secs(), (t + d).as_secs());
+            t += d;
+            if a == b && a == level && end > start {
+                let skip = u64::from(end - start >= 2);
+                return Some(start + skip..end);
+            }
+        }
+        None
+    }
+
+    /// The whole seconds of the sudden jump.
+    pub fn jump_window(&self) -> Range<u64> {
+        let end = self.total() - self.recover;
+        (end - self.jump).as_secs()..end.as_secs()
+    }
+
+    /// The `--rate` argument of `spillway load` for `shape` (a [`RateShape::Stages`]), so that
+    /// bench/peers.sh offers exactly the demo's streams.
+    pub fn rate_arg(shape: &RateShape) -> String {
+        let RateShape::Stages(stages) = shape else {
+            return format!("{}", shape.peak());
+        };
+        let parts: Vec<String> = stages
+            .iter()
+            .map(|s| {
+                let ms = s.duration.as_millis();
+                if s.from == s.to {
+                    format!("{}/{ms}ms", s.from)
+                } else {
+                    format!("{}..{}/{ms}ms", s.from, s.to)
+                }
+            })
+            .collect();
+        format!("stages:{}", parts.join(","))
+    }
+
+    /// The `--class` arguments of `spillway load` for `mix`.
+    pub fn class_args(mix: &Mix) -> Vec<String> {
+        mix.classes()
+            .iter()
+            .map(|c| {
+                format!(
+                    "criticality={},customer={},weight={}",
+                    c.criticality.as_str(),
+                    c.customer,
+                    c.weight
+                )
+            })
+            .collect()
     }
 }
 
@@ -223,7 +392,8 @@ async fn start_dashboard(
     Ok((stop, task))
 }
 
-/// One run of the scenario in `mode`, on the current runtime.
+/// One run of the scenario in `mode`, on the current runtime: both streams at once, their
+/// reports merged (see [`merge`]).
 pub async fn run_mode(
     cfg: &DemoConfig,
     mode: Mode,
@@ -232,7 +402,7 @@ pub async fn run_mode(
     let backend = Backend::start(BackendConfig {
         workers: cfg.workers,
         mean: cfg.service,
-        distribution: ServiceTime::Exponential,
+        distribution: cfg.distribution,
         seed: cfg.seed,
         ..BackendConfig::default()
     })
@@ -246,35 +416,63 @@ pub async fn run_mode(
         _ => None,
     };
     let target = proxy.as_ref().map_or(backend.local_addr(), |p| p.addr);
-    let mut load = LoadConfig::new(target);
-    load.title = mode.title().into();
-    load.shape = cfg.shape();
-    load.duration = cfg.total();
-    load.mix = DemoConfig::mix();
-    load.timeout = cfg.timeout;
-    load.retry.max_attempts = cfg.attempts;
-    load.seed = cfg.seed;
-    // The scenario compresses minutes into seconds (34 s per run), so the throttle's memory is
-    // compressed too: 10 s in 10 buckets instead of SRE ch. 21's two minutes, which would span
-    // the whole run and keep throttling long after the surge. (The retry budget's window is
-    // 10 s already.)
-    load.throttle.window = Duration::from_secs(10);
-    load.throttle.buckets = 10;
-    load.behaviour = match mode {
-        Mode::Unprotected | Mode::Spillway => Behaviour::Naive,
-        Mode::SpillwayThrottled => Behaviour::Throttled,
-    };
-    let generator = LoadGenerator::new(load)?;
-    let bar = progress.then(|| Progress::start(mode.title(), generator.live(), cfg.total()));
-    let mut report = generator.run().await?;
+    let sampler = proxy.as_ref().map(|p| sample_proxy(Arc::clone(&p.state)));
+    let mut generators = Vec::new();
+    for stream in cfg.streams() {
+        let mut load = LoadConfig::new(target);
+        load.title = stream.customer.into();
+        load.shape = stream.shape;
+        load.duration = cfg.total();
+        load.mix = stream.mix;
+        load.timeout = cfg.timeout;
+        load.retry.max_attempts = cfg.attempts;
+        load.seed = cfg.seed.wrapping_add(stream.seed_offset);
+        // The scenario compresses minutes into seconds (34 s per run), so the throttle's memory
+        // is compressed too: 10 s in 10 buckets instead of SRE ch. 21's two minutes, which
+        // would span the whole run and keep throttling long after the surge. (The retry
+        // budget's window is 10 s already.)
+        load.throttle.window = Duration::from_secs(10);
+        load.throttle.buckets = 10;
+        load.behaviour = match mode {
+            Mode::Unprotected | Mode::Spillway => Behaviour::Naive,
+            Mode::SpillwayThrottled => Behaviour::Throttled,
+        };
+        generators.push(LoadGenerator::new(load)?);
+    }
+    // One progress bar, on the stream that carries the surge.
+    let bar = progress
+        .then(|| generators.last())
+        .flatten()
+        .map(|g| Progress::start(mode.title(), g.live(), cfg.total()));
+    let runs = futures_join_all(generators).await?;
     if let Some(bar) = bar {
         bar.finish();
     }
+    let mut report = merge(mode.title(), &runs);
     let stats = backend.stats();
     report.set_meta_value("capacity_rps", cfg.capacity());
     report.set_meta_value("backend_served", stats.served);
     report.set_meta_value("backend_served_abandoned", stats.served_abandoned);
-    report.set_meta_value("phases_s", cfg.phases.map(|d| d.as_secs_f64()).to_vec());
+    report.set_meta_value("rate", format!("{:?}", cfg.shape()));
+    report.set_meta_value("levels", cfg.levels.clone());
+    if let (Some(p), Some((stop, task))) = (&proxy, sampler) {
+        let _ = stop.send(());
+        if let Ok(series) = task.await {
+            report.set_meta_value("proxy_limit", series);
+        }
+        let snap = p.state.runtime().controller.snapshot();
+        let refused: serde_json::Map<String, serde_json::Value> = RefusalReason::ALL
+            .iter()
+            .map(|&r| {
+                let by: serde_json::Map<String, serde_json::Value> = Criticality::ALL
+                    .iter()
+                    .map(|&c| (c.as_str().to_owned(), snap.refused.get(r, c).into()))
+                    .collect();
+                (r.as_str().to_owned(), by.into())
+            })
+            .collect();
+        report.set_meta_value("proxy_refused", refused);
+    }
     if let Some((stop, task)) = dashboard {
         let _ = stop.send(());
         let _ = task.await;
@@ -284,6 +482,59 @@ pub async fn run_mode(
     }
     backend.shutdown();
     Ok(report)
+}
+
+/// Every 100 ms until told to stop: the proxy's concurrency limit, in-flight count, queue
+/// length and utilisation, as `[seconds, limit, in_flight, queued, utilisation]` rows (kept in
+/// the report's `meta["proxy_limit"]`, so a dip in goodput can be read against the limit).
+fn sample_proxy(
+    state: Arc<spillway_proxy::ProxyState>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<serde_json::Value>,
+) {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let start = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut rows = Vec::new();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = &mut stopped => break,
+            }
+            let s = state.runtime().controller.snapshot();
+            rows.push(serde_json::json!([
+                (start.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+                s.limit,
+                s.in_flight,
+                s.queued,
+                (s.utilisation * 100.0).round() / 100.0
+            ]));
+        }
+        serde_json::Value::Array(rows)
+    });
+    (stop, task)
+}
+
+/// Runs every generator at once on the current runtime; their reports in order.
+async fn futures_join_all(generators: Vec<LoadGenerator>) -> Result<Vec<RunReport>, DemoError> {
+    let tasks: Vec<_> = generators
+        .into_iter()
+        .map(|g| tokio::spawn(g.run()))
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        match t.await {
+            Ok(r) => out.push(r?),
+            Err(e) => {
+                return Err(DemoError::Runtime(std::io::Error::other(format!(
+                    "a load stream stopped: {e}"
+                ))))
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Runs every mode of `cfg` one after the other on a runtime of its own.

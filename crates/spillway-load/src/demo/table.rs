@@ -3,14 +3,21 @@
 //!
 //! Why from the reports rather than live: the same numbers must be recomputable from the JSON a
 //! run wrote, and testable on synthetic reports.
+//!
+//! Goodput at a level is measured over the level's held seconds after the first (see
+//! [`DemoConfig::level_window`]) as a share of what an ideal server could have served in them:
+//! `goodput / min(offered, capacity × seconds)`. From 2 × on that is the share of capacity; at
+//! 1 × it is the share of the requests actually offered when Poisson arrivals offered fewer
+//! than capacity (a server cannot serve what was not asked), and at 0.5 × it is the share of
+//! the offered load served.
 
 use std::fmt::Write as _;
+use std::ops::Range;
 
 use super::DemoConfig;
+#[cfg(test)]
+use crate::load::RateShape;
 use crate::report::{Counts, RunReport};
-
-/// Offered-load levels (multiples of capacity) the table reports goodput at.
-pub const LEVELS: [f64; 5] = [0.5, 1.0, 2.0, 5.0, 10.0];
 
 /// Success ratio a second must reach to count as recovered (the 95%).
 const RECOVERED: f64 = 0.95;
@@ -20,11 +27,13 @@ const RECOVERED: f64 = 0.95;
 pub struct DemoRow {
     /// The run.
     pub title: String,
-    /// Goodput as a fraction of capacity at each of [`LEVELS`] during the ramp (0.5 × from the
-    /// warm-up; the others at the second [`level_second`] picks: the first offering at least
-    /// that level); `None` if the run had no such second.
+    /// The levels of the scenario the table reports, × capacity: 0.5 (the warm-up) then
+    /// [`DemoConfig::levels`].
+    pub levels: Vec<f64>,
+    /// Goodput measured at each of [`levels`](Self::levels) (module docs); `None` if the run
+    /// has no such seconds.
     pub goodput_at: Vec<Option<f64>>,
-    /// Mean goodput as a fraction of capacity during the sudden jump to 10 ×.
+    /// The same over the sudden jump's seconds (all of them, the first included).
     pub jump_goodput: Option<f64>,
     /// CRITICAL success over the whole run (CRITICAL stays below capacity throughout).
     pub critical_success: Option<f64>,
@@ -37,63 +46,53 @@ pub struct DemoRow {
     pub amplification: f64,
 }
 
-fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
-    (n > 0).then(|| sum / n as f64)
-}
-
-/// The ramp second the table reports goodput at for `level` (a multiple of capacity above the
-/// warm-up's 0.5 ×): the first whole second that offers at least `level` × capacity from its
-/// start — the ramp rises, so all of it is at or just above the level. The top level (10 ×)
-/// is reached only as the ramp ends, so it falls back to the ramp's last second, the highest
-/// load the ramp offers (9.4–10 × with the full scenario's 16 s ramp; the jump column shows a
-/// steady 10 ×). `None` if the scenario has no ramp.
-///
-/// Why not the second whose middle is nearest the level: at 1 × that second straddles it and
-/// offers about 0.8 × on average, so its goodput could never show ≥ 95% of capacity.
-pub(crate) fn level_second(cfg: &DemoConfig, level: f64) -> Option<usize> {
-    let [warm, ramp, ..] = cfg.phases.map(|d| d.as_secs_f64());
-    // Offered load (× capacity) at time `t`, as the ramp phase schedules it (0.5 → 10 ×).
-    let rate_at = |t: f64| 0.5 + 9.5 * ((t - warm) / ramp).clamp(0.0, 1.0);
-    let mut seconds = warm as usize..(warm + ramp) as usize;
-    seconds
-        .clone()
-        .find(|&t| rate_at(t as f64) >= level)
-        .or_else(|| seconds.next_back())
+/// Goodput over `seconds` of `report` as a share of `min(offered, capacity × seconds)`.
+pub(crate) fn servable_share(
+    report: &RunReport,
+    capacity: f64,
+    seconds: Range<u64>,
+) -> Option<f64> {
+    let mut sum = Counts::default();
+    let mut n = 0u64;
+    for t in seconds {
+        let row = report.seconds.get(usize::try_from(t).ok()?)?;
+        sum.add(&row.counts);
+        n += 1;
+    }
+    let servable = (sum.offered as f64).min(capacity * n as f64);
+    (servable > 0.0).then(|| sum.goodput as f64 / servable)
 }
 
 /// Computes `report`'s row of the table, given the scenario it ran.
 pub fn summarise(cfg: &DemoConfig, report: &RunReport) -> DemoRow {
     let c = cfg.capacity();
-    let [warm, ramp, calm, jump, _] = cfg.phases.map(|d| d.as_secs_f64());
-    let rows = &report.seconds;
-    let goodput = |t: usize| rows.get(t).map(|s| s.counts.goodput as f64 / c);
-    let goodput_at = LEVELS
+    let levels: Vec<f64> = std::iter::once(super::CALM)
+        .chain(cfg.levels.iter().copied())
+        .collect();
+    let goodput_at = levels
         .iter()
         .map(|&level| {
-            if level <= 0.5 {
-                // The warm-up's seconds, skipping the first (connections being opened).
-                let from = if warm >= 2.0 { 1 } else { 0 };
-                return mean((from..warm as usize).filter_map(goodput));
-            }
-            level_second(cfg, level).and_then(goodput)
+            cfg.level_window(level)
+                .and_then(|w| servable_share(report, c, w))
         })
         .collect();
-    let jump_start = warm + ramp + calm;
-    let jump_end = jump_start + jump;
-    let jump_goodput = mean((jump_start as usize..jump_end as usize).filter_map(goodput));
+    let jump = cfg.jump_window();
+    let jump_end = jump.end as usize;
+    let jump_goodput = servable_share(report, c, jump);
+    let rows = &report.seconds;
     let ok = |t: usize| {
         rows.get(t)
             .and_then(|s| s.counts.success_ratio())
             .is_some_and(|r| r >= RECOVERED)
     };
     let end = rows.len();
-    let recovery_s = (jump_end as usize..end)
+    let recovery_s = (jump_end..end)
         .find(|&t| (t..end).all(ok))
-        .map(|t| (t - jump_end as usize) as u64);
+        .map(|t| (t - jump_end) as u64);
     let ratio = |c: Option<&Counts>| c.and_then(Counts::success_ratio);
     DemoRow {
         title: report.title.clone(),
+        levels,
         goodput_at,
         jump_goodput,
         critical_success: ratio(report.summary.by_criticality.get("CRITICAL")),
@@ -107,14 +106,16 @@ fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "–".into(), |v| format!("{:.1}%", v * 100.0))
 }
 
-/// The rows as a Markdown table (printed by `spillway demo`, pasted into BENCHMARKS.md).
+/// The rows as a Markdown table (printed by `spillway demo`, pasted into BENCHMARKS.md). The
+/// columns are the first row's levels.
 pub fn render_table(rows: &[DemoRow]) -> String {
+    let levels: Vec<f64> = rows.first().map(|r| r.levels.clone()).unwrap_or_default();
     let mut t = String::from("| run |");
-    for level in LEVELS {
+    for level in &levels {
         let _ = write!(t, " goodput @ {level}× |");
     }
     t.push_str(" goodput @ 10× jump | CRITICAL success | `good` customer success | recovery after jump | attempts/request |\n|---|");
-    for _ in 0..LEVELS.len() + 5 {
+    for _ in 0..levels.len() + 5 {
         t.push_str("---:|");
     }
     t.push('\n');
@@ -147,24 +148,23 @@ mod tests {
     use super::*;
     use crate::report::{Outcome, Recorder, RequestRecord};
 
-    /// A synthetic run of the quick scenario (C = 50/s, phases 1+5+2+2+2 s) where every second
-    /// offers 100 requests; `ok(t)` of them succeed.
-    fn run(ok: impl Fn(usize) -> u64) -> RunReport {
-        let mut r = Recorder::new("synthetic", Duration::from_secs(12));
-        for t in 0..12usize {
-            for i in 0..100u64 {
-                let customer = if i % 10 == 0 { "good" } else { "noisy" };
-                let crit = if i % 20 == 0 {
-                    Criticality::Critical
-                } else {
-                    Criticality::Sheddable
-                };
+    /// A synthetic run of the quick scenario (C = 50/s, 15 s) where second `t` offers
+    /// `offered(t)` requests, the first `ok(t)` of which succeed; every 10th is customer `good`,
+    /// every 20th CRITICAL.
+    fn run(offered: impl Fn(usize) -> u64, ok: impl Fn(usize) -> u64) -> RunReport {
+        let mut r = Recorder::new("synthetic", Duration::from_secs(15));
+        for t in 0..15usize {
+            for i in 0..offered(t) {
                 r.record(&RequestRecord {
-                    offered_at: Duration::from_millis(t as u64 * 1000 + i * 10),
-                    criticality: crit,
-                    customer,
+                    offered_at: Duration::from_millis(t as u64 * 1000 + i),
+                    criticality: if i % 20 == 0 {
+                        Criticality::Critical
+                    } else {
+                        Criticality::Sheddable
+                    },
+                    customer: if i % 10 == 0 { "good" } else { "noisy" },
                     attempts: 1,
-                    outcome: if i < ok(t) || crit == Criticality::Critical {
+                    outcome: if i < ok(t) {
                         Outcome::Success
                     } else {
                         Outcome::TimedOut
@@ -179,54 +179,106 @@ mod tests {
     }
 
     #[test]
-    fn each_level_uses_the_first_second_at_or_above_it() {
-        // Quick scenario: warm-up 0..1 s, ramp 1..6 s from 0.5 × to 10 ×, so the ramp seconds
-        // start at 0.5, 2.4, 4.3, 6.2 and 8.1 ×.
-        let cfg = DemoConfig::quick();
-        assert_eq!(level_second(&cfg, 1.0), Some(2), "second 1 starts at 0.5 ×");
-        assert_eq!(level_second(&cfg, 2.0), Some(2));
-        assert_eq!(level_second(&cfg, 5.0), Some(4), "second 3 starts at 4.3 ×");
-        // 10 × only at the ramp's end: its last second.
-        assert_eq!(level_second(&cfg, 10.0), Some(5));
-        // Full scenario (3 + 16 s): 1 × at second 4 (1.09 ×), 2 × at 6, 5 × at 11, 10 × at 18.
-        let full = DemoConfig::full();
-        let picks: Vec<_> = [1.0, 2.0, 5.0, 10.0]
-            .map(|l| level_second(&full, l))
+    fn windows_skip_each_holds_settling_second() {
+        // Quick: warm 0, then 1 × held 1..3, 2 × 3..5, 5 × 5..7, 10 × 7..9, calm 9..11,
+        // jump 11..13, recovery 13..15.
+        let q = DemoConfig::quick();
+        assert_eq!(q.total(), Duration::from_secs(15));
+        let w: Vec<_> = [0.5, 1.0, 2.0, 5.0, 10.0]
+            .map(|l| q.level_window(l))
             .to_vec();
-        assert_eq!(picks, vec![Some(4), Some(6), Some(11), Some(18)]);
-        // The row reports those seconds' goodput: `ok(t) = 10 t` successes plus the CRITICAL
-        // ones (every 20th request, all succeed) not already counted.
-        let row = summarise(&cfg, &run(|t| 10 * t as u64));
-        let expect = |t: u64| {
-            let ok = 10 * t;
-            (ok + (0..100).step_by(20).filter(|&i| i >= ok).count() as u64) as f64 / 50.0
-        };
-        let at: Vec<f64> = row.goodput_at[1..].iter().map(|g| g.unwrap()).collect();
-        assert_eq!(at, vec![expect(2), expect(2), expect(4), expect(5)]);
+        assert_eq!(
+            w,
+            vec![Some(0..1), Some(2..3), Some(4..5), Some(6..7), Some(8..9)]
+        );
+        assert_eq!(q.jump_window(), 11..13);
+        assert_eq!(q.level_window(3.0), None);
+        // Full: warm 0..3; each level is reached by a 1 s rise and held 3 s; calm 4 s; jump
+        // 5 s; recovery 6 s.
+        let f = DemoConfig::full();
+        assert_eq!(f.total(), Duration::from_secs(34));
+        let w: Vec<_> = [0.5, 1.0, 2.0, 5.0, 10.0]
+            .map(|l| f.level_window(l))
+            .to_vec();
+        assert_eq!(
+            w,
+            vec![
+                Some(1..3),
+                Some(5..7),
+                Some(9..11),
+                Some(13..15),
+                Some(17..19)
+            ]
+        );
+        assert_eq!(f.jump_window(), 23..28);
     }
 
     #[test]
-    fn levels_jump_and_recovery() {
+    fn goodput_is_a_share_of_what_could_be_served() {
         let cfg = DemoConfig::quick();
         assert_eq!(cfg.capacity(), 50.0);
-        // 50 succeed each second except seconds 10 (40) after the jump (8..10).
-        let row = summarise(&cfg, &run(|t| if t == 10 { 40 } else { 50 }));
-        // 50 successes + the 5 CRITICAL ones among 100 → 50..55 / 50 ≥ 100 %.
-        assert!(row.goodput_at.iter().all(|g| g.unwrap() >= 1.0), "{row:?}");
-        assert!((row.jump_goodput.unwrap() - 1.0).abs() < 0.11, "{row:?}");
-        assert_eq!(row.critical_success, Some(1.0));
-        // Success ratio is ~50% every second: never ≥ 95% → not recovered.
+        // 100 offered each second, 45 served: 90% of capacity at every overloaded level.
+        let row = summarise(&cfg, &run(|_| 100, |_| 45));
+        assert_eq!(row.levels, vec![0.5, 1.0, 2.0, 5.0, 10.0]);
+        let at: Vec<_> = row.goodput_at.iter().map(|g| g.unwrap()).collect();
+        assert!(at.iter().all(|g| (g - 0.9).abs() < 1e-9), "{at:?}");
+        assert!((row.jump_goodput.unwrap() - 0.9).abs() < 1e-9);
+        // Only 40 offered in the 1 × window (second 2), all served: 100% of what was servable
+        // (not 80% of capacity).
+        let row = summarise(&cfg, &run(|t| if t == 2 { 40 } else { 100 }, |_| 50));
+        assert_eq!(row.goodput_at[1], Some(1.0));
+        assert_eq!(row.goodput_at[2], Some(1.0));
+        // Nothing offered: no figure.
+        let row = summarise(&cfg, &run(|t| if t == 4 { 0 } else { 100 }, |_| 50));
+        assert_eq!(row.goodput_at[2], None);
+    }
+
+    #[test]
+    fn recovery_and_success_ratios() {
+        let cfg = DemoConfig::quick();
+        // ~50% success every second: never ≥ 95% → not recovered. Every 20th request is
+        // CRITICAL and among the first 50 of each second only for i in {0, 20, 40}.
+        let row = summarise(&cfg, &run(|_| 100, |_| 50));
         assert_eq!(row.recovery_s, None);
-        // All succeed from second 11 on: recovered 1 s after the jump ended (at 10 s).
-        let row = summarise(&cfg, &run(|t| if t >= 11 { 100 } else { 10 }));
+        assert_eq!(row.critical_success, Some(0.6));
+        assert_eq!(row.good_success, Some(0.5));
+        // All succeed from second 14 on: recovered 1 s after the jump ended (at 13 s).
+        let row = summarise(&cfg, &run(|_| 100, |t| if t >= 14 { 100 } else { 10 }));
         assert_eq!(row.recovery_s, Some(1));
-        let row = summarise(&cfg, &run(|_| 100));
+        let row = summarise(&cfg, &run(|_| 100, |_| 100));
         assert_eq!(row.recovery_s, Some(0));
         assert_eq!(row.good_success, Some(1.0));
         let table = render_table(&[row]);
         assert!(
-            table.contains("| synthetic |") && table.contains("0 s"),
+            table.contains("| synthetic |") && table.contains("0 s") && table.contains("@ 10×"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn streams_add_up_to_the_shape() {
+        for cfg in [DemoConfig::full(), DemoConfig::quick()] {
+            let total = cfg.total().as_secs_f64();
+            let streams = cfg.streams();
+            assert_eq!(streams.len(), 2);
+            assert_eq!(streams[0].customer, "good");
+            for i in 0..(total * 10.0) as usize {
+                let t = i as f64 / 10.0 + 0.05;
+                let sum: f64 = streams.iter().map(|s| s.shape.rate_at(t, total)).sum();
+                let want = cfg.shape().rate_at(t, total);
+                assert!((sum - want).abs() < 1e-6, "t={t}: {sum} vs {want}");
+                // good is steady at 0.2 C whatever the level.
+                let good = streams[0].shape.rate_at(t, total);
+                assert!((good - 0.2 * cfg.capacity()).abs() < 1e-9);
+            }
+            // The --rate string parses back to the same shape.
+            for s in &streams {
+                let arg = DemoConfig::rate_arg(&s.shape);
+                assert_eq!(RateShape::parse(&arg).unwrap(), s.shape, "{arg}");
+                for c in DemoConfig::class_args(&s.mix) {
+                    assert!(crate::load::TrafficClass::parse(&c).is_ok(), "{c}");
+                }
+            }
+        }
     }
 }
