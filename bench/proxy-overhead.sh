@@ -4,8 +4,13 @@
 #   1. throughput (wrk, closed loop) and p50/p99 at fixed rates (`spillway load`, open loop) for
 #      a direct connection to `spillway backend`, `spillway proxy` with a fixed large limit,
 #      the zero-config `spillway proxy`, and nginx as a keep-alive reverse proxy;
-#   2. the proxy's CPU per request for requests it refuses (incident control shed-below) vs
-#      requests it forwards, at the same rate, from utime + stime in /proc/PID/stat.
+#   2. the proxy's CPU per request for requests it refuses (incident control shed-below: 503;
+#      the admission controller, a quota: 429) vs requests it forwards, at the same rate, from
+#      utime + stime in /proc/PID/stat;
+#   3. the same refusal against the whole CPU of serving a request (proxy + backend) when the
+#      backend burns BURN_MS of real CPU per request (`spillway backend --cpu spin`), at
+#      BURN_RATE/s: the reading of "rejecting costs X % of serving" where serving is the
+#      protected service's work (reference guide, "Rejections aren't free").
 #
 #   bench/proxy-overhead.sh                  # installs nginx and wrk from Debian when missing
 #   SKIP_INSTALL=1 bench/proxy-overhead.sh
@@ -34,6 +39,12 @@ WORKERS=${WORKERS:-2048}
 WRK_CONNS=${WRK_CONNS:-64}
 CPU_RATE=${CPU_RATE:-3000}
 CPU_SECS=${CPU_SECS:-10}
+BURN_MS=${BURN_MS:-1}
+BURN_RATE=${BURN_RATE:-400}
+BURN_SECS=${BURN_SECS:-15}
+SPIN=127.0.0.1:$((PORT + 6))
+BURN=127.0.0.1:$((PORT + 7))
+BADMIN=127.0.0.1:$((PORT + 8))
 OUT=${OUT:-bench/results/proxy-overhead.md}
 
 WORK=$(mktemp -d /tmp/spillway-overhead.XXXXXX)
@@ -99,6 +110,7 @@ HZ=$(getconf CLK_TCK)
   echo "workers=$WORKERS"
   echo "clk_tck=$HZ"
   echo "wrk=$WRK_CONNS connections, 1 thread, ${PHASE_SECS} s"
+  echo "proxy_threads=$(nproc) (the default, one per CPU)"
   echo "nginx=$(if have nginx; then nginx -v 2>&1 | sed 's/.*: //'; echo ", 2 workers, upstream keepalive 256"; else echo "skipped ($NGINX_NOTE)"; fi | tr -d '\n')"
 } >"$WORK/meta"
 
@@ -129,6 +141,17 @@ trusted = ["127.0.0.0/8"]
 [admin]
 listen = "$ADMIN"
 TOML
+# The CPU phases' proxy: the same, plus a quota that refuses every SHEDDABLE request (rate 0,
+# enforced always), so the admission controller's refusal (429, spillway-tower's
+# refusal_response) is measured beside the incident control's; CRITICAL is unlimited.
+cp "$WORK/spillway.toml" "$WORK/cpu.toml"
+cat >>"$WORK/cpu.toml" <<TOML
+[admission.quota]
+enforcement = "always"
+default_customer = { per_criticality = [0.0, 1e9, 1e9, 1e9] }
+TOML
+# The proxy in front of the CPU-burning backend (same settings, other ports).
+sed -e "s|$PROXY|$BURN|" -e "s|$BACKEND|$SPIN|" -e "s|$ADMIN|$BADMIN|" "$WORK/spillway.toml" >"$WORK/burn.toml"
 # The zero-config form is `spillway proxy --listen A --upstream B`; it would put its admin
 # listener on the default 127.0.0.1:9901, which another engineer's run may hold, so the same
 # defaults are written as a file with only the admin address moved.
@@ -169,6 +192,8 @@ start_front() { # $1 = key; sets FRONT_PID and TARGET
   case $1 in
     direct) TARGET=$BACKEND; return 0 ;;
     spillway) TARGET=$PROXY; "$BIN" proxy --config "$WORK/spillway.toml" >"$WORK/$1.log" 2>&1 & ;;
+    cpu) TARGET=$PROXY; "$BIN" proxy --config "$WORK/cpu.toml" >"$WORK/$1.log" 2>&1 & ;;
+    burn) TARGET=$BURN; "$BIN" proxy --config "$WORK/burn.toml" >"$WORK/$1.log" 2>&1 & ;;
     zeroconf) TARGET=$ZERO; "$BIN" proxy --config "$WORK/zeroconf.toml" >"$WORK/$1.log" 2>&1 & ;;
     nginx) TARGET=$NGINX; nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g "daemon off;" >"$WORK/$1.log" 2>&1 & ;;
   esac
@@ -239,49 +264,83 @@ done
 # --- 2. CPU per refused vs served request ----------------------------------------------------
 measure() { # $1 = phase, $2 = request count source (json file or "-"), runs "${@:3}"
   local phase=$1 src=$2; shift 2
-  local t0 t1 count
+  local t0 t1 b0 b1 count
   t0=$(cpu_ticks "$FRONT_PID")
+  b0=$(cpu_ticks "$MEASURED_BACKEND")
   "$@"
+  b1=$(cpu_ticks "$MEASURED_BACKEND")
   t1=$(cpu_ticks "$FRONT_PID")
   count=0
   [ "$src" != - ] && count=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['summary']['sent'])" "$src")
-  echo "$phase $((t1 - t0)) $count" >>"$WORK/cpu"
+  # phase proxy-ticks requests backend-ticks
+  echo "$phase $((t1 - t0)) $count $((b1 - b0))" >>"$WORK/cpu"
 }
-admin_post() { # $1 = path, $2 = JSON body
-  local host=${ADMIN%:*} port=${ADMIN#*:}
+admin_post() { # $1 = admin address, $2 = path, $3 = JSON body
+  local host=${1%:*} port=${1#*:}
   exec 3<>"/dev/tcp/$host/$port"
   printf 'POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
-    "$1" "$ADMIN" "${#2}" "$2" >&3
+    "$2" "$1" "${#3}" "$3" >&3
   head -1 <&3
   exec 3<&-
 }
-echo "cpu_rate=$CPU_RATE" >>"$WORK/meta"
-echo "cpu_secs=$CPU_SECS" >>"$WORK/meta"
-if start_front spillway; then
-  echo "cpu per request: warm-up, idle, served, refused ..."
+cpu_load() { # $1 = phase, $2 = criticality, $3 = rate, $4 = seconds
+  "$BIN" load --target "$TARGET" --rate "$3" --duration "${4}s" --attempts 1 \
+    --timeout 500ms --quiet --title "$1" --class "criticality=$2" \
+    --json "$WORK/cpu.$1.json" >"$WORK/cpu.$1.txt"
+}
+{
+  echo "cpu_rate=$CPU_RATE"
+  echo "cpu_secs=$CPU_SECS"
+  echo "burn_ms=$BURN_MS"
+  echo "burn_rate=$BURN_RATE"
+  echo "burn_secs=$BURN_SECS"
+} >>"$WORK/meta"
+MEASURED_BACKEND=$BACKEND_PID
+if start_front cpu; then
+  echo "cpu per request: warm-up, idle, served, refused (control), refused (quota) ..."
   "$BIN" load --target "$TARGET" --rate "$CPU_RATE" --duration 2s --attempts 1 --quiet >/dev/null 2>&1 || true
-  cpu_load() { # $1 = phase, $2 = criticality
-    "$BIN" load --target "$TARGET" --rate "$CPU_RATE" --duration "${CPU_SECS}s" --attempts 1 \
-      --timeout 500ms --quiet --title "$1" --class "criticality=$2" \
-      --json "$WORK/cpu.$1.json" >"$WORK/cpu.$1.txt"
-  }
   measure idle - sleep "$CPU_SECS"
-  measure served "$WORK/cpu.served.json" cpu_load served CRITICAL
+  measure served "$WORK/cpu.served.json" cpu_load served CRITICAL "$CPU_RATE" "$CPU_SECS"
   # Incident control: shed everything below SHEDDABLE_PLUS, i.e. every SHEDDABLE request is
   # refused by the proxy before it reaches the upstream (503 + don't-retry).
-  admin_post /controls/shed-below '{"criticality": "SHEDDABLE_PLUS"}' >"$WORK/shed.txt"
-  measure refused "$WORK/cpu.refused.json" cpu_load refused SHEDDABLE
-  admin_post /controls/reset '{}' >>"$WORK/shed.txt"
+  admin_post "$ADMIN" /controls/shed-below '{"criticality": "SHEDDABLE_PLUS"}' >"$WORK/shed.txt"
+  measure refused "$WORK/cpu.refused.json" cpu_load refused SHEDDABLE "$CPU_RATE" "$CPU_SECS"
+  admin_post "$ADMIN" /controls/reset '{}' >>"$WORK/shed.txt"
+  # The admission controller: SHEDDABLE is over its quota of 0 (429 + Retry-After).
+  measure refused_quota "$WORK/cpu.refused_quota.json" cpu_load refused_quota SHEDDABLE "$CPU_RATE" "$CPU_SECS"
   stop "$FRONT_PID"
-  # The refused phase must really have been refused: all SHEDDABLE requests rejected.
-  python3 - "$WORK/cpu.refused.json" "$WORK/cpu.served.json" <<'PY' || echo "WARNING: the CPU phases did not refuse/serve as intended"
-import json, sys
-r = json.load(open(sys.argv[1]))[0]["summary"]
-s = json.load(open(sys.argv[2]))[0]["summary"]
-assert r["rejected"] == r["sent"] and r["sent"] > 0, r
-assert s["goodput"] == s["sent"] and s["sent"] > 0, s
-PY
 fi
+
+# --- 3. The refusal against the whole cost of serving (proxy + a backend that burns CPU) -------
+"$BIN" backend --listen "$SPIN" --workers 2 --service-time "${BURN_MS}ms" --dist constant \
+  --cpu spin --duration 900s >"$WORK/spin.log" 2>&1 &
+SPIN_PID=$!
+PIDS+=("$SPIN_PID")
+if wait_port "$SPIN" && start_front burn; then
+  MEASURED_BACKEND=$SPIN_PID
+  echo "cpu per request with a ${BURN_MS} ms CPU backend at $BURN_RATE/s: served, refused ..."
+  "$BIN" load --target "$TARGET" --rate "$BURN_RATE" --duration 2s --attempts 1 --quiet >/dev/null 2>&1 || true
+  measure burn_idle - sleep "$BURN_SECS"
+  measure burn_served "$WORK/cpu.burn_served.json" cpu_load burn_served CRITICAL "$BURN_RATE" "$BURN_SECS"
+  admin_post "$BADMIN" /controls/shed-below '{"criticality": "SHEDDABLE_PLUS"}' >>"$WORK/shed.txt"
+  measure burn_refused "$WORK/cpu.burn_refused.json" cpu_load burn_refused SHEDDABLE "$BURN_RATE" "$BURN_SECS"
+  stop "$FRONT_PID"
+else
+  echo "the CPU-burning backend or its proxy did not start (see $WORK/spin.log, $WORK/burn.log)"
+fi
+stop "$SPIN_PID"
+
+# Each refused phase must really have been refused, each served phase served.
+python3 - "$WORK" <<'PY' || echo "WARNING: the CPU phases did not refuse/serve as intended"
+import json, os, sys
+for phase, want in [("served", "goodput"), ("refused", "rejected"), ("refused_quota", "rejected"),
+                    ("burn_served", "goodput"), ("burn_refused", "rejected")]:
+    p = os.path.join(sys.argv[1], f"cpu.{phase}.json")
+    if not os.path.exists(p):
+        continue
+    s = json.load(open(p))[0]["summary"]
+    assert s[want] == s["sent"] and s["sent"] > 0, (phase, s)
+PY
 
 echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/meta"
 mkdir -p "$(dirname "$OUT")"

@@ -87,7 +87,8 @@ out.append(f"Measured {meta.get('date', '?')} on {meta.get('host', '?')} "
            f"({meta.get('cpus', '?')} CPUs, shared). Load average before: "
            f"{meta.get('load_before', '?')}; after: {meta.get('load_after', '?')}. "
            f"Backend: `spillway backend --workers {meta.get('workers')} --service-time 1ms "
-           f"--dist constant --cpu sleep`. nginx: {meta.get('nginx', '?')}.")
+           f"--dist constant --cpu sleep`. nginx: {meta.get('nginx', '?')}. "
+           f"Spillway data-plane threads: {meta.get('proxy_threads', '?')}.")
 out.append("")
 
 # --- 1. Max throughput (wrk, closed loop) ---
@@ -155,37 +156,95 @@ out.append("")
 cpu = {}
 for line in (read("cpu") or "").splitlines():
     parts = line.split()
-    if len(parts) == 3:  # phase ticks requests
-        cpu[parts[0]] = (int(parts[1]), int(parts[2]))
-out.append(f"### Proxy CPU per request: refused vs served ({meta.get('cpu_rate', '?')} req/s "
+    if len(parts) in (3, 4):  # phase proxy-ticks requests [backend-ticks]
+        cpu[parts[0]] = (int(parts[1]), int(parts[2]), int(parts[3]) if len(parts) == 4 else 0)
+
+
+def per_request(phase, idle_phase):
+    """Proxy and backend µs per request in `phase`, net of `idle_phase` (same length)."""
+    if phase not in cpu or not cpu[phase][1]:
+        return None
+    t, n, b = cpu[phase]
+    it, _, ib = cpu.get(idle_phase, (0, 0, 0))
+    return {"n": n, "proxy_ms": t * 1000 / hz, "raw": (t * 1e6 / hz) / n,
+            "proxy": ((t - it) * 1e6 / hz) / n, "backend": ((b - ib) * 1e6 / hz) / n}
+
+
+out.append(f"### (a) Proxy CPU per request: refused vs forwarded ({meta.get('cpu_rate', '?')} req/s "
            f"for {meta.get('cpu_secs', '?')} s each)")
 out.append("")
 out.append("CPU of the proxy process only (the backend's is not counted): utime + stime from "
-           f"`/proc/PID/stat` (1/{hz} s ticks) across each phase. *Served*: CRITICAL requests "
-           "forwarded to the backend. *Refused*: SHEDDABLE requests refused by the incident "
-           "control `POST /controls/shed-below {\"criticality\": \"SHEDDABLE_PLUS\"}` (503, "
-           "keep-alive kept). *Net* subtracts an idle phase of the same length (timers, "
-           "utilisation refresh).")
+           f"`/proc/PID/stat` (1/{hz} s ticks) across each phase. *Forwarded*: CRITICAL requests "
+           "forwarded to the backend. *Refused (control)*: SHEDDABLE requests refused by the "
+           "incident control `POST /controls/shed-below {\"criticality\": \"SHEDDABLE_PLUS\"}` "
+           "(503 + `Retry-After` + don't-retry). *Refused (quota)*: SHEDDABLE requests refused "
+           "by the admission controller, over a quota of 0 (429 + `Retry-After`, spillway-tower's "
+           "`refusal_response`). Keep-alive is kept on every refusal. *Net* subtracts an idle "
+           "phase of the same length (timers, utilisation refresh).")
 out.append("")
-out.append("| phase | requests | proxy CPU | µs/request | µs/request, net of idle |")
-out.append("| --- | ---: | ---: | ---: | ---: |")
-idle = cpu.get("idle", (0, 0))
+out.append("| phase | requests | proxy CPU | µs/request | µs/request, net of idle | vs forwarded |")
+out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+rows = [("idle", "idle"), ("served", "forwarded"), ("refused", "refused (control, 503)"),
+        ("refused_quota", "refused (quota, 429)")]
 per = {}
-for phase in ("idle", "served", "refused"):
+for phase, label in rows:
     if phase not in cpu:
         continue
-    t, n = cpu[phase]
-    raw = (t * 1e6 / hz) / n if n else None
-    net = ((t - idle[0]) * 1e6 / hz) / n if n else None
-    per[phase] = net
-    out.append(f"| {phase} | {n:,} | {t * 1000 / hz:,.0f} ms | {fmt(raw)} | {fmt(net)} |")
+    t, n, _ = cpu[phase]
+    if not n:
+        out.append(f"| {label} | 0 | {t * 1000 / hz:,.0f} ms | — | — | — |")
+        continue
+    r = per_request(phase, "idle")
+    per[phase] = r["proxy"]
+    vs = ""
+    if phase != "served" and per.get("served"):
+        vs = f"{100 * r['proxy'] / per['served']:.0f} %"
+    out.append(f"| {label} | {n:,} | {r['proxy_ms']:,.0f} ms | {r['raw']:.1f} | "
+               f"{r['proxy']:.1f} | {vs} |")
+ratio_a = None
 if per.get("served") and per.get("refused") is not None:
-    ratio = 100.0 * per["refused"] / per["served"]
+    ratio_a = 100.0 * per["refused"] / per["served"]
     out.append("")
-    out.append(f"**A refusal costs {ratio:.0f} % of a served request** "
-               f"({per['refused']:.1f} µs vs {per['served']:.1f} µs of proxy CPU, net of idle); "
-               f"target ≤ 5 %: {'met' if ratio <= 5 else 'missed'}.")
+    q = ""
+    if per.get("refused_quota") is not None:
+        q = (f"; a controller refusal (quota, 429) {100 * per['refused_quota'] / per['served']:.0f} % "
+             f"({per['refused_quota']:.1f} µs)")
+    out.append(f"**(a) A refusal costs {ratio_a:.0f} % of the proxy's CPU for a forwarded request** "
+               f"({per['refused']:.1f} µs vs {per['served']:.1f} µs, net of idle{q}); "
+               f"target ≤ 5 %: {'met' if ratio_a <= 5 else 'missed'}.")
 out.append("")
+
+burn = per_request("burn_served", "burn_idle")
+burn_ref = per_request("burn_refused", "burn_idle")
+ratio_b = breakeven = None
+if burn and burn_ref:
+    ms = meta.get("burn_ms", "?")
+    out.append(f"### (b) The refusal against the whole cost of serving: a backend burning {ms} ms "
+               f"of CPU per request ({meta.get('burn_rate', '?')} req/s for "
+               f"{meta.get('burn_secs', '?')} s each)")
+    out.append("")
+    out.append(f"`spillway backend --cpu spin --service-time {ms}ms --workers 2` (busy-spins for "
+               "the service time) behind the same proxy; *serving* = proxy CPU + backend CPU per "
+               "served request, *refusing* = the proxy's CPU per request refused by shed-below "
+               "(the backend does nothing). Both net of an idle phase of the same length.")
+    out.append("")
+    total = burn["proxy"] + burn["backend"]
+    ratio_b = 100.0 * burn_ref["proxy"] / total
+    # refusal <= 5 % of (proxy forwarding + backend): backend >= 20 x refusal - proxy forwarding
+    breakeven = 20.0 * burn_ref["proxy"] - burn["proxy"]
+    out.append("| phase | requests | proxy µs/request | backend µs/request | total µs/request |")
+    out.append("| --- | ---: | ---: | ---: | ---: |")
+    out.append(f"| served | {burn['n']:,} | {burn['proxy']:.1f} | {burn['backend']:.1f} | {total:.1f} |")
+    out.append(f"| refused (control, 503) | {burn_ref['n']:,} | {burn_ref['proxy']:.1f} | "
+               f"{burn_ref['backend']:.1f} | {burn_ref['proxy'] + burn_ref['backend']:.1f} |")
+    out.append("")
+    out.append(f"**(b) A refusal costs {ratio_b:.1f} % of serving a request** "
+               f"({burn_ref['proxy']:.1f} µs vs {total:.1f} µs of proxy + backend CPU); target "
+               f"≤ 5 %: {'met' if ratio_b <= 5 else 'missed'}. Break-even: a refusal stays "
+               f"≤ 5 % of serving once the backend spends at least {max(0.0, breakeven):.0f} µs "
+               f"of CPU per request (20 × {burn_ref['proxy']:.1f} µs − the proxy's "
+               f"{burn['proxy']:.1f} µs of forwarding).")
+    out.append("")
 
 # --- Targets ---
 out.append("### Targets (issue 4)")
@@ -205,4 +264,11 @@ for key in ("spillway", "zeroconf"):
         txt = ", ".join(f"{v:+.2f} ms at {rate}/s" for rate, v in vals)
         out.append(f"- p99 added ≤ 1 ms below half load ({dict(PATHS)[key]}): {txt} — "
                    f"{'met' if worst <= 1.0 else 'missed'}.")
+if ratio_a is not None:
+    out.append(f"- Refusal ≤ 5 % of serving, (a) proxy CPU only: {ratio_a:.0f} % — "
+               f"{'met' if ratio_a <= 5 else 'missed'}.")
+if ratio_b is not None:
+    out.append(f"- Refusal ≤ 5 % of serving, (b) proxy + a {meta.get('burn_ms', '?')} ms CPU backend: "
+               f"{ratio_b:.1f} % — {'met' if ratio_b <= 5 else 'missed'} (break-even backend CPU "
+               f"{max(0.0, breakeven):.0f} µs/request).")
 print("\n".join(out))
