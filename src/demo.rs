@@ -217,14 +217,21 @@ fn targets(rows: &[DemoRow]) -> String {
             fmt(r.good_success),
             verdict(good >= 0.99)
         );
+        let secs = |v: Option<u64>| v.map_or_else(|| "not recovered".into(), |s| format!("{s} s"));
         let _ = writeln!(
             out,
             "  {}: goodput back to ≥ 95% within 2 s after the jump: {} — {}",
             r.title,
-            r.recovery_s
-                .map_or_else(|| "not recovered".into(), |s| format!("{s} s")),
+            secs(r.recovery_s),
             verdict(r.recovery_s.is_some_and(|s| s <= 2))
         );
+        if r.server_recovery_s != r.recovery_s {
+            let _ = writeln!(
+                out,
+                "    (of the requests the clients' own throttle let through: {})",
+                secs(r.server_recovery_s)
+            );
+        }
     }
     out
 }

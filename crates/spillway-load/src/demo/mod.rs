@@ -433,6 +433,10 @@ pub async fn run_mode(
         // budget's window is 10 s already.)
         load.throttle.window = Duration::from_secs(10);
         load.throttle.buckets = 10;
+        // The proxy's client-throttle default (spillway-proxy `default_throttle`): never refuse
+        // below 1 request/s over the window, or a fresh client refuses its first requests
+        // locally before any answer could arrive (P = (1 − 0) / 2 for the very first one).
+        load.throttle.min_requests_per_sec = 1.0;
         load.behaviour = match mode {
             Mode::Unprotected | Mode::Spillway => Behaviour::Naive,
             Mode::SpillwayThrottled => Behaviour::Throttled,

@@ -42,6 +42,10 @@ pub struct DemoRow {
     /// Whole seconds after the jump ends until every remaining second succeeds ≥ 95%; `None`
     /// if it never does before the run ends.
     pub recovery_s: Option<u64>,
+    /// The same for the requests that reached the server (offered minus those the client's
+    /// own throttle refused): with throttling clients, recovery of what the server answers
+    /// can come long before the clients stop refusing locally.
+    pub server_recovery_s: Option<u64>,
     /// Attempts per request.
     pub amplification: f64,
 }
@@ -85,10 +89,20 @@ pub fn summarise(cfg: &DemoConfig, report: &RunReport) -> DemoRow {
             .and_then(|s| s.counts.success_ratio())
             .is_some_and(|r| r >= RECOVERED)
     };
+    let server_ok = |t: usize| {
+        rows.get(t).is_some_and(|s| {
+            let reached = s.counts.offered - s.counts.throttled;
+            reached == 0 || s.counts.goodput as f64 >= RECOVERED * reached as f64
+        })
+    };
     let end = rows.len();
-    let recovery_s = (jump_end..end)
-        .find(|&t| (t..end).all(ok))
-        .map(|t| (t - jump_end) as u64);
+    let recovery = |ok: &dyn Fn(usize) -> bool| {
+        (jump_end..end)
+            .find(|&t| (t..end).all(ok))
+            .map(|t| (t - jump_end) as u64)
+    };
+    let recovery_s = recovery(&ok);
+    let server_recovery_s = recovery(&server_ok);
     let ratio = |c: Option<&Counts>| c.and_then(Counts::success_ratio);
     DemoRow {
         title: report.title.clone(),
@@ -98,6 +112,7 @@ pub fn summarise(cfg: &DemoConfig, report: &RunReport) -> DemoRow {
         critical_success: ratio(report.summary.by_criticality.get("CRITICAL")),
         good_success: ratio(report.summary.by_customer.get("good")),
         recovery_s,
+        server_recovery_s,
         amplification: report.summary.amplification,
     }
 }
@@ -152,6 +167,15 @@ mod tests {
     /// `offered(t)` requests, the first `ok(t)` of which succeed; every 10th is customer `good`,
     /// every 20th CRITICAL.
     fn run(offered: impl Fn(usize) -> u64, ok: impl Fn(usize) -> u64) -> RunReport {
+        run_failing(offered, ok, Outcome::TimedOut)
+    }
+
+    /// [`run`], with the failures ending as `failure`.
+    fn run_failing(
+        offered: impl Fn(usize) -> u64,
+        ok: impl Fn(usize) -> u64,
+        failure: Outcome,
+    ) -> RunReport {
         let mut r = Recorder::new("synthetic", Duration::from_secs(15));
         for t in 0..15usize {
             for i in 0..offered(t) {
@@ -164,11 +188,7 @@ mod tests {
                     },
                     customer: if i % 10 == 0 { "good" } else { "noisy" },
                     attempts: 1,
-                    outcome: if i < ok(t) {
-                        Outcome::Success
-                    } else {
-                        Outcome::TimedOut
-                    },
+                    outcome: if i < ok(t) { Outcome::Success } else { failure },
                     latency: Some(Duration::from_millis(5)),
                     queue_ms: None,
                     service_ms: None,
@@ -247,7 +267,24 @@ mod tests {
         assert_eq!(row.recovery_s, Some(1));
         let row = summarise(&cfg, &run(|_| 100, |_| 100));
         assert_eq!(row.recovery_s, Some(0));
+        assert_eq!(row.server_recovery_s, Some(0));
         assert_eq!(row.good_success, Some(1.0));
+        // Throttling clients: half refused locally until the end, but every request they let
+        // through succeeds — the server recovered at once, the clients did not.
+        let row = summarise(
+            &cfg,
+            &run_failing(
+                |_| 100,
+                |t| if t >= 14 { 50 } else { 10 },
+                Outcome::Throttled,
+            ),
+        );
+        assert_eq!(row.recovery_s, None);
+        assert_eq!(row.server_recovery_s, Some(0));
+        // Server-side failures count for both.
+        let row = summarise(&cfg, &run(|_| 100, |t| if t >= 14 { 100 } else { 10 }));
+        assert_eq!((row.recovery_s, row.server_recovery_s), (Some(1), Some(1)));
+        let row = summarise(&cfg, &run(|_| 100, |_| 100));
         let table = render_table(&[row]);
         assert!(
             table.contains("| synthetic |") && table.contains("0 s") && table.contains("@ 10×"),
