@@ -26,7 +26,7 @@
 //!
 //! The hot path ([`AdaptiveThrottle::try_acquire`]) takes no lock and allocates nothing, and its
 //! cost does not grow with the number of buckets: both counts are running totals
-//! ([`WindowedTotal`]), corrected once per bucket as it leaves the window, so a decision is a
+//! ([`WindowedTotals`]), corrected once per bucket as it leaves the window, so a decision is a
 //! few atomic loads, a draw only when `P > 0`, and one compare-exchange plus one atomic add.
 //! (Summing the 120 buckets of both counters on every decision was most of its cost.)
 
@@ -35,10 +35,15 @@ use std::time::{Duration, Instant};
 
 use crate::error::{check_range, ConfigError};
 use crate::random::{RandomSource, ThreadRandom};
-use crate::window::{WindowedTotal, MAX_BUCKETS};
+use crate::window::{WindowedTotals, MAX_BUCKETS};
 
 #[cfg(test)]
 mod tests;
+
+/// Index of the requests count in the throttle's [`WindowedTotals`].
+const REQUESTS: usize = 0;
+/// Index of the accepts count.
+const ACCEPTS: usize = 1;
 
 /// The largest probability the throttle ever reports: the greatest `f64` below 1.
 pub const MAX_PROBABILITY: f64 = 1.0 - f64::EPSILON / 2.0;
@@ -133,8 +138,8 @@ pub struct Throttled {
 /// but an overload refusal counts as accepted — even an application error shows the backend is
 /// taking work).
 pub struct AdaptiveThrottle<R: RandomSource = ThreadRandom> {
-    requests: WindowedTotal,
-    accepts: WindowedTotal,
+    /// Count [`REQUESTS`] and count [`ACCEPTS`], over one window.
+    counts: WindowedTotals<2>,
     k: f64,
     /// `min_requests_per_sec × window` in requests: below it the throttle stays open.
     min_requests: f64,
@@ -153,8 +158,7 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
     pub fn with_random(cfg: ThrottleConfig, origin: Instant, rng: R) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(AdaptiveThrottle {
-            requests: WindowedTotal::new(cfg.window, cfg.buckets, origin),
-            accepts: WindowedTotal::new(cfg.window, cfg.buckets, origin),
+            counts: WindowedTotals::new(cfg.window, cfg.buckets, origin),
             k: cfg.k,
             min_requests: cfg.min_requests_per_sec * cfg.window.as_secs_f64(),
             rng,
@@ -181,7 +185,7 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
         // P is taken from the history *before* this request: counting it first would refuse a
         // brand-new client's first request half the time (1 / (1 + 1)).
         let probability = self.probability(now);
-        self.requests.add(now, 1);
+        self.counts.add(now, REQUESTS, 1);
         // No draw when P = 0: cheaper, and keeps injected sources in step with actual decisions.
         if probability > 0.0 && self.rng.uniform() < probability {
             Err(Throttled { probability })
@@ -192,14 +196,15 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
 
     /// The backend accepted a request sent earlier (anything but an overload refusal).
     pub fn record_accept(&self, now: Instant) {
-        self.accepts.add(now, 1);
+        self.counts.add(now, ACCEPTS, 1);
     }
 
     /// `(requests, accepts)` over the window ending at `now`. O(1): running totals. Time is
     /// expected to move forward; a `now` behind the newest one seen reads the newest window
-    /// (see [`WindowedTotal`]).
+    /// (see [`WindowedTotals`]).
     pub fn counts(&self, now: Instant) -> (u64, u64) {
-        (self.requests.sum(now), self.accepts.sum(now))
+        let [requests, accepts] = self.counts.sums(now);
+        (requests, accepts)
     }
 
     /// The multiplier `K` in force.
@@ -216,8 +221,8 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
 impl<R: RandomSource> fmt::Debug for AdaptiveThrottle<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdaptiveThrottle")
-            .field("window", &self.requests.window())
-            .field("buckets", &self.requests.buckets())
+            .field("window", &self.counts.window())
+            .field("buckets", &self.counts.buckets())
             .field("k", &self.k)
             .field("min_requests", &self.min_requests)
             .finish_non_exhaustive()

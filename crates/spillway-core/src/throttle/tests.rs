@@ -16,8 +16,8 @@ fn throttle_with(cfg: ThrottleConfig, draw: f64) -> (AdaptiveThrottle<FixedRando
 /// Feeds `requests` requests of which the first `accepts` were accepted, all at `now`, with a
 /// draw that never throttles (so every request is sent and counted).
 fn feed<R: RandomSource>(t: &AdaptiveThrottle<R>, now: Instant, requests: u64, accepts: u64) {
-    t.requests.add(now, requests);
-    t.accepts.add(now, accepts);
+    t.counts.add(now, REQUESTS, requests);
+    t.counts.add(now, ACCEPTS, accepts);
 }
 
 #[test]

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::clock::{nanos_since, saturating_nanos};
 
 mod total;
-pub use total::WindowedTotal;
+pub use total::WindowedTotals;
 
 /// The largest number of buckets a counter keeps (one per second over an hour). More buckets buy
 /// nothing measurable and make every [`WindowedCounter::sum`] slower.
@@ -125,58 +125,20 @@ impl WindowedCounter {
     /// caller can take them back with [`WindowedCounter::take_back`].
     pub(crate) fn add_landed(&self, now: Instant, n: u64) -> Option<Landed> {
         self.add_at_slice(self.slice_at(now), n)
-            .map(|(landed, _)| landed)
     }
 
-    /// Adds `n` events to time slice `slice`: where they landed, and by how much the bucket's
-    /// count changed (less than `n`, even negative, when a stale bucket was reset on the way).
+    /// Adds `n` events to time slice `slice`: where they landed.
     #[inline]
-    fn add_at_slice(&self, slice: u64, n: u64) -> Option<(Landed, i64)> {
+    fn add_at_slice(&self, slice: u64, n: u64) -> Option<Landed> {
         if n == 0 {
             return None;
         }
         let idx = (slice % self.len()) as usize;
         // Truncation is the documented wrap of the round tag.
         let round = (slice / self.len()) as u32;
-        let add = u32::try_from(n).unwrap_or(u32::MAX);
         let bucket = self.buckets.get(idx)?; // always Some: idx < len
-        let mut cur = bucket.load(Ordering::Relaxed);
-        loop {
-            let (tag, count) = unpack(cur);
-            // Signed distance handles the wrap of the tag: >= 0 means the bucket holds our round
-            // or a newer one written by a thread whose clock read raced ahead of ours.
-            let (tag, next, delta) = if tag.wrapping_sub(round) as i32 >= 0 {
-                let sum = count.saturating_add(add);
-                (tag, pack(tag, sum), i64::from(sum - count))
-            } else {
-                (round, pack(round, add), i64::from(add) - i64::from(count))
-            };
-            match bucket.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::Relaxed) {
-                Ok(_) => return Some((Landed { idx, tag }, delta)),
-                Err(actual) => cur = actual,
-            }
-        }
-    }
-
-    /// Empties bucket `idx` if it still holds round `round` or an older one (its events have
-    /// left the window); returns how many events it removed. A bucket already reset to a newer
-    /// round is left alone: whoever reset it accounted for what it held.
-    fn retire(&self, idx: usize, round: u32) -> u32 {
-        let Some(bucket) = self.buckets.get(idx) else {
-            return 0;
-        };
-        let mut cur = bucket.load(Ordering::Relaxed);
-        loop {
-            let (tag, count) = unpack(cur);
-            if count == 0 || (round.wrapping_sub(tag) as i32) < 0 {
-                return 0;
-            }
-            let next = pack(tag, 0);
-            match bucket.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::Relaxed) {
-                Ok(_) => return count,
-                Err(actual) => cur = actual,
-            }
-        }
+        let (tag, _) = bucket_add(bucket, round, n);
+        Some(Landed { idx, tag })
     }
 
     /// Takes back `n` events that [`WindowedCounter::add_landed`] put in, unless their bucket has
@@ -216,6 +178,49 @@ impl WindowedCounter {
         let (this_round, previous_round) =
             self.buckets.split_at((current + 1).min(self.buckets.len()));
         sum_round(this_round, round) + sum_round(previous_round, round.wrapping_sub(1))
+    }
+}
+
+/// Adds `n` events of round `round` to `bucket` (resetting it first if it holds an older round;
+/// adding to the newer round if a writer whose clock raced ahead already moved it on). Returns
+/// the round the events landed in and by how much the bucket's count changed: less than `n`,
+/// even negative, when a stale count was reset on the way. One compare-exchange loop.
+#[inline]
+fn bucket_add(bucket: &AtomicU64, round: u32, n: u64) -> (u32, i64) {
+    let add = u32::try_from(n).unwrap_or(u32::MAX);
+    let mut cur = bucket.load(Ordering::Relaxed);
+    loop {
+        let (tag, count) = unpack(cur);
+        // Signed distance handles the wrap of the tag: >= 0 means the bucket holds our round
+        // or a newer one written by a thread whose clock read raced ahead of ours.
+        let (tag, next, delta) = if tag.wrapping_sub(round) as i32 >= 0 {
+            let sum = count.saturating_add(add);
+            (tag, pack(tag, sum), i64::from(sum - count))
+        } else {
+            (round, pack(round, add), i64::from(add) - i64::from(count))
+        };
+        match bucket.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::Relaxed) {
+            Ok(_) => return (tag, delta),
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
+/// Empties `bucket` if it still holds round `round` or an older one (its events have left the
+/// window); returns how many events it removed. A bucket already reset to a newer round is left
+/// alone: whoever reset it accounted for what it held.
+fn bucket_retire(bucket: &AtomicU64, round: u32) -> u32 {
+    let mut cur = bucket.load(Ordering::Relaxed);
+    loop {
+        let (tag, count) = unpack(cur);
+        if count == 0 || (round.wrapping_sub(tag) as i32) < 0 {
+            return 0;
+        }
+        let next = pack(tag, 0);
+        match bucket.compare_exchange_weak(cur, next, Ordering::SeqCst, Ordering::Relaxed) {
+            Ok(_) => return count,
+            Err(actual) => cur = actual,
+        }
     }
 }
 

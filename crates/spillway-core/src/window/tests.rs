@@ -177,7 +177,7 @@ fn is_send_and_sync() {
     check::<WindowedCounter>();
 }
 
-/// Brute force for [`WindowedTotal`]: the events (at `ns` since the origin) whose slice is one
+/// Brute force for [`WindowedTotals`]: the events (at `ns` since the origin) whose slice is one
 /// of the `buckets` slices ending at `now_ns`'s.
 fn brute_force_sum(events: &[(u64, u64)], slice_ns: u64, buckets: u64, now_ns: u64) -> u64 {
     let now_slice = now_ns / slice_ns;
@@ -189,72 +189,82 @@ fn brute_force_sum(events: &[(u64, u64)], slice_ns: u64, buckets: u64, now_ns: u
 }
 
 proptest::proptest! {
-    /// The O(1) running total equals a brute-force sum over every event recorded — and the
-    /// bucket-by-bucket scan — after any sequence of advances (short steps, long silences
-    /// spanning many windows) and adds, read at any point.
+    /// The O(1) running totals equal a brute-force sum over every event recorded — and the
+    /// bucket-by-bucket scan — for both counts, after any sequence of advances (short steps,
+    /// long silences spanning many windows) and adds, read at any point.
     #[test]
-    fn running_total_equals_a_brute_force_sum(
+    fn running_totals_equal_a_brute_force_sum(
         buckets in 1usize..14,
         window_ms in 1u64..20_000,
         steps in proptest::collection::vec(
-            (proptest::prop_oneof![0u64..20, 0u64..2_000, 0u64..100_000], 0u64..5, proptest::bool::ANY),
+            (
+                proptest::prop_oneof![0u64..20, 0u64..2_000, 0u64..100_000],
+                0u64..5,
+                0usize..3, // 0, 1: add to that count; 2: read
+            ),
             0..200,
         ),
     ) {
         let t0 = Instant::now();
-        let c = WindowedTotal::new(Duration::from_millis(window_ms), buckets, t0);
+        let c = WindowedTotals::<2>::new(Duration::from_millis(window_ms), buckets, t0);
         let slice_ns = saturating_nanos(c.slice());
         let mut now_ns = 0u64;
-        let mut events = Vec::new();
-        for (advance_ms, n, read) in steps {
+        let mut events = [Vec::new(), Vec::new()];
+        for (advance_ms, n, action) in steps {
             now_ns += advance_ms * 1_000_000 + n * 333_333; // off the millisecond grid too
             let now = t0 + Duration::from_nanos(now_ns);
-            if read {
-                let expected = brute_force_sum(&events, slice_ns, buckets as u64, now_ns);
-                proptest::prop_assert_eq!(c.sum(now), expected);
-                proptest::prop_assert_eq!(c.sum_by_scan(now), expected);
-                proptest::prop_assert_eq!(c.raw_total(), expected as i64);
-            } else {
-                c.add(now, n);
-                events.push((now_ns, n));
+            if action < 2 {
+                c.add(now, action, n);
+                events[action].push((now_ns, n));
+                continue;
             }
+            let expected = events
+                .each_ref()
+                .map(|e| brute_force_sum(e, slice_ns, buckets as u64, now_ns));
+            proptest::prop_assert_eq!(c.sums(now), expected);
+            proptest::prop_assert_eq!([c.sum_by_scan(now, 0), c.sum_by_scan(now, 1)], expected);
+            proptest::prop_assert_eq!(c.raw_totals(), expected.map(|e| e as i64));
         }
         let now = t0 + Duration::from_nanos(now_ns);
-        proptest::prop_assert_eq!(c.sum(now), brute_force_sum(&events, slice_ns, buckets as u64, now_ns));
+        let expected = events
+            .each_ref()
+            .map(|e| brute_force_sum(e, slice_ns, buckets as u64, now_ns));
+        proptest::prop_assert_eq!(c.sums(now), expected);
     }
 }
 
 #[test]
 fn running_total_forgets_exactly_one_window_later() {
     let t0 = Instant::now();
-    let c = WindowedTotal::new(Duration::from_secs(10), 10, t0);
-    c.add(t0 + Duration::from_millis(500), 7); // slice 0
-    c.add(t0 + S * 3, 2); // slice 3
-    assert_eq!(c.sum(t0 + Duration::from_millis(9_999)), 9); // slice 9: both inside
-    assert_eq!(c.sum(t0 + S * 10), 2); // slice 10: slice 0 has left
-    c.add(t0 + S * 13, 1); // reuses slice 3's bucket: the 2 leave as the 1 arrives
-    assert_eq!(c.sum(t0 + S * 13), 1);
-    assert_eq!(c.sum(t0 + S * 1_000_000), 0); // a long silence: everything is forgotten
-    assert_eq!(c.raw_total(), 0);
+    let c = WindowedTotals::<1>::new(Duration::from_secs(10), 10, t0);
+    c.add(t0 + Duration::from_millis(500), 0, 7); // slice 0
+    c.add(t0 + S * 3, 0, 2); // slice 3
+    c.add(t0 + S * 3, 1, 5); // no such count: ignored
+    assert_eq!(c.sums(t0 + Duration::from_millis(9_999)), [9]); // slice 9: both inside
+    assert_eq!(c.sums(t0 + S * 10), [2]); // slice 10: slice 0 has left
+    c.add(t0 + S * 13, 0, 1); // reuses slice 3's bucket: the 2 leave as the 1 arrives
+    assert_eq!(c.sums(t0 + S * 13), [1]);
+    assert_eq!(c.sums(t0 + S * 1_000_000), [0]); // a long silence: everything is forgotten
+    assert_eq!(c.raw_totals(), [0]);
 }
 
 #[test]
 fn running_total_clamps_lagging_clocks_forward() {
     let t0 = Instant::now();
-    let c = WindowedTotal::new(Duration::from_secs(10), 10, t0);
-    assert_eq!(c.sum(t0 + S * 25), 0); // a reader has seen slice 25
-    c.add(t0 + S * 2, 3); // a writer a whole window behind: counted at slice 25, not lost
-    assert_eq!(c.sum(t0 + S * 25), 3);
-    assert_eq!(c.sum(t0 + S * 20), 3); // a lagging reader sees the newest window
-    assert_eq!(c.sum(t0 + S * 34), 3);
-    assert_eq!(c.sum(t0 + S * 35), 0);
-    assert_eq!(c.raw_total(), 0);
+    let c = WindowedTotals::<1>::new(Duration::from_secs(10), 10, t0);
+    assert_eq!(c.sums(t0 + S * 25), [0]); // a reader has seen slice 25
+    c.add(t0 + S * 2, 0, 3); // a writer a whole window behind: counted at slice 25, not lost
+    assert_eq!(c.sums(t0 + S * 25), [3]);
+    assert_eq!(c.sums(t0 + S * 20), [3]); // a lagging reader sees the newest window
+    assert_eq!(c.sums(t0 + S * 34), [3]);
+    assert_eq!(c.sums(t0 + S * 35), [0]);
+    assert_eq!(c.raw_totals(), [0]);
 }
 
 #[test]
-fn running_total_is_exact_under_concurrent_writers_and_sweeping_readers() {
+fn running_totals_are_exact_under_concurrent_writers_and_sweeping_readers() {
     let t0 = Instant::now();
-    let c = Arc::new(WindowedTotal::new(Duration::from_secs(10), 10, t0));
+    let c = Arc::new(WindowedTotals::<2>::new(Duration::from_secs(10), 10, t0));
     // Writers walk forward through 40 s (four windows), readers sweep behind and ahead of them:
     // buckets are reset by writers and retired by readers concurrently.
     let threads: Vec<_> = (0..4u64)
@@ -264,9 +274,9 @@ fn running_total_is_exact_under_concurrent_writers_and_sweeping_readers() {
                 for i in 0..40_000u64 {
                     let now = t0 + Duration::from_millis(i + t * 7);
                     if t % 2 == 0 {
-                        c.add(now, 1);
+                        c.add(now, (i % 2) as usize, 1);
                     } else {
-                        let _ = c.sum(now);
+                        let _ = c.sums(now);
                     }
                 }
             })
@@ -276,15 +286,15 @@ fn running_total_is_exact_under_concurrent_writers_and_sweeping_readers() {
         t.join().expect("thread panicked");
     }
     // Quiescent: the last window holds some of the 80,000 events, and once everything has
-    // expired the total is exactly 0 — no event was subtracted twice or left behind.
-    let last = c.sum(t0 + S * 40);
-    assert!(last > 0 && last <= 80_000, "{last}");
-    assert_eq!(c.sum(t0 + S * 1_000), 0);
-    assert_eq!(c.raw_total(), 0);
+    // expired both totals are exactly 0 — no event was subtracted twice or left behind.
+    let [a, b] = c.sums(t0 + S * 40);
+    assert!(a > 0 && b > 0 && a + b <= 80_000, "{a} {b}");
+    assert_eq!(c.sums(t0 + S * 1_000), [0, 0]);
+    assert_eq!(c.raw_totals(), [0, 0]);
 }
 
 #[test]
-fn running_total_is_send_and_sync() {
+fn running_totals_are_send_and_sync() {
     fn check<T: Send + Sync>() {}
-    check::<WindowedTotal>();
+    check::<WindowedTotals<2>>();
 }

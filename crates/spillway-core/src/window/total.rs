@@ -1,4 +1,4 @@
-//! A sliding-window counter whose sum costs O(1): a running total, corrected as buckets expire.
+//! Sliding-window counters whose sums cost O(1): running totals, corrected as buckets expire.
 //!
 //! Why: the adaptive throttle (SRE book ch. 21, "Client-side throttling") reads its two
 //! two-minute counts on *every* request. Summing 120 one-second buckets per read made that sum
@@ -9,7 +9,10 @@
 //! a read that crosses a slice boundary also retires the slices that left the window — at most
 //! one per slice elapsed, at most one per bucket, so O(1) amortised.
 //!
-//! Lock-free, like [`WindowedCounter`] underneath: every bucket change is one compare-exchange
+//! Several counts kept over the same window (the throttle's requests and accepts) share one
+//! clock reading, one sweep, and their buckets sit side by side (16 bytes a slice for two).
+//!
+//! Lock-free, like [`WindowedCounter`](super::WindowedCounter): every bucket change is one compare-exchange
 //! that also yields the exact change of that bucket's count, and the total follows by the same
 //! amount with one atomic add. Each event therefore enters the total once and leaves it once —
 //! whoever empties its bucket (a sweeping reader, or a writer reusing the bucket for a newer
@@ -29,70 +32,94 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::WindowedCounter;
+use super::{bucket_add, bucket_retire, MAX_BUCKETS};
+use crate::clock::{nanos_since, saturating_nanos};
 
-/// Counts events over a sliding window, with an O(1) [`sum`](Self::sum) for callers whose time
-/// moves forward. Same window semantics as [`WindowedCounter::sum`] (the current slice and the
-/// `buckets − 1` before it) whenever `now` does not go back; see the module docs otherwise.
-pub struct WindowedTotal {
-    counter: WindowedCounter,
-    /// Events in the buckets not yet retired, as a two's-complement `i64` (a reader racing a
-    /// writer can see it transiently below the true count, never below 0 after clamping).
-    total: AtomicU64,
+/// `N` counts of events over one sliding window, each with an O(1) sum for callers whose time
+/// moves forward. Same window semantics as [`WindowedCounter::sum`](super::WindowedCounter::sum)
+/// (the current slice and the `buckets − 1` before it) whenever `now` does not go back; see the
+/// module docs otherwise.
+pub struct WindowedTotals<const N: usize> {
+    origin: Instant,
+    slice_nanos: u64,
+    window: Duration,
+    /// Bucket `i` holds slice `i, i + B, …` of every count: packed round tag and count, as in
+    /// [`WindowedCounter`](super::WindowedCounter).
+    buckets: Box<[[AtomicU64; N]]>,
+    /// Events in the buckets not yet retired, per count, as two's-complement `i64`s (a reader
+    /// racing a writer can see one transiently below the true count; never below 0 after
+    /// clamping).
+    totals: [AtomicU64; N],
     /// The newest slice a reader has swept to: every slice older than `swept − (buckets − 1)`
-    /// has been retired from `total`.
+    /// has been retired from the totals.
     swept: AtomicU64,
 }
 
-impl WindowedTotal {
-    /// A counter over `window`, kept in `buckets` buckets (clamped as [`WindowedCounter::new`]
-    /// does), with time measured from `origin`.
+impl<const N: usize> WindowedTotals<N> {
+    /// Counters over `window`, kept in `buckets` buckets (clamped to `1..=`[`MAX_BUCKETS`], each
+    /// slice at least 1 ns, as [`WindowedCounter::new`](super::WindowedCounter::new) does), with
+    /// time measured from `origin`.
     pub fn new(window: Duration, buckets: usize, origin: Instant) -> Self {
-        WindowedTotal {
-            counter: WindowedCounter::new(window, buckets, origin),
-            total: AtomicU64::new(0),
+        let n = buckets.clamp(1, MAX_BUCKETS);
+        WindowedTotals {
+            origin,
+            slice_nanos: (saturating_nanos(window) / n as u64).max(1),
+            window,
+            buckets: (0..n)
+                .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
+                .collect(),
+            totals: std::array::from_fn(|_| AtomicU64::new(0)),
             swept: AtomicU64::new(0),
         }
     }
 
-    /// The window this counter spans, as configured.
+    /// The window these counters span, as configured.
     pub fn window(&self) -> Duration {
-        self.counter.window()
+        self.window
     }
 
     /// The number of buckets (after clamping).
     pub fn buckets(&self) -> usize {
-        self.counter.buckets()
+        self.buckets.len()
     }
 
     /// The length of one bucket's time slice.
     pub fn slice(&self) -> Duration {
-        self.counter.slice()
+        Duration::from_nanos(self.slice_nanos)
     }
 
-    /// Adds `n` events at `now` (at the newest slice a reader has seen, if `now` is older).
     #[inline]
-    pub fn add(&self, now: Instant, n: u64) {
-        let slice = self
-            .counter
-            .slice_at(now)
-            .max(self.swept.load(Ordering::SeqCst));
-        if let Some((_, delta)) = self.counter.add_at_slice(slice, n) {
-            // Two's complement: a negative delta (a stale bucket reset) subtracts.
-            self.total.fetch_add(delta as u64, Ordering::SeqCst);
+    fn slice_at(&self, now: Instant) -> u64 {
+        nanos_since(self.origin, now) / self.slice_nanos
+    }
+
+    /// Adds `n` events to count `which` (`< N`; others are ignored) at `now` — at the newest
+    /// slice a reader has seen, if `now` is older.
+    #[inline]
+    pub fn add(&self, now: Instant, which: usize, n: u64) {
+        if n == 0 || which >= N {
+            return;
         }
+        let slice = self.slice_at(now).max(self.swept.load(Ordering::SeqCst));
+        let len = self.buckets.len() as u64;
+        let Some(bucket) = self.buckets.get((slice % len) as usize) else {
+            return; // never: the index is below len
+        };
+        // Truncation is the documented wrap of the round tag.
+        let (_, delta) = bucket_add(&bucket[which], (slice / len) as u32, n);
+        // Two's complement: a negative delta (a stale bucket reset) subtracts.
+        self.totals[which].fetch_add(delta as u64, Ordering::SeqCst);
     }
 
-    /// The number of events in the window ending at `now`.
+    /// Every count over the window ending at `now`.
     #[inline]
-    pub fn sum(&self, now: Instant) -> u64 {
-        let slice = self.counter.slice_at(now);
+    pub fn sums(&self, now: Instant) -> [u64; N] {
+        let slice = self.slice_at(now);
         let swept = self.swept.load(Ordering::SeqCst);
         if slice > swept {
             self.sweep(swept, slice);
         }
-        let total = self.total.load(Ordering::SeqCst) as i64;
-        total.max(0) as u64
+        std::array::from_fn(|i| (self.totals[i].load(Ordering::SeqCst) as i64).max(0) as u64)
     }
 
     /// Retires the slices that left the window between the reads at slices `from` and `to`:
@@ -100,40 +127,65 @@ impl WindowedTotal {
     /// can still hold anything (each bucket's older rounds are retired with it).
     #[cold]
     fn sweep(&self, from: u64, to: u64) {
-        let len = self.counter.len();
+        let len = self.buckets.len() as u64;
         let start = from.max(to.saturating_sub(len)).saturating_add(1).max(len);
         for t in start..=to {
             let expired = t - len;
-            // Truncation is the documented wrap of the round tag.
-            let removed = self
-                .counter
-                .retire((expired % len) as usize, (expired / len) as u32);
-            if removed > 0 {
-                self.total.fetch_sub(u64::from(removed), Ordering::SeqCst);
+            let Some(bucket) = self.buckets.get((expired % len) as usize) else {
+                continue;
+            };
+            for (word, total) in bucket.iter().zip(&self.totals) {
+                // Truncation is the documented wrap of the round tag.
+                let removed = bucket_retire(word, (expired / len) as u32);
+                if removed > 0 {
+                    total.fetch_sub(u64::from(removed), Ordering::SeqCst);
+                }
             }
         }
         self.swept.fetch_max(to, Ordering::SeqCst);
     }
 
-    /// The sum computed the slow way, bucket by bucket ([`WindowedCounter::sum`]); for tests.
+    /// Count `which` summed bucket by bucket, as [`WindowedCounter::sum`] does (rounds 0 or 1
+    /// ahead of each bucket's expected one); for tests.
     #[cfg(test)]
-    pub(crate) fn sum_by_scan(&self, now: Instant) -> u64 {
-        self.counter.sum(now)
+    pub(crate) fn sum_by_scan(&self, now: Instant, which: usize) -> u64 {
+        let slice = self.slice_at(now);
+        let len = self.buckets.len() as u64;
+        let (round, current) = ((slice / len) as u32, slice % len);
+        self.buckets
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let expected = if i as u64 <= current {
+                    round
+                } else {
+                    round.wrapping_sub(1)
+                };
+                let (tag, count) = super::unpack(b[which].load(Ordering::SeqCst));
+                if tag.wrapping_sub(expected) <= 1 {
+                    u64::from(count)
+                } else {
+                    0
+                }
+            })
+            .sum()
     }
 
-    /// The running total as kept, unclamped; for tests.
+    /// The running totals as kept, unclamped; for tests.
     #[cfg(test)]
-    pub(crate) fn raw_total(&self) -> i64 {
-        self.total.load(Ordering::SeqCst) as i64
+    pub(crate) fn raw_totals(&self) -> [i64; N] {
+        std::array::from_fn(|i| self.totals[i].load(Ordering::SeqCst) as i64)
     }
 }
 
-impl fmt::Debug for WindowedTotal {
+impl<const N: usize> fmt::Debug for WindowedTotals<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WindowedTotal")
-            .field("window", &self.window())
-            .field("buckets", &self.buckets())
-            .field("total", &self.total.load(Ordering::Relaxed))
+        let totals: [i64; N] =
+            std::array::from_fn(|i| self.totals[i].load(Ordering::Relaxed) as i64);
+        f.debug_struct("WindowedTotals")
+            .field("window", &self.window)
+            .field("buckets", &self.buckets.len())
+            .field("totals", &totals)
             .finish_non_exhaustive()
     }
 }
