@@ -257,8 +257,11 @@ pub fn start_threads(state: &Arc<ProxyState>) -> Result<DataPlane, RunError> {
     // Every fallible step (runtimes, registering the sockets) before any thread starts.
     let mut workers = Vec::with_capacity(listen.threads);
     for i in 0..listen.threads {
+        // I/O and timers only: signals and child processes are the control runtime's (the
+        // process driver would try a process-wide lock on every park).
         let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
+            .enable_io()
+            .enable_time()
             .build()
             .map_err(io("cannot start a data-plane runtime"))?;
         // With one shared socket, each thread accepts from its own handle on it.
