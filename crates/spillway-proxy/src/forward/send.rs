@@ -112,7 +112,7 @@ pub(super) async fn forward(
         let replayable = matches!(body, ReqBody::Buffered(_)) && !upgrade;
 
         // Client-side throttle (SRE ch. 21): refused locally, counted as that task refusing.
-        if task.throttle.try_acquire(now).is_err() {
+        if task.throttle(class.criticality).try_acquire(now).is_err() {
             tower_metrics::throttled(&labels, dest(&task));
             retry.record_outcome(now, task.id, true);
             match decide(state, &pool, tried, now, attempt, false, replayable) {
@@ -288,7 +288,7 @@ pub(super) async fn forward(
                     }
                     permit.set_outcome(Outcome::Dropped);
                 } else {
-                    task.throttle.record_accept(now);
+                    task.throttle(class.criticality).record_accept(now);
                     if res.status().is_server_error() {
                         pool.record_failure(&task, now);
                     } else {

@@ -4,9 +4,16 @@
 //! article both note that a task refusing work quickly looks idle to naive balancers. So each
 //! pick is power-of-two-choices (Mitzenmacher, "The Power of Two Choices in Randomized Load
 //! Balancing", 2001) on in-flight requests *plus a penalty for recent errors and refusals*,
-//! skipping ejected tasks; each task has its own adaptive client throttle
-//! (`spillway_core::throttle`, SRE ch. 21 "Client-side throttling") and all share one retry
-//! policy (`spillway_core::retry`: attempt limit, 10 % budget, widespread-overload gate).
+//! skipping ejected tasks; each task has its own adaptive client throttles
+//! (`spillway_core::throttle`, SRE ch. 21 "Client-side throttling"), one per criticality, and
+//! all share one retry policy (`spillway_core::retry`: attempt limit, 10 % budget,
+//! widespread-overload gate).
+//!
+//! Why a throttle per task *and criticality*: a task that sheds SHEDDABLE work while it still
+//! serves CRITICAL (as it should, SRE ch. 21 "Criticality") would, with one throttle per task,
+//! see its SHEDDABLE refusals push the shared probability up and get CRITICAL requests refused
+//! locally too. The chapter keeps the client's statistics per criticality for this reason
+//! ("adaptive throttling … keep[s] separate statistics for each level of criticality").
 //!
 //! Connections are load too: each task has a bounded number of request slots (HTTP/1.1: one
 //! connection each; HTTP/2: streams on one connection) shared by every client connection, and
@@ -38,6 +45,7 @@ use spillway_core::retry::RetryPolicy;
 use spillway_core::signal::{LoadSignal, ManualSignal};
 use spillway_core::throttle::AdaptiveThrottle;
 use spillway_core::window::WindowedCounter;
+use spillway_core::{Criticality, PerCriticality};
 use thread_local::ThreadLocal;
 use tokio::sync::Semaphore;
 
@@ -80,8 +88,8 @@ pub struct Task {
     in_flight: AtomicUsize,
     /// Request slots (bounded connections/streams).
     pub slots: Arc<Semaphore>,
-    /// Client-side adaptive throttle for this task.
-    pub throttle: AdaptiveThrottle,
+    /// Client-side adaptive throttles for this task, one per criticality.
+    pub throttles: PerCriticality<AdaptiveThrottle>,
     errors: WindowedCounter,
     requests: WindowedCounter,
     ejection: Mutex<Ejection>,
@@ -104,11 +112,14 @@ pub struct TaskStatus {
     pub in_flight: usize,
     /// Free request slots.
     pub free_slots: usize,
-    /// The client throttle's current rejection probability.
+    /// The client throttles' highest current rejection probability (over criticalities).
     pub throttle_probability: f64,
-    /// Requests and accepts in the throttle's window.
+    /// Each criticality's throttle probability (SHEDDABLE, SHEDDABLE_PLUS, CRITICAL,
+    /// CRITICAL_PLUS).
+    pub throttle_probability_by_criticality: [f64; Criticality::COUNT],
+    /// Requests in the throttles' windows (all criticalities).
     pub throttle_requests: u64,
-    /// Accepts in the throttle's window.
+    /// Accepts in the throttles' windows (all criticalities).
     pub throttle_accepts: u64,
     /// Errors (failures and refusals) in the last 10 s.
     pub recent_errors: u64,
@@ -194,8 +205,7 @@ impl Pool {
                 authority,
                 in_flight: AtomicUsize::new(0),
                 slots: Arc::new(Semaphore::new(cfg.max_requests_per_task)),
-                throttle: AdaptiveThrottle::new(cfg.throttle.clone(), origin)
-                    .map_err(|e| format!("throttle: {e}"))?,
+                throttles: throttles(cfg, origin)?,
                 errors: WindowedCounter::new(WINDOW, 10, origin),
                 requests: WindowedCounter::new(WINDOW, 10, origin),
                 ejection: Mutex::new(Ejection::default()),
@@ -328,13 +338,14 @@ impl Pool {
         task.lock_ejection().success();
     }
 
-    /// Publishes each task's throttle probability (gauge `spillway_throttle_probability`).
+    /// Publishes each task's throttle probability (gauge `spillway_throttle_probability`, the
+    /// highest over criticalities).
     pub fn publish_throttle_gauges(&self) {
         let now = Instant::now();
         for t in &self.tasks {
             spillway_tower::metrics::throttle_probability(
                 metrics::SharedString::from(Arc::clone(&t.addr)),
-                t.throttle.probability(now),
+                t.throttle_probability(now),
             );
         }
     }
@@ -345,13 +356,21 @@ impl Pool {
         self.tasks
             .iter()
             .map(|t| {
-                let (req, acc) = t.throttle.counts(now);
+                let (req, acc) = t.throttles.0.iter().fold((0, 0), |(r, a), th| {
+                    let (r2, a2) = th.counts(now);
+                    (r + r2, a + a2)
+                });
                 let ej = t.lock_ejection().clone();
                 TaskStatus {
                     address: t.addr.to_string(),
                     in_flight: t.in_flight(),
                     free_slots: t.slots.available_permits(),
-                    throttle_probability: t.throttle.probability(now),
+                    throttle_probability: t.throttle_probability(now),
+                    throttle_probability_by_criticality: t
+                        .throttles
+                        .0
+                        .each_ref()
+                        .map(|th| th.probability(now)),
                     throttle_requests: req,
                     throttle_accepts: acc,
                     recent_errors: t.errors.sum(now),
@@ -433,7 +452,36 @@ impl LoadSignal for OrcaSignal {
     }
 }
 
+fn throttles(
+    cfg: &UpstreamConfig,
+    origin: Instant,
+) -> Result<PerCriticality<AdaptiveThrottle>, String> {
+    let e = |e: spillway_core::ConfigError| format!("throttle: {e}");
+    let [a, b, c, d] =
+        Criticality::ALL.map(|_| AdaptiveThrottle::new(cfg.throttle.clone(), origin));
+    Ok(PerCriticality([
+        a.map_err(e)?,
+        b.map_err(e)?,
+        c.map_err(e)?,
+        d.map_err(e)?,
+    ]))
+}
+
 impl Task {
+    /// The client throttle for requests of `criticality` to this task.
+    pub fn throttle(&self, criticality: Criticality) -> &AdaptiveThrottle {
+        &self.throttles[criticality]
+    }
+
+    /// The highest local refusal probability over the criticalities.
+    pub fn throttle_probability(&self, now: Instant) -> f64 {
+        self.throttles
+            .0
+            .iter()
+            .map(|t| t.probability(now))
+            .fold(0.0, f64::max)
+    }
+
     fn lock_ejection(&self) -> std::sync::MutexGuard<'_, Ejection> {
         self.ejection.lock().unwrap_or_else(|p| p.into_inner())
     }
