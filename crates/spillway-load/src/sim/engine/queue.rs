@@ -68,9 +68,9 @@ impl EventQueue {
             }
         }
         match (best, self.wheel.peek()) {
-            (Some((_, b)), Some(w)) if w > b => self.wheel.pop(),
+            (Some((_, b)), Some(w)) if w > b => Some(self.wheel.take(w)),
             (Some((i, _)), _) => self.lanes[i].1.pop_front(),
-            (None, _) => self.wheel.pop(),
+            (None, w) => w.map(|w| self.wheel.take(w)),
         }
     }
 
@@ -135,13 +135,14 @@ impl Wheel {
         }
     }
 
-    fn pop(&mut self) -> Option<Ev> {
-        let ev = self.peek()?;
+    /// Removes `ev`, the event [`peek`](Self::peek) just returned.
+    fn take(&mut self, ev: Ev) -> Ev {
         if self.current.last() == Some(&ev) {
-            self.current.pop()
+            self.current.pop();
         } else {
-            self.soon.pop()
+            self.soon.pop();
         }
+        ev
     }
 
     /// Moves to the next bucket that holds anything (jumping straight to the overflow's first
