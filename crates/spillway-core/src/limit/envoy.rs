@@ -37,6 +37,20 @@
 //! at least half of it). Decreases still apply; the minRTT window's pinning and restore are
 //! unchanged.
 //!
+//! A second addition, off by default: `one_change_per_rtt`. Envoy's windows are short (100 ms)
+//! and a request's RTT often longer, so the window after a change is summarised from requests
+//! that were admitted — and queued — under the *old* limit: after a halving the next window
+//! still sees the old queue's latency and halves again, and after growth the next window still
+//! sees the old short latency and grows again. The limit swings far past its target both ways
+//! (measured with `spillway demo`: 22 → 6 → 22 within 0.7 s at a 4-worker backend, with in-flight
+//! falling to 3 and a worker idle at the troughs). With `one_change_per_rtt = true`, once the
+//! limit has changed a window uses only samples of requests *started* after the change; until
+//! such samples arrive the window is empty and changes nothing. So the limit moves at most once
+//! per round trip, on evidence about itself — TCP's rule of reducing the congestion window at
+//! most once per window of data, since losses of segments sent before the reduction belong to
+//! the old window (RFC 5681 §3.2, RFC 6582 NewReno), and the same discard Envoy already applies
+//! to samples predating a minRTT window.
+//!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
 //! [`Sample::now`]. Percentiles come from a fixed log-linear histogram (two significant digits,
@@ -103,6 +117,9 @@ pub struct EnvoyGradientConfig {
     /// `limit / f` (see the module docs; Netflix uses 2), `f` in `[1, 100]`. Default unset
     /// (Envoy: the limit grows whenever latency allows).
     pub app_limited_growth: Option<f64>,
+    /// After the limit changes, summarise windows only from requests started after the change
+    /// (see the module docs). Default false (Envoy: every sample counts).
+    pub one_change_per_rtt: bool,
     /// Use this minRTT instead of measuring it (Envoy `fixed_value`), `> 0` if set. Default unset.
     #[cfg_attr(
         feature = "serde",
@@ -124,6 +141,7 @@ impl Default for EnvoyGradientConfig {
             update_interval: Duration::from_millis(100),
             max_concurrency_limit: 1000,
             app_limited_growth: None,
+            one_change_per_rtt: false,
             fixed_min_rtt: None,
         }
     }
@@ -235,11 +253,15 @@ pub struct EnvoyGradientLimit {
     percentile: f64,
     dynamic_min_rtt: bool,
     app_limited_growth: Option<f64>,
+    one_change_per_rtt: bool,
     // State.
     limit: usize,
     deferred_limit: usize,
     in_min_rtt_window: bool,
     min_rtt_epoch_ns: u64,
+    /// With `one_change_per_rtt`: when the limit last changed (samples of requests started
+    /// earlier are not used to change it again); 0 otherwise.
+    change_epoch_ns: u64,
     next_min_rtt_ns: u64,
     window_start_ns: u64,
     min_rtt_ns: f64,
@@ -296,10 +318,12 @@ impl EnvoyGradientLimit {
                 .app_limited_growth
                 .filter(|f| f.is_finite())
                 .map(|f| f.clamp(1.0, 100.0)),
+            one_change_per_rtt: cfg.one_change_per_rtt,
             limit: min_concurrency.clamp(floor, max),
             deferred_limit: 0,
             in_min_rtt_window: false,
             min_rtt_epoch_ns: 0,
+            change_epoch_ns: 0,
             next_min_rtt_ns: 0,
             window_start_ns: 0,
             min_rtt_ns: fixed.unwrap_or(0.0),
@@ -352,6 +376,10 @@ impl EnvoyGradientLimit {
         self.hist.clear();
         self.limit = self.deferred_limit.clamp(self.floor, self.max);
         self.in_min_rtt_window = false;
+        if self.one_change_per_rtt {
+            // Requests admitted at the pinned limit say nothing about the restored one.
+            self.change_epoch_ns = now_ns;
+        }
         // Envoy: interval + (random % ceil(interval · jitter)); here U·interval·jitter, U ∈ [0,1).
         let u = self.rng.uniform();
         let u = if (0.0..1.0).contains(&u) { u } else { 0.0 };
@@ -380,6 +408,9 @@ impl EnvoyGradientLimit {
             }
         }
         self.limit = new_limit;
+        if self.one_change_per_rtt && new_limit != old {
+            self.change_epoch_ns = now_ns;
+        }
         if old == self.floor && new_limit == self.floor {
             self.consecutive_at_floor += 1;
         } else {
@@ -432,8 +463,15 @@ impl Limit for EnvoyGradientLimit {
         // Requests started before the current minRTT window opened ran under the old limit:
         // they say nothing about ideal latency (Envoy discards them always).
         // A start before `origin` (checked_sub fails) predates every window.
+        // With `one_change_per_rtt`, neither does a request started before the last change of
+        // the limit (module docs); the minRTT window has its own epoch.
+        let epoch = if self.in_min_rtt_window {
+            self.min_rtt_epoch_ns
+        } else {
+            self.min_rtt_epoch_ns.max(self.change_epoch_ns)
+        };
         match now_ns.checked_sub(rtt_ns) {
-            Some(started) if started >= self.min_rtt_epoch_ns => {}
+            Some(started) if started >= epoch => {}
             _ => return,
         }
         self.hist.record(rtt_ns);

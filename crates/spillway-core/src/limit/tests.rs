@@ -600,3 +600,6 @@ fn invalid_configs_name_the_field() {
         assert!(l.limit() >= 1);
     }
 }
+
+#[path = "tests/envoy_once_per_rtt.rs"]
+mod envoy_once_per_rtt;
