@@ -68,6 +68,13 @@ impl Default for ProxyConfig {
 /// 4-worker backend (`spillway demo`, 10× jump); the limit now grows only while at least half
 /// of it is in use.
 ///
+/// `one_change_per_rtt = true` (spillway-core `limit/envoy.rs`; TCP's one reduction per window
+/// of data, RFC 5681/6582): with 100 ms windows and requests that wait longer than that, a window
+/// after a change was judged on requests admitted under the previous limit, so the limit swung
+/// 22 → 6 → 22 within 0.7 s in `spillway demo` and a backend worker sat idle at the troughs
+/// (2 % of samples with fewer than 4 in flight); now it moves once per round trip on requests
+/// admitted at the current limit (lowest limit in the overloaded seconds 6 → 10).
+///
 /// Shed threshold 1.0 for SHEDDABLE only (ramp 0.03), never for the others (the core's: 0.8 /
 /// 0.9 / 1.0 / never, ramp 0.1): the core's defaults are for a task shedding on its *own*
 /// utilisation, its only protection (SRE ch. 21). Here the adaptive limit already keeps the
@@ -98,6 +105,7 @@ pub fn default_admission() -> AdmissionConfig {
             buffer: 0.5,
             min_concurrency: 5,
             app_limited_growth: Some(2.0),
+            one_change_per_rtt: true,
             ..EnvoyGradientConfig::default()
         }),
         ..AdmissionConfig::default()
