@@ -22,6 +22,7 @@
 
 pub mod builtin;
 pub mod config;
+pub mod demo;
 mod engine;
 mod model;
 pub mod output;

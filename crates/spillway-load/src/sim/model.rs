@@ -125,6 +125,8 @@ pub(crate) struct Task {
 /// One layer at run time.
 pub(crate) struct Layer {
     pub name: String,
+    /// Admission control, deadline propagation and cancellation of abandoned work.
+    pub protected: bool,
     pub workers: u32,
     pub service: ServiceDist,
     pub calls: u32,
@@ -166,32 +168,37 @@ impl Layer {
             cfg.backoff_max_ms,
             cfg.timeout_ms,
         );
+        let protected = cfg.protected.unwrap_or(protected);
         let q = &cfg.quota;
         let has_quota = q.default.is_some() || !q.customers.is_empty();
-        let admission = AdmissionConfig {
-            limit: limit_config(cfg),
-            headroom: PerCriticality(cfg.admission.headroom),
-            queue: cfg.admission.queue.clone(),
-            shed: shed_config(&cfg.admission),
-            quota: QuotaConfig {
-                tasks: cfg.tasks,
-                enforcement: match q.enforcement {
-                    Enforcement::WhenOverloaded => QuotaEnforcement::WhenOverloaded,
-                    Enforcement::Always => QuotaEnforcement::Always,
+        let admission = if cfg.proxy_admission {
+            spillway_proxy::ProxyConfig::default().admission
+        } else {
+            AdmissionConfig {
+                limit: limit_config(cfg),
+                headroom: PerCriticality(cfg.admission.headroom),
+                queue: cfg.admission.queue.clone(),
+                shed: shed_config(&cfg.admission),
+                quota: QuotaConfig {
+                    tasks: cfg.tasks,
+                    enforcement: match q.enforcement {
+                        Enforcement::WhenOverloaded => QuotaEnforcement::WhenOverloaded,
+                        Enforcement::Always => QuotaEnforcement::Always,
+                    },
+                    burst: Duration::from_nanos(ms_to_nanos(q.burst_ms)),
+                    default_customer: q
+                        .default
+                        .map_or_else(CustomerQuota::unlimited, CustomerQuota::uniform),
+                    customers: q
+                        .customers
+                        .iter()
+                        .map(|(n, v)| (n.clone(), CustomerQuota::uniform(*v)))
+                        .collect(),
+                    ..QuotaConfig::default()
                 },
-                burst: Duration::from_nanos(ms_to_nanos(q.burst_ms)),
-                default_customer: q
-                    .default
-                    .map_or_else(CustomerQuota::unlimited, CustomerQuota::uniform),
-                customers: q
-                    .customers
-                    .iter()
-                    .map(|(n, v)| (n.clone(), CustomerQuota::uniform(*v)))
-                    .collect(),
-                ..QuotaConfig::default()
-            },
-            max_attempts: cfg.admission.max_attempts,
-            overload_retry_after: None,
+                max_attempts: cfg.admission.max_attempts,
+                overload_retry_after: None,
+            }
         };
         let mut tasks = Vec::with_capacity(cfg.tasks as usize);
         let mut callers = Vec::with_capacity(cfg.tasks as usize);
@@ -232,6 +239,7 @@ impl Layer {
         }
         let mut layer = Layer {
             name: cfg.name.clone(),
+            protected,
             workers: cfg.workers,
             service: cfg.service,
             calls: cfg.calls,

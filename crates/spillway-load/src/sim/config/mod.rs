@@ -142,6 +142,11 @@ pub struct ClientConfig {
     /// Per-attempt timeout, ms. Default 1000.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: f64,
+    /// A request's deadline from when it is offered, ms, across all its attempts (`spillway
+    /// load`'s `--timeout`): no attempt is sent after it and none runs past it. Default: none
+    /// (only the per-attempt `timeout_ms`).
+    #[serde(default)]
+    pub deadline_ms: Option<f64>,
     /// Retry behaviour. Default `throttled` (what `spillway-tower` clients do).
     #[serde(default = "default_retry")]
     pub retry: RetryKind,
@@ -319,9 +324,20 @@ pub struct LayerConfig {
     /// Share of traffic sent to the hot tasks, `[0, 1]`. Default 0.
     #[serde(default)]
     pub hot_share: f64,
+    /// Overrides the scenario's `protected` for this layer alone: `false` makes it a plain
+    /// backend (no admission control, an unbounded FIFO, work for callers who left finished)
+    /// even behind a protected layer — `spillway demo`'s backend behind the proxy. Default: the
+    /// scenario's.
+    #[serde(default)]
+    pub protected: Option<bool>,
     /// Admission control (ignored when unprotected).
     #[serde(default)]
     pub admission: AdmissionSettings,
+    /// Admit with `spillway proxy`'s zero-config admission (limit, queue, shed thresholds and
+    /// the rest, taken whole from `spillway_proxy::ProxyConfig::default()`) instead of
+    /// `admission`. Default false.
+    #[serde(default)]
+    pub proxy_admission: bool,
     /// Per-customer quotas (ignored when unprotected).
     #[serde(default)]
     pub quota: QuotaSettings,

@@ -86,6 +86,9 @@ impl Scenario {
                 MAX_MS,
                 "ms in [0.001, 3600000]",
             )?;
+            if let Some(d) = c.deadline_ms {
+                num(k("deadline_ms"), d, 0.001, MAX_MS, "ms in [0.001, 3600000]")?;
+            }
             self.check_retry(
                 &k,
                 c.max_attempts,

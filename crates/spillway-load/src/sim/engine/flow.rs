@@ -42,6 +42,11 @@ impl Engine {
     /// Sends the next attempt of node `pid`'s current downstream call.
     pub(super) fn send(&mut self, pid: u32) {
         let now = self.now;
+        let n = self.node(pid);
+        if n.layer == CLIENT && now >= n.deadline {
+            // The request's own deadline has passed: no further attempt (as `spillway load`).
+            return self.complete(pid, Res::Timeout);
+        }
         let now_i = self.at(now);
         let (timeout, throttled) = {
             let (set, caller) = self.caller_of(pid);
@@ -71,7 +76,7 @@ impl Engine {
         let give_up = now.saturating_add(timeout).min(p.deadline);
         let (crit, group, local, pgen) = (p.crit, p.group, p.local, p.gen);
         let cid = self.slab.alloc();
-        let protected = self.protected;
+        let protected = self.layers[target].protected;
         let c = self.node_mut(cid);
         c.phase = Phase::Queued;
         c.parent = pid;
@@ -430,7 +435,7 @@ impl Engine {
             return;
         }
         self.node_mut(parent).child = NONE;
-        if self.protected {
+        if self.layers[self.node(cid).layer as usize].protected {
             self.cancel(cid);
         } else {
             // Unprotected: nobody tells the server; it finishes the work for nobody.
@@ -452,7 +457,12 @@ impl Engine {
             Phase::Calling => {
                 let (c, cg) = (n.child, n.child_gen);
                 if c != NONE && self.slab.is(c, cg) {
-                    self.cancel(c);
+                    if self.layers[self.node(c).layer as usize].protected {
+                        self.cancel(c);
+                    } else {
+                        // An unprotected task is not told: it finishes the work for nobody.
+                        self.node_mut(c).parent = NONE;
+                    }
                 }
                 self.finish_node(id, Outcome::Dropped);
             }

@@ -146,6 +146,8 @@ struct Group {
     next_t: f64,
     instances: Vec<Caller>,
     rr: u32,
+    /// A request's deadline after it is offered, ns (`NEVER`: none).
+    deadline: u64,
 }
 
 enum Fault {
@@ -182,7 +184,6 @@ pub(crate) struct Engine {
     active: Vec<bool>,
     stats: Vec<LayerStats>,
     recorder: Recorder,
-    protected: bool,
     open_top: u64,
     arrivals_open: usize,
     events: u64,
@@ -247,6 +248,7 @@ impl Engine {
                 next_t: 0.0,
                 instances,
                 rr: 0,
+                deadline: c.deadline_ms.map_or(NEVER, crate::sim::shape::ms_to_nanos),
             });
         }
         let mut faults = Vec::with_capacity(sc.faults.len());
@@ -325,7 +327,6 @@ impl Engine {
             woken: Arc::default(),
             batch: Vec::new(),
             recorder: Recorder::new(title, window),
-            protected: sc.protected,
             open_top: 0,
             arrivals_open: 0,
             events: 0,
@@ -462,6 +463,7 @@ impl Engine {
         n.crit = grp.crit;
         n.instance = instance;
         n.since = now;
+        n.deadline = now.saturating_add(grp.deadline);
         n.calls_left = 1;
         self.offered += 1;
         self.open_top += 1;
