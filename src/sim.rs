@@ -54,6 +54,71 @@ pub struct SimArgs {
     /// Print the per-second series of every run.
     #[arg(long)]
     series: bool,
+    /// Run `spillway demo`'s protected scenario both ways — simulated, and measured for real
+    /// (backend, proxy and load generator on loopback) — and print their goodput side by side.
+    #[arg(long, conflicts_with_all = ["name", "scenario"])]
+    versus_demo: bool,
+    /// With --versus-demo: the demo's --quick form (15 s instead of 34 s).
+    #[arg(long, requires = "versus_demo")]
+    quick: bool,
+}
+
+/// `--versus-demo`: the simulated and the measured protected demo, their table rows and plateaus.
+fn versus_demo(args: &SimArgs, out: &mut impl Write) -> Result<()> {
+    use spillway_load::demo::{render_table, run_blocking, summarise, DemoConfig, Mode};
+    let mut cfg = if args.quick {
+        DemoConfig::quick()
+    } else {
+        DemoConfig::full()
+    };
+    cfg.dashboard = None;
+    if let Some(seed) = args.seed {
+        cfg.seed = seed;
+    }
+    let sc = sim::demo::scenario(&cfg, Mode::Spillway).map_err(UsageError)?;
+    let mut simulated = sim::run_one(&sc, "spillway")
+        .map_err(|e| UsageError(e.to_string()))?
+        .report;
+    simulated.title = "spillway, simulated".into();
+    writeln!(
+        out,
+        "measuring spillway demo{} (protected run, {:.0} s on loopback)...",
+        if args.quick { " --quick" } else { "" },
+        cfg.total().as_secs_f64()
+    )?;
+    out.flush()?;
+    cfg.modes = vec![Mode::Spillway];
+    let mut measured = run_blocking(&cfg, false)
+        .context("running the demo")?
+        .pop()
+        .context("the demo made no run")?;
+    measured.title = "spillway, measured".into();
+    let rows = [summarise(&cfg, &simulated), summarise(&cfg, &measured)];
+    out.write_all(render_table(&rows).as_bytes())?;
+    let (sim_p, real_p) = (
+        sim::demo::plateau(&cfg, &simulated),
+        sim::demo::plateau(&cfg, &measured),
+    );
+    if let (Some(s), Some(m)) = (sim_p, real_p) {
+        writeln!(
+            out,
+            "goodput plateau (seconds {:?}, x capacity {}/s): simulated {s:.3}, measured {m:.3}, \
+             {:.1}% apart (target: within 10%)",
+            sim::demo::plateau_seconds(&cfg),
+            cfg.capacity(),
+            (s - m).abs() / m * 100.0
+        )?;
+    }
+    let reports = [simulated, measured];
+    if let Some(p) = &args.json {
+        write_json(&reports, p)?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    if let Some(p) = &args.html {
+        write_html(&reports, p)?;
+        writeln!(out, "wrote {}", p.display())?;
+    }
+    Ok(())
 }
 
 fn load(args: &SimArgs) -> Result<Scenario> {
@@ -138,6 +203,9 @@ pub fn run(args: &SimArgs) -> Result<()> {
             out.write_all(text.as_bytes())?;
             return Ok(());
         }
+    }
+    if args.versus_demo {
+        return versus_demo(args, &mut out);
     }
     let sc = load(args)?;
     writeln!(out, "scenario {}: {}", sc.name, sc.description)?;
