@@ -2,8 +2,9 @@
 # Proxy overhead, measured in one run on this machine, side by side (issue 4, "Show"):
 #
 #   1. throughput (wrk, closed loop) and p50/p99 at fixed rates (`spillway load`, open loop) for
-#      a direct connection to `spillway backend`, `spillway proxy` with a fixed large limit,
-#      the zero-config `spillway proxy`, and nginx as a keep-alive reverse proxy;
+#      a direct connection to `spillway backend`, `spillway proxy` with a fixed large limit
+#      (thread-per-core, and the same on one tokio work-stealing runtime for comparison), the
+#      zero-config `spillway proxy`, and nginx as a keep-alive reverse proxy;
 #   2. the proxy's CPU per request for requests it refuses (incident control shed-below: 503;
 #      the admission controller, a quota: 429) vs requests it forwards, at the same rate, from
 #      utime + stime in /proc/PID/stat;
@@ -192,6 +193,9 @@ start_front() { # $1 = key; sets FRONT_PID and TARGET
   case $1 in
     direct) TARGET=$BACKEND; return 0 ;;
     spillway) TARGET=$PROXY; "$BIN" proxy --config "$WORK/spillway.toml" >"$WORK/$1.log" 2>&1 & ;;
+    # The same proxy on one tokio work-stealing runtime (the layout before thread-per-core),
+    # for the side-by-side comparison of the two layouts.
+    spillway_ws) TARGET=$PROXY; SPILLWAY_PROXY_WORK_STEALING=1 "$BIN" proxy --config "$WORK/spillway.toml" >"$WORK/$1.log" 2>&1 & ;;
     cpu) TARGET=$PROXY; "$BIN" proxy --config "$WORK/cpu.toml" >"$WORK/$1.log" 2>&1 & ;;
     burn) TARGET=$BURN; "$BIN" proxy --config "$WORK/burn.toml" >"$WORK/$1.log" 2>&1 & ;;
     zeroconf) TARGET=$ZERO; "$BIN" proxy --config "$WORK/zeroconf.toml" >"$WORK/$1.log" 2>&1 & ;;
@@ -228,7 +232,7 @@ load_at() { # $1 = key, $2 = rate: one open-loop run; records CPU of front, back
   echo "$key $rate $((f1 - f0)) $((b1 - b0)) $(awk '{print $1 + $2}' "$WORK/$key.$rate.time") $h0 $h1" >>"$WORK/rates.cpu"
 }
 
-KEYS=(direct spillway zeroconf)
+KEYS=(direct spillway spillway_ws zeroconf)
 have nginx && KEYS+=(nginx)
 
 # --- 1a. maximum throughput, closed loop -----------------------------------------------------

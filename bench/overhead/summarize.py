@@ -16,6 +16,7 @@ WORK = sys.argv[1]
 PATHS = [
     ("direct", "direct to `spillway backend`"),
     ("spillway", "`spillway proxy` (fixed limit)"),
+    ("spillway_ws", "`spillway proxy` (fixed limit), work-stealing runtime (the layout before)"),
     ("zeroconf", "`spillway proxy` (zero-config)"),
     ("nginx", "nginx reverse proxy"),
 ]
@@ -256,6 +257,10 @@ if sp and nginx_max:
                f"{'met' if ok else 'missed'} ({100 * sp / nginx_max:.0f} %).")
 else:
     out.append("- Throughput ≥ nginx's: not measured (nginx skipped).")
+ws = (maxes.get("spillway_ws") or {}).get("rps")
+if sp and ws:
+    out.append(f"- Thread-per-core vs the work-stealing runtime (same binary, same run): "
+               f"{sp:,.0f}/s vs {ws:,.0f}/s ({100 * sp / ws:.0f} %).")
 below_half = rates[:-1] if len(rates) > 1 else rates  # the last rate is half of direct's max
 for key in ("spillway", "zeroconf"):
     vals = [(rate, added99[(key, rate)]) for rate in below_half if (key, rate) in added99]

@@ -219,10 +219,12 @@ pub struct DataPlane {
     pub reuseport: bool,
     stop: tokio::sync::watch::Sender<bool>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    work_stealing: Option<(tokio::runtime::Runtime, Running)>,
 }
 
 impl DataPlane {
-    /// Number of data-plane threads.
+    /// Number of data-plane threads (0 under the work-stealing benchmark switch, whose workers
+    /// belong to tokio).
     pub fn threads(&self) -> usize {
         self.threads.len()
     }
@@ -230,6 +232,9 @@ impl DataPlane {
     /// Stops accepting, lets each thread drain its open connections (up to 5 s) and joins the
     /// threads (blocking).
     pub fn shutdown(self) {
+        if let Some((rt, running)) = self.work_stealing {
+            rt.block_on(running.shutdown());
+        }
         let _ = self.stop.send(true);
         for t in self.threads {
             if t.join().is_err() {
@@ -248,6 +253,9 @@ pub fn start_threads(state: &Arc<ProxyState>) -> Result<DataPlane, RunError> {
         move |source| RunError::Io { what, source }
     };
     let listen = state.config().listen.clone();
+    if std::env::var_os(WORK_STEALING_ENV).is_some_and(|v| v == "1") {
+        return start_work_stealing(state, listen.threads);
+    }
     let bound = crate::listener::bind_per_thread(listen.address, listen.threads)
         .map_err(io(&format!("cannot listen on {}", listen.address)))?;
     let tls = crate::tls::acceptor(&listen).map_err(RunError::Tls)?;
@@ -314,6 +322,38 @@ pub fn start_threads(state: &Arc<ProxyState>) -> Result<DataPlane, RunError> {
         reuseport: bound.shared_because.is_none() && n > 1,
         stop,
         threads,
+        work_stealing: None,
+    })
+}
+
+/// Benchmark switch: `SPILLWAY_PROXY_WORK_STEALING=1` serves the data plane on one tokio
+/// work-stealing runtime with `[listen] threads` workers and one listener (the layout before
+/// thread-per-core), so `bench/proxy-overhead.sh` can compare the two side by side in one run.
+/// Not a production setting (hence not in the configuration).
+pub const WORK_STEALING_ENV: &str = "SPILLWAY_PROXY_WORK_STEALING";
+
+fn start_work_stealing(state: &Arc<ProxyState>, threads: usize) -> Result<DataPlane, RunError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|source| RunError::Io {
+            what: "cannot start the data-plane runtime".into(),
+            source,
+        })?;
+    let running = rt.block_on(start(Arc::clone(state), None))?;
+    let (stop, _) = tokio::sync::watch::channel(false);
+    Ok(DataPlane {
+        addr: running.addr,
+        layout: format!(
+            "one work-stealing runtime with {threads} workers and one listener \
+             ({WORK_STEALING_ENV}=1, for comparison)"
+        ),
+        reuseport: false,
+        stop,
+        threads: Vec::new(),
+        work_stealing: Some((rt, running)),
     })
 }
 
