@@ -35,6 +35,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("demo", include_str!("../../../../examples/sim/demo.toml")),
     ("mmc", include_str!("../../../../examples/sim/mmc.toml")),
     ("fleet", include_str!("../../../../examples/sim/fleet.toml")),
+    (
+        "fleet-million-clients",
+        include_str!("../../../../examples/sim/fleet-million-clients.toml"),
+    ),
 ];
 
 /// The shipped scenario called `name`, parsed and validated.

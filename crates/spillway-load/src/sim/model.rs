@@ -378,8 +378,6 @@ pub(crate) struct Node {
     pub wait_ns: u64,
     /// The caller left while it was on a worker: finish the CPU work, then stop.
     pub cancelled: bool,
-    /// What it holds from the core: nothing, a permit, or a queued admission.
-    pub held: Held,
 }
 
 /// What a request holds from its task's admission controller (one at a time, so one field).
@@ -389,30 +387,6 @@ pub(crate) enum Held {
     Nothing,
     Permit(Permit),
     Queued(QueuedAdmission),
-}
-
-impl Node {
-    /// Takes the permit, if it holds one.
-    pub fn take_permit(&mut self) -> Option<Permit> {
-        match std::mem::take(&mut self.held) {
-            Held::Permit(p) => Some(p),
-            other => {
-                self.held = other;
-                None
-            }
-        }
-    }
-
-    /// Takes the queued admission, if it holds one.
-    pub fn take_queued(&mut self) -> Option<QueuedAdmission> {
-        match std::mem::take(&mut self.held) {
-            Held::Queued(q) => Some(q),
-            other => {
-                self.held = other;
-                None
-            }
-        }
-    }
 }
 
 impl Node {
@@ -440,16 +414,18 @@ impl Node {
             work_ns: 0,
             wait_ns: 0,
             cancelled: false,
-            held: Held::Nothing,
         }
     }
 }
 
 /// The slab of nodes, with their generations mirrored in a compact array: most timers are
-/// stale by the time they fire, and checking one must not pull a 280-byte node into the cache.
+/// stale by the time they fire, and checking one must not pull a node into the cache. What a
+/// node holds from the core (a 96-byte permit or queued admission) is kept apart too, in
+/// `held`: only attempts at a task ever hold one, and the node itself stays at two cache lines.
 /// Generations are even while a node is live and odd once it is freed.
 pub(crate) struct Slab {
     pub nodes: Vec<Node>,
+    held: Vec<Held>,
     gens: Vec<u32>,
     free: Vec<u32>,
     pub live: usize,
@@ -460,6 +436,7 @@ impl Slab {
     pub fn new() -> Self {
         Slab {
             nodes: Vec::new(),
+            held: Vec::new(),
             gens: Vec::new(),
             free: Vec::new(),
             live: 0,
@@ -481,8 +458,39 @@ impl Slab {
             i
         } else {
             self.nodes.push(Node::blank());
+            self.held.push(Held::Nothing);
             self.gens.push(0);
             (self.nodes.len() - 1) as u32
+        }
+    }
+
+    /// What node `i` holds from the core.
+    #[inline]
+    pub fn held_mut(&mut self, i: u32) -> &mut Held {
+        &mut self.held[i as usize]
+    }
+
+    /// Takes node `i`'s permit, if it holds one.
+    pub fn take_permit(&mut self, i: u32) -> Option<Permit> {
+        let held = &mut self.held[i as usize];
+        match std::mem::take(held) {
+            Held::Permit(p) => Some(p),
+            other => {
+                *held = other;
+                None
+            }
+        }
+    }
+
+    /// Takes node `i`'s queued admission, if it holds one.
+    pub fn take_queued(&mut self, i: u32) -> Option<QueuedAdmission> {
+        let held = &mut self.held[i as usize];
+        match std::mem::take(held) {
+            Held::Queued(q) => Some(q),
+            other => {
+                *held = other;
+                None
+            }
         }
     }
 
@@ -491,10 +499,14 @@ impl Slab {
     pub fn free(&mut self, i: u32) {
         let n = &mut self.nodes[i as usize];
         n.phase = Phase::Free;
-        // Dropping a permit releases its slot; dropping a queued admission leaves the queue.
-        n.held = Held::Nothing;
         n.gen = n.gen.wrapping_add(1);
-        self.gens[i as usize] = n.gen;
+        let (gen, top_level) = (n.gen, n.layer == CLIENT);
+        // Dropping a permit releases its slot; dropping a queued admission leaves the queue.
+        // Top-level requests never hold anything: their slot is not touched.
+        if !top_level {
+            self.held[i as usize] = Held::Nothing;
+        }
+        self.gens[i as usize] = gen;
         self.free.push(i);
         self.live -= 1;
     }

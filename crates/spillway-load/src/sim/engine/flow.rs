@@ -124,7 +124,7 @@ impl Engine {
         };
         match ctrl.admit(&req) {
             Admission::Admitted(p) => {
-                self.node_mut(cid).held = Held::Permit(p);
+                *self.slab.held_mut(cid) = Held::Permit(p);
                 self.start_work(cid);
             }
             Admission::Refused(r) => self.refused(cid, r),
@@ -136,13 +136,13 @@ impl Engine {
                 }));
                 match Pin::new(&mut q).poll(&mut Context::from_waker(&waker)) {
                     Poll::Ready(Ok(p)) => {
-                        self.node_mut(cid).held = Held::Permit(p);
+                        *self.slab.held_mut(cid) = Held::Permit(p);
                         self.start_work(cid);
                     }
                     Poll::Ready(Err(r)) => self.refused(cid, r),
                     Poll::Pending => {
                         let at = self.nanos_of(q.give_up_at());
-                        self.node_mut(cid).held = Held::Queued(q);
+                        *self.slab.held_mut(cid) = Held::Queued(q);
                         self.push(at, Kind::QueueGiveUp, cid, gen);
                     }
                 }
@@ -277,10 +277,11 @@ impl Engine {
 
     /// Releases node `id` (its permit with `outcome`) without answering anyone.
     fn finish_node(&mut self, id: u32, outcome: Outcome) {
-        let n = self.node_mut(id);
-        if let Some(mut p) = n.take_permit() {
-            p.set_outcome(outcome);
-            drop(p);
+        if self.node(id).layer != CLIENT {
+            if let Some(mut p) = self.slab.take_permit(id) {
+                p.set_outcome(outcome);
+                drop(p);
+            }
         }
         self.slab.free(id);
     }
@@ -289,17 +290,21 @@ impl Engine {
     pub(super) fn reply(&mut self, cid: u32, res: Res) {
         let now = self.now;
         let has_quota = self.layers[self.node(cid).layer as usize].has_quota;
-        let n = &mut self.slab.nodes[cid as usize];
+        let n = &self.slab.nodes[cid as usize];
         let (parent, pgen) = (n.parent, n.parent_gen);
-        let (wait, served) = (n.wait_ns, now.saturating_sub(n.since + n.wait_ns));
-        if let Some(mut p) = n.take_permit() {
+        let (wait, served, work) = (
+            n.wait_ns,
+            now.saturating_sub(n.since + n.wait_ns),
+            n.work_ns,
+        );
+        if let Some(mut p) = self.slab.take_permit(cid) {
             p.set_outcome(match res {
                 Res::Ok => Outcome::Success,
                 Res::Conn => Outcome::Ignore,
                 _ => Outcome::Dropped,
             });
             if has_quota {
-                p.set_actual_cost(n.work_ns as f64 / 1e9);
+                p.set_actual_cost(work as f64 / 1e9);
             }
             drop(p);
         }
@@ -477,7 +482,7 @@ impl Engine {
         if !self.slab.is(cid, gen) || self.node(cid).phase != Phase::Queued {
             return;
         }
-        if let Some(q) = self.node_mut(cid).take_queued() {
+        if let Some(q) = self.slab.take_queued(cid) {
             let r = q.expire();
             self.refused(cid, r);
         }

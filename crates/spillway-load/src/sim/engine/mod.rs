@@ -528,17 +528,17 @@ impl Engine {
             gen,
             list: Arc::clone(&self.woken),
         }));
-        let Held::Queued(q) = &mut self.slab.nodes[id as usize].held else {
+        let Held::Queued(q) = self.slab.held_mut(id) else {
             return;
         };
         match Pin::new(q).poll(&mut Context::from_waker(&waker)) {
             Poll::Pending => {}
             Poll::Ready(Ok(permit)) => {
-                self.slab.nodes[id as usize].held = Held::Permit(permit);
+                *self.slab.held_mut(id) = Held::Permit(permit);
                 self.start_work(id);
             }
             Poll::Ready(Err(r)) => {
-                self.slab.nodes[id as usize].held = Held::Nothing;
+                *self.slab.held_mut(id) = Held::Nothing;
                 self.refused(id, r);
             }
         }
