@@ -15,7 +15,8 @@
 //! | [`forward`] | one request's path: controls → degrade → admit → forward → permit held |
 //! | [`upstream`] | the tasks: pools, p2c balancing, throttles, retries, ejection, health checks |
 //! | [`degrade`] | graceful degradation per route |
-//! | [`listener`] | accept with back-pressure, HTTP/1.1 + h2c, header limits, graceful shutdown |
+//! | [`run`] | the process: one single-threaded runtime per core for the data plane, a control runtime for admin, signals and reloads |
+//! | [`listener`] | accept with back-pressure, HTTP/1.1 + h2c, header limits, graceful shutdown, `SO_REUSEPORT` sockets per thread |
 //! | [`tls`] | optional TLS on the listener (cargo feature `tls`, rustls) |
 //! | [`admin`], [`controls`] | the admin listener and incident controls |
 //! | [`dashboard`] | the live dashboard and knee calculator the admin listener serves |
