@@ -24,6 +24,12 @@ fn simulated_demo_plateaus_near_capacity_when_protected_and_collapses_when_not()
     println!("goodput plateau x capacity: unprotected {u:.3}, spillway {p:.3}");
     assert!(u < 0.2, "unprotected plateau {u}");
     assert!(p > 0.85, "protected plateau {p}");
+    // Fixed seed, byte-identical JSON, with the proxy's admission (its limit's jitter seeded).
+    let again = run(Mode::Spillway);
+    assert_eq!(
+        serde_json::to_string(&protected).expect("json"),
+        serde_json::to_string(&again).expect("json")
+    );
     // The throttling-clients mode is refused with a reason, not simulated wrongly.
     let err = demo::scenario(&cfg, Mode::SpillwayThrottled).expect_err("not simulated");
     assert!(
