@@ -16,8 +16,12 @@
 //! linear rise and held for a few seconds); a calm at 0.5 C (recovery); a sudden jump to 10 C;
 //! a final calm at 0.5 C (recovery). Two customers, each its own open-loop stream: `good` sends
 //! a steady 0.2 C (half CRITICAL, half SHEDDABLE_PLUS) throughout — well within capacity
-//! whatever the other does — and `noisy`, the misbehaving batch client, sends SHEDDABLE and
-//! makes up the rest of the offered load: it is the one that ramps and jumps.
+//! whatever the other does — and `noisy`, the misbehaving batch client, makes up the rest of the
+//! offered load: it is the one that ramps and jumps. 5% of `noisy`'s requests are CRITICAL and
+//! the rest SHEDDABLE, so CRITICAL traffic grows with the surge (0.12 C at 0.5 ×, 0.59 C at
+//! 10 ×) while staying below capacity, as the issue's target "CRITICAL success ≥ 99.9% while
+//! CRITICAL traffic is below capacity" requires; CRITICAL and SHEDDABLE_PLUS together peak at
+//! 0.69 C. Without it CRITICAL would be a steady 0.1 C, which any limiter serves.
 //!
 //! Why a staircase and a low-variance service time: the table compares goodput with a 95% bar,
 //! so its sampling noise must be well below 5%. With exponential service a 4-worker backend
@@ -45,7 +49,7 @@ use crate::load::{
 use crate::report::RunReport;
 
 pub use merge::{merge, merge_by_title};
-pub use table::{render_table, summarise, DemoRow};
+pub use table::{pct_of, render_table, share, summarise, DemoRow};
 
 /// How one run reaches the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +120,8 @@ pub struct DemoConfig {
     /// Customer `good`'s steady rate as a fraction of capacity (half CRITICAL, half
     /// SHEDDABLE_PLUS).
     pub good_share: f64,
+    /// Share of customer `noisy`'s requests that are CRITICAL (the rest are SHEDDABLE).
+    pub noisy_critical_share: f64,
     /// Client timeout (from the intended send time).
     pub timeout: Duration,
     /// Attempts per request (naive clients retry up to this).
@@ -147,6 +153,7 @@ impl DemoConfig {
             jump: Duration::from_secs(5),
             recover: Duration::from_secs(6),
             good_share: 0.2,
+            noisy_critical_share: 0.05,
             timeout: Duration::from_secs(1),
             attempts: 3,
             modes: Mode::ALL.to_vec(),
@@ -224,16 +231,25 @@ impl DemoConfig {
         self.good_share * self.capacity()
     }
 
-    /// The two streams offered at once: `good` (steady) and `noisy` (the rest of
-    /// [`shape`](Self::shape)). Their rates add up to `shape()` at every instant.
+    /// The two streams offered at once: `good` (steady; half CRITICAL, half SHEDDABLE_PLUS) and
+    /// `noisy` (the rest of [`shape`](Self::shape); [`noisy_critical_share`](Self::noisy_critical_share)
+    /// CRITICAL, the rest SHEDDABLE). Their rates add up to `shape()` at every instant.
     pub fn streams(&self) -> Vec<Stream> {
-        let class = |c: Criticality, customer: &str| {
+        let class = |c: Criticality, customer: &str, weight: f64| {
             TrafficClass::parse(&format!(
-                "criticality={},customer={customer},weight=1",
+                "criticality={},customer={customer},weight={weight}",
                 c.as_str()
             ))
             .unwrap_or_else(|_| TrafficClass::default_class())
         };
+        let share = self.noisy_critical_share.clamp(0.0, 1.0);
+        let mut noisy = Vec::new();
+        if share > 0.0 {
+            noisy.push(class(Criticality::Critical, "noisy", share));
+        }
+        if share < 1.0 {
+            noisy.push(class(Criticality::Sheddable, "noisy", 1.0 - share));
+        }
         let good = self.good_rate();
         vec![
             Stream {
@@ -244,15 +260,15 @@ impl DemoConfig {
                     duration: self.total(),
                 }]),
                 mix: Mix::new(vec![
-                    class(Criticality::Critical, "good"),
-                    class(Criticality::SheddablePlus, "good"),
+                    class(Criticality::Critical, "good", 1.0),
+                    class(Criticality::SheddablePlus, "good", 1.0),
                 ]),
                 seed_offset: 0x600d,
             },
             Stream {
                 customer: "noisy",
                 shape: self.shape_minus(good),
-                mix: Mix::new(vec![class(Criticality::Sheddable, "noisy")]),
+                mix: Mix::new(noisy),
                 seed_offset: 0,
             },
         ]
@@ -267,13 +283,21 @@ impl DemoConfig {
     /// (0.5 ×) or the level's hold, without its first second (settling) when it lasts two or
     /// more. `None` for a level the scenario does not hold.
     pub fn level_window(&self, level: f64) -> Option<Range<u64>> {
+        self.level_hold(level).map(|w| {
+            let skip = u64::from(w.end - w.start >= 2);
+            w.start + skip..w.end
+        })
+    }
+
+    /// All the whole seconds of the first stage held at `level` (the warm-up's for 0.5 ×),
+    /// the settling one included. `None` for a level the scenario does not hold.
+    pub fn level_hold(&self, level: f64) -> Option<Range<u64>> {
         let mut t = Duration::ZERO;
         for (a, b, d) in self.stages() {
             let (start, end) = (t.as_secs(), (t + d).as_secs());
             t += d;
             if a == b && a == level && end > start {
-                let skip = u64::from(end - start >= 2);
-                return Some(start + skip..end);
+                return Some(start..end);
             }
         }
         None

@@ -37,6 +37,11 @@ pub struct DemoRow {
     pub jump_goodput: Option<f64>,
     /// CRITICAL success over the whole run (CRITICAL stays below capacity throughout).
     pub critical_success: Option<f64>,
+    /// CRITICAL requests over the whole run: (succeeded, offered).
+    pub critical_counts: (u64, u64),
+    /// CRITICAL success over every second offered at the top level (its whole hold on the
+    /// staircase and the whole jump), where CRITICAL traffic is highest: (succeeded, offered).
+    pub critical_at_top: (u64, u64),
     /// The `good` customer's success over the whole run.
     pub good_success: Option<f64>,
     /// Whole seconds after the jump ends until every remaining second succeeds ≥ 95%; `None`
@@ -104,12 +109,30 @@ pub fn summarise(cfg: &DemoConfig, report: &RunReport) -> DemoRow {
     let recovery_s = recovery(&ok);
     let server_recovery_s = recovery(&server_ok);
     let ratio = |c: Option<&Counts>| c.and_then(Counts::success_ratio);
+    let pair = |c: Option<&Counts>| c.map_or((0, 0), |c| (c.goodput, c.offered));
+    let top = cfg.top();
+    let mut at_top = Counts::default();
+    for t in cfg
+        .level_hold(top)
+        .into_iter()
+        .flatten()
+        .chain(cfg.jump_window())
+    {
+        if let Some(c) = rows
+            .get(t as usize)
+            .and_then(|s| s.by_criticality.get("CRITICAL"))
+        {
+            at_top.add(c);
+        }
+    }
     DemoRow {
         title: report.title.clone(),
         levels,
         goodput_at,
         jump_goodput,
         critical_success: ratio(report.summary.by_criticality.get("CRITICAL")),
+        critical_counts: pair(report.summary.by_criticality.get("CRITICAL")),
+        critical_at_top: (at_top.goodput, at_top.offered),
         good_success: ratio(report.summary.by_customer.get("good")),
         recovery_s,
         server_recovery_s,
@@ -121,6 +144,19 @@ fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "–".into(), |v| format!("{:.1}%", v * 100.0))
 }
 
+/// `succeeded / offered` as a ratio (`None` when nothing was offered).
+pub fn share((ok, of): (u64, u64)) -> Option<f64> {
+    (of > 0).then(|| ok as f64 / of as f64)
+}
+
+/// `99.8% (498/499)`: the ratio with its counts (a 99.9% bar needs both to be read).
+pub fn pct_of(counts: (u64, u64)) -> String {
+    match share(counts) {
+        None => "–".into(),
+        Some(v) => format!("{:.1}% ({}/{})", v * 100.0, counts.0, counts.1),
+    }
+}
+
 /// The rows as a Markdown table (printed by `spillway demo`, pasted into BENCHMARKS.md). The
 /// columns are the first row's levels.
 pub fn render_table(rows: &[DemoRow]) -> String {
@@ -129,8 +165,8 @@ pub fn render_table(rows: &[DemoRow]) -> String {
     for level in &levels {
         let _ = write!(t, " goodput @ {level}× |");
     }
-    t.push_str(" goodput @ 10× jump | CRITICAL success | `good` customer success | recovery after jump | attempts/request |\n|---|");
-    for _ in 0..levels.len() + 5 {
+    t.push_str(" goodput @ 10× jump | CRITICAL success | CRITICAL success @ 10× | `good` customer success | recovery after jump | attempts/request |\n|---|");
+    for _ in 0..levels.len() + 6 {
         t.push_str("---:|");
     }
     t.push('\n');
@@ -144,9 +180,10 @@ pub fn render_table(rows: &[DemoRow]) -> String {
             .map_or_else(|| "not recovered".into(), |s| format!("{s} s"));
         let _ = writeln!(
             t,
-            " {} | {} | {} | {recovery} | {:.2} |",
+            " {} | {} | {} | {} | {recovery} | {:.2} |",
             pct(r.jump_goodput),
-            pct(r.critical_success),
+            pct_of(r.critical_counts),
+            pct_of(r.critical_at_top),
             pct(r.good_success),
             r.amplification
         );
@@ -213,6 +250,8 @@ mod tests {
         );
         assert_eq!(q.jump_window(), 11..13);
         assert_eq!(q.level_window(3.0), None);
+        assert_eq!(q.level_hold(10.0), Some(7..9));
+        assert_eq!(q.level_hold(0.5), Some(0..1));
         // Full: warm 0..3; each level is reached by a 1 s rise and held 3 s; calm 4 s; jump
         // 5 s; recovery 6 s.
         let f = DemoConfig::full();
@@ -231,6 +270,7 @@ mod tests {
             ]
         );
         assert_eq!(f.jump_window(), 23..28);
+        assert_eq!(f.level_hold(10.0), Some(16..19));
     }
 
     #[test]
@@ -261,7 +301,19 @@ mod tests {
         let row = summarise(&cfg, &run(|_| 100, |_| 50));
         assert_eq!(row.recovery_s, None);
         assert_eq!(row.critical_success, Some(0.6));
+        // 15 s × 3 of 5; at the top level (hold 7..9 and jump 11..13) 4 s × 3 of 5.
+        assert_eq!(row.critical_counts, (45, 75));
+        assert_eq!(row.critical_at_top, (12, 20));
+        assert_eq!(pct_of(row.critical_at_top), "60.0% (12/20)");
         assert_eq!(row.good_success, Some(0.5));
+        // CRITICAL fails only while the top level is offered: the whole-run figure dilutes
+        // it (65/75), the top-level one does not (0/20).
+        let top = |t: usize| (7..9).contains(&t) || (11..13).contains(&t);
+        let row = summarise(&cfg, &run(|_| 100, |t| if top(t) { 0 } else { 100 }));
+        assert_eq!(row.critical_counts, (55, 75));
+        assert_eq!(row.critical_at_top, (0, 20));
+        assert_eq!(share(row.critical_at_top), Some(0.0));
+        assert_eq!(share((0, 0)), None);
         // All succeed from second 14 on: recovered 1 s after the jump ended (at 13 s).
         let row = summarise(&cfg, &run(|_| 100, |t| if t >= 14 { 100 } else { 10 }));
         assert_eq!(row.recovery_s, Some(1));
@@ -297,6 +349,7 @@ mod tests {
         for cfg in [DemoConfig::full(), DemoConfig::quick()] {
             let total = cfg.total().as_secs_f64();
             let streams = cfg.streams();
+            let mut peak_critical = 0.0f64;
             assert_eq!(streams.len(), 2);
             assert_eq!(streams[0].customer, "good");
             for i in 0..(total * 10.0) as usize {
@@ -307,7 +360,32 @@ mod tests {
                 // good is steady at 0.2 C whatever the level.
                 let good = streams[0].shape.rate_at(t, total);
                 assert!((good - 0.2 * cfg.capacity()).abs() < 1e-9);
+                // CRITICAL, and CRITICAL with SHEDDABLE_PLUS, stay below capacity (the
+                // CRITICAL target's precondition) at every instant.
+                let rate_of = |want: &[Criticality]| -> f64 {
+                    streams
+                        .iter()
+                        .map(|s| {
+                            let classes = s.mix.classes();
+                            let sum: f64 = classes.iter().map(|c| c.weight).sum();
+                            let w: f64 = classes
+                                .iter()
+                                .filter(|c| want.contains(&c.criticality))
+                                .map(|c| c.weight)
+                                .sum();
+                            s.shape.rate_at(t, total) * w / sum
+                        })
+                        .sum()
+                };
+                let critical = rate_of(&[Criticality::Critical]);
+                let protected = rate_of(&[Criticality::Critical, Criticality::SheddablePlus]);
+                assert!(protected < 0.75 * cfg.capacity(), "t={t}: {protected}");
+                peak_critical = peak_critical.max(critical / cfg.capacity());
             }
+            // ... and CRITICAL does grow with the surge: 0.1 C from `good` + 5% of `noisy`'s
+            // 9.8 C at 10 ×.
+            assert!((peak_critical - 0.59).abs() < 1e-6, "{peak_critical}");
+            assert_eq!(streams[1].mix.classes().len(), 2);
             // The --rate string parses back to the same shape.
             for s in &streams {
                 let arg = DemoConfig::rate_arg(&s.shape);
