@@ -16,9 +16,11 @@
 //! counts by offered time, latency of successes, plus the simulator's view inside the fleet
 //! (attempts reaching each layer, wasted work, refusals by reason) in `meta.layers`.
 //!
-//! Memory is bounded by the requests in flight: requests live in a recycled slab, events in a
-//! binary heap holding at most a few timers per in-flight attempt (stale timers of finished
-//! attempts are skipped by generation and disappear as their time passes).
+//! Memory follows the requests in flight, not their total: requests live in a recycled slab,
+//! events in a queue holding at most a few timers per in-flight attempt (stale timers of
+//! finished attempts are skipped by generation and disappear as their time passes). Beside
+//! them: each client instance's own throttle and retry budget (~2.5 kB), and the report's row
+//! per simulated second.
 
 pub mod builtin;
 pub mod config;

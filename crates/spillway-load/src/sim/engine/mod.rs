@@ -1,8 +1,10 @@
-//! The event loop: a binary heap of timed events driving the fleet in simulated time.
+//! The event loop: timed events, taken in (time, sequence) order, driving the fleet in simulated
+//! time.
 //!
 //! Why this shape: a discrete-event simulation only spends work on things that happen, so a
-//! simulated hour of a large fleet costs what its requests cost. Each event is 24 bytes in a
-//! min-heap ordered by (time, sequence) — the sequence makes ties deterministic. A request's
+//! simulated hour of a large fleet costs what its requests cost. Each event is 24 bytes, taken
+//! from the queue ([`queue`]: a timing wheel and FIFO lanes) in (time, sequence) order — the
+//! sequence makes ties deterministic. A request's
 //! life: arrival → the caller's throttle → a task picked → `AdmissionController::admit` (admitted,
 //! queued as a core `QueuedAdmission` future, or refused) → a worker → local work → calls to the
 //! next layer, each attempt with a timer, retried through the caller's policy → the answer goes
@@ -94,7 +96,7 @@ impl Ev {
 
 impl Ord for Ev {
     fn cmp(&self, o: &Self) -> Ordering {
-        // Reversed: `BinaryHeap` is a max-heap, the earliest event must come out first.
+        // Reversed, for max-heaps (`BinaryHeap`): the earliest event must come out first.
         (o.at, o.key).cmp(&(self.at, self.key))
     }
 }
