@@ -7,6 +7,11 @@
 //! time buckets (as in gRPC-go's adaptive throttler and Envoy's admission-control filter) forgets
 //! old traffic gradually instead of in one jump.
 //!
+//! Two forms share the bucket format: [`WindowedCounter`] sums its buckets when read (the retry
+//! budget, which reads at arbitrary `now`s), and [`WindowedTotals`] keeps running totals that a
+//! read only has to correct for the buckets that expired since the last read (the throttle,
+//! which reads on every request).
+//!
 //! Each bucket is a single `AtomicU64` holding a *round* tag in the high 32 bits and a count in the
 //! low 32 bits. Bucket `i` holds the events of the time slices `i, i + B, i + 2B, …` (`B` buckets);
 //! the round is `slice / B`. Packing tag and count into one word makes "reset the stale bucket and
