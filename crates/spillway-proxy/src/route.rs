@@ -20,6 +20,9 @@ use spillway_tower::wire::{self, HeaderError};
 
 use crate::config::{CustomerFrom, DegradeConfig, ProxyConfig};
 
+/// The operation name given to a request that matches no route.
+pub const UNMATCHED_OPERATION: &str = "other";
+
 /// A compiled route.
 #[derive(Debug)]
 pub struct Route {
@@ -50,6 +53,9 @@ pub struct Router {
     default_criticality: Criticality,
     default_cost: f64,
     default_customer: Arc<str>,
+    /// The operation name of a request no route matches (`other`), allocated once here so
+    /// classifying such a request is a reference-count bump, not an allocation.
+    unmatched: Arc<str>,
     customer_from: CustomerFrom,
     api_key_header: HeaderName,
     api_keys: HashMap<String, Arc<str>>,
@@ -130,6 +136,7 @@ impl Router {
             default_criticality: c.default_criticality,
             default_cost: c.default_cost,
             default_customer: Arc::from(c.default_customer.as_str()),
+            unmatched: Arc::from(UNMATCHED_OPERATION),
             customer_from: c.customer_from,
             api_key_header: HeaderName::from_bytes(c.api_key_header.as_bytes())
                 .map_err(|e| ("classify.api_key_header".to_string(), e.to_string()))?,
@@ -198,7 +205,7 @@ impl Router {
         Ok(Classified {
             operation: route
                 .as_ref()
-                .map_or_else(|| Arc::from("other"), |r| Arc::clone(&r.name)),
+                .map_or_else(|| Arc::clone(&self.unmatched), |r| Arc::clone(&r.name)),
             cost: route.as_ref().map_or(self.default_cost, |r| r.cost),
             route,
             criticality,
@@ -338,6 +345,19 @@ mod tests {
             .classify(&parts("GET", "/x", &[("x-admin", "yes")]), None, now)
             .unwrap();
         assert_eq!(c.criticality, Criticality::CriticalPlus);
+    }
+
+    #[test]
+    fn unmatched_requests_share_one_operation_name() {
+        let r = router(CFG);
+        let now = Instant::now();
+        let a = r
+            .classify(&parts("GET", "/nowhere", &[]), None, now)
+            .unwrap();
+        let b = r.classify(&parts("PUT", "/else", &[]), None, now).unwrap();
+        assert_eq!(&*a.operation, UNMATCHED_OPERATION);
+        // The same allocation, not one per request.
+        assert!(Arc::ptr_eq(&a.operation, &b.operation));
     }
 
     #[test]

@@ -6,11 +6,15 @@
 //! overload") warns that fast rejections make latency look good, so latency and queue-time
 //! histograms record *admitted* requests only.
 //!
-//! Allocation: label values are `&'static str` (criticality, reason) or `SharedString`s built
-//! from `Arc<str>` (customer, operation, destination) — a reference-count bump, never a string
-//! copy. The facade itself builds a `Key` holding a small `Vec` of labels per emission (one
-//! allocation per call when a recorder is installed); with no recorder installed, nothing is
-//! built. Names are in [`crate::wire::metric`].
+//! Allocation: the per-request metrics (admitted, queue time, latency, shed by reason) go
+//! through handles registered once per label set *per thread* and kept in a thread-local table
+//! (see [`handles`]): after a label set's first request, recording is a hash lookup of the
+//! customer and operation strings and an atomic update — no label `Vec`, no `Key` built, no
+//! registry lookup (the facade builds both on every `counter!(name, labels)` call, which cost
+//! one allocation and a registry probe per call). Rare events (throttled, retried, gauges) use
+//! the facade directly. Label values are `&'static str` (criticality, reason) or
+//! `SharedString`s built from `Arc<str>` (customer, operation, destination) — a reference-count
+//! bump, never a string copy. Names are in [`crate::wire::metric`].
 //!
 //! Cardinality: customer and operation labels come from configuration (API-key map, route
 //! prefixes) by default; if customers come from a trusted header or peer IPs, their number is
@@ -20,6 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Label, SharedString};
+
+mod handles;
 use spillway_core::Criticality;
 
 use crate::wire::metric as m;
@@ -55,18 +61,19 @@ impl RequestLabels {
 
 /// A request was admitted (immediately or after queueing for `queue_time`).
 pub fn admitted(l: &RequestLabels, queue_time: Duration) {
-    metrics::counter!(m::ADMITTED, l.labels().to_vec()).increment(1);
-    metrics::histogram!(m::QUEUE_TIME, l.labels().to_vec()).record(queue_time.as_secs_f64());
+    let h = handles::of(l);
+    h.admitted.increment(1);
+    h.queue_time.record(queue_time.as_secs_f64());
 }
 
 /// A request was refused by the server layer for `reason` (`RefusalReason::as_str`).
 pub fn shed(l: &RequestLabels, reason: &'static str) {
-    metrics::counter!(m::SHED, l.labels_with_reason(reason).to_vec()).increment(1);
+    handles::of(l).shed(l, reason).increment(1);
 }
 
 /// An admitted request finished (its body ended or failed) after `latency` since admission.
 pub fn latency(l: &RequestLabels, latency: Duration) {
-    metrics::histogram!(m::LATENCY, l.labels().to_vec()).record(latency.as_secs_f64());
+    handles::of(l).latency.record(latency.as_secs_f64());
 }
 
 /// The controller's current state.

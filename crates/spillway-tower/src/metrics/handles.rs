@@ -1,0 +1,215 @@
+//! Per-thread cache of metric handles, one set per (customer, operation, criticality).
+//!
+//! Why: `metrics::counter!(name, labels)` builds a `Key` (a label `Vec`, one allocation, and
+//! its hash) and asks the recorder to find or register the series — on every call. A proxy or
+//! server records three series per admitted request (admitted, queue time, latency), so that
+//! was three allocations and three registry probes per request on the data path. The label sets
+//! seen in practice are few (customers and operations come from configuration), so each thread
+//! registers a label set's handles once and then only updates them. The handles point at the
+//! recorder's shared storage, so counts from every thread land in the same series.
+//!
+//! Recorder changes: handles belong to the recorder that registered them. The table remembers
+//! which recorder that was (its address, as `metrics::with_recorder` reports it) and starts
+//! afresh when another one is current — e.g. when the application installs its recorder after
+//! a first request was served, which would otherwise leave this thread recording into the
+//! no-op recorder forever.
+//!
+//! Bound: if customers come from a trusted header their number is whatever callers send; the
+//! table is cleared when it holds [`MAX_LABEL_SETS`] label sets, so memory stays bounded and a
+//! cleared label set is simply registered again (the recorder keeps its values).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use metrics::{Counter, Histogram, Recorder, SharedString};
+
+use super::RequestLabels;
+use crate::wire::metric as m;
+
+/// Label sets kept per thread before the table is cleared.
+pub(super) const MAX_LABEL_SETS: usize = 4096;
+
+/// The handles of one label set.
+pub(super) struct Handles {
+    pub(super) admitted: Counter,
+    pub(super) queue_time: Histogram,
+    pub(super) latency: Histogram,
+    /// Refusals by reason (a handful of `&'static str` reasons; a linear scan).
+    shed: RefCell<Vec<(&'static str, Counter)>>,
+}
+
+impl Handles {
+    fn register(l: &RequestLabels) -> Self {
+        Self {
+            admitted: metrics::counter!(m::ADMITTED, l.labels().to_vec()),
+            queue_time: metrics::histogram!(m::QUEUE_TIME, l.labels().to_vec()),
+            latency: metrics::histogram!(m::LATENCY, l.labels().to_vec()),
+            shed: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The `shed` counter for `reason`, registered on its first use.
+    pub(super) fn shed(&self, l: &RequestLabels, reason: &'static str) -> Counter {
+        let mut shed = self.shed.borrow_mut();
+        if let Some((_, c)) = shed.iter().find(|(r, _)| *r == reason) {
+            return c.clone();
+        }
+        let c = metrics::counter!(m::SHED, l.labels_with_reason(reason).to_vec());
+        shed.push((reason, c.clone()));
+        c
+    }
+}
+
+type ByCriticality = [Option<Rc<Handles>>; 4];
+
+#[derive(Default)]
+struct Table {
+    /// Address of the recorder the handles were registered with.
+    recorder: usize,
+    len: usize,
+    by_customer: HashMap<Arc<str>, HashMap<SharedString, ByCriticality>>,
+}
+
+thread_local! {
+    static TABLE: RefCell<Table> = RefCell::new(Table::default());
+}
+
+fn current_recorder() -> usize {
+    metrics::with_recorder(|r: &dyn Recorder| (r as *const dyn Recorder).cast::<()>() as usize)
+}
+
+/// The handles for `l`'s label set on this thread, registered on first use.
+pub(super) fn of(l: &RequestLabels) -> Rc<Handles> {
+    let recorder = current_recorder();
+    TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        if t.recorder != recorder || t.len >= MAX_LABEL_SETS {
+            t.by_customer.clear();
+            t.len = 0;
+            t.recorder = recorder;
+        }
+        let slot = l.criticality as usize;
+        if let Some(h) = t
+            .by_customer
+            .get(&*l.customer)
+            .and_then(|ops| ops.get(&*l.operation))
+            .and_then(|c| c[slot].as_ref())
+        {
+            return Rc::clone(h);
+        }
+        let h = Rc::new(Handles::register(l));
+        let entry = t
+            .by_customer
+            .entry(Arc::clone(&l.customer))
+            .or_default()
+            .entry(l.operation.clone())
+            .or_default();
+        entry[slot] = Some(Rc::clone(&h));
+        t.len += 1;
+        h
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics::{Gauge, Key, KeyName, Metadata, Unit};
+    use spillway_core::Criticality;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// Counts every counter series by its full key (name and labels).
+    #[derive(Default)]
+    struct Counting(Mutex<HashMap<Key, Arc<AtomicU64>>>, AtomicU64);
+
+    impl Counting {
+        fn value(&self, name: &str, crit: &str, reason: Option<&str>) -> u64 {
+            let has =
+                |k: &Key, key: &str, v: &str| k.labels().any(|l| l.key() == key && l.value() == v);
+            self.0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| k.name() == name && has(k, m::L_CRITICALITY, crit))
+                .filter(|(k, _)| reason.is_none_or(|r| has(k, m::L_REASON, r)))
+                .map(|(_, v)| v.load(Ordering::Relaxed))
+                .sum()
+        }
+    }
+
+    impl Recorder for Counting {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            let mut map = self.0.lock().unwrap();
+            Counter::from_arc(Arc::clone(map.entry(key.clone()).or_default()))
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    fn labels(customer: &str, op: &'static str, c: Criticality) -> RequestLabels {
+        RequestLabels {
+            customer: Arc::from(customer),
+            operation: SharedString::const_str(op),
+            criticality: c,
+        }
+    }
+
+    #[test]
+    fn cached_handles_count_into_the_right_series() {
+        let rec = Counting::default();
+        metrics::with_local_recorder(&rec, || {
+            let a = labels("acme", "get", Criticality::Critical);
+            let b = labels("acme", "get", Criticality::Sheddable);
+            for _ in 0..3 {
+                super::super::admitted(&a, Duration::ZERO);
+            }
+            super::super::admitted(&b, Duration::ZERO);
+            super::super::shed(&b, "limit");
+            super::super::shed(&b, "limit");
+            super::super::shed(&b, "queue-timeout");
+        });
+        assert_eq!(rec.value(m::ADMITTED, "CRITICAL", None), 3);
+        assert_eq!(rec.value(m::ADMITTED, "SHEDDABLE", None), 1);
+        assert_eq!(rec.value(m::SHED, "SHEDDABLE", Some("limit")), 2);
+        assert_eq!(rec.value(m::SHED, "SHEDDABLE", Some("queue-timeout")), 1);
+        // One series per label set (2 admitted + 2 shed), each registered once: the facade
+        // without the table would register on every one of the 7 calls.
+        assert_eq!(rec.0.lock().unwrap().len(), 4);
+        assert_eq!(rec.1.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
+    fn a_new_recorder_gets_its_own_handles() {
+        let l = labels("acme", "put", Criticality::Critical);
+        // Served first with no recorder (the no-op one): the table must not keep those
+        // handles once a real recorder is current.
+        super::super::admitted(&l, Duration::ZERO);
+        let rec = Counting::default();
+        metrics::with_local_recorder(&rec, || super::super::admitted(&l, Duration::ZERO));
+        assert_eq!(rec.value(m::ADMITTED, "CRITICAL", None), 1);
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        for i in 0..MAX_LABEL_SETS + 10 {
+            let l = RequestLabels {
+                customer: Arc::from(format!("c{i}").as_str()),
+                operation: SharedString::const_str("op"),
+                criticality: Criticality::Critical,
+            };
+            let _ = of(&l);
+        }
+        TABLE.with(|t| assert!(t.borrow().len <= MAX_LABEL_SETS));
+    }
+}
