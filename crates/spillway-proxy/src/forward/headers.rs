@@ -52,13 +52,53 @@ pub(super) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
+/// Appends the peer to `x-forwarded-for`. The value is formatted on the stack (one copy into
+/// the header value, no `String`s) unless an earlier hop's list is too long for the buffer.
 pub(super) fn append_forwarded_for(h: &mut HeaderMap, peer: SocketAddr) {
-    let ip = peer.ip().to_canonical().to_string();
-    let v = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prev) => format!("{prev}, {ip}"),
-        None => ip,
+    use std::io::Write;
+    let ip = peer.ip().to_canonical();
+    let prev = h.get("x-forwarded-for").and_then(|v| v.to_str().ok());
+    let mut buf = [0u8; 256];
+    let mut w = std::io::Cursor::new(&mut buf[..]);
+    let written = match prev {
+        Some(prev) => write!(w, "{prev}, {ip}"),
+        None => write!(w, "{ip}"),
     };
-    if let Ok(v) = HeaderValue::from_str(&v) {
+    let len = usize::try_from(w.position()).unwrap_or(usize::MAX);
+    let v = match written {
+        Ok(()) => HeaderValue::from_bytes(buf.get(..len).unwrap_or_default()),
+        Err(_) => match prev {
+            Some(prev) => HeaderValue::from_str(&format!("{prev}, {ip}")),
+            None => HeaderValue::from_str(&ip.to_string()),
+        },
+    };
+    if let Ok(v) = v {
         h.insert("x-forwarded-for", v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xff(prev: Option<&str>, peer: &str) -> String {
+        let mut h = HeaderMap::new();
+        if let Some(p) = prev {
+            h.insert("x-forwarded-for", HeaderValue::from_str(p).unwrap());
+        }
+        append_forwarded_for(&mut h, peer.parse().unwrap());
+        h["x-forwarded-for"].to_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn forwarded_for_appends_the_peer() {
+        assert_eq!(xff(None, "10.0.0.1:5000"), "10.0.0.1");
+        assert_eq!(xff(Some("1.2.3.4"), "10.0.0.1:5000"), "1.2.3.4, 10.0.0.1");
+        // An IPv4-mapped IPv6 peer is written as IPv4.
+        assert_eq!(xff(None, "[::ffff:10.0.0.2]:80"), "10.0.0.2");
+        assert_eq!(xff(None, "[2001:db8::1]:80"), "2001:db8::1");
+        // Longer than the stack buffer: still appended in full.
+        let long = vec!["192.168.100.200"; 40].join(", ");
+        assert_eq!(xff(Some(&long), "10.0.0.1:1"), format!("{long}, 10.0.0.1"));
     }
 }
