@@ -5,6 +5,8 @@
 #
 #   bench/peers.sh            # installs nginx and haproxy from Debian's packages if missing
 #   SKIP_INSTALL=1 bench/peers.sh
+#   cargo build --release && SKIP_BUILD=1 flock /work/measure.lock bench/peers.sh
+#                             # build first, so no compile runs inside the measurement lock
 #
 # Fairness note: nginx and HAProxy need capacity figures (8 connections, 100 requests/s — the
 # backend's 4 workers × 40 ms); Spillway is given none (zero-config adaptive limit).
@@ -16,7 +18,7 @@ FRONT=127.0.0.1:18300
 WORK=$(mktemp -d /tmp/spillway-peers.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 
-cargo build --release --quiet
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release --quiet
 BIN=target/release/spillway
 
 have() { command -v "$1" >/dev/null 2>&1; }
