@@ -203,3 +203,47 @@ fn empty_runs_render() {
     assert!(html.contains("run 1"));
     assert!(report::render_html(&[]).contains("no runs"));
 }
+
+/// Sealing finished seconds (their histograms replaced by percentiles) changes nothing in the
+/// report; a success recorded into a sealed second anyway is counted and reported in meta.
+#[test]
+fn sealing_finished_seconds_gives_the_same_report() {
+    let records: Vec<RequestRecord<'_>> = (0..3000u64)
+        .map(|i| {
+            let outcome = if i % 7 == 0 {
+                Outcome::Rejected
+            } else {
+                Outcome::Success
+            };
+            rec(i, Criticality::Critical, "a", outcome, 1 + i % 97)
+        })
+        .collect();
+    let mut plain = Recorder::new("run", Duration::from_secs(3));
+    let mut sealed = Recorder::new("run", Duration::from_secs(3));
+    for (i, r) in records.iter().enumerate() {
+        plain.record(r);
+        sealed.record(r);
+        if i == 2000 {
+            sealed.seal(0);
+            sealed.seal(1);
+        }
+    }
+    sealed.seal(2);
+    sealed.seal(99); // beyond the rows: ignored
+    let (plain, sealed) = (plain.finish(), sealed.finish());
+    assert!(plain.seconds[1].latency.is_some());
+    assert_eq!(
+        serde_json::to_string(&plain).unwrap(),
+        serde_json::to_string(&sealed).unwrap()
+    );
+
+    let mut late = Recorder::new("run", Duration::from_secs(2));
+    late.record(&rec(10, Criticality::Critical, "a", Outcome::Success, 5));
+    late.seal(0);
+    late.record(&rec(20, Criticality::Critical, "a", Outcome::Success, 50));
+    let late = late.finish();
+    assert_eq!(late.seconds[0].counts.goodput, 2);
+    assert_eq!(late.seconds[0].latency.unwrap().count, 1);
+    assert_eq!(late.latency.unwrap().total.count, 2);
+    assert_eq!(late.meta["late_after_seal"], 1);
+}

@@ -16,6 +16,19 @@ fn run(sc: &Scenario) -> Vec<SimRun> {
     for r in &runs {
         // Every offered request ended exactly one way.
         assert!(r.report.summary.counts.is_balanced(), "{}", r.report.title);
+        // The engine seals a second only once no request offered in it is open: no success
+        // may land in a sealed second (the report is then the same as without sealing).
+        assert!(
+            !r.report.meta.contains_key("late_after_seal"),
+            "{}: {:?}",
+            r.report.title,
+            r.report.meta.get("late_after_seal")
+        );
+        assert!(
+            r.report.seconds.iter().any(|s| s.latency.is_some()),
+            "{}: per-second latency kept through sealing",
+            r.report.title
+        );
     }
     runs
 }

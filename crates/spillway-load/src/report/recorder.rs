@@ -65,6 +65,8 @@ struct Second {
     by_criticality: [Counts; Criticality::COUNT],
     by_customer: BTreeMap<String, Counts>,
     latency: Option<Histogram<u64>>,
+    /// Set by [`Recorder::seal`]: the second's latency percentiles, its histogram dropped.
+    sealed: Option<Option<Percentiles>>,
     queue: (f64, u64),
     processing: (f64, u64),
 }
@@ -78,6 +80,9 @@ pub struct Recorder {
     total: Histogram<u64>,
     queue: Histogram<u64>,
     processing: Histogram<u64>,
+    /// Successes recorded into a second after it was sealed (their latency is in the run's
+    /// histogram but not in that second's percentiles).
+    late_after_seal: u64,
 }
 
 fn histogram(sigfig: u8) -> Histogram<u64> {
@@ -132,6 +137,21 @@ impl Recorder {
             total: histogram(RUN_SIGFIG),
             queue: histogram(RUN_SIGFIG),
             processing: histogram(RUN_SIGFIG),
+            late_after_seal: 0,
+        }
+    }
+
+    /// Declares second `index` complete: no more records will be offered in it. Its latency
+    /// histogram (about 20 KiB) is replaced by its percentiles, so that a long run's memory
+    /// follows the seconds still open rather than every second of the run. The report is the
+    /// same as without sealing as long as the declaration is true; a success recorded into a
+    /// sealed second anyway is counted everywhere but that second's percentiles, and reported
+    /// in `meta["late_after_seal"]`.
+    pub fn seal(&mut self, index: usize) {
+        if let Some(second) = self.seconds.get_mut(index) {
+            if second.sealed.is_none() {
+                second.sealed = Some(second.latency.take().as_ref().and_then(percentiles));
+            }
         }
     }
 
@@ -177,10 +197,14 @@ impl Recorder {
         if let Some(latency) = r.latency {
             let us = micros(latency);
             self.total.saturating_record(us);
-            second
-                .latency
-                .get_or_insert_with(|| histogram(SECOND_SIGFIG))
-                .saturating_record(us);
+            if second.sealed.is_some() {
+                self.late_after_seal += 1;
+            } else {
+                second
+                    .latency
+                    .get_or_insert_with(|| histogram(SECOND_SIGFIG))
+                    .saturating_record(us);
+            }
         }
         if let Some(q) = r.queue_ms.filter(|q| q.is_finite() && *q >= 0.0) {
             self.queue.saturating_record(ms_to_micros(q));
@@ -195,7 +219,11 @@ impl Recorder {
     }
 
     /// The report: per-second rows, totals and latency percentiles.
-    pub fn finish(self) -> RunReport {
+    pub fn finish(mut self) -> RunReport {
+        if self.late_after_seal > 0 {
+            self.meta
+                .insert("late_after_seal".into(), self.late_after_seal.into());
+        }
         let mut summary = Summary::default();
         let mut by_criticality = [Counts::default(); Criticality::COUNT];
         let mut rows = Vec::with_capacity(self.seconds.len());
@@ -213,7 +241,10 @@ impl Recorder {
                 counts: s.counts,
                 by_criticality: criticality_map(&s.by_criticality),
                 by_customer: s.by_customer,
-                latency: s.latency.as_ref().and_then(percentiles),
+                latency: match s.sealed {
+                    Some(sealed) => sealed,
+                    None => s.latency.as_ref().and_then(percentiles),
+                },
                 queue_ms_mean: mean(s.queue),
                 processing_ms_mean: mean(s.processing),
             });

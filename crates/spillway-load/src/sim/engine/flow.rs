@@ -415,6 +415,7 @@ impl Engine {
             Res::Conn => ReqOutcome::Error,
         };
         let ok = res == Res::Ok;
+        let since = n.since;
         let record = RequestRecord {
             offered_at: Duration::from_nanos(n.since),
             criticality: n.crit,
@@ -426,7 +427,7 @@ impl Engine {
             service_ms: ok.then(|| n.work_ns as f64 / 1e6),
         };
         self.recorder.record(&record);
-        self.open_top -= 1;
+        self.top_finished(since, now);
         self.slab.free(pid);
     }
 

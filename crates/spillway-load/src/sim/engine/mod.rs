@@ -187,6 +187,10 @@ pub(crate) struct Engine {
     stats: Vec<LayerStats>,
     recorder: Recorder,
     open_top: u64,
+    /// Top-level requests still open, by the second they were offered in; seconds before
+    /// `sealed_upto` are complete and sealed in the recorder (memory follows open seconds).
+    open_by_second: Vec<u32>,
+    sealed_upto: usize,
     arrivals_open: usize,
     events: u64,
     offered: u64,
@@ -330,6 +334,8 @@ impl Engine {
             batch: Vec::new(),
             recorder: Recorder::new(title, window),
             open_top: 0,
+            open_by_second: Vec::new(),
+            sealed_upto: 0,
             arrivals_open: 0,
             events: 0,
             offered: 0,
@@ -469,7 +475,35 @@ impl Engine {
         n.calls_left = 1;
         self.offered += 1;
         self.open_top += 1;
+        let second = (now / 1_000_000_000) as usize;
+        if second >= self.open_by_second.len() {
+            self.open_by_second.resize(second + 1, 0);
+        }
+        self.open_by_second[second] += 1;
         self.send(id);
+    }
+
+    /// A top-level request offered at `since` (ns) finished at `now`: seals, in order, every
+    /// second that lies wholly in the past and has no request left open, so the recorder
+    /// drops its latency histogram.
+    fn top_finished(&mut self, since: u64, now: u64) {
+        self.open_top -= 1;
+        if let Some(open) = self
+            .open_by_second
+            .get_mut((since / 1_000_000_000) as usize)
+        {
+            *open = open.saturating_sub(1);
+        }
+        let now_s = (now / 1_000_000_000) as usize;
+        while self.sealed_upto < now_s
+            && self
+                .open_by_second
+                .get(self.sealed_upto)
+                .map_or(true, |&open| open == 0)
+        {
+            self.recorder.seal(self.sealed_upto);
+            self.sealed_upto += 1;
+        }
     }
 
     /// Applies or lifts fault `i`.
