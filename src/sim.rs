@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use spillway_load::report::{write_html, write_json};
+use spillway_load::report::{write_html, write_json, RunReport};
 use spillway_load::sim::{self, builtin, output, Scenario};
 
 use crate::UsageError;
@@ -110,15 +110,7 @@ fn versus_demo(args: &SimArgs, out: &mut impl Write) -> Result<()> {
         )?;
     }
     let reports = [simulated, measured];
-    if let Some(p) = &args.json {
-        write_json(&reports, p)?;
-        writeln!(out, "wrote {}", p.display())?;
-    }
-    if let Some(p) = &args.html {
-        write_html(&reports, p)?;
-        writeln!(out, "wrote {}", p.display())?;
-    }
-    Ok(())
+    write_outputs(args, &reports, out)
 }
 
 fn load(args: &SimArgs) -> Result<Scenario> {
@@ -240,12 +232,17 @@ pub fn run(args: &SimArgs) -> Result<()> {
         attempts as f64 / wall.max(1e-9)
     );
     let reports: Vec<_> = runs.into_iter().map(|r| r.report).collect();
+    write_outputs(args, &reports, &mut out)
+}
+
+/// Writes `--json` / `--html` if asked, saying where.
+fn write_outputs(args: &SimArgs, reports: &[RunReport], out: &mut impl Write) -> Result<()> {
     if let Some(p) = &args.json {
-        write_json(&reports, p)?;
+        write_json(reports, p)?;
         writeln!(out, "wrote {}", p.display())?;
     }
     if let Some(p) = &args.html {
-        write_html(&reports, p)?;
+        write_html(reports, p)?;
         writeln!(out, "wrote {}", p.display())?;
     }
     Ok(())
