@@ -34,7 +34,14 @@
 //! the "app-limited" rule of Netflix concurrency-limits (`Gradient2Limit`, `AIMDLimit`:
 //! `inflight < limit / 2` leaves the limit alone; see `gradient2.rs`, `aimd.rs`) and of TCP's
 //! congestion window validation (RFC 7661: the window is not grown while the sender does not use
-//! at least half of it). Decreases still apply; the minRTT window's pinning and restore are
+//! at least half of it). A window that may grow does so to at most `f ×` its peak in flight, as
+//! Linux's slow start grows the congestion window only up to twice the packets in flight
+//! (`tcp_is_cwnd_limited`: `cwnd < 2 * max_packets_out`). Without that cap a window that used
+//! just over half the limit, with latency at minRTT (a queue draining after a surge), doubled it
+//! in one step: `spillway demo` went 15 → 35 with 8 in flight as its 10× staircase ended, held
+//! 35 through the calm (4 in flight: app-limited), and the jump then put 28 requests at once on
+//! the 4-worker backend; CRITICAL requests queued behind them missed their deadlines (2 of 953
+//! failed, 99.8%). Decreases still apply; the minRTT window's pinning and restore are
 //! unchanged.
 //!
 //! A second addition, off by default: `one_change_per_rtt`. Envoy's windows are short (100 ms)
@@ -402,9 +409,12 @@ impl EnvoyGradientLimit {
         let mut new_limit = self.calculate_new_limit();
         let old = self.limit;
         if let Some(f) = self.app_limited_growth {
-            // App-limited (module docs): the limit was not the constraint, so no growth.
-            if (peak as f64) * f < old as f64 {
-                new_limit = new_limit.min(old);
+            // App-limited (module docs): growth never takes the limit past f × the window's
+            // peak in flight — none at all when that is below the limit already (the limit was
+            // not the constraint).
+            let used = ((peak as f64) * f).ceil();
+            if used < new_limit as f64 {
+                new_limit = new_limit.min(old.max(used as usize));
             }
         }
         self.limit = new_limit;
