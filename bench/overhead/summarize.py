@@ -116,7 +116,11 @@ rates = [r for r in meta.get("rates", "").split(",") if r]
 out.append("### Latency at fixed rates (`spillway load`, open loop, Poisson arrivals, HTTP/1.1 keep-alive)")
 out.append("")
 out.append("Latency is from each request's intended send time (no coordinated omission). "
-           "*Added* = this path's percentile minus the direct path's at the same rate.")
+           "*Added* = this path's percentile minus the direct path's at the same rate. "
+           + (f"Each path first ran {meta['settle_secs']} s at the rate (not measured), so an "
+              "adaptive limit is sized for it rather than for the previous rate."
+              if meta.get("settle_secs", "0") != "0"
+              else "Each rate follows the previous one with no settling (step response included)."))
 out.append("")
 hz = int(meta.get("clk_tck", "100"))
 out.append("CPU per request, from utime + stime in `/proc/PID/stat` over the run: *front* = the "

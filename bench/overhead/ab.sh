@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# A/B of `spillway proxy` builds: proxy CPU per forwarded request at a fixed open-loop rate and
+# wrk's closed-loop maximum, in interleaved rounds (A B A B ...), so a slow moment of the shared
+# machine hits every build alike. CPU per request is utime + stime of the proxy process from
+# /proc/PID/stat across the run (the method of bench/proxy-overhead.sh), and — with `perf` —
+# the proxy's instructions per request (user + kernel), which other work on the machine barely
+# moves (CPU time does: cache misses and context switches under contention); wrk's maximum
+# moves with whatever else runs.
+#
+#   flock /work/measure.lock bench/overhead/ab.sh LABEL=BIN [LABEL=BIN ...]
+#
+# Env: RATE (7100), SECS (10), WRK_SECS (5, 0 = skip wrk), ROUNDS (3), MODE (fixed | zeroconf:
+# the proxy with only listen/upstream/admin set, i.e. the zero-config defaults), OUT (a file for
+# the raw rows), SAMPLE (a path prefix: /status's limit, in-flight, queued and utilisation every
+# 100 ms into PREFIX.LABEL.ROUND; costs the proxy the admin requests). The backend is the first build's `spillway backend` (1 ms sleep, 2048 workers).
+set -euo pipefail
+RATE=${RATE:-7100}
+SECS=${SECS:-10}
+WRK_SECS=${WRK_SECS:-5}
+ROUNDS=${ROUNDS:-3}
+MODE=${MODE:-fixed}
+BACKEND=127.0.0.1:21181
+PROXY=127.0.0.1:21182
+ADMIN=127.0.0.1:21183
+WORK=$(mktemp -d)
+OUT=${OUT:-$WORK/rows}
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+HZ=$(getconf CLK_TCK)
+
+first=${1#*=}
+"$first" backend --listen "$BACKEND" --workers 2048 --service-time 1ms --dist constant \
+  --cpu sleep --duration 1800s >"$WORK/backend.log" 2>&1 &
+PIDS+=($!)
+wait_port "$BACKEND"
+
+if [ "$MODE" = zeroconf ]; then
+  printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\n[admin]\nlisten = "%s"\n' \
+    "$PROXY" "$BACKEND" "$ADMIN" >"$WORK/p.toml"
+else
+  printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\nmax_requests_per_task = 1024\nmax_idle_per_task = 1024\n[admission.limit]\nalgorithm = "fixed"\nlimit = 10000\n[classify]\ntrusted = ["127.0.0.0/8"]\n[admin]\nlisten = "%s"\n' \
+    "$PROXY" "$BACKEND" "$ADMIN" >"$WORK/p.toml"
+fi
+
+echo "uptime before: $(uptime)"
+echo "mode=$MODE rate=$RATE/s secs=$SECS wrk=${WRK_SECS}s x 64 conns rounds=$ROUNDS"
+for r in $(seq "$ROUNDS"); do
+  for ab in "$@"; do
+    label=${ab%%=*} bin=${ab#*=}
+    "$bin" proxy --config "$WORK/p.toml" >"$WORK/$label.log" 2>&1 &
+    pid=$!
+    PIDS+=($pid)
+    wait_port "$PROXY"
+    sleep 0.2
+    kill -0 "$pid" 2>/dev/null || { echo "$label did not start: $(cat "$WORK/$label.log")"; exit 1; }
+    "$first" load --target "$PROXY" --rate 1000 --duration 2s --attempts 1 --quiet >/dev/null 2>&1 || true
+    perf_pid=
+    if command -v perf >/dev/null; then
+      perf stat -x, -e instructions:u,instructions:k -p "$pid" -o "$WORK/$label.$r.perf" &
+      perf_pid=$!
+      sleep 0.2
+    fi
+    t0=$(cpu_ticks "$pid")
+    "$first" load --target "$PROXY" --rate "$RATE" --duration "${SECS}s" --attempts 1 \
+      --timeout 500ms --quiet --json "$WORK/$label.$r.json" >"$WORK/$label.$r.txt" &
+    lpid=$!
+    if [ -n "${SAMPLE:-}" ]; then # the controller's state every 100 ms (adds the admin's CPU)
+      while kill -0 "$lpid" 2>/dev/null; do
+        curl -s "http://$ADMIN/status" | python3 -c 'import json,sys,time; a=json.load(sys.stdin)["admission"]; print(round(time.time(),2), a.get("limit"), a.get("in_flight"), a.get("queued"), a.get("utilisation"))' >>"$SAMPLE.$label.$r" 2>/dev/null || true
+        sleep 0.1
+      done
+    fi
+    wait "$lpid"
+    t1=$(cpu_ticks "$pid")
+    insn=-
+    if [ -n "$perf_pid" ]; then
+      kill -INT "$perf_pid" 2>/dev/null || true
+      wait "$perf_pid" 2>/dev/null || true
+      # "<not supported>" where the machine has no hardware counters (VMs often do not).
+      insn=$(awk -F, '$3 ~ /instructions/ && $1 ~ /^[0-9]+$/ {s += $1; n++} END {print n ? s : "-"}' "$WORK/$label.$r.perf")
+    fi
+    read -r sent p50 p99 < <(python3 - "$WORK/$label.$r.json" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))[0]
+lat = run["latency"]["total"]
+print(run["summary"]["sent"], lat.get("p50_ms", "?"), lat.get("p99_ms", "?"))
+PY
+)
+    rps=-
+    if [ "$WRK_SECS" != 0 ]; then
+      rps=$(wrk -t1 -c64 -d"${WRK_SECS}s" "http://$PROXY/" 2>/dev/null | awk '/Requests\/sec:/ {print int($2)}')
+    fi
+    us=$(python3 -c "print(round(($t1 - $t0) / $HZ * 1e6 / max($sent, 1), 1))")
+    kinsn=$(python3 -c "print('-' if '$insn' in ('-', '') else round($insn / max($sent, 1) / 1e3, 1))")
+    echo "round=$r build=$label cpu_us_per_req=$us kinsn_per_req=$kinsn sent=$sent p50_ms=$p50 p99_ms=$p99 wrk_rps=$rps" | tee -a "$OUT"
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    sleep 1
+  done
+done
+echo "uptime after: $(uptime)"
+python3 - "$OUT" <<'PY'
+import sys, collections, statistics
+rows = [dict(kv.split("=", 1) for kv in l.split()) for l in open(sys.argv[1]) if l.strip()]
+by = collections.defaultdict(list)
+for r in rows:
+    by[r["build"]].append(r)
+for b, rs in by.items():
+    cpu = [float(r["cpu_us_per_req"]) for r in rs]
+    w = [int(r["wrk_rps"]) for r in rs if r["wrk_rps"] not in ("-", "")]
+    ki = [float(r["kinsn_per_req"]) for r in rs if r.get("kinsn_per_req", "-") != "-"]
+    print(f"{b}: cpu/req median {statistics.median(cpu):.1f} us (runs {cpu})"
+          + (f"; instructions/req median {statistics.median(ki):.1f} k (runs {ki})" if ki else "")
+          + (f"; wrk median {statistics.median(w)}/s (runs {w})" if w else ""))
+PY
