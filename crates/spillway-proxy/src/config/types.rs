@@ -66,7 +66,8 @@ impl Default for ProxyConfig {
 /// `limit/envoy.rs`): Envoy's controller grows the limit whenever latency is near minRTT, so at
 /// light load it reached 1000 within a second and the next surge sent 296 requests at once to a
 /// 4-worker backend (`spillway demo`, 10× jump); the limit now grows only while at least half
-/// of it is in use.
+/// of it is in use, and to at most twice the peak in flight (it doubled 15 → 35 as a queue
+/// drained; the demo's jump then sent 28 at once and 2 of 953 CRITICAL requests failed).
 ///
 /// `one_change_per_rtt = true` (spillway-core `limit/envoy.rs`; TCP's one reduction per window
 /// of data, RFC 5681/6582): with 100 ms windows and requests that wait longer than that, a window
