@@ -72,10 +72,43 @@ fn unpack(word: u64) -> (u32, u32) {
 /// word. An `add` whose `now` lags a concurrent writer's (two threads read the clock in a race) is
 /// never lost: it lands in the newer slice of its bucket.
 pub struct WindowedCounter {
+    slices: Slices,
+    buckets: Box<[AtomicU64]>,
+}
+
+/// How a window is cut into time slices, shared by [`WindowedCounter`] and [`WindowedTotals`].
+#[derive(Debug, Clone, Copy)]
+struct Slices {
     origin: Instant,
     slice_nanos: u64,
     window: Duration,
-    buckets: Box<[AtomicU64]>,
+}
+
+impl Slices {
+    /// The slicing of `window` into `buckets` (clamped to `1..=`[`MAX_BUCKETS`], each slice at
+    /// least 1 ns), and the clamped bucket count.
+    fn new(window: Duration, buckets: usize, origin: Instant) -> (Slices, usize) {
+        let n = buckets.clamp(1, MAX_BUCKETS);
+        let slice_nanos = (saturating_nanos(window) / n as u64).max(1);
+        (
+            Slices {
+                origin,
+                slice_nanos,
+                window,
+            },
+            n,
+        )
+    }
+
+    /// The index of the time slice `now` falls in.
+    #[inline]
+    fn at(&self, now: Instant) -> u64 {
+        nanos_since(self.origin, now) / self.slice_nanos
+    }
+
+    fn slice(&self) -> Duration {
+        Duration::from_nanos(self.slice_nanos)
+    }
 }
 
 impl WindowedCounter {
@@ -85,19 +118,16 @@ impl WindowedCounter {
     /// bucket slice to at least 1 ns. The policies that use it validate their own configuration
     /// first and name the field that is wrong.
     pub fn new(window: Duration, buckets: usize, origin: Instant) -> Self {
-        let n = buckets.clamp(1, MAX_BUCKETS);
-        let slice_nanos = (saturating_nanos(window) / n as u64).max(1);
+        let (slices, n) = Slices::new(window, buckets, origin);
         WindowedCounter {
-            origin,
-            slice_nanos,
-            window,
+            slices,
             buckets: (0..n).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
     /// The window this counter spans, as configured.
     pub fn window(&self) -> Duration {
-        self.window
+        self.slices.window
     }
 
     /// The number of buckets (after clamping).
@@ -107,13 +137,12 @@ impl WindowedCounter {
 
     /// The length of one bucket's time slice.
     pub fn slice(&self) -> Duration {
-        Duration::from_nanos(self.slice_nanos)
+        self.slices.slice()
     }
 
-    /// The index of the time slice `now` falls in.
     #[inline]
     fn slice_at(&self, now: Instant) -> u64 {
-        nanos_since(self.origin, now) / self.slice_nanos
+        self.slices.at(now)
     }
 
     #[inline]
@@ -248,7 +277,7 @@ fn sum_round(buckets: &[AtomicU64], expected: u32) -> u64 {
 impl fmt::Debug for WindowedCounter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WindowedCounter")
-            .field("window", &self.window)
+            .field("window", &self.slices.window)
             .field("buckets", &self.buckets.len())
             .finish_non_exhaustive()
     }

@@ -32,17 +32,14 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{bucket_add, bucket_retire, MAX_BUCKETS};
-use crate::clock::{nanos_since, saturating_nanos};
+use super::{bucket_add, bucket_retire, Slices};
 
 /// `N` counts of events over one sliding window, each with an O(1) sum for callers whose time
 /// moves forward. Same window semantics as [`WindowedCounter::sum`](super::WindowedCounter::sum)
 /// (the current slice and the `buckets − 1` before it) whenever `now` does not go back; see the
 /// module docs otherwise.
 pub struct WindowedTotals<const N: usize> {
-    origin: Instant,
-    slice_nanos: u64,
-    window: Duration,
+    slices: Slices,
     /// Bucket `i` holds slice `i, i + B, …` of every count: packed round tag and count, as in
     /// [`WindowedCounter`](super::WindowedCounter).
     buckets: Box<[[AtomicU64; N]]>,
@@ -56,15 +53,13 @@ pub struct WindowedTotals<const N: usize> {
 }
 
 impl<const N: usize> WindowedTotals<N> {
-    /// Counters over `window`, kept in `buckets` buckets (clamped to `1..=`[`MAX_BUCKETS`], each
+    /// Counters over `window`, kept in `buckets` buckets (clamped to `1..=`[`MAX_BUCKETS`](super::MAX_BUCKETS), each
     /// slice at least 1 ns, as [`WindowedCounter::new`](super::WindowedCounter::new) does), with
     /// time measured from `origin`.
     pub fn new(window: Duration, buckets: usize, origin: Instant) -> Self {
-        let n = buckets.clamp(1, MAX_BUCKETS);
+        let (slices, n) = Slices::new(window, buckets, origin);
         WindowedTotals {
-            origin,
-            slice_nanos: (saturating_nanos(window) / n as u64).max(1),
-            window,
+            slices,
             buckets: (0..n)
                 .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
                 .collect(),
@@ -75,7 +70,7 @@ impl<const N: usize> WindowedTotals<N> {
 
     /// The window these counters span, as configured.
     pub fn window(&self) -> Duration {
-        self.window
+        self.slices.window
     }
 
     /// The number of buckets (after clamping).
@@ -85,12 +80,12 @@ impl<const N: usize> WindowedTotals<N> {
 
     /// The length of one bucket's time slice.
     pub fn slice(&self) -> Duration {
-        Duration::from_nanos(self.slice_nanos)
+        self.slices.slice()
     }
 
     #[inline]
     fn slice_at(&self, now: Instant) -> u64 {
-        nanos_since(self.origin, now) / self.slice_nanos
+        self.slices.at(now)
     }
 
     /// Adds `n` events to count `which` (`< N`; others are ignored) at `now` — at the newest
@@ -183,7 +178,7 @@ impl<const N: usize> fmt::Debug for WindowedTotals<N> {
         let totals: [i64; N] =
             std::array::from_fn(|i| self.totals[i].load(Ordering::Relaxed) as i64);
         f.debug_struct("WindowedTotals")
-            .field("window", &self.window)
+            .field("window", &self.slices.window)
             .field("buckets", &self.buckets.len())
             .field("totals", &totals)
             .finish_non_exhaustive()
