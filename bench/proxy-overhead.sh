@@ -15,7 +15,17 @@
 #
 #   bench/proxy-overhead.sh                  # installs nginx and wrk from Debian when missing
 #   SKIP_INSTALL=1 bench/proxy-overhead.sh
-#   RATES=2000,4000 PHASE_SECS=5 bench/proxy-overhead.sh
+#   cargo build --release && SKIP_BUILD=1 SKIP_INSTALL=1 flock /work/measure.lock bench/proxy-overhead.sh
+#   RATES=2000,4000 PHASE_SECS=5 ROUNDS=1 bench/proxy-overhead.sh
+#
+# The fixed-rate latencies are measured in ROUNDS (3) interleaved rounds: each round visits
+# every path (its order rotated by one per round), so a slow moment of the shared machine hits
+# all paths alike rather than one; the report gives each path's median round and the spread
+# (min-max), and p99 added = the path's median p99 - the direct path's median p99 (with the
+# round-paired differences' spread). One 8 s sample of a tail on this machine moved by +-1 ms
+# between runs (18:26 UTC: fixed limit +1.75 ms at 10 % load, +0.49 ms at 17:27).
+# LAT_SECS (6) is each measured fixed-rate phase, SETTLE_SECS (2) the unmeasured run before it
+# (both shortened from 8 and 3 s so that three rounds keep the run under ~10 minutes).
 #
 # Why two clients: an open-loop generator past capacity measures collapse, not capacity (its
 # queue of late requests times out), so the maximum is measured closed-loop with wrk (a small C
@@ -36,6 +46,9 @@ ZERO=127.0.0.1:$((PORT + 3))
 ZADMIN=127.0.0.1:$((PORT + 4))
 NGINX=127.0.0.1:$((PORT + 5))
 PHASE_SECS=${PHASE_SECS:-8}
+LAT_SECS=${LAT_SECS:-6}
+SETTLE_SECS=${SETTLE_SECS:-2}
+ROUNDS=${ROUNDS:-3}
 WORKERS=${WORKERS:-2048}
 WRK_CONNS=${WRK_CONNS:-64}
 CPU_RATE=${CPU_RATE:-3000}
@@ -67,7 +80,7 @@ stop() { # kill one process started here and forget its id (ids are reused)
   PIDS=("${keep[@]}")
 }
 
-cargo build --release --quiet
+[ -n "${SKIP_BUILD:-}" ] || cargo build --release --quiet
 BIN=target/release/spillway
 
 # nginx and wrk from Debian's packages when missing; say why when they cannot be had.
@@ -108,6 +121,7 @@ HZ=$(getconf CLK_TCK)
   echo "host=$(uname -srm)"
   echo "cpus=$(nproc)"
   echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "uptime_before=$(uptime)"
   echo "workers=$WORKERS"
   echo "clk_tck=$HZ"
   echo "wrk=$WRK_CONNS connections, 1 thread, ${PHASE_SECS} s"
@@ -217,19 +231,19 @@ tree_ticks() { # $1 = pid: CPU ticks of it and its children
 }
 host_busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
 
-load_at() { # $1 = key, $2 = rate: one open-loop run; records CPU of front, backend, client, host
-  local key=$1 rate=$2 f0=0 f1=0 b0 b1 h0 h1
+load_at() { # $1 = key, $2 = rate, $3 = round: one open-loop run; records CPU of front, backend, client, host
+  local key=$1 rate=$2 round=$3 f0=0 f1=0 b0 b1 h0 h1 run=$1.$2.r$3
   [ -n "$FRONT_PID" ] && f0=$(tree_ticks "$FRONT_PID")
   b0=$(cpu_ticks "$BACKEND_PID")
   h0=$(host_busy)
-  /usr/bin/time -f "%U %S" -o "$WORK/$key.$rate.time" \
-    "$BIN" load --target "$TARGET" --rate "$rate" --duration "${PHASE_SECS}s" --attempts 1 \
-    --timeout 500ms --quiet --title "$key" --json "$WORK/$key.$rate.json" >"$WORK/$key.$rate.txt"
+  /usr/bin/time -f "%U %S" -o "$WORK/$run.time" \
+    "$BIN" load --target "$TARGET" --rate "$rate" --duration "${LAT_SECS}s" --attempts 1 \
+    --timeout 500ms --quiet --title "$key" --json "$WORK/$run.json" >"$WORK/$run.txt"
   h1=$(host_busy)
   b1=$(cpu_ticks "$BACKEND_PID")
   [ -n "$FRONT_PID" ] && f1=$(tree_ticks "$FRONT_PID")
-  # key rate front-ticks backend-ticks client-seconds busy0 total0 busy1 total1
-  echo "$key $rate $((f1 - f0)) $((b1 - b0)) $(awk '{print $1 + $2}' "$WORK/$key.$rate.time") $h0 $h1" >>"$WORK/rates.cpu"
+  # key rate front-ticks backend-ticks client-seconds busy0 total0 busy1 total1 round
+  echo "$key $rate $((f1 - f0)) $((b1 - b0)) $(awk '{print $1 + $2}' "$WORK/$run.time") $h0 $h1 $round" >>"$WORK/rates.cpu"
 }
 
 KEYS=(direct spillway spillway_ws zeroconf)
@@ -254,26 +268,32 @@ if [ -z "${RATES:-}" ]; then
   RATES="$(((DMAX / 10 + 50) / 100 * 100)),$(((DMAX / 4 + 50) / 100 * 100)),$(((DMAX / 2 + 50) / 100 * 100))"
 fi
 echo "rates=$RATES" >>"$WORK/meta"
-echo "settle_secs=${SETTLE_SECS:-3}" >>"$WORK/meta"
-for key in "${KEYS[@]}"; do
-  start_front "$key" || continue
-  "$BIN" load --target "$TARGET" --rate 1000 --duration 2s --attempts 1 --quiet >/dev/null 2>&1 || true # warm-up
-  for rate in ${RATES//,/ }; do
-    echo "fixed rate: $key at $rate/s ..."
-    # Settle at the rate first (every path alike): the zero-config limit adapts to the load it
-    # sees, so right after a step from the previous rate it is still sized for that one and
-    # requests queue for a few hundred ms while it grows (sampled /status at 7,100/s: limit 9-37
-    # with 50-63 queued in the first 0.5 s, then 200-290 and nothing queued). The step response
-    # is the demo's subject; this table is the steady overhead at each rate. SETTLE_SECS=0 for
-    # the step included.
-    if [ "${SETTLE_SECS:-3}" != 0 ]; then
-      "$BIN" load --target "$TARGET" --rate "$rate" --duration "${SETTLE_SECS:-3}s" --attempts 1 \
-        --timeout 500ms --quiet >/dev/null 2>&1 || true
-    fi
-    load_at "$key" "$rate" || echo "$key at $rate/s: load failed (see $WORK/$key.$rate.txt)"
+echo "settle_secs=$SETTLE_SECS" >>"$WORK/meta"
+echo "lat_secs=$LAT_SECS" >>"$WORK/meta"
+echo "rounds=$ROUNDS" >>"$WORK/meta"
+for round in $(seq "$ROUNDS"); do
+  # Every path once per round, the order rotated by one each round (drift hits all paths).
+  for i in "${!KEYS[@]}"; do
+    key=${KEYS[$(((i + round - 1) % ${#KEYS[@]}))]}
+    start_front "$key" || continue
+    "$BIN" load --target "$TARGET" --rate 1000 --duration 1s --attempts 1 --quiet >/dev/null 2>&1 || true # warm-up
+    for rate in ${RATES//,/ }; do
+      echo "fixed rate, round $round/$ROUNDS: $key at $rate/s ..."
+      # Settle at the rate first (every path alike): the zero-config limit adapts to the load it
+      # sees, so right after a step from the previous rate it is still sized for that one and
+      # requests queue for a few hundred ms while it grows (sampled /status at 7,100/s: limit 9-37
+      # with 50-63 queued in the first 0.5 s, then 200-290 and nothing queued). The step response
+      # is the demo's subject; this table is the steady overhead at each rate. SETTLE_SECS=0 for
+      # the step included.
+      if [ "$SETTLE_SECS" != 0 ]; then
+        "$BIN" load --target "$TARGET" --rate "$rate" --duration "${SETTLE_SECS}s" --attempts 1 \
+          --timeout 500ms --quiet >/dev/null 2>&1 || true
+      fi
+      load_at "$key" "$rate" "$round" || echo "$key at $rate/s: load failed (see $WORK/$key.$rate.r$round.txt)"
+    done
+    [ -n "$FRONT_PID" ] && stop "$FRONT_PID"
+    sleep 1
   done
-  [ -n "$FRONT_PID" ] && stop "$FRONT_PID"
-  sleep 1
 done
 
 # --- 2. CPU per refused vs served request ----------------------------------------------------
@@ -358,6 +378,7 @@ for phase, want in [("served", "goodput"), ("refused", "rejected"), ("refused_qu
 PY
 
 echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$WORK/meta"
+echo "uptime_after=$(uptime)" >>"$WORK/meta"
 mkdir -p "$(dirname "$OUT")"
 {
   echo "# Proxy overhead (bench/proxy-overhead.sh)"

@@ -10,6 +10,7 @@ Usage: summarize.py WORK_DIR   (prints markdown on stdout)
 import json
 import os
 import re
+import statistics
 import sys
 
 WORK = sys.argv[1]
@@ -86,7 +87,8 @@ out = []
 meta = dict(line.split("=", 1) for line in (read("meta") or "").splitlines() if "=" in line)
 out.append(f"Measured {meta.get('date', '?')} on {meta.get('host', '?')} "
            f"({meta.get('cpus', '?')} CPUs, shared). Load average before: "
-           f"{meta.get('load_before', '?')}; after: {meta.get('load_after', '?')}. "
+           f"{meta.get('load_before', '?')}; after: {meta.get('load_after', '?')} "
+           f"(`{meta.get('uptime_before', '?').strip()}` → `{meta.get('uptime_after', '?').strip()}`). "
            f"Backend: `spillway backend --workers {meta.get('workers')} --service-time 1ms "
            f"--dist constant --cpu sleep`. nginx: {meta.get('nginx', '?')}. "
            f"Spillway data-plane threads: {meta.get('proxy_threads', '?')}.")
@@ -128,33 +130,95 @@ out.append("CPU per request, from utime + stime in `/proc/PID/stat` over the run
            "`spillway load`. *Host busy* = the whole machine's busy share of its CPUs during the "
            "run (including anyone else's work).")
 out.append("")
+rounds = int(meta.get("rounds", "1"))
 rcpu = {}
 for line in (read("rates.cpu") or "").splitlines():
     p = line.split()
-    if len(p) == 9:
+    if len(p) in (9, 10):  # key rate front backend client busy0 total0 busy1 total1 [round]
         busy = (float(p[7]) - float(p[5])) / max(1.0, float(p[8]) - float(p[6]))
-        rcpu[(p[0], p[1])] = (int(p[2]) / hz, int(p[3]) / hz, float(p[4]), 100.0 * busy)
+        rnd = int(p[9]) if len(p) == 10 else 1
+        rcpu[(p[0], p[1], rnd)] = (int(p[2]) / hz, int(p[3]) / hz, float(p[4]), 100.0 * busy)
+
+
+def rate_runs(key, rate):
+    """Every round's `spillway load` result for this path and rate, with its CPU row; a run
+    without rounds (older raw directories) is round 1."""
+    runs = {}
+    for rnd in range(1, rounds + 1):
+        r = load(f"{key}.{rate}.r{rnd}.json")
+        if r:
+            runs[rnd] = r
+    if not runs:
+        r = load(f"{key}.{rate}.json")
+        if r:
+            runs[1] = r
+    for rnd, r in runs.items():
+        fr, be, cl, busy = rcpu.get((key, rate, rnd), (0, 0, 0, None))
+        n = max(1, r["sent"])
+        r["front_us"], r["backend_us"], r["client_us"] = fr * 1e6 / n, be * 1e6 / n, cl * 1e6 / n
+        r["busy"] = busy
+    return runs
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return statistics.median(xs) if xs else None
+
+
+def spread(xs, unit=" ms", nd=1):
+    """`median (min–max)`; the median alone when there is one value."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "—"
+    m = statistics.median(xs)
+    if len(xs) == 1 or min(xs) == max(xs):
+        return f"{m:,.{nd}f}{unit}"
+    return f"{m:,.{nd}f}{unit} ({min(xs):,.{nd}f}–{max(xs):,.{nd}f})"
+
+
+if rounds > 1:
+    out.append(f"**{rounds} interleaved rounds**: each round ran every path once (order rotated "
+               "by one per round), so drift of the shared machine hits all paths alike. Each "
+               "cell is the median over rounds with the spread (min–max) in brackets. *Added* "
+               "p50/p99 = the path's median minus the direct path's median at the same rate; "
+               "the bracket after *added p99* is the spread of the round-paired differences "
+               "(path − direct in the same round). Goodput, success and CPU are medians over "
+               f"rounds. Each measured phase: {meta.get('lat_secs', '?')} s.")
+    out.append("")
 out.append("| rate | path | goodput/s | success | p50 | p99 | p99.9 | added p50 | added p99 | CPU/request: front · backend · client | host busy |")
 out.append("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 added99 = {}
+spread99 = {}
 for rate in rates:
-    base = load(f"direct.{rate}.json")
+    base = rate_runs("direct", rate)
+    b50 = median(r["p50"] for r in base.values())
+    b99 = median(r["p99"] for r in base.values())
     for key, label in PATHS:
-        r = load(f"{key}.{rate}.json")
-        if not r:
+        runs = rate_runs(key, rate)
+        if not runs:
             out.append(f"| {rate}/s | {label} | skipped | | | | | | | | |")
             continue
+        rs = list(runs.values())
+        m50 = median(r["p50"] for r in rs)
+        m99 = median(r["p99"] for r in rs)
         a50 = a99 = None
-        if base and key != "direct":
-            a50, a99 = r["p50"] - base["p50"], r["p99"] - base["p99"]
+        a99_txt = "—"
+        if base and key != "direct" and b99 is not None:
+            a50, a99 = m50 - b50, m99 - b99
             added99[(key, rate)] = a99
-        fr, be, cl, busy = rcpu.get((key, rate), (0, 0, 0, None))
-        n = max(1, r["sent"])
-        front = f"{fr * 1e6 / n:.0f}" if key != "direct" else "—"
-        per = f"{front} · {be * 1e6 / n:.0f} · {cl * 1e6 / n:.0f} µs"
-        out.append(f"| {rate}/s | {label} | {r['goodput']:,.0f} | {r['ok']:.2f} % | "
-                   f"{fmt(r['p50'], ' ms')} | {fmt(r['p99'], ' ms')} | {fmt(r['p999'], ' ms')} | "
-                   f"{fmt(a50, ' ms')} | {fmt(a99, ' ms')} | {per} | {fmt(busy, ' %')} |")
+            paired = [runs[k]["p99"] - base[k]["p99"] for k in runs if k in base]
+            spread99[(key, rate)] = paired
+            a99_txt = f"{a99:+.2f} ms"
+            if len(paired) > 1:
+                a99_txt += f" ({min(paired):+.2f}…{max(paired):+.2f})"
+        front = f"{median(r['front_us'] for r in rs):.0f}" if key != "direct" else "—"
+        per = (f"{front} · {median(r['backend_us'] for r in rs):.0f} · "
+               f"{median(r['client_us'] for r in rs):.0f} µs")
+        out.append(f"| {rate}/s | {label} | {median(r['goodput'] for r in rs):,.0f} | "
+                   f"{spread([r['ok'] for r in rs], ' %', 2)} | "
+                   f"{spread([r['p50'] for r in rs])} | {spread([r['p99'] for r in rs])} | "
+                   f"{spread([r['p999'] for r in rs])} | {fmt(a50, ' ms')} | {a99_txt} | {per} | "
+                   f"{fmt(median(r['busy'] for r in rs), ' %')} |")
 out.append("")
 
 # --- 3. CPU per request: refused vs served ---
@@ -175,8 +239,12 @@ def per_request(phase, idle_phase):
             "proxy": ((t - it) * 1e6 / hz) / n, "backend": ((b - ib) * 1e6 / hz) / n}
 
 
-out.append(f"### (a) Proxy CPU per request: refused vs forwarded ({meta.get('cpu_rate', '?')} req/s "
-           f"for {meta.get('cpu_secs', '?')} s each)")
+out.append(f"### (a) Proxy CPU per request: refused vs forwarded, at a low rate "
+           f"({meta.get('cpu_rate', '?')} req/s for {meta.get('cpu_secs', '?')} s each)")
+out.append("")
+out.append("At these rates the proxy's threads are mostly idle, so each request pays a thread "
+           "wake-up; the refusal's cost under real overload (1×–10× a CPU-bound backend's "
+           "capacity) is measured by `bench/overload.sh` ([overload.md](overload.md)).")
 out.append("")
 out.append("CPU of the proxy process only (the backend's is not counted): utime + stime from "
            f"`/proc/PID/stat` (1/{hz} s ticks) across each phase. *Forwarded*: CRITICAL requests "
@@ -224,8 +292,8 @@ burn_ref = per_request("burn_refused", "burn_idle")
 ratio_b = breakeven = None
 if burn and burn_ref:
     ms = meta.get("burn_ms", "?")
-    out.append(f"### (b) The refusal against the whole cost of serving: a backend burning {ms} ms "
-               f"of CPU per request ({meta.get('burn_rate', '?')} req/s for "
+    out.append(f"### (b) The refusal against the whole cost of serving, at a low rate: a backend "
+               f"burning {ms} ms of CPU per request ({meta.get('burn_rate', '?')} req/s for "
                f"{meta.get('burn_secs', '?')} s each)")
     out.append("")
     out.append(f"`spillway backend --cpu spin --service-time {ms}ms --workers 2` (busy-spins for "
@@ -270,14 +338,19 @@ for key in ("spillway", "zeroconf"):
     vals = [(rate, added99[(key, rate)]) for rate in below_half if (key, rate) in added99]
     if vals:
         worst = max(v for _, v in vals)
-        txt = ", ".join(f"{v:+.2f} ms at {rate}/s" for rate, v in vals)
+        txt = ", ".join(
+            f"{v:+.2f} ms at {rate}/s" + (f" (rounds {min(spread99[(key, rate)]):+.2f}…"
+                                         f"{max(spread99[(key, rate)]):+.2f})"
+                                         if len(spread99.get((key, rate), [])) > 1 else "")
+            for rate, v in vals)
         out.append(f"- p99 added ≤ 1 ms below half load ({dict(PATHS)[key]}): {txt} — "
                    f"{'met' if worst <= 1.0 else 'missed'}.")
 if ratio_a is not None:
-    out.append(f"- Refusal ≤ 5 % of serving, (a) proxy CPU only: {ratio_a:.0f} % — "
+    out.append(f"- Refusal ≤ 5 % of serving, (a) proxy CPU only, at {meta.get('cpu_rate', '?')}/s: {ratio_a:.0f} % — "
                f"{'met' if ratio_a <= 5 else 'missed'}.")
 if ratio_b is not None:
-    out.append(f"- Refusal ≤ 5 % of serving, (b) proxy + a {meta.get('burn_ms', '?')} ms CPU backend: "
+    out.append(f"- Refusal ≤ 5 % of serving, (b) proxy + a {meta.get('burn_ms', '?')} ms CPU backend, at "
+               f"{meta.get('burn_rate', '?')}/s (low rate; under overload see `bench/overload.sh`): "
                f"{ratio_b:.1f} % — {'met' if ratio_b <= 5 else 'missed'} (break-even backend CPU "
                f"{max(0.0, breakeven):.0f} µs/request).")
 print("\n".join(out))
