@@ -69,7 +69,14 @@ impl RequestContext {
             wire::CRITICALITY,
             wire::format_criticality(self.criticality),
         );
-        if !self.customer.is_empty() {
+        // Already there with the same bytes (the caller's own header, or a value the caller
+        // cached and wrote first): left as is, which saves copying it into a new value.
+        let mut there = headers.get_all(wire::CUSTOMER).iter();
+        let same = there
+            .next()
+            .is_some_and(|v| v.as_bytes() == self.customer.as_bytes())
+            && there.next().is_none();
+        if !self.customer.is_empty() && !same {
             if let Ok(v) = http::HeaderValue::from_str(&self.customer) {
                 headers.insert(wire::CUSTOMER, v);
             }
@@ -239,6 +246,41 @@ mod tests {
         let mut h = HeaderMap::new();
         c.write_headers(&mut h, late, Protocol::Http);
         assert_eq!(h.get(wire::DEADLINE_MS).unwrap(), "0");
+    }
+
+    #[test]
+    fn customer_is_replaced_unless_already_the_same() {
+        let c = ctx(Criticality::Critical);
+        let mut h = HeaderMap::new();
+        h.insert(wire::CUSTOMER, http::HeaderValue::from_static("mallory"));
+        h.append(wire::CUSTOMER, http::HeaderValue::from_static("eve"));
+        c.write_headers(&mut h, Instant::now(), Protocol::Http);
+        let all: Vec<_> = h.get_all(wire::CUSTOMER).iter().collect();
+        assert_eq!(
+            all,
+            ["acme"],
+            "a different value (and any duplicate) is replaced"
+        );
+        let mut h = HeaderMap::new();
+        h.insert(wire::CUSTOMER, http::HeaderValue::from_static("acme"));
+        h.append(wire::CUSTOMER, http::HeaderValue::from_static("eve"));
+        c.write_headers(&mut h, Instant::now(), Protocol::Http);
+        let all: Vec<_> = h.get_all(wire::CUSTOMER).iter().collect();
+        assert_eq!(
+            all,
+            ["acme"],
+            "the same first value with a second: replaced too"
+        );
+        // The same bytes already there: kept (the very value, not a copy).
+        let mine = http::HeaderValue::from_static("acme");
+        let mut h = HeaderMap::new();
+        h.insert(wire::CUSTOMER, mine.clone());
+        c.write_headers(&mut h, Instant::now(), Protocol::Http);
+        assert_eq!(h.get_all(wire::CUSTOMER).iter().count(), 1);
+        assert_eq!(
+            h[wire::CUSTOMER].as_bytes().as_ptr(),
+            mine.as_bytes().as_ptr()
+        );
     }
 
     #[tokio::test]

@@ -258,29 +258,45 @@ pub fn parse_grpc_timeout(v: &HeaderValue) -> Result<Duration, HeaderError> {
 pub fn format_grpc_timeout(d: Duration) -> HeaderValue {
     const MAX: u128 = 99_999_999;
     let nanos = d.as_nanos();
-    let mut buf = String::with_capacity(10);
-    let units: [(u128, char); 6] = [
-        (1, 'n'),
-        (1_000, 'u'),
-        (1_000_000, 'm'),
-        (1_000_000_000, 'S'),
-        (60_000_000_000, 'M'),
-        (3_600_000_000_000, 'H'),
+    let units: [(u128, u8); 6] = [
+        (1, b'n'),
+        (1_000, b'u'),
+        (1_000_000, b'm'),
+        (1_000_000_000, b'S'),
+        (60_000_000_000, b'M'),
+        (3_600_000_000_000, b'H'),
     ];
-    let mut written = false;
     for (per, unit) in units {
         let v = nanos.div_ceil(per);
         if v <= MAX {
-            let _ = write!(buf, "{v}{unit}");
-            written = true;
+            // v <= MAX fits in u64.
+            return decimal_value(v as u64, Some(unit));
+        }
+    }
+    decimal_value(MAX as u64, Some(b'H'))
+}
+
+/// `n` in ASCII decimal (then `suffix`) as a header value, formatted on the stack: one
+/// allocation (the value's bytes) instead of the two of `HeaderValue::from(n)` or a `String`
+/// (measured per forwarded request with heaptrack, BENCHMARKS.md).
+fn decimal_value(mut n: u64, suffix: Option<u8>) -> HeaderValue {
+    // u64::MAX has 20 digits, plus the suffix.
+    let mut buf = [0u8; 21];
+    let mut i = buf.len();
+    if let Some(s) = suffix {
+        i -= 1;
+        buf[i] = s;
+    }
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
             break;
         }
     }
-    if !written {
-        let _ = write!(buf, "{MAX}H");
-    }
     // Digits and an ASCII letter are always a valid header value.
-    HeaderValue::from_str(&buf).unwrap_or_else(|_| HeaderValue::from_static("0n"))
+    HeaderValue::from_bytes(&buf[i..]).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 /// Parses `x-spillway-deadline-ms` (remaining milliseconds, up to 19 digits).
@@ -294,7 +310,7 @@ pub fn parse_deadline_ms(v: &HeaderValue) -> Result<Duration, HeaderError> {
 /// sub-millisecond remainder is not mistaken for an expired deadline.
 pub fn format_deadline_ms(d: Duration) -> HeaderValue {
     let ms = u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
-    HeaderValue::from(ms)
+    decimal_value(ms, None)
 }
 
 /// Parses `x-spillway-attempt` (1-based attempt number).
@@ -325,13 +341,16 @@ pub fn parse_previous_attempts(v: &HeaderValue) -> Result<u32, HeaderError> {
 pub fn set_attempt(headers: &mut HeaderMap, attempt: u32, protocol: Protocol) {
     match protocol {
         Protocol::Http => {
-            headers.insert(ATTEMPT, HeaderValue::from(attempt.max(1)));
+            headers.insert(ATTEMPT, decimal_value(u64::from(attempt.max(1)), None));
         }
         Protocol::Grpc => {
             if attempt <= 1 {
                 headers.remove(GRPC_PREVIOUS_RPC_ATTEMPTS);
             } else {
-                headers.insert(GRPC_PREVIOUS_RPC_ATTEMPTS, HeaderValue::from(attempt - 1));
+                headers.insert(
+                    GRPC_PREVIOUS_RPC_ATTEMPTS,
+                    decimal_value(u64::from(attempt - 1), None),
+                );
             }
         }
     }

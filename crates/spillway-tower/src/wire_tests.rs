@@ -88,6 +88,34 @@ fn deadline_ms_parses_and_formats_rounding_up() {
     assert_eq!(format_deadline_ms(Duration::from_micros(1)), "1");
     assert_eq!(format_deadline_ms(Duration::from_millis(250)), "250");
     assert_eq!(format_deadline_ms(Duration::ZERO), "0");
+    assert_eq!(
+        format_deadline_ms(Duration::MAX),
+        u64::MAX.to_string().as_str()
+    );
+}
+
+#[test]
+fn decimal_values_match_the_standard_formatting() {
+    for n in [
+        0u64,
+        1,
+        9,
+        10,
+        99,
+        100,
+        12_345,
+        4_294_967_295,
+        u64::MAX - 1,
+        u64::MAX,
+    ] {
+        assert_eq!(decimal_value(n, None), n.to_string().as_str());
+        assert_eq!(decimal_value(n, Some(b'm')), format!("{n}m").as_str());
+    }
+    let mut h = HeaderMap::new();
+    set_attempt(&mut h, 12, Protocol::Http);
+    assert_eq!(h[ATTEMPT], "12");
+    set_attempt(&mut h, 12, Protocol::Grpc);
+    assert_eq!(h[GRPC_PREVIOUS_RPC_ATTEMPTS], "11");
 }
 
 #[test]
