@@ -101,8 +101,10 @@ pub async fn serve_capped(
         let _ = stream.set_nodelay(true);
         metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
         let state2 = Arc::clone(&state);
+        let peer = crate::forward::Peer::new(peer);
         let svc = service_fn(move |req| {
             let state = Arc::clone(&state2);
+            let peer = peer.clone();
             async move {
                 Ok::<_, std::convert::Infallible>(
                     crate::forward::handle(state, Some(peer), req).await,

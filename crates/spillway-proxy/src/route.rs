@@ -53,6 +53,9 @@ pub struct Router {
     default_criticality: Criticality,
     default_cost: f64,
     default_customer: Arc<str>,
+    /// The default customer as a header value, made once (forwarding writes it on every request
+    /// from a customer that is not named otherwise).
+    default_customer_value: Option<HeaderValue>,
     /// The operation name of a request no route matches (`other`), allocated once here so
     /// classifying such a request is a reference-count bump, not an allocation.
     unmatched: Arc<str>,
@@ -136,6 +139,7 @@ impl Router {
             default_criticality: c.default_criticality,
             default_cost: c.default_cost,
             default_customer: Arc::from(c.default_customer.as_str()),
+            default_customer_value: HeaderValue::from_str(&c.default_customer).ok(),
             unmatched: Arc::from(UNMATCHED_OPERATION),
             customer_from: c.customer_from,
             api_key_header: HeaderName::from_bytes(c.api_key_header.as_bytes())
@@ -147,6 +151,15 @@ impl Router {
                 .collect(),
             health_paths: c.health_paths.clone(),
         })
+    }
+
+    /// The header value for `customer`, when it is the default customer (the same `Arc` that
+    /// [`classify`](Self::classify) handed out): a clone of a value made once.
+    pub fn customer_value(&self, customer: &Arc<str>) -> Option<HeaderValue> {
+        if customer.is_empty() || !Arc::ptr_eq(customer, &self.default_customer) {
+            return None;
+        }
+        self.default_customer_value.clone()
     }
 
     /// The routes, in match order.
@@ -358,6 +371,29 @@ mod tests {
         assert_eq!(&*a.operation, UNMATCHED_OPERATION);
         // The same allocation, not one per request.
         assert!(Arc::ptr_eq(&a.operation, &b.operation));
+    }
+
+    #[test]
+    fn the_default_customer_has_one_header_value() {
+        let r = router(CFG);
+        let now = Instant::now();
+        let untrusted = "192.0.2.1:1".parse().ok();
+        let h = [("x-spillway-customer", "mallory")];
+        let a = r.classify(&parts("GET", "/", &h), untrusted, now).unwrap();
+        let b = r.classify(&parts("GET", "/", &[]), None, now).unwrap();
+        let (va, vb) = (r.customer_value(&a.customer), r.customer_value(&b.customer));
+        assert_eq!(va.as_ref().map(|v| v.as_bytes()), Some(&b"default"[..]));
+        assert_eq!(
+            va.map(|v| v.as_bytes().as_ptr()),
+            vb.map(|v| v.as_bytes().as_ptr()),
+            "made once, shared"
+        );
+        // A customer named by a trusted peer is not the default: its own header stays.
+        let trusted = "10.1.2.3:1".parse().ok();
+        let h = [("x-spillway-customer", "acme")];
+        let c = r.classify(&parts("GET", "/", &h), trusted, now).unwrap();
+        assert_eq!(&*c.customer, "acme");
+        assert!(r.customer_value(&c.customer).is_none());
     }
 
     #[test]

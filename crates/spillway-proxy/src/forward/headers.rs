@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Version};
 
 pub(super) fn is_upgrade<B>(req: &Request<B>) -> bool {
@@ -52,12 +52,42 @@ pub(super) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
-/// Appends the peer to `x-forwarded-for`. The value is formatted on the stack (one copy into
-/// the header value, no `String`s) unless an earlier hop's list is too long for the buffer.
-pub(super) fn append_forwarded_for(h: &mut HeaderMap, peer: SocketAddr) {
+/// `x-forwarded-for` (a static name: a `&str` name would be copied into a new one per request).
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// A client connection's peer: its address and its `x-forwarded-for` value, formatted once per
+/// connection (clones share the bytes) instead of once per request.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// The client's address.
+    pub addr: SocketAddr,
+    alone: Option<HeaderValue>,
+}
+
+impl Peer {
+    /// The peer at `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        let alone = forwarded_for(None, addr.ip().to_canonical());
+        Peer { addr, alone }
+    }
+}
+
+/// Appends the peer to `x-forwarded-for`: the connection's own value when the request has no
+/// earlier hops, else the list formatted on the stack (one copy into the header value, no
+/// `String`s) unless it is too long for the buffer.
+pub(super) fn append_forwarded_for(h: &mut HeaderMap, peer: &Peer) {
+    let prev = h.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
+    let v = match (prev, &peer.alone) {
+        (None, Some(v)) => Some(v.clone()),
+        _ => forwarded_for(prev, peer.addr.ip().to_canonical()),
+    };
+    if let Some(v) = v {
+        h.insert(X_FORWARDED_FOR, v);
+    }
+}
+
+fn forwarded_for(prev: Option<&str>, ip: std::net::IpAddr) -> Option<HeaderValue> {
     use std::io::Write;
-    let ip = peer.ip().to_canonical();
-    let prev = h.get("x-forwarded-for").and_then(|v| v.to_str().ok());
     let mut buf = [0u8; 256];
     let mut w = std::io::Cursor::new(&mut buf[..]);
     let written = match prev {
@@ -72,9 +102,7 @@ pub(super) fn append_forwarded_for(h: &mut HeaderMap, peer: SocketAddr) {
             None => HeaderValue::from_str(&ip.to_string()),
         },
     };
-    if let Ok(v) = v {
-        h.insert("x-forwarded-for", v);
-    }
+    v.ok()
 }
 
 #[cfg(test)]
@@ -86,7 +114,7 @@ mod tests {
         if let Some(p) = prev {
             h.insert("x-forwarded-for", HeaderValue::from_str(p).unwrap());
         }
-        append_forwarded_for(&mut h, peer.parse().unwrap());
+        append_forwarded_for(&mut h, &Peer::new(peer.parse().unwrap()));
         h["x-forwarded-for"].to_str().unwrap().to_string()
     }
 
@@ -100,5 +128,19 @@ mod tests {
         // Longer than the stack buffer: still appended in full.
         let long = vec!["192.168.100.200"; 40].join(", ");
         assert_eq!(xff(Some(&long), "10.0.0.1:1"), format!("{long}, 10.0.0.1"));
+    }
+
+    #[test]
+    fn the_connection_value_is_shared_not_copied() {
+        let peer = Peer::new("10.0.0.9:1".parse().unwrap());
+        let (mut a, mut b) = (HeaderMap::new(), HeaderMap::new());
+        append_forwarded_for(&mut a, &peer);
+        append_forwarded_for(&mut b, &peer);
+        assert_eq!(a["x-forwarded-for"], "10.0.0.9");
+        assert_eq!(
+            a["x-forwarded-for"].as_bytes().as_ptr(),
+            b["x-forwarded-for"].as_bytes().as_ptr(),
+            "both requests carry the connection's one value"
+        );
     }
 }

@@ -13,7 +13,6 @@ mod body;
 mod headers;
 mod send;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,12 +31,13 @@ use crate::respond;
 use crate::state::ProxyState;
 use crate::upstream::ProxyBody;
 
+pub use headers::Peer;
 use headers::{append_forwarded_for, is_upgrade, strip_hop_by_hop};
 
 /// Handles one client request (never fails: every outcome is a response).
 pub async fn handle(
     state: Arc<ProxyState>,
-    peer: Option<SocketAddr>,
+    peer: Option<Peer>,
     mut req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let now = Instant::now();
@@ -46,7 +46,10 @@ pub async fn handle(
     let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
 
-    let class = match rt.router.classify(&parts, peer, now) {
+    let class = match rt
+        .router
+        .classify(&parts, peer.as_ref().map(|p| p.addr), now)
+    {
         Ok(c) => c,
         Err(e) => {
             state.faults.count(Fault::BadRequest);
@@ -148,8 +151,12 @@ pub async fn handle(
         customer: Arc::clone(&class.customer),
         attempt: class.attempt,
     };
+    if let Some(v) = rt.router.customer_value(&class.customer) {
+        // The configured default customer's value, made once (write_headers keeps it).
+        parts.headers.insert(spillway_tower::wire::CUSTOMER, v);
+    }
     ctx.write_headers(&mut parts.headers, Instant::now(), protocol);
-    if let Some(p) = peer {
+    if let Some(p) = &peer {
         append_forwarded_for(&mut parts.headers, p);
     }
     if degraded_path {
