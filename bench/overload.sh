@@ -28,10 +28,17 @@
 #   cargo build --release
 #   SKIP_BUILD=1 flock /work/measure.lock bench/overload.sh
 #   LEVELS=1,10 SECS=5 MODES=fixed bench/overload.sh
+#   PIN=1 OUT=bench/results/overload-pinned.md bench/overload.sh
+#
+# PIN=1 gives the backend CPU 1 to itself (`taskset -c 1`) and puts the proxy (or nginx) and
+# the load generator on CPU 0: the service keeps its core whatever the refusals cost, so the
+# run shows whether the proxy's data plane keeps the backend fed under overload without the
+# load generator's own CPU (0.4 cores at 10x) taking from the backend. Unpinned (the default)
+# is a sidecar sharing the host with its service, where every refusal's CPU is the service's.
 #
 # Env: BURN_MS (1), WORKERS (1), LEVELS (1,2,5,10; the first is the reference level), SECS (8),
 # SETTLE_SECS (2), MODES ("fixed zeroconf"), REFUSE_ONLY (1; 0 skips the refusal-only phases),
-# CAPACITY (req/s; skips the measurement), SKIP_BUILD, WAIT_QUIET (90 s), BASE_PORT (18460),
+# CAPACITY (req/s; skips the measurement), PIN (0), SKIP_BUILD, WAIT_QUIET (90 s), BASE_PORT (18460),
 # OUT (bench/results/overload.md). Results: stdout and OUT; raw files in a /tmp directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +56,13 @@ SETTLE_SECS=${SETTLE_SECS:-2}
 MODES=${MODES:-fixed zeroconf}
 REFUSE_ONLY=${REFUSE_ONLY:-1}
 OUT=${OUT:-bench/results/overload.md}
+PIN=${PIN:-0}
+SERVICE_CPU=()
+FRONT_CPU=()
+if [ "$PIN" = 1 ]; then
+  SERVICE_CPU=(taskset -c 1)
+  FRONT_CPU=(taskset -c 0)
+fi
 
 WORK=$(mktemp -d /tmp/spillway-overload.XXXXXX)
 PIDS=()
@@ -99,6 +113,7 @@ HZ=$(getconf CLK_TCK)
   echo "levels=$LEVELS"
   echo "secs=$SECS"
   echo "settle_secs=$SETTLE_SECS"
+  echo "pin=$PIN"
   echo "nginx=$(if have nginx; then nginx -v 2>&1 | sed 's/.*: //'; else echo none; fi)"
 } >"$WORK/meta"
 
@@ -118,7 +133,7 @@ admin_post() { # $1 = admin address, $2 = path, $3 = JSON body
   exec 3<&-
 }
 
-"$BIN" backend --listen "$BACKEND" --workers "$WORKERS" --service-time "${BURN_MS}ms" \
+"${SERVICE_CPU[@]}" "$BIN" backend --listen "$BACKEND" --workers "$WORKERS" --service-time "${BURN_MS}ms" \
   --dist constant --cpu spin --duration 1800s >"$WORK/backend.log" 2>&1 &
 BACKEND_PID=$!
 PIDS+=("$BACKEND_PID")
@@ -127,9 +142,9 @@ wait_port "$BACKEND" || { echo "backend did not start (see $WORK/backend.log)"; 
 # --- the backend's capacity, closed loop, direct -------------------------------------------
 if [ -z "${CAPACITY:-}" ]; then
   if have wrk; then
-    wrk -t1 -c4 -d2s "http://$BACKEND/" >/dev/null 2>&1 || true
+    "${FRONT_CPU[@]}" wrk -t1 -c4 -d2s "http://$BACKEND/" >/dev/null 2>&1 || true
     b0=$(cpu_ticks "$BACKEND_PID")
-    wrk -t1 -c4 -d5s "http://$BACKEND/" >"$WORK/capacity.wrk" 2>&1 || true
+    "${FRONT_CPU[@]}" wrk -t1 -c4 -d5s "http://$BACKEND/" >"$WORK/capacity.wrk" 2>&1 || true
     b1=$(cpu_ticks "$BACKEND_PID")
     CAPACITY=$(awk '/Requests\/sec:/ {print int($2)}' "$WORK/capacity.wrk")
     n=$(awk '/requests in/ {print $1}' "$WORK/capacity.wrk")
@@ -191,8 +206,8 @@ NGINX
 
 start_front() { # $1 = fixed | zeroconf | nginx; sets FRONT_PID and TARGET
   case $1 in
-    nginx) TARGET=$NGINX; nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g "daemon off;" >"$WORK/$1.log" 2>&1 & ;;
-    *) TARGET=$PROXY; "$BIN" proxy --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 & ;;
+    nginx) TARGET=$NGINX; "${FRONT_CPU[@]}" nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g "daemon off;" >"$WORK/$1.log" 2>&1 & ;;
+    *) TARGET=$PROXY; "${FRONT_CPU[@]}" "$BIN" proxy --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 & ;;
   esac
   FRONT_PID=$!
   PIDS+=("$FRONT_PID")
@@ -202,14 +217,14 @@ start_front() { # $1 = fixed | zeroconf | nginx; sets FRONT_PID and TARGET
 phase() { # $1 = name, $2 = rate, $3 = criticality: settle, then one measured open-loop run
   local name=$1 rate=$2 crit=$3 f0 f1 b0 b1 h0 h1
   if [ "$SETTLE_SECS" != 0 ]; then
-    "$BIN" load --target "$TARGET" --rate "$rate" --duration "${SETTLE_SECS}s" --attempts 1 \
+    "${FRONT_CPU[@]}" "$BIN" load --target "$TARGET" --rate "$rate" --duration "${SETTLE_SECS}s" --attempts 1 \
       --timeout 1s --quiet --class "criticality=$crit" >/dev/null 2>&1 || true
   fi
   f0=$(tree_ticks "$FRONT_PID")
   b0=$(cpu_ticks "$BACKEND_PID")
   h0=$(host_busy)
   /usr/bin/time -f "%U %S" -o "$WORK/$name.time" \
-    "$BIN" load --target "$TARGET" --rate "$rate" --duration "${SECS}s" --attempts 1 \
+    "${FRONT_CPU[@]}" "$BIN" load --target "$TARGET" --rate "$rate" --duration "${SECS}s" --attempts 1 \
     --timeout 1s --quiet --title "$name" --class "criticality=$crit" \
     --json "$WORK/$name.json" >"$WORK/$name.txt"
   h1=$(host_busy)
@@ -222,7 +237,7 @@ phase() { # $1 = name, $2 = rate, $3 = criticality: settle, then one measured op
 # --- 1. overload levels, per mode ------------------------------------------------------------
 for mode in $MODES; do
   start_front "$mode" || continue
-  "$BIN" load --target "$TARGET" --rate "$((CAPACITY / 2))" --duration 2s --attempts 1 --quiet >/dev/null 2>&1 || true
+  "${FRONT_CPU[@]}" "$BIN" load --target "$TARGET" --rate "$((CAPACITY / 2))" --duration 2s --attempts 1 --quiet >/dev/null 2>&1 || true
   for level in ${LEVELS//,/ }; do
     rate=$((CAPACITY * level))
     echo "$mode at ${level}x ($rate/s) ..."

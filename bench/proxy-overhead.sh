@@ -7,7 +7,8 @@
 #      zero-config `spillway proxy`, and nginx as a keep-alive reverse proxy;
 #   2. the proxy's CPU per request for requests it refuses (incident control shed-below: 503;
 #      the admission controller, a quota: 429) vs requests it forwards, at the same rate, from
-#      utime + stime in /proc/PID/stat;
+#      utime + stime in /proc/PID/stat, and nginx's forwarding vs its `return 503;` for scale
+#      (refusals under real overload: bench/overload.sh);
 #   3. the same refusal against the whole CPU of serving a request (proxy + backend) when the
 #      backend burns BURN_MS of real CPU per request (`spillway backend --cpu spin`), at
 #      BURN_RATE/s: the reading of "rejecting costs X % of serving" where serving is the
@@ -198,6 +199,8 @@ http {
       proxy_set_header Connection "";
       proxy_pass http://backend;
     }
+    # nginx's cheapest refusal, for the CPU phases' reference (nothing else requests it).
+    location /refuse { return 503; }
   }
 }
 NGINX
@@ -300,11 +303,11 @@ done
 measure() { # $1 = phase, $2 = request count source (json file or "-"), runs "${@:3}"
   local phase=$1 src=$2; shift 2
   local t0 t1 b0 b1 count
-  t0=$(cpu_ticks "$FRONT_PID")
+  t0=$(tree_ticks "$FRONT_PID")
   b0=$(cpu_ticks "$MEASURED_BACKEND")
   "$@"
   b1=$(cpu_ticks "$MEASURED_BACKEND")
-  t1=$(cpu_ticks "$FRONT_PID")
+  t1=$(tree_ticks "$FRONT_PID")
   count=0
   [ "$src" != - ] && count=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['summary']['sent'])" "$src")
   # phase proxy-ticks requests backend-ticks
@@ -318,9 +321,9 @@ admin_post() { # $1 = admin address, $2 = path, $3 = JSON body
   head -1 <&3
   exec 3<&-
 }
-cpu_load() { # $1 = phase, $2 = criticality, $3 = rate, $4 = seconds
+cpu_load() { # $1 = phase, $2 = criticality, $3 = rate, $4 = seconds, $5 = route (/)
   "$BIN" load --target "$TARGET" --rate "$3" --duration "${4}s" --attempts 1 \
-    --timeout 500ms --quiet --title "$1" --class "criticality=$2" \
+    --timeout 500ms --quiet --title "$1" --class "criticality=$2,route=${5:-/}" \
     --json "$WORK/cpu.$1.json" >"$WORK/cpu.$1.txt"
 }
 {
@@ -343,6 +346,16 @@ if start_front cpu; then
   admin_post "$ADMIN" /controls/reset '{}' >>"$WORK/shed.txt"
   # The admission controller: SHEDDABLE is over its quota of 0 (429 + Retry-After).
   measure refused_quota "$WORK/cpu.refused_quota.json" cpu_load refused_quota SHEDDABLE "$CPU_RATE" "$CPU_SECS"
+  stop "$FRONT_PID"
+fi
+# nginx at the same rate, for scale: forwarding (as in the fixed-rate phases) and its cheapest
+# refusal (`return 503;`), i.e. what the same ratio is for a reverse proxy that does no more
+# than one keep-alive exchange to refuse.
+if have nginx && start_front nginx; then
+  echo "cpu per request: nginx forwarded, nginx return 503 ..."
+  "$BIN" load --target "$TARGET" --rate "$CPU_RATE" --duration 2s --attempts 1 --quiet >/dev/null 2>&1 || true
+  measure nginx_served "$WORK/cpu.nginx_served.json" cpu_load nginx_served CRITICAL "$CPU_RATE" "$CPU_SECS"
+  measure nginx_refused "$WORK/cpu.nginx_refused.json" cpu_load nginx_refused SHEDDABLE "$CPU_RATE" "$CPU_SECS" /refuse
   stop "$FRONT_PID"
 fi
 
@@ -369,6 +382,7 @@ stop "$SPIN_PID"
 python3 - "$WORK" <<'PY' || echo "WARNING: the CPU phases did not refuse/serve as intended"
 import json, os, sys
 for phase, want in [("served", "goodput"), ("refused", "rejected"), ("refused_quota", "rejected"),
+                    ("nginx_served", "goodput"), ("nginx_refused", "rejected"),
                     ("burn_served", "goodput"), ("burn_refused", "rejected")]:
     p = os.path.join(sys.argv[1], f"cpu.{phase}.json")
     if not os.path.exists(p):

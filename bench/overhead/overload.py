@@ -105,9 +105,12 @@ print(
     + ". Offered load: `spillway load` (open loop, Poisson, one attempt, 1 s timeout) at "
     + ", ".join(f"{l}×" for l in LEVELS)
     + f" capacity; each level ran {M['settle_secs']} s unmeasured, then {M['secs']} s measured. "
-    "CPU: utime + stime from `/proc/PID/stat` over the measured seconds. Proxy, backend and "
-    "client share the 2 cores (a sidecar's situation: the proxy's refusals take CPU the "
-    "service could use)."
+    "CPU: utime + stime from `/proc/PID/stat` over the measured seconds. "
+    + ("**Pinned** (`PIN=1`): the backend alone on CPU 1 (`taskset -c 1`), the proxy (or nginx) "
+       "and the load generator on CPU 0, so the service keeps its core whatever refusals cost."
+       if M.get("pin") == "1" else
+       "Proxy, backend and client share the 2 cores (a sidecar's situation: the proxy's "
+       "refusals take CPU the service could use; so does the load generator's, shown).")
 )
 print()
 
