@@ -38,7 +38,8 @@
 #
 # Env: BURN_MS (1), WORKERS (1), LEVELS (1,2,5,10; the first is the reference level), SECS (8),
 # SETTLE_SECS (2), MODES ("fixed zeroconf"), REFUSE_ONLY (1; 0 skips the refusal-only phases),
-# CAPACITY (req/s; skips the measurement), PIN (0), SKIP_BUILD, WAIT_QUIET (90 s), BASE_PORT (18460),
+# CAPACITY (req/s; skips the measurement), PIN (0), SKIP_BUILD, BIN (target/release/spillway;
+# a copy keeps a rebuild in the shared tree out of the run), WAIT_QUIET (90 s), BASE_PORT (18460),
 # OUT (bench/results/overload.md). Results: stdout and OUT; raw files in a /tmp directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,7 +85,7 @@ stop() { # kill one process started here and forget its id (ids are reused)
 }
 
 [ -n "${SKIP_BUILD:-}" ] || cargo build --release --quiet
-BIN=target/release/spillway
+BIN=${BIN:-target/release/spillway}
 
 # Other engineers share the 2 cores: wait (bounded) for a quieter second, record the load either way.
 busy_1s() {

@@ -18,6 +18,8 @@
 #   SKIP_INSTALL=1 bench/proxy-overhead.sh
 #   cargo build --release && SKIP_BUILD=1 SKIP_INSTALL=1 flock /work/measure.lock bench/proxy-overhead.sh
 #   RATES=2000,4000 PHASE_SECS=5 ROUNDS=1 bench/proxy-overhead.sh
+#   BIN=/tmp/spillway-copy SKIP_BUILD=1 bench/proxy-overhead.sh   # a fixed binary: a rebuild in the
+#                                    # shared tree mid-run would otherwise change what is measured
 #
 # The fixed-rate latencies are measured in ROUNDS (3) interleaved rounds: each round visits
 # every path (its order rotated by one per round), so a slow moment of the shared machine hits
@@ -82,7 +84,7 @@ stop() { # kill one process started here and forget its id (ids are reused)
 }
 
 [ -n "${SKIP_BUILD:-}" ] || cargo build --release --quiet
-BIN=target/release/spillway
+BIN=${BIN:-target/release/spillway}
 
 # nginx and wrk from Debian's packages when missing; say why when they cannot be had.
 NGINX_NOTE=""
