@@ -28,6 +28,7 @@ pub mod controller;
 pub mod criticality;
 pub mod erlang;
 pub mod error;
+pub mod hint;
 pub mod limit;
 pub mod limiter;
 pub mod queue;

@@ -118,15 +118,22 @@ pub fn allowed_ladder(
 }
 
 /// Concurrency slots up to an adaptive limit.
+///
+/// Fields in declaration order (`repr(C)`), those every acquire and release touches first, in
+/// two cache lines (see the admission controller's layout note).
+#[repr(C)]
 pub struct Limiter {
     limit: AtomicUsize,
+    in_flight: AtomicUsize,
     /// `allowed_ladder(limit)`, recomputed only when the limit changes (under the algorithm's
     /// lock) so that admission reads one atomic instead of redoing the ladder's arithmetic.
     allowed: [AtomicUsize; Criticality::COUNT],
-    in_flight: AtomicUsize,
     by_criticality: [AtomicUsize; Criticality::COUNT],
-    headroom: [f64; Criticality::COUNT],
     algorithm: Mutex<Box<dyn Limit>>,
+    /// Where the algorithm's state lives (its box never moves), for prefetch hints: an
+    /// address, never dereferenced.
+    algorithm_at: usize,
+    headroom: [f64; Criticality::COUNT],
     name: &'static str,
 }
 
@@ -149,7 +156,10 @@ impl Limiter {
     ) -> Result<Self, ConfigError> {
         validate_headroom(&headroom)?;
         let ladder = allowed_ladder(algorithm.limit(), &headroom.0);
+        // The data pointer of the boxed algorithm (a thin cast of the fat pointer).
+        let algorithm_at = &*algorithm as *const dyn Limit as *const u8 as usize;
         Ok(Limiter {
+            algorithm_at,
             limit: AtomicUsize::new(algorithm.limit()),
             allowed: ladder.map(AtomicUsize::new),
             in_flight: AtomicUsize::new(0),
@@ -158,6 +168,12 @@ impl Limiter {
             name: algorithm.name(),
             algorithm: Mutex::new(algorithm),
         })
+    }
+
+    /// The address of the algorithm's state, for prefetch hints.
+    #[inline]
+    pub(crate) fn algorithm_addr(&self) -> *const u8 {
+        self.algorithm_at as *const u8
     }
 
     /// The algorithm's name (`"gradient2"`, …).

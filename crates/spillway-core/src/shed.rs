@@ -130,12 +130,14 @@ fn threshold_field(c: Criticality) -> &'static str {
     }
 }
 
-/// The validated shed policy: pure arithmetic, no state, no allocation.
+/// The validated shed policy: pure arithmetic, no state, no allocation. The thresholds every
+/// decision reads come first (`repr(C)`; see the admission controller's layout note).
 #[derive(Debug, Clone, PartialEq)]
+#[repr(C)]
 pub struct ShedPolicy {
-    cfg: ShedConfig,
     /// Thresholds with `None` as +∞, so the hot path does no `Option` matching.
     start: [f64; Criticality::COUNT],
+    cfg: ShedConfig,
 }
 
 impl ShedPolicy {

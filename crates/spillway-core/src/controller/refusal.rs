@@ -106,7 +106,9 @@ pub struct Refusal {
 
 /// Relaxed counters: exact per thread, eventually consistent across threads — fine for a status
 /// page, and no fence on the hot path.
+/// `admitted` first (`repr(C)`): the fast path bumps it (see the controller's layout note).
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct Counters {
     pub(crate) admitted: [AtomicU64; Criticality::COUNT],
     pub(crate) enqueued: [AtomicU64; Criticality::COUNT],

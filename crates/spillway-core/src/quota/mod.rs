@@ -337,20 +337,24 @@ struct Slot {
 /// The quota accounts of one task: a fixed customer table plus one shared default slot.
 ///
 /// `Send + Sync`; every method takes `&self` and is lock-free.
+///
+/// Fields in declaration order (`repr(C)`): what `try_charge` reads for a book without quotas
+/// comes first (see the admission controller's layout note).
+#[repr(C)]
 pub struct QuotaBook {
-    origin: Instant,
+    /// No customer table and an unlimited default customer (the default configuration): every
+    /// charge is the default slot's free one, so `try_charge` can answer without looking.
+    unlimited: bool,
     enforcement: QuotaEnforcement,
     tasks: u32,
+    /// Configured customers in configuration order, then the default slot last.
+    slots: Vec<Slot>,
+    origin: Instant,
     /// Burst as ns of refill.
     burst_ns: u64,
     /// Cap on retry_after and debt floor while enforcing, ns.
     max_retry_ns: u64,
     index: HashMap<Box<str>, usize>,
-    /// Configured customers in configuration order, then the default slot last.
-    slots: Vec<Slot>,
-    /// No customer table and an unlimited default customer (the default configuration): every
-    /// charge is the default slot's free one, so `try_charge` can answer without looking.
-    unlimited: bool,
 }
 
 impl fmt::Debug for QuotaBook {

@@ -49,6 +49,12 @@ impl RetryBudget {
         }
     }
 
+    /// The address of the request bucket `now` falls in (for prefetch hints).
+    #[inline]
+    pub(crate) fn requests_bucket_addr(&self, now: Instant) -> *const u8 {
+        self.requests.bucket_addr(now)
+    }
+
     /// Counts one original request (a first attempt; retries are not requests here).
     pub fn record_request(&self, now: Instant) {
         self.requests.add(now, 1);

@@ -320,6 +320,14 @@ impl RetryPolicy {
         RetryDecision::Retry
     }
 
+    /// Passes `f` the addresses of what recording a request or an outcome at `now` writes
+    /// behind this policy: the budget's current request bucket and the outcome ring (read from
+    /// the policy, which should be in cache by then; see [`crate::hint`]).
+    pub fn hot_pointees(&self, now: Instant, mut f: impl FnMut(*const u8)) {
+        f(self.budget.requests_bucket_addr(now));
+        f(self.ring.slots_addr());
+    }
+
     /// The retry budget, for metrics and tests.
     pub fn budget(&self) -> &RetryBudget {
         &self.budget

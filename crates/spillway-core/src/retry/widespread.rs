@@ -62,6 +62,12 @@ impl OutcomeRing {
         }
     }
 
+    /// The address of the ring's slots (for prefetch hints).
+    #[inline]
+    pub(crate) fn slots_addr(&self) -> *const u8 {
+        self.slots.as_ptr() as *const u8
+    }
+
     /// Records one attempt's outcome.
     pub(crate) fn record(&self, task: u64, refused: bool) {
         let word = (mix(task) << 2) | USED | if refused { REFUSED } else { 0 };

@@ -207,6 +207,12 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
         (requests, accepts)
     }
 
+    /// Passes `f` the address of the bucket a decision at `now` writes (read from this
+    /// throttle, which should be in cache by then; see [`crate::hint`]).
+    pub fn hot_pointees(&self, now: Instant, mut f: impl FnMut(*const u8)) {
+        f(self.counts.bucket_addr(now));
+    }
+
     /// The multiplier `K` in force.
     pub fn k(&self) -> f64 {
         self.k

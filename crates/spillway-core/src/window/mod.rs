@@ -150,6 +150,15 @@ impl WindowedCounter {
         self.buckets.len() as u64
     }
 
+    /// The address of the bucket an event at `now` goes to (for prefetch hints).
+    #[inline]
+    pub(crate) fn bucket_addr(&self, now: Instant) -> *const u8 {
+        let idx = (self.slice_at(now) % self.len()) as usize;
+        self.buckets
+            .get(idx)
+            .map_or(std::ptr::null(), |b| b as *const AtomicU64 as *const u8)
+    }
+
     /// Adds `n` events at `now`.
     pub fn add(&self, now: Instant, n: u64) {
         let _ = self.add_landed(now, n);
