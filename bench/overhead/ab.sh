@@ -94,7 +94,7 @@ PY
       rps=$(wrk -t1 -c64 -d"${WRK_SECS}s" "http://$PROXY/" 2>/dev/null | awk '/Requests\/sec:/ {print int($2)}')
     fi
     us=$(python3 -c "print(round(($t1 - $t0) / $HZ * 1e6 / max($sent, 1), 1))")
-    kinsn=$(python3 -c "print('-' if '$insn' in ('-', '') else round($insn / max($sent, 1) / 1e3, 1))")
+    kinsn=$(python3 -c "print('-' if '$insn' in ('-', '') else round(float('$insn') / max($sent, 1) / 1e3, 1))")
     echo "round=$r build=$label cpu_us_per_req=$us kinsn_per_req=$kinsn sent=$sent p50_ms=$p50 p99_ms=$p99 wrk_rps=$rps" | tee -a "$OUT"
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
