@@ -6,7 +6,7 @@
 //! avoid overload"), and the same measuring and reporting code must serve `spillway load`,
 //! `spillway demo`, `spillway sim` and users' own experiments, in-process or from the CLI.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod backend;

@@ -36,6 +36,7 @@ use crate::sim::stats::{bump, LayerStats};
 use crate::sim::time::SimClock;
 
 mod flow;
+mod prefetch;
 mod queue;
 
 use queue::EventQueue;
@@ -379,6 +380,7 @@ impl Engine {
     pub fn run(mut self) -> Finished {
         while self.arrivals_open > 0 || self.open_top > 0 {
             let Some(ev) = self.q.pop() else { break };
+            self.prefetch_ahead();
             self.now = ev.at;
             self.clock.set(ev.at);
             self.events += 1;
@@ -458,20 +460,23 @@ impl Engine {
         }
         let id = self.slab.alloc();
         let now = self.now;
+        let now_i = self.clock.at(now);
         let grp = &mut self.groups[g];
         let instance = grp.rr;
         grp.rr = (grp.rr + 1) % grp.instances.len() as u32;
         if let Some(p) = &grp.instances[instance as usize].policy {
-            p.record_request(self.clock.at(now));
+            p.record_request(now_i);
         }
+        let (crit, deadline) = (grp.crit, grp.deadline);
+        self.prefetch_instances(g, instance, now_i);
         let n = &mut self.slab.nodes[id as usize];
         n.phase = Phase::Calling;
         n.layer = CLIENT;
         n.group = g as u16;
-        n.crit = grp.crit;
+        n.crit = crit;
         n.instance = instance;
         n.since = now;
-        n.deadline = now.saturating_add(grp.deadline);
+        n.deadline = now.saturating_add(deadline);
         n.calls_left = 1;
         self.offered += 1;
         self.open_top += 1;

@@ -74,6 +74,14 @@ impl EventQueue {
         }
     }
 
+    /// The `k`-th event after the next in the wheel's current bucket, if it holds that many (a
+    /// look ahead for prefetching; lanes and late pushes may come first).
+    #[inline]
+    pub fn ahead(&self, k: usize) -> Option<Ev> {
+        let c = &self.wheel.current;
+        c.len().checked_sub(k + 1).map(|i| c[i])
+    }
+
     /// Events held (wheel and lanes).
     #[cfg(test)]
     pub fn len(&self) -> usize {
@@ -235,6 +243,21 @@ mod tests {
     fn pops_in_time_then_sequence_order_across_wheel_overflow_and_lanes() {
         for seed in 0..8 {
             agrees_with_a_heap(seed, 20_000);
+        }
+    }
+
+    #[test]
+    fn ahead_names_the_events_that_follow_in_the_bucket() {
+        let mut q = EventQueue::default();
+        for i in 0..5u32 {
+            q.push(0, 2 * WIDTH + u64::from(i), Kind::WorkerDone, i, 0);
+        }
+        assert_eq!(q.pop().map(|e| e.id), Some(0));
+        assert_eq!(q.ahead(0).map(|e| e.id), Some(1), "the next pop");
+        assert_eq!(q.ahead(3).map(|e| e.id), Some(4));
+        assert_eq!(q.ahead(4), None);
+        for want in 1..5 {
+            assert_eq!(q.pop().map(|e| e.id), Some(want));
         }
     }
 

@@ -1,0 +1,174 @@
+//! Prefetching what the next events will touch, so that a fleet of 10⁴ tasks runs near the
+//! speed of one of 100.
+//!
+//! Why: at fleet scale every event visits state no cache holds — its node, its task's
+//! admission controller, the caller waiting above it and that caller's throttle and retry
+//! budget, each last touched ~100 ms (10⁵ events) before — and each visit was a chain of
+//! dependent loads (node → task → controller → what the controller points to), paid one after
+//! another: a 10⁴-task fleet ran 5× slower per request than a 100-task one for the same
+//! instructions. The events about to run are known: the timing wheel holds the current
+//! millisecond's events sorted. So the loop walks ahead of itself in stages, each following
+//! the pointers the previous stage's prefetch has brought in by then (event `k` ahead is
+//! roughly `k × 0.3` µs away at the target speed; a miss takes ~0.1 µs):
+//!
+//! | events ahead | reads (prefetched earlier) | prefetches |
+//! | ---: | --- | --- |
+//! | [`FAR`] | — | the event's node |
+//! | [`MID`] | the node | its task, its parent node |
+//! | [`NEAR`] | the task, the parent | the controller's hot lines, the parent's client-side policies |
+//! | [`NEXT`] | the controller, the policies | what they point to: random source, limit state, counter buckets, outcome ring |
+//!
+//! Client instances take arrivals in turn, so an arrival prefetches the instances of the next
+//! two. Prefetches are hints: a wrong or stale one (a node freed since, a lane event that comes
+//! first) costs a load and changes nothing else — results are the same bit for bit, which
+//! every shipped scenario's JSON checks.
+
+use std::time::Instant;
+
+use super::{Engine, Kind};
+use crate::sim::model::{Caller, Node, CLIENT, NONE};
+
+/// Stage distances, in events ahead of the one being run (see the module docs).
+const FAR: usize = 12;
+const MID: usize = 9;
+const NEAR: usize = 6;
+const NEXT: usize = 3;
+
+/// Every cache line of `v`.
+#[inline]
+fn lines_of<T>(v: &T) {
+    let start = v as *const T as *const u8;
+    let len = std::mem::size_of::<T>();
+    let mut at = start as usize & !63;
+    while at < start as usize + len {
+        cpu::prefetch(at as *const u8);
+        at += 64;
+    }
+}
+
+impl Engine {
+    /// Starts loading what the events a few places ahead will touch (see the module docs).
+    #[inline]
+    pub(super) fn prefetch_ahead(&self) {
+        if let Some(n) = self.worker_done_ahead(FAR) {
+            lines_of(n);
+        }
+        if let Some(n) = self.worker_done_ahead(MID) {
+            if let Some(t) = self.task_of(n) {
+                lines_of(t);
+            }
+            if let Some(p) = self.slab.nodes.get(n.parent as usize) {
+                lines_of(p);
+            }
+        }
+        if let Some(n) = self.worker_done_ahead(NEAR) {
+            if let Some(c) = self.task_of(n).and_then(|t| t.controller.as_ref()) {
+                c.hot_lines(cpu::prefetch);
+            }
+            if let Some(c) = self.parent_caller(n) {
+                lines_of(c);
+            }
+        }
+        if let Some(ev) = self.q.ahead(NEXT) {
+            if let Some(n) = self.worker_done_node(ev) {
+                if let Some(c) = self.task_of(n).and_then(|t| t.controller.as_ref()) {
+                    c.hot_pointees(cpu::prefetch);
+                }
+                if let Some(c) = self.parent_caller(n) {
+                    caller_pointees(c, self.at(ev.at));
+                }
+            }
+        }
+    }
+
+    /// The arrival at `instance` of a group of `len` instances: prefetch the next instances'
+    /// policies (the one after next: its struct; the next: what it points to).
+    #[inline]
+    pub(super) fn prefetch_instances(&self, g: usize, instance: u32, now: Instant) {
+        let Some(grp) = self.groups.get(g) else {
+            return;
+        };
+        let len = grp.instances.len();
+        if let Some(c) = grp.instances.get((instance as usize + 2) % len) {
+            lines_of(c);
+        }
+        if let Some(c) = grp.instances.get((instance as usize + 1) % len) {
+            caller_pointees(c, now);
+        }
+    }
+
+    /// The live node of the worker completion `k` events ahead, if that event is one.
+    #[inline]
+    fn worker_done_ahead(&self, k: usize) -> Option<&Node> {
+        self.q.ahead(k).and_then(|ev| self.worker_done_node(ev))
+    }
+
+    #[inline]
+    fn worker_done_node(&self, ev: super::Ev) -> Option<&Node> {
+        if ev.kind() != Kind::WorkerDone || !self.slab.is(ev.id, ev.gen) {
+            return None;
+        }
+        self.slab.nodes.get(ev.id as usize)
+    }
+
+    #[inline]
+    fn task_of(&self, n: &Node) -> Option<&crate::sim::model::Task> {
+        self.layers
+            .get(n.layer as usize)?
+            .tasks
+            .get(n.task as usize)
+    }
+
+    /// The client-side policies of node `n`'s parent (a client instance or a task calling
+    /// down), which its answer will update.
+    #[inline]
+    fn parent_caller(&self, n: &Node) -> Option<&Caller> {
+        if n.parent == NONE {
+            return None;
+        }
+        let p = self.slab.nodes.get(n.parent as usize)?;
+        if p.layer == CLIENT {
+            self.groups
+                .get(p.group as usize)?
+                .instances
+                .get(p.instance as usize)
+        } else {
+            self.layers
+                .get(p.layer as usize)?
+                .callers
+                .get(p.task as usize)
+        }
+    }
+}
+
+/// What a caller's retry policy and throttle write behind them at `now`.
+#[inline]
+fn caller_pointees(c: &Caller, now: Instant) {
+    if let Some(p) = &c.policy {
+        p.hot_pointees(now, cpu::prefetch);
+    }
+    if let Some(t) = &c.throttle {
+        t.hot_pointees(now, cpu::prefetch);
+    }
+}
+
+/// The one unsafe operation of the simulator, kept apart for audit.
+mod cpu {
+    #![allow(unsafe_code)]
+
+    /// Asks the CPU to start loading the cache line holding `p` into every cache level.
+    #[inline(always)]
+    pub(super) fn prefetch(p: *const u8) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: PREFETCHT0 is a hint with no architectural effect: it never faults whatever
+        // the address (Intel SDM vol. 2B, "PREFETCHh"; AMD APM vol. 3, "PREFETCHlevel") and
+        // changes nothing the program can read. The intrinsic is `unsafe` only because it is
+        // a `target_feature(enable = "sse")` function; SSE is part of the x86_64 baseline, so
+        // the instruction always exists. Measured need: see BENCHMARKS.md, "Simulator speed".
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+}
