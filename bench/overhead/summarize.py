@@ -76,6 +76,7 @@ def load(name):
         "p99": lat.get("p99_ms"),
         "p999": lat.get("p999_ms"),
         "lag99": run["meta"]["send_lag"]["p99_ms"],
+        "secs": s["duration_s"],
     }
 
 
@@ -131,6 +132,7 @@ out.append("CPU per request, from utime + stime in `/proc/PID/stat` over the run
            "run (including anyone else's work).")
 out.append("")
 rounds = int(meta.get("rounds", "1"))
+ncpus = int(meta.get("cpus", "2"))
 rcpu = {}
 for line in (read("rates.cpu") or "").splitlines():
     p = line.split()
@@ -157,6 +159,10 @@ def rate_runs(key, rate):
         n = max(1, r["sent"])
         r["front_us"], r["backend_us"], r["client_us"] = fr * 1e6 / n, be * 1e6 / n, cl * 1e6 / n
         r["busy"] = busy
+        # Everyone else's CPU during the phase (cores): the host's busy time less ours.
+        r["others"] = None
+        if busy is not None and r.get("secs"):
+            r["others"] = max(0.0, busy / 100.0 * ncpus - (fr + be + cl) / r["secs"])
     return runs
 
 
@@ -185,8 +191,12 @@ if rounds > 1:
                "(path − direct in the same round). Goodput, success and CPU are medians over "
                f"rounds. Each measured phase: {meta.get('lat_secs', '?')} s.")
     out.append("")
-out.append("| rate | path | goodput/s | success | p50 | p99 | p99.9 | added p50 | added p99 | CPU/request: front · backend · client | host busy |")
-out.append("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+out.append("*Others* = the host's busy CPU during the phase less the front's, the backend's and the "
+           "client's (other engineers' builds and tests on the shared machine), in cores, median "
+           "over rounds with the spread; a round with others near a full core is contaminated.")
+out.append("")
+out.append("| rate | path | goodput/s | success | p50 | p99 | p99.9 | added p50 | added p99 | CPU/request: front · backend · client | host busy | others |")
+out.append("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 added99 = {}
 spread99 = {}
 for rate in rates:
@@ -196,7 +206,7 @@ for rate in rates:
     for key, label in PATHS:
         runs = rate_runs(key, rate)
         if not runs:
-            out.append(f"| {rate}/s | {label} | skipped | | | | | | | | |")
+            out.append(f"| {rate}/s | {label} | skipped | | | | | | | | | |")
             continue
         rs = list(runs.values())
         m50 = median(r["p50"] for r in rs)
@@ -218,7 +228,8 @@ for rate in rates:
                    f"{spread([r['ok'] for r in rs], ' %', 2)} | "
                    f"{spread([r['p50'] for r in rs])} | {spread([r['p99'] for r in rs])} | "
                    f"{spread([r['p999'] for r in rs])} | {fmt(a50, ' ms')} | {a99_txt} | {per} | "
-                   f"{fmt(median(r['busy'] for r in rs), ' %')} |")
+                   f"{fmt(median(r['busy'] for r in rs), ' %')} | "
+                   f"{spread([r['others'] for r in rs], '', 2)} |")
 out.append("")
 
 # --- 3. CPU per request: refused vs served ---
