@@ -74,6 +74,10 @@ def phases():
             "backend_us": backend / HZ * 1e6,
             "client_us": client * 1e6,
             "host_busy": 100.0 * (b1 - b0) / max(1.0, t1 - t0),
+            # Everyone else's CPU (cores): the host's busy time less the front's, backend's
+            # and client's — other engineers' work on the shared machine.
+            "others": max(0.0, (b1 - b0) / max(1.0, t1 - t0) * int(M["cpus"])
+                          - (front / HZ + backend / HZ + client) / s["duration_s"]),
             "p99": ((run.get("latency") or {}).get("total") or {}).get("p99_ms"),
         }
     return out
@@ -111,6 +115,8 @@ print(
        if M.get("pin") == "1" else
        "Proxy, backend and client share the 2 cores (a sidecar's situation: the proxy's "
        "refusals take CPU the service could use; so does the load generator's, shown).")
+    + " *Others* (in brackets after host busy) = the host's busy CPU less ours, in cores: other "
+    "work on the shared machine."
 )
 print()
 
@@ -175,7 +181,7 @@ for mode, title in MODES.items():
     print()
     print(
         "| offered | served/s | refused/s | timed out | goodput vs "
-        f"{LEVELS[0]}× | p99 (served) | proxy CPU | backend CPU | client CPU | host busy | "
+        f"{LEVELS[0]}× | p99 (served) | proxy CPU | backend CPU | client CPU | host busy (others) | "
         "µs per refusal (derived) | refusal / serving | CPU on refusals / CPU serving |"
     )
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -194,7 +200,7 @@ for mode, title in MODES.items():
             f"| {ph['rate']:,}/s ({level}×) | {ph['goodput'] / secs:,.0f} | {ref / secs:,.0f} | "
             f"{ph['timed_out'] + ph['errors']:,} | {fmt(gp and 100 * gp, 0, ' %')} | {fmt(ph['p99'], 1, ' ms')} | "
             f"{ph['front_us'] / secs / 1e6:.2f} cores | {ph['backend_us'] / secs / 1e6:.2f} cores | "
-            f"{ph['client_us'] / secs / 1e6:.2f} cores | {ph['host_busy']:.0f} % | {fmt(r_us)} | "
+            f"{ph['client_us'] / secs / 1e6:.2f} cores | {ph['host_busy']:.0f} % ({ph['others']:.2f}) | {fmt(r_us)} | "
             f"{fmt(ratio and 100 * ratio, 1, ' %')} | {fmt(spend, 2)} |"
         )
         if ratio is not None:
