@@ -260,7 +260,17 @@ for key in "${KEYS[@]}"; do
   start_front "$key" || continue
   echo "max throughput: $key ..."
   wrk -t1 -c"$WRK_CONNS" -d2s "http://$TARGET/" >/dev/null 2>&1 || true # warm-up: pools, limit
-  wrk -t1 -c"$WRK_CONNS" -d"${PHASE_SECS}s" --latency "http://$TARGET/" >"$WORK/$key.max.wrk" 2>&1 || true
+  f0=0 f1=0
+  [ -n "$FRONT_PID" ] && f0=$(tree_ticks "$FRONT_PID")
+  b0=$(cpu_ticks "$BACKEND_PID")
+  h0=$(host_busy)
+  /usr/bin/time -f "%U %S" -o "$WORK/$key.max.time" \
+    wrk -t1 -c"$WRK_CONNS" -d"${PHASE_SECS}s" --latency "http://$TARGET/" >"$WORK/$key.max.wrk" 2>&1 || true
+  h1=$(host_busy)
+  b1=$(cpu_ticks "$BACKEND_PID")
+  [ -n "$FRONT_PID" ] && f1=$(tree_ticks "$FRONT_PID")
+  # key front-ticks backend-ticks client-seconds busy0 total0 busy1 total1 (others' CPU = the rest)
+  echo "$key $((f1 - f0)) $((b1 - b0)) $(awk '{print $1 + $2}' "$WORK/$key.max.time") $h0 $h1" >>"$WORK/max.cpu"
   [ -n "$FRONT_PID" ] && stop "$FRONT_PID"
   sleep 1
 done
