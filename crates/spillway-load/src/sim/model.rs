@@ -122,6 +122,38 @@ pub(crate) struct Task {
     pub down: u32,
 }
 
+/// A task controller's prefetch hints: its hot lines and what they point to.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TaskHot {
+    /// The first hot line's address and how many lines follow it (0: unprotected task).
+    pub first: usize,
+    pub lines: u32,
+    /// The random source and the limit state (0: none).
+    pub pointees: [usize; 2],
+}
+
+impl TaskHot {
+    fn of(t: &Task) -> TaskHot {
+        let mut hot = TaskHot::default();
+        if let Some(c) = &t.controller {
+            c.hot_lines(|p| {
+                if hot.lines == 0 {
+                    hot.first = p as usize;
+                }
+                hot.lines += 1;
+            });
+            let mut i = 0;
+            c.hot_pointees(|p| {
+                if let Some(slot) = hot.pointees.get_mut(i) {
+                    *slot = p as usize;
+                }
+                i += 1;
+            });
+        }
+        hot
+    }
+}
+
 /// One layer at run time.
 pub(crate) struct Layer {
     pub name: String,
@@ -135,6 +167,9 @@ pub(crate) struct Layer {
     pub hot_tasks: u32,
     pub hot_share: f64,
     pub tasks: Vec<Task>,
+    /// Where each task's controller keeps its fast-path state (prefetch hints, taken once:
+    /// the addresses never change), apart and compact so that finding them costs no miss.
+    pub hot: Vec<TaskHot>,
     /// Each task's client side towards the next layer (apart: only calls down touch it).
     pub callers: Vec<Caller>,
     /// Live tasks, and live hot tasks, for balancing.
@@ -237,7 +272,9 @@ impl Layer {
                 }
             });
         }
+        let hot = tasks.iter().map(TaskHot::of).collect();
         let mut layer = Layer {
+            hot,
             name: cfg.name.clone(),
             protected,
             workers: cfg.workers,
@@ -462,6 +499,12 @@ impl Slab {
             self.gens.push(0);
             (self.nodes.len() - 1) as u32
         }
+    }
+
+    /// What node `i` holds from the core, read-only (for prefetching).
+    #[inline]
+    pub fn held(&self, i: u32) -> Option<&Held> {
+        self.held.get(i as usize)
     }
 
     /// What node `i` holds from the core.

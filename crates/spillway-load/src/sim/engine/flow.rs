@@ -70,6 +70,8 @@ impl Engine {
         let Some(task) = self.layers[target].pick(&mut self.rng, avoid) else {
             return self.on_result(pid, Res::Conn);
         };
+        // Start loading the task's admission state while the attempt is set up.
+        self.prefetch_task(target, task);
         let p = self.node_mut(pid);
         p.last_task = task;
         p.sent += 1;

@@ -11,12 +11,18 @@
 //! the pointers the previous stage's prefetch has brought in by then (event `k` ahead is
 //! roughly `k × 0.3` µs away at the target speed; a miss takes ~0.1 µs):
 //!
-//! | events ahead | reads (prefetched earlier) | prefetches |
-//! | ---: | --- | --- |
-//! | [`FAR`] | — | the event's node |
-//! | [`MID`] | the node | its task, its parent node |
-//! | [`NEAR`] | the task, the parent | the controller's hot lines, the parent's client-side policies |
-//! | [`NEXT`] | the controller, the policies | what they point to: random source, limit state, counter buckets, outcome ring |
+//! - [`FAR`] events ahead: the event's node (and, for a worker completion, the permit it
+//!   holds from the core);
+//! - [`MID`]: reads the node; a completion: its task and that task's controller state (hot
+//!   lines, random source, limit state — from a compact table of addresses taken when the
+//!   fleet is built, so no dependent load), and its parent node; a retry: its caller's
+//!   client-side policies;
+//! - [`NEAR`]: a completion: the parent's policies; a retry: what those policies point to
+//!   (counter buckets, outcome ring);
+//! - [`NEXT`]: a completion: what the parent's policies point to.
+//!
+//! An attempt prefetches its task's state the moment it picks the task, before setting up
+//! the attempt (its timer, its node) and calling `admit`.
 //!
 //! Client instances take arrivals in turn, so an arrival prefetches the instances of the next
 //! two. Prefetches are hints: a wrong or stale one (a node freed since, a lane event that comes
@@ -25,7 +31,7 @@
 
 use std::time::Instant;
 
-use super::{Engine, Kind};
+use super::{Engine, Ev, Kind};
 use crate::sim::model::{Caller, Node, CLIENT, NONE};
 
 /// Stage distances, in events ahead of the one being run (see the module docs).
@@ -50,32 +56,70 @@ impl Engine {
     /// Starts loading what the events a few places ahead will touch (see the module docs).
     #[inline]
     pub(super) fn prefetch_ahead(&self) {
-        if let Some(n) = self.worker_done_ahead(FAR) {
-            lines_of(n);
+        if let Some((ev, i)) = self.live_ahead(FAR) {
+            if let Some(n) = self.slab.nodes.get(i) {
+                lines_of(n);
+            }
+            if ev.kind() == Kind::WorkerDone {
+                if let Some(h) = self.slab.held(ev.id) {
+                    lines_of(h);
+                }
+            }
         }
-        if let Some(n) = self.worker_done_ahead(MID) {
-            if let Some(t) = self.task_of(n) {
-                lines_of(t);
-            }
-            if let Some(p) = self.slab.nodes.get(n.parent as usize) {
-                lines_of(p);
-            }
-        }
-        if let Some(n) = self.worker_done_ahead(NEAR) {
-            if let Some(c) = self.task_of(n).and_then(|t| t.controller.as_ref()) {
-                c.hot_lines(cpu::prefetch);
-            }
-            if let Some(c) = self.parent_caller(n) {
+        if let Some((ev, i)) = self.live_ahead(MID) {
+            let Some(n) = self.slab.nodes.get(i) else {
+                return;
+            };
+            if ev.kind() == Kind::WorkerDone {
+                self.prefetch_task(n.layer as usize, n.task);
+                if let Some(p) = self.slab.nodes.get(n.parent as usize) {
+                    lines_of(p);
+                }
+            } else if let Some(c) = self.caller_at(n) {
                 lines_of(c);
             }
         }
-        if let Some(ev) = self.q.ahead(NEXT) {
-            if let Some(n) = self.worker_done_node(ev) {
-                if let Some(c) = self.task_of(n).and_then(|t| t.controller.as_ref()) {
-                    c.hot_pointees(cpu::prefetch);
+        if let Some((ev, i)) = self.live_ahead(NEAR) {
+            let Some(n) = self.slab.nodes.get(i) else {
+                return;
+            };
+            if ev.kind() == Kind::WorkerDone {
+                if let Some(c) = self.parent_caller(n) {
+                    lines_of(c);
                 }
+            } else if let Some(c) = self.caller_at(n) {
+                caller_pointees(c, self.at(ev.at));
+            }
+        }
+        if let Some((ev, i)) = self.live_ahead(NEXT) {
+            let Some(n) = self.slab.nodes.get(i) else {
+                return;
+            };
+            if ev.kind() == Kind::WorkerDone {
                 if let Some(c) = self.parent_caller(n) {
                     caller_pointees(c, self.at(ev.at));
+                }
+            }
+        }
+    }
+
+    /// Prefetches task `t` of layer `l`: its slot in the layer and its controller's state,
+    /// from the compact hint table (no dependent miss).
+    #[inline]
+    pub(super) fn prefetch_task(&self, l: usize, t: u32) {
+        let Some(layer) = self.layers.get(l) else {
+            return;
+        };
+        if let Some(task) = layer.tasks.get(t as usize) {
+            lines_of(task);
+        }
+        if let Some(h) = layer.hot.get(t as usize) {
+            for i in 0..h.lines as usize {
+                cpu::prefetch(h.first.wrapping_add(i * 64) as *const u8);
+            }
+            for &p in &h.pointees {
+                if p != 0 {
+                    cpu::prefetch(p as *const u8);
                 }
             }
         }
@@ -97,26 +141,13 @@ impl Engine {
         }
     }
 
-    /// The live node of the worker completion `k` events ahead, if that event is one.
+    /// The event `k` places ahead and its node's index, if it is a worker completion or a
+    /// retry (the events that visit cold state) and its node is still live.
     #[inline]
-    fn worker_done_ahead(&self, k: usize) -> Option<&Node> {
-        self.q.ahead(k).and_then(|ev| self.worker_done_node(ev))
-    }
-
-    #[inline]
-    fn worker_done_node(&self, ev: super::Ev) -> Option<&Node> {
-        if ev.kind() != Kind::WorkerDone || !self.slab.is(ev.id, ev.gen) {
-            return None;
-        }
-        self.slab.nodes.get(ev.id as usize)
-    }
-
-    #[inline]
-    fn task_of(&self, n: &Node) -> Option<&crate::sim::model::Task> {
-        self.layers
-            .get(n.layer as usize)?
-            .tasks
-            .get(n.task as usize)
+    fn live_ahead(&self, k: usize) -> Option<(Ev, usize)> {
+        let ev = self.q.ahead(k)?;
+        (matches!(ev.kind(), Kind::WorkerDone | Kind::Retry) && self.slab.is(ev.id, ev.gen))
+            .then_some((ev, ev.id as usize))
     }
 
     /// The client-side policies of node `n`'s parent (a client instance or a task calling
@@ -126,7 +157,12 @@ impl Engine {
         if n.parent == NONE {
             return None;
         }
-        let p = self.slab.nodes.get(n.parent as usize)?;
+        self.caller_at(self.slab.nodes.get(n.parent as usize)?)
+    }
+
+    /// The client-side policies node `p` calls down with.
+    #[inline]
+    fn caller_at(&self, p: &Node) -> Option<&Caller> {
         if p.layer == CLIENT {
             self.groups
                 .get(p.group as usize)?
