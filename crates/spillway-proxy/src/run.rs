@@ -299,7 +299,6 @@ pub fn start_threads(state: &Arc<ProxyState>) -> Result<DataPlane, RunError> {
         let t = std::thread::Builder::new()
             .name(format!("spillway-data-{i}"))
             .spawn(move || {
-                crate::upstream::mark_data_thread();
                 rt.block_on(async move {
                     let shutdown = async move {
                         let _ = rx.wait_for(|v| *v).await;

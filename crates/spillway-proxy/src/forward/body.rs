@@ -13,7 +13,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use spillway_tower::metrics::RequestLabels;
 
-use crate::upstream::{BoxError, InFlight};
+use crate::upstream::{BoxError, InFlight, UpstreamBody};
 
 /// The request body: buffered (replayable on another task) or streamed (sent once).
 pub(super) enum ReqBody {
@@ -93,9 +93,9 @@ impl TunnelHold {
 pin_project_lite::pin_project! {
     /// The upstream response body, releasing its [`Guard`] at the end of the stream (or when
     /// the client goes away and the body is dropped).
-    pub(super) struct Held {
+    pub struct Held {
         #[pin]
-        pub(super) inner: Incoming,
+        pub(super) inner: UpstreamBody,
         pub(super) guard: Option<Guard>,
     }
 }

@@ -31,6 +31,7 @@ use crate::respond;
 use crate::state::ProxyState;
 use crate::upstream::ProxyBody;
 
+pub use body::Held;
 pub use headers::Peer;
 use headers::{append_forwarded_for, is_upgrade, strip_hop_by_hop};
 

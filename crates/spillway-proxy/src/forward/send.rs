@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use metrics::SharedString;
 use spillway_core::controller::{Outcome, Permit};
@@ -25,7 +24,7 @@ use crate::config::UpstreamProtocol;
 use crate::metrics::Fault;
 use crate::respond;
 use crate::state::{ProxyState, Runtime};
-use crate::upstream::{empty_body, full_body, BoxError, Pool, ProxyBody, Task};
+use crate::upstream::{empty_body, full_body, Pool, ProxyBody, Task};
 
 /// An upstream's 101: its side of the tunnel, and what the tunnel holds until it closes.
 pub(super) struct Upgrade {
@@ -164,7 +163,7 @@ pub(super) async fn forward(
                     if !streamed_once {
                         streamed_once = true;
                     }
-                    b.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+                    ProxyBody::streamed(b)
                 }
                 None => {
                     // Cannot happen (streamed bodies are never retried); answer rather than panic.
@@ -193,12 +192,12 @@ pub(super) async fn forward(
                     );
                 }
             };
-        let client = pool.client(http2);
         let mut timeout = Duration::from_millis(cfg.request_timeout_ms);
         if let Some(d) = class.deadline {
             timeout = timeout.min(d.saturating_duration_since(now));
         }
-        let result = tokio::time::timeout(timeout, client.request(req)).await;
+        let task_index = usize::try_from(task.id).unwrap_or(usize::MAX);
+        let result = tokio::time::timeout(timeout, pool.conns.send(task_index, req, http2)).await;
         let now = Instant::now();
         match result {
             Err(_) => {
@@ -321,7 +320,7 @@ pub(super) async fn forward(
                         _slot: slot,
                     }),
                 };
-                return (Response::from_parts(p, body.boxed_unsync()), None);
+                return (Response::from_parts(p, ProxyBody::upstream(body)), None);
             }
         }
     }
@@ -431,11 +430,17 @@ fn upstream_request(
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
-    let uri = http::Uri::builder()
-        .scheme("http")
-        .authority(task.authority.clone())
-        .path_and_query(pq)
-        .build()?;
+    let uri = if http2 {
+        // HTTP/2 needs :scheme and :authority, which hyper takes from an absolute URI.
+        http::Uri::builder()
+            .scheme("http")
+            .authority(task.authority.clone())
+            .path_and_query(pq)
+            .build()?
+    } else {
+        // HTTP/1.1 to an origin server: origin form (RFC 9112 §3.2.1), the authority in Host.
+        http::Uri::from(pq)
+    };
     let mut req = Request::new(body);
     *req.method_mut() = parts.method.clone();
     *req.uri_mut() = uri;
@@ -450,11 +455,13 @@ fn upstream_request(
     } else {
         *req.version_mut() = Version::HTTP_11;
         if !req.headers().contains_key(header::HOST) {
-            if let Some(a) = parts.uri.authority() {
-                if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-                    req.headers_mut().insert(header::HOST, v);
-                }
-            }
+            // The client's authority (an HTTP/2 client's :authority), else the task's.
+            let host = parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+                .unwrap_or_else(|| task.host.clone());
+            req.headers_mut().insert(header::HOST, host);
         }
     }
     if attempt > 1 {

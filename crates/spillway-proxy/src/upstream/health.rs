@@ -52,11 +52,15 @@ pub(super) async fn run(pool: Weak<Pool>) {
             let path = hc.path.clone();
             let timeout = Duration::from_millis(hc.timeout_ms);
             tokio::spawn(async move {
-                let uri = format!("http://{}{}", task.authority, path);
-                let Ok(req) = http::Request::get(uri).body(super::empty_body()) else {
+                let Ok(req) = http::Request::get(path.as_str())
+                    .header(http::header::HOST, task.host.clone())
+                    .body(super::empty_body())
+                else {
                     return;
                 };
-                let ok = match tokio::time::timeout(timeout, p2.http1.request(req)).await {
+                let index = usize::try_from(task.id).unwrap_or(usize::MAX);
+                let ok = match tokio::time::timeout(timeout, p2.conns.send(index, req, false)).await
+                {
                     Ok(Ok(res)) => {
                         let ok = res.status().is_success();
                         let _ = res.into_body().collect().await;

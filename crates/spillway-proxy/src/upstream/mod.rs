@@ -18,46 +18,35 @@
 //!
 //! Connections are load too: each task has a bounded number of request slots (HTTP/1.1: one
 //! connection each; HTTP/2: streams on one connection) shared by every client connection, and
-//! idle upstream connections are closed after `idle_timeout_ms` (hyper-util's pool).
-//!
-//! Why a connection pool per data-plane thread: `spillway proxy` runs one single-threaded
-//! runtime per core (`crate::run`). hyper-util's client spawns each upstream connection's task
-//! on the runtime that opened it, so one client shared by every thread would hand a connection
-//! opened on thread A to a request on thread B, and every request and response would cross
-//! threads (a futex wake each way). So a thread marked with [`mark_data_thread`] gets its own
-//! clients from [`Pool::client`]; other threads (tests, health checks, the admin runtime) share
-//! one. Slots, throttles, balancing and ejection stay shared: they are the policy.
+//! idle upstream connections are closed after `idle_timeout_ms` ([`conn`]: hyper's connection
+//! API with an idle list per data-plane thread, so a connection is opened, used and reused by
+//! one thread, with no lock).
 
+mod body;
+mod conn;
 mod eject;
 mod health;
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use spillway_core::retry::RetryPolicy;
 use spillway_core::signal::{LoadSignal, ManualSignal};
 use spillway_core::throttle::AdaptiveThrottle;
 use spillway_core::window::WindowedCounter;
 use spillway_core::{Criticality, PerCriticality};
-use thread_local::ThreadLocal;
 use tokio::sync::Semaphore;
 
+pub use body::{empty_body, full_body, ProxyBody};
+pub use conn::{Connections, UpstreamBody, UpstreamError};
 pub use eject::{max_ejected, Ejection};
 
 use crate::config::{SignalsConfig, UpstreamConfig};
 
 /// Error type of bodies the proxy moves.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-/// The body type sent upstream and back to clients.
-pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// Weight of one recent error in the balancing score, in in-flight requests. A task with a
 /// handful of recent failures loses to an equally busy healthy one, and a task that refuses
@@ -86,6 +75,9 @@ pub struct Task {
     pub addr: Arc<str>,
     /// The authority for request URIs.
     pub authority: http::uri::Authority,
+    /// `Host` for HTTP/1.1 requests whose client sent none (the port left out when it is 80,
+    /// as hyper-util's client did).
+    pub host: http::HeaderValue,
     in_flight: AtomicUsize,
     /// Request slots (bounded connections/streams).
     pub slots: Arc<Semaphore>,
@@ -142,39 +134,13 @@ pub struct TaskStatus {
     pub failures_total: u64,
 }
 
-thread_local! {
-    static DATA_THREAD: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Marks the calling thread as a data-plane thread with its own single-threaded runtime: from
-/// now on [`Pool::client`] gives it connection pools of its own.
-pub fn mark_data_thread() {
-    DATA_THREAD.with(|d| d.set(true));
-}
-
-/// An upstream HTTP client.
-pub type UpstreamClient = Client<HttpConnector, ProxyBody>;
-
-/// The two clients of one pool on one thread.
-#[derive(Debug)]
-struct Clients {
-    http1: UpstreamClient,
-    http2: UpstreamClient,
-}
-
 /// The upstream tasks and how to reach them.
 #[derive(Debug)]
 pub struct Pool {
     tasks: Vec<Arc<Task>>,
     retry: RetryPolicy,
-    /// HTTP/1.1 client (pooled connections) shared by threads not marked as data-plane
-    /// threads (health checks, in-process proxies on a multi-thread runtime).
-    pub http1: UpstreamClient,
-    /// HTTP/2 cleartext client (prior knowledge; one multiplexed connection per task), shared
-    /// like `http1`.
-    pub http2: UpstreamClient,
-    /// Each data-plane thread's own clients, built on its first request.
-    local: ThreadLocal<Clients>,
+    /// The connections to the tasks (idle lists per thread).
+    pub conns: Arc<Connections>,
     /// The configuration this pool was built from.
     pub cfg: UpstreamConfig,
     /// Read `x-spillway-cost` from responses as the actual cost.
@@ -200,10 +166,18 @@ impl Pool {
         for (i, a) in cfg.addresses.iter().enumerate() {
             let authority = parse_authority(a)
                 .ok_or_else(|| format!("addresses[{i}] = {a:?}: expected host:port"))?;
+            let host = if authority.port_u16() == Some(80) {
+                authority.host()
+            } else {
+                authority.as_str()
+            };
+            let host = http::HeaderValue::from_str(host)
+                .map_err(|e| format!("addresses[{i}] = {a:?}: not a Host header value: {e}"))?;
             tasks.push(Arc::new(Task {
                 id: i as u64,
                 addr: Arc::from(a.as_str()),
                 authority,
+                host,
                 in_flight: AtomicUsize::new(0),
                 slots: Arc::new(Semaphore::new(cfg.max_requests_per_task)),
                 throttles: throttles(cfg, origin)?,
@@ -218,35 +192,24 @@ impl Pool {
                 failures: AtomicU64::new(0),
             }));
         }
-        let Clients { http1, http2 } = clients(cfg);
+        let addrs: Vec<Arc<str>> = tasks.iter().map(|t| Arc::clone(&t.addr)).collect();
+        let conns = Arc::new(Connections::new(
+            &addrs,
+            Duration::from_millis(cfg.connect_timeout_ms),
+            Duration::from_millis(cfg.idle_timeout_ms),
+            cfg.max_idle_per_task,
+        ));
         Ok(Pool {
             tasks,
             retry: RetryPolicy::new(cfg.retry.clone(), origin)
                 .map_err(|e| format!("retry: {e}"))?,
-            http1,
-            http2,
-            local: ThreadLocal::new(),
+            conns,
             cfg: cfg.clone(),
             cost_header: signals.cost_header,
             origin,
             orca_max_age: Duration::from_millis(signals.orca_max_age_ms),
             health: Mutex::new(None),
         })
-    }
-
-    /// The client to send with: this thread's own if it is a data-plane thread
-    /// ([`mark_data_thread`]), else the shared one.
-    pub fn client(&self, http2: bool) -> &UpstreamClient {
-        let c = if DATA_THREAD.with(Cell::get) {
-            self.local.get_or(|| clients(&self.cfg))
-        } else {
-            return if http2 { &self.http2 } else { &self.http1 };
-        };
-        if http2 {
-            &c.http2
-        } else {
-            &c.http1
-        }
     }
 
     /// Starts active health checks if enabled (needs a tokio runtime; idempotent).
@@ -422,25 +385,6 @@ impl Pool {
     }
 }
 
-fn clients(cfg: &UpstreamConfig) -> Clients {
-    let connector = || {
-        let mut c = HttpConnector::new();
-        c.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
-        c.set_nodelay(true);
-        c
-    };
-    let idle = Duration::from_millis(cfg.idle_timeout_ms);
-    let http1 = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(idle)
-        .pool_max_idle_per_host(cfg.max_idle_per_task)
-        .build(connector());
-    let http2 = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(idle)
-        .http2_only(true)
-        .build(connector());
-    Clients { http1, http2 }
-}
-
 #[derive(Debug)]
 struct OrcaSignal(std::sync::Weak<Pool>);
 
@@ -541,22 +485,6 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
-}
-
-/// An empty body.
-pub fn empty_body() -> ProxyBody {
-    use http_body_util::BodyExt;
-    http_body_util::Empty::<Bytes>::new()
-        .map_err(|never| match never {})
-        .boxed_unsync()
-}
-
-/// A body of `bytes`.
-pub fn full_body(bytes: Bytes) -> ProxyBody {
-    use http_body_util::BodyExt;
-    http_body_util::Full::new(bytes)
-        .map_err(|never| match never {})
-        .boxed_unsync()
 }
 
 #[cfg(test)]

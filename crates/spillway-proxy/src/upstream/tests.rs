@@ -1,4 +1,4 @@
-//! Unit tests of the upstream pool: balancing, ejection, ORCA, per-thread clients.
+//! Unit tests of the upstream pool: balancing, ejection, ORCA, Host values.
 
 use super::*;
 
@@ -10,34 +10,17 @@ fn pool(n: usize) -> Pool {
     Pool::new(&cfg, &SignalsConfig::default()).unwrap()
 }
 
-/// A data-plane thread gets clients of its own (so a pooled connection, whose task runs on
-/// the runtime that opened it, is only used by the thread that opened it); other threads
-/// share one.
+/// The Host header a task's requests get when the client sent none: the port left out when
+/// it is 80 (as hyper-util's client did).
 #[test]
-fn data_threads_get_their_own_clients() {
-    let p = Arc::new(pool(1));
-    let shared = p.client(false) as *const UpstreamClient as usize;
-    assert_eq!(shared, &p.http1 as *const UpstreamClient as usize);
-    // Both threads alive at once (a finished thread's slot may be given to a new one).
-    let barrier = Arc::new(std::sync::Barrier::new(2));
-    let on_thread = |p: Arc<Pool>, barrier: Arc<std::sync::Barrier>| {
-        std::thread::spawn(move || {
-            mark_data_thread();
-            let a = p.client(false) as *const UpstreamClient as usize;
-            let b = p.client(false) as *const UpstreamClient as usize;
-            let h2 = p.client(true) as *const UpstreamClient as usize;
-            assert_eq!(a, b, "the same thread keeps its clients");
-            assert_ne!(a, h2);
-            barrier.wait();
-            a
-        })
+fn host_values() {
+    let cfg = UpstreamConfig {
+        addresses: vec!["127.0.0.1:9000".into(), "backend.local:80".into()],
+        ..UpstreamConfig::default()
     };
-    let h1 = on_thread(Arc::clone(&p), Arc::clone(&barrier));
-    let h2 = on_thread(Arc::clone(&p), barrier);
-    let (t1, t2) = (h1.join().unwrap(), h2.join().unwrap());
-    assert_ne!(t1, shared);
-    assert_ne!(t2, shared);
-    assert_ne!(t1, t2, "two data threads, two pools");
+    let p = Pool::new(&cfg, &SignalsConfig::default()).unwrap();
+    assert_eq!(p.tasks[0].host, "127.0.0.1:9000");
+    assert_eq!(p.tasks[1].host, "backend.local");
 }
 
 #[test]

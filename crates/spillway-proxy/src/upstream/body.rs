@@ -1,0 +1,123 @@
+//! The one body type the proxy moves both ways, as an enum of the bodies it really carries.
+//!
+//! Why not a boxed trait object (`UnsyncBoxBody`, as before): boxing cost one allocation per
+//! body, two per forwarded request (the request sent upstream and the response sent back;
+//! heaptrack, BENCHMARKS.md), and a virtual call per frame, for a set of body types the proxy
+//! knows in advance.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+use super::BoxError;
+use crate::forward::Held;
+
+/// A request or response body of the proxy.
+pub struct ProxyBody(Kind);
+
+impl std::fmt::Debug for ProxyBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match &self.0 {
+            Kind::Full(_) => "full",
+            Kind::Streamed(_) => "streamed",
+            Kind::Upstream(_) => "upstream",
+        };
+        f.debug_tuple("ProxyBody").field(&kind).finish()
+    }
+}
+
+// The upstream variant is the large one (it carries the admission permit); boxing it would
+// bring back the allocation per response this type exists to remove.
+#[allow(clippy::large_enum_variant)]
+enum Kind {
+    /// Bytes known in full (a buffered request body, a refusal's text); `None` once sent.
+    Full(Option<Bytes>),
+    /// A client's request body streamed upstream as it arrives.
+    Streamed(Incoming),
+    /// An upstream's response, holding the admission permit until it ends.
+    Upstream(Held),
+}
+
+/// An empty body.
+pub fn empty_body() -> ProxyBody {
+    ProxyBody(Kind::Full(None))
+}
+
+/// A body of `bytes`.
+pub fn full_body(bytes: Bytes) -> ProxyBody {
+    ProxyBody(Kind::Full((!bytes.is_empty()).then_some(bytes)))
+}
+
+impl ProxyBody {
+    /// A client's request body, streamed.
+    pub fn streamed(body: Incoming) -> Self {
+        ProxyBody(Kind::Streamed(body))
+    }
+
+    pub(crate) fn upstream(body: Held) -> Self {
+        ProxyBody(Kind::Upstream(body))
+    }
+}
+
+fn boxed(e: hyper::Error) -> BoxError {
+    Box::new(e)
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut self.get_mut().0 {
+            Kind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Kind::Streamed(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(boxed))),
+            Kind::Upstream(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.0 {
+            Kind::Full(b) => b.is_none(),
+            Kind::Streamed(b) => b.is_end_stream(),
+            Kind::Upstream(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.0 {
+            Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::Streamed(b) => b.size_hint(),
+            Kind::Upstream(b) => b.size_hint(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn full_and_empty_bodies_announce_their_length() {
+        let b = full_body(Bytes::from_static(b"hello"));
+        assert_eq!(b.size_hint().exact(), Some(5));
+        assert!(!b.is_end_stream());
+        assert_eq!(b.collect().await.unwrap().to_bytes(), "hello");
+        let e = empty_body();
+        assert!(e.is_end_stream());
+        assert_eq!(e.size_hint().exact(), Some(0));
+        let z = full_body(Bytes::new());
+        assert!(
+            z.is_end_stream(),
+            "no bytes: ended, like http-body-util's Full"
+        );
+    }
+}
