@@ -136,7 +136,13 @@ pub(super) async fn forward(
         }
 
         let wait = Duration::from_millis(cfg.pool_wait_timeout_ms);
-        let slot = match tokio::time::timeout(wait, Arc::clone(&task.slots).acquire_owned()).await {
+        // A free slot is taken at once; only a wait needs the timer.
+        let free = Arc::clone(&task.slots).try_acquire_owned().ok();
+        let slot = match free {
+            Some(s) => Ok(Ok(s)),
+            None => tokio::time::timeout(wait, Arc::clone(&task.slots).acquire_owned()).await,
+        };
+        let slot = match slot {
             Ok(Ok(s)) => s,
             _ => {
                 state.faults.count(Fault::UpstreamUnavailable);
