@@ -66,23 +66,7 @@ if [ "$PIN" = 1 ]; then
 fi
 
 WORK=$(mktemp -d /tmp/spillway-overload.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-have() { command -v "$1" >/dev/null 2>&1; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
-stop() { # kill one process started here and forget its id (ids are reused)
-  kill "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-  local keep=() p
-  for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
-  PIDS=("${keep[@]}")
-}
+. bench/lib/procs.sh   # PIDS, cleanup on exit, have, wait_port, stop
 
 [ -n "${SKIP_BUILD:-}" ] || cargo build --release --quiet
 BIN=${BIN:-target/release/spillway}
