@@ -65,7 +65,7 @@ fn retry_headers(
     dont_retry: bool,
 ) {
     let h = res.headers_mut();
-    h.insert(wire::RETRY_AFTER, retry_after_value(retry_after));
+    h.insert(wire::RETRY_AFTER, wire::format_retry_after(retry_after));
     if dont_retry {
         for (k, v) in OverloadGiveUp::marker_headers() {
             h.insert(k, v);
@@ -80,21 +80,6 @@ fn retry_headers(
 
 /// `Retry-After` when a refusal carries no delay of its own (spillway-tower's default too).
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
-/// [`DEFAULT_RETRY_AFTER`] as `wire::format_retry_after` writes it (whole seconds, RFC 9110
-/// §10.2.3 delay-seconds), kept static.
-const DEFAULT_RETRY_AFTER_VALUE: &str = "1";
-
-/// The `Retry-After` value for `d`: the default delay — every incident-control refusal and
-/// give-up — is a static value (`HeaderValue::from(u64)` allocates a buffer for its digits on
-/// each call, a heap allocation per refusal otherwise); any other delay is formatted.
-fn retry_after_value(d: Duration) -> HeaderValue {
-    if d == DEFAULT_RETRY_AFTER {
-        HeaderValue::from_static(DEFAULT_RETRY_AFTER_VALUE)
-    } else {
-        wire::format_retry_after(d)
-    }
-}
-
 /// The admission controller refused: spillway-tower's mapping, with the proxy's body type.
 pub fn refusal(r: &Refusal, protocol: Protocol) -> Response<ProxyBody> {
     reject::refusal_response(r, protocol, DEFAULT_RETRY_AFTER).map(full_body)
@@ -248,20 +233,6 @@ mod tests {
             let b = fresh.into_body().collect().await.unwrap().to_bytes();
             assert_eq!(a, b, "{below}");
             assert!(String::from_utf8_lossy(&a).contains(below.as_str()));
-        }
-    }
-
-    /// The static default `Retry-After` is what the formatter writes for the default delay,
-    /// and other delays are still formatted (rounded up to whole seconds).
-    #[test]
-    fn default_retry_after_is_the_formatted_value() {
-        assert_eq!(
-            retry_after_value(DEFAULT_RETRY_AFTER),
-            wire::format_retry_after(DEFAULT_RETRY_AFTER)
-        );
-        for ms in [1, 999, 1000, 1001, 2500, 60_000] {
-            let d = Duration::from_millis(ms);
-            assert_eq!(retry_after_value(d), wire::format_retry_after(d), "{ms} ms");
         }
     }
 

@@ -393,8 +393,15 @@ pub fn parse_customer(v: &HeaderValue) -> Result<&str, HeaderError> {
 /// Formats `Retry-After` as delay-seconds, rounded up and at least 1 (a `0` invites an
 /// immediate retry storm, the opposite of what an overloaded server wants).
 pub fn format_retry_after(d: Duration) -> HeaderValue {
+    // The delays refusals actually carry are a few seconds: those are static values, so a
+    // refusal's `Retry-After` costs no allocation (refusals are the bulk of the work under
+    // overload; the reference's "make rejection cheap"). Longer ones are formatted.
+    const SMALL: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
     let secs = d.as_nanos().div_ceil(1_000_000_000).max(1);
-    HeaderValue::from(u64::try_from(secs).unwrap_or(u64::MAX))
+    match usize::try_from(secs) {
+        Ok(s) if s < SMALL.len() => HeaderValue::from_static(SMALL[s]),
+        _ => decimal_value(u64::try_from(secs).unwrap_or(u64::MAX), None),
+    }
 }
 
 /// Parses `Retry-After` delay-seconds (HTTP-date form is refused with a clear error).

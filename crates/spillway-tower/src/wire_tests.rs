@@ -186,6 +186,20 @@ fn retry_after_rounds_up_to_at_least_one_second() {
     assert_eq!(e.header, "retry-after");
 }
 
+/// Small delays come from a static table, longer ones from the formatter: both must write the
+/// standard decimal form.
+#[test]
+fn retry_after_static_and_formatted_values_agree_with_standard_formatting() {
+    for secs in (1..=12u64).chain([59, 60, 3_600, u64::MAX]) {
+        let got = format_retry_after(Duration::from_secs(secs));
+        assert_eq!(got, secs.to_string().as_str(), "{secs} s");
+    }
+    assert_eq!(
+        format_retry_after(Duration::MAX),
+        u64::MAX.to_string().as_str()
+    );
+}
+
 #[test]
 fn pushback_follows_grfc_a6() {
     assert_eq!(
