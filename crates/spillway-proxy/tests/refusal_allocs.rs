@@ -78,3 +78,26 @@ fn a_shed_below_refusal_allocates_only_its_header_map() {
         );
     }
 }
+
+/// A controller refusal (429 over quota, 503 otherwise) with the small delays refusals carry:
+/// its `Retry-After` is a static value, so it allocates only its header map.
+#[test]
+fn a_controller_refusal_allocates_only_its_header_map() {
+    use spillway_core::controller::{Refusal, RefusalReason};
+    use std::time::Duration;
+    for reason in [RefusalReason::OverQuota, RefusalReason::Shed] {
+        for retry_after in [None, Some(Duration::from_millis(1500))] {
+            let r = Refusal {
+                reason,
+                criticality: Criticality::Sheddable,
+                retry_after,
+            };
+            let n = allocations(|| respond::refusal(&r, Protocol::Http));
+            assert!(
+                n <= 2,
+                "a {reason:?} refusal (retry after {retry_after:?}) made {n} heap allocations; \
+                 expected at most 2 (header map index + entries)"
+            );
+        }
+    }
+}
