@@ -67,24 +67,13 @@ fi
 
 WORK=$(mktemp -d /tmp/spillway-overload.XXXXXX)
 . bench/lib/procs.sh   # PIDS, cleanup on exit, have, wait_port, stop
+. bench/lib/host.sh    # cpu_ticks, tree_ticks, host_busy, wait_quiet, admin_post
 
 [ -n "${SKIP_BUILD:-}" ] || cargo build --release --quiet
 BIN=${BIN:-target/release/spillway}
 
 # Other engineers share the 2 cores: wait (bounded) for a quieter second, record the load either way.
-busy_1s() {
-  local a b
-  a=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat)
-  sleep 1
-  b=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat)
-  echo "$a $b" | awk '{printf "%d\n", 100 * ($3 - $1) / ($4 - $2 + 0.001)}'
-}
-for i in $(seq "${WAIT_QUIET:-90}"); do
-  b=$(busy_1s)
-  [ "$b" -lt 35 ] && break
-  [ $((i % 15)) = 1 ] && echo "machine $b % busy (others' work); waiting up to ${WAIT_QUIET:-90} s ..."
-done
-echo "machine busy before the run: $(busy_1s) %; uptime: $(uptime)"
+wait_quiet
 
 HZ=$(getconf CLK_TCK)
 {
@@ -102,21 +91,6 @@ HZ=$(getconf CLK_TCK)
   echo "nginx=$(if have nginx; then nginx -v 2>&1 | sed 's/.*: //'; else echo none; fi)"
 } >"$WORK/meta"
 
-cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
-tree_ticks() { # $1 = pid: CPU ticks of it and its children (nginx's workers)
-  local p s=0
-  for p in "$1" $(pgrep -P "$1" || true); do s=$((s + $(cpu_ticks "$p"))); done
-  echo "$s"
-}
-host_busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
-admin_post() { # $1 = admin address, $2 = path, $3 = JSON body
-  local host=${1%:*} port=${1#*:}
-  exec 3<>"/dev/tcp/$host/$port"
-  printf 'POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
-    "$2" "$1" "${#3}" "$3" >&3
-  head -1 <&3
-  exec 3<&-
-}
 
 "${SERVICE_CPU[@]}" "$BIN" backend --listen "$BACKEND" --workers "$WORKERS" --service-time "${BURN_MS}ms" \
   --dist constant --cpu spin --duration 1800s >"$WORK/backend.log" 2>&1 &

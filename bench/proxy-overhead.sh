@@ -66,6 +66,7 @@ OUT=${OUT:-bench/results/proxy-overhead.md}
 
 WORK=$(mktemp -d /tmp/spillway-overhead.XXXXXX)
 . bench/lib/procs.sh   # PIDS, cleanup on exit, have, wait_port, stop
+. bench/lib/host.sh    # cpu_ticks, tree_ticks, host_busy, wait_quiet, admin_post
 
 [ -n "${SKIP_BUILD:-}" ] || cargo build --release --quiet
 BIN=${BIN:-target/release/spillway}
@@ -88,19 +89,7 @@ have wrk || echo "wrk is not installed and could not be installed: maximum-throu
 
 # Other engineers share the 2 cores: wait (bounded, WAIT_QUIET seconds, default 90) until the
 # machine has been less than 35 % busy over one second, and record the load average either way.
-busy_1s() {
-  local a b
-  a=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat)
-  sleep 1
-  b=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat)
-  echo "$a $b" | awk '{printf "%d\n", 100 * ($3 - $1) / ($4 - $2 + 0.001)}'
-}
-for i in $(seq "${WAIT_QUIET:-90}"); do
-  b=$(busy_1s)
-  [ "$b" -lt 35 ] && break
-  [ $((i % 15)) = 1 ] && echo "machine $b % busy (others' work); waiting up to ${WAIT_QUIET:-90} s for a quieter moment ..."
-done
-echo "machine busy before the run: $(busy_1s) %; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+wait_quiet
 
 HZ=$(getconf CLK_TCK)
 {
@@ -212,13 +201,6 @@ start_front() { # $1 = key; sets FRONT_PID and TARGET
 # CPU accounting: utime + stime (fields 14, 15 of /proc/PID/stat, counted after the command
 # name), in 1/CLK_TCK s; they include threads that have exited (per-thread schedstat would lose
 # tokio's short-lived blocking threads). A front's CPU includes its children (nginx's workers).
-cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
-tree_ticks() { # $1 = pid: CPU ticks of it and its children
-  local p s=0
-  for p in "$1" $(pgrep -P "$1" || true); do s=$((s + $(cpu_ticks "$p"))); done
-  echo "$s"
-}
-host_busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
 
 load_at() { # $1 = key, $2 = rate, $3 = round: one open-loop run; records CPU of front, backend, client, host
   local key=$1 rate=$2 round=$3 f0=0 f1=0 b0 b1 h0 h1 run=$1.$2.r$3
@@ -308,14 +290,6 @@ measure() { # $1 = phase, $2 = request count source (json file or "-"), runs "${
   [ "$src" != - ] && count=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['summary']['sent'])" "$src")
   # phase proxy-ticks requests backend-ticks
   echo "$phase $((t1 - t0)) $count $((b1 - b0))" >>"$WORK/cpu"
-}
-admin_post() { # $1 = admin address, $2 = path, $3 = JSON body
-  local host=${1%:*} port=${1#*:}
-  exec 3<>"/dev/tcp/$host/$port"
-  printf 'POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
-    "$2" "$1" "${#3}" "$3" >&3
-  head -1 <&3
-  exec 3<&-
 }
 cpu_load() { # $1 = phase, $2 = criticality, $3 = rate, $4 = seconds, $5 = route (/)
   "$BIN" load --target "$TARGET" --rate "$3" --duration "${4}s" --attempts 1 \
