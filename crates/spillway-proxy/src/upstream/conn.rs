@@ -237,14 +237,7 @@ impl Connections {
                 Some(i) => i,
                 None => self.connect_http1(task).await?,
             };
-            state.enter();
-            let mut lease = Lease {
-                home: Arc::clone(self),
-                task,
-                state,
-                http1: None,
-                reusable: false,
-            };
+            let mut lease = Lease::enter(self, task, state);
             match tx.try_send_request(req).await {
                 Ok(res) => {
                     // After a 101 the connection becomes the tunnel's: never put back.
@@ -291,14 +284,7 @@ impl Connections {
                     out
                 }
             };
-            state.enter();
-            let lease = Lease {
-                home: Arc::clone(self),
-                task,
-                state,
-                http1: None,
-                reusable: false,
-            };
+            let lease = Lease::enter(self, task, state);
             match tx.try_send_request(req).await {
                 Ok(res) => return Ok(res.map(|b| UpstreamBody::new(b, lease))),
                 Err(mut e) => match e.take_message() {
@@ -430,6 +416,21 @@ struct Lease {
     http1: Option<http1::SendRequest<ProxyBody>>,
     /// The response body was read to its end (the connection is free for the next request).
     reusable: bool,
+}
+
+impl Lease {
+    /// One request on a connection of `task`: counted in flight from here until the lease is
+    /// dropped (entering and leaving in one type, so they always pair).
+    fn enter(home: &Arc<Connections>, task: usize, state: Arc<ConnState>) -> Self {
+        state.enter();
+        Lease {
+            home: Arc::clone(home),
+            task,
+            state,
+            http1: None,
+            reusable: false,
+        }
+    }
 }
 
 impl Drop for Lease {
