@@ -279,24 +279,19 @@ pub fn format_grpc_timeout(d: Duration) -> HeaderValue {
 /// `n` in ASCII decimal (then `suffix`) as a header value, formatted on the stack: one
 /// allocation (the value's bytes) instead of the two of `HeaderValue::from(n)` or a `String`
 /// (measured per forwarded request with heaptrack, BENCHMARKS.md).
-fn decimal_value(mut n: u64, suffix: Option<u8>) -> HeaderValue {
+fn decimal_value(n: u64, suffix: Option<u8>) -> HeaderValue {
     // u64::MAX has 20 digits, plus the suffix.
     let mut buf = [0u8; 21];
-    let mut i = buf.len();
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(n).as_bytes();
+    buf[..digits.len()].copy_from_slice(digits);
+    let mut len = digits.len();
     if let Some(s) = suffix {
-        i -= 1;
-        buf[i] = s;
-    }
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        buf[len] = s;
+        len += 1;
     }
     // Digits and an ASCII letter are always a valid header value.
-    HeaderValue::from_bytes(&buf[i..]).unwrap_or_else(|_| HeaderValue::from_static("0"))
+    HeaderValue::from_bytes(&buf[..len]).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 /// Parses `x-spillway-deadline-ms` (remaining milliseconds, up to 19 digits).
