@@ -569,9 +569,19 @@ impl AdmissionController {
         let give_up_at = q.give_up_at(now, req.deadline);
         drop(q);
         // Granted (or dropped) by the dispatch we just ran: answer now instead of via a future.
-        let outcome = waiter.take();
+        // Looked at under the waiter's lock and taken only if final: taking a still-waiting state
+        // out and putting it back left a window in which another thread's dispatch dequeued the
+        // waiter, found it not `Waiting` and moved on — a queued admission no one would grant.
+        let outcome = {
+            let mut s = waiter.lock();
+            if matches!(*s, WaiterState::Waiting(_)) {
+                None
+            } else {
+                Some(std::mem::replace(&mut *s, WaiterState::Taken))
+            }
+        };
         match outcome {
-            WaiterState::Granted { started, in_flight } => {
+            Some(WaiterState::Granted { started, in_flight }) => {
                 return Admission::Admitted(Permit::slot(
                     Arc::clone(inner),
                     c,
@@ -581,8 +591,8 @@ impl AdmissionController {
                     charge,
                 ));
             }
-            WaiterState::Refused(r) => return Admission::Refused(r),
-            waiting => *waiter.lock() = waiting,
+            Some(WaiterState::Refused(r)) => return Admission::Refused(r),
+            _ => {}
         }
         Admission::Queued(QueuedAdmission {
             inner: Arc::clone(inner),
