@@ -32,6 +32,33 @@ mod seeded_limit_tests;
 #[cfg(test)]
 mod tests;
 
+/// Test-only: a point in `enqueue` where another thread's work can be injected
+/// deterministically (see `tests/interleave.rs`).
+#[cfg(test)]
+mod interleave {
+    use std::cell::RefCell;
+
+    type Hook = Box<dyn FnMut()>;
+
+    thread_local! {
+        static HOOK: RefCell<Option<Hook>> = const { RefCell::new(None) };
+    }
+
+    /// Runs `f` on this thread the next time `enqueue` has dispatched and released the queue
+    /// lock but not yet looked at its waiter.
+    pub(super) fn set(f: impl FnMut() + 'static) {
+        HOOK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    pub(super) fn between_dispatch_and_answer() {
+        // Taken out before running: the hook may release permits, which re-enters the
+        // controller (never `enqueue` itself, but nothing here relies on that).
+        if let Some(mut f) = HOOK.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+}
+
 use std::cell::Cell;
 use std::fmt;
 use std::mem::size_of;
@@ -568,6 +595,8 @@ impl AdmissionController {
         inner.dispatch(&mut q, now);
         let give_up_at = q.give_up_at(now, req.deadline);
         drop(q);
+        #[cfg(test)]
+        interleave::between_dispatch_and_answer();
         // Granted (or dropped) by the dispatch we just ran: answer now instead of via a future.
         // Looked at under the waiter's lock and taken only if final: taking a still-waiting state
         // out and putting it back left a window in which another thread's dispatch dequeued the

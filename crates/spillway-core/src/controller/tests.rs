@@ -16,6 +16,7 @@ use crate::random::FixedRandom;
 use crate::signal::ManualSignal;
 use Criticality::*;
 
+mod interleave;
 mod props;
 mod stress;
 
