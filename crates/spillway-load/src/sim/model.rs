@@ -319,6 +319,25 @@ impl Layer {
 
     /// Picks a live task, avoiding `avoid` (the task that just failed) when another is live.
     pub fn pick(&mut self, rng: &mut fastrand::Rng, avoid: u32) -> Option<u32> {
+        if self.balance == Balance::RoundRobin {
+            self.rr = self.rr.wrapping_add(1);
+        }
+        self.choose(rng, avoid, self.rr)
+    }
+
+    /// The task [`pick`](Self::pick) would choose with `rng`, no task to avoid, and `ahead`
+    /// picks from now, changing nothing but `rng` (advanced exactly as `pick` advances it):
+    /// run on a copy of a stream that is `ahead` picks in front, it names a task before it is
+    /// picked, for prefetching. Exact while the live tasks do not change — for round robin only
+    /// while nothing else picks from this layer meanwhile.
+    #[inline]
+    pub fn predict(&self, rng: &mut fastrand::Rng, ahead: usize) -> Option<u32> {
+        self.choose(rng, NONE, self.rr.wrapping_add(ahead))
+    }
+
+    /// The choice itself, with round robin's counter at `rr`.
+    #[inline]
+    fn choose(&self, rng: &mut fastrand::Rng, avoid: u32, rr: usize) -> Option<u32> {
         let list =
             if !self.alive_hot.is_empty() && self.hot_share > 0.0 && rng.f64() < self.hot_share {
                 &self.alive_hot
@@ -331,10 +350,7 @@ impl Layer {
         }
         let mut i = match self.balance {
             Balance::Random => rng.usize(..n),
-            Balance::RoundRobin => {
-                self.rr = self.rr.wrapping_add(1);
-                self.rr % n
-            }
+            Balance::RoundRobin => rr % n,
         };
         if list[i] == avoid && n > 1 {
             i = match self.balance {

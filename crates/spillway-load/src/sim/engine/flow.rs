@@ -66,12 +66,25 @@ impl Engine {
         } else {
             p.layer as usize + 1
         };
-        let avoid = if p.local > 1 { p.last_task } else { NONE };
-        let Some(task) = self.layers[target].pick(&mut self.rng, avoid) else {
+        let (first, group, avoid) = (
+            p.layer == CLIENT && p.local == 1,
+            p.group as usize,
+            if p.local > 1 { p.last_task } else { NONE },
+        );
+        let picked = if first {
+            // A first attempt: from the group's stream, whose next picks are prefetched.
+            self.first_pick(group)
+        } else {
+            let task = self.layers[target].pick(&mut self.rng, avoid);
+            // Start loading the task's admission state while the attempt is set up.
+            if let Some(t) = task {
+                self.prefetch_task(target, t);
+            }
+            task
+        };
+        let Some(task) = picked else {
             return self.on_result(pid, Res::Conn);
         };
-        // Start loading the task's admission state while the attempt is set up.
-        self.prefetch_task(target, task);
         let p = self.node_mut(pid);
         p.last_task = task;
         p.sent += 1;

@@ -36,9 +36,11 @@ use crate::sim::stats::{bump, LayerStats};
 use crate::sim::time::SimClock;
 
 mod flow;
+mod picks;
 mod prefetch;
 mod queue;
 
+use picks::Picks;
 use queue::EventQueue;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +151,8 @@ struct Group {
     next_t: f64,
     instances: Vec<Caller>,
     rr: u32,
+    /// The stream its requests' first attempts pick their task from.
+    picks: Picks,
     /// A request's deadline after it is offered, ns (`NEVER`: none).
     deadline: u64,
 }
@@ -218,7 +222,7 @@ impl Engine {
         }
         let mut customers: Vec<String> = Vec::new();
         let mut groups = Vec::with_capacity(sc.clients.len());
-        for c in &sc.clients {
+        for (g, c) in sc.clients.iter().enumerate() {
             let name = c.customer.clone().unwrap_or_else(|| c.name.clone());
             let customer = match customers.iter().position(|n| *n == name) {
                 Some(i) => i,
@@ -255,6 +259,7 @@ impl Engine {
                 next_t: 0.0,
                 instances,
                 rr: 0,
+                picks: Picks::new(sc.seed, g, &layers[0]),
                 deadline: c.deadline_ms.map_or(NEVER, crate::sim::shape::ms_to_nanos),
             });
         }

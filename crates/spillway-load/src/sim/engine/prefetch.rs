@@ -107,6 +107,13 @@ impl Engine {
     /// from the compact hint table (no dependent miss).
     #[inline]
     pub(super) fn prefetch_task(&self, l: usize, t: u32) {
+        self.prefetch_task_slot(l, t);
+        self.prefetch_task_state(l, t);
+    }
+
+    /// Task `t` of layer `l`'s slot and its hint-table entry.
+    #[inline]
+    pub(super) fn prefetch_task_slot(&self, l: usize, t: u32) {
         let Some(layer) = self.layers.get(l) else {
             return;
         };
@@ -114,13 +121,27 @@ impl Engine {
             lines_of(task);
         }
         if let Some(h) = layer.hot.get(t as usize) {
-            for i in 0..h.lines as usize {
-                cpu::prefetch(h.first.wrapping_add(i * 64) as *const u8);
-            }
-            for &p in &h.pointees {
-                if p != 0 {
-                    cpu::prefetch(p as *const u8);
-                }
+            cpu::prefetch(h as *const _ as *const u8);
+        }
+    }
+
+    /// Task `t` of layer `l`'s controller state, from its hint-table entry (a load: best once
+    /// [`prefetch_task_slot`](Self::prefetch_task_slot) has brought the entry in).
+    #[inline]
+    pub(super) fn prefetch_task_state(&self, l: usize, t: u32) {
+        let Some(h) = self
+            .layers
+            .get(l)
+            .and_then(|layer| layer.hot.get(t as usize))
+        else {
+            return;
+        };
+        for i in 0..h.lines as usize {
+            cpu::prefetch(h.first.wrapping_add(i * 64) as *const u8);
+        }
+        for &p in &h.pointees {
+            if p != 0 {
+                cpu::prefetch(p as *const u8);
             }
         }
     }
