@@ -57,7 +57,9 @@ fn losing_a_zone_halves_capacity_until_it_returns() {
         ok(&during),
         ok(&after)
     );
-    assert!(ok(&before) > 0.99 && ok(&after) > 0.99);
+    // With both zones 98-99% succeed (0.982-0.992 over seeds 1-12, before and after the
+    // simulator's first-attempt picks moved to their own stream): the limit's early swings.
+    assert!(ok(&before) > 0.97 && ok(&after) > 0.97);
     assert!(ok(&during) < 0.8, "{}", ok(&during));
     // The load balancer stops sending to the lost zone: refusals, not connection errors.
     assert!(during.rejected > 0);
