@@ -19,9 +19,31 @@ pub(super) fn is_upgrade<B>(req: &Request<B>) -> bool {
             })
 }
 
+/// The hop-by-hop headers [`strip_hop_by_hop`] removes by name (besides those `connection`
+/// lists): RFC 9110 §7.6.1 and the older `keep-alive`/`proxy-connection`. A `static`, not a
+/// `const`: a `const` array is built and dropped again at every use.
+static HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    header::UPGRADE,
+    header::TRANSFER_ENCODING,
+    header::TRAILER,
+    header::TE,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+];
+
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), keeping `te: trailers` (gRPC needs it) and,
 /// for upgrades, `connection`/`upgrade`.
+///
+/// Most requests and responses carry none of them, so one pass over the names (no hashing;
+/// standard names compare as an enum tag) decides first whether there is anything to remove:
+/// the removals below hash and probe once per name, twice per forwarded request.
 pub(super) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
+    if !h.keys().any(|k| HOP_BY_HOP.contains(k)) {
+        return;
+    }
     let named: Vec<header::HeaderName> = h
         .get_all(header::CONNECTION)
         .iter()
@@ -33,16 +55,11 @@ pub(super) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     for n in named {
         h.remove(n);
     }
-    for n in [
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-    ] {
-        h.remove(n);
+    for n in &HOP_BY_HOP[2..] {
+        if *n != header::TE {
+            h.remove(n);
+        }
     }
-    h.remove(header::TRANSFER_ENCODING);
-    h.remove(header::TRAILER);
     if !keep_upgrade {
         h.remove(header::CONNECTION);
         h.remove(header::UPGRADE);
@@ -128,6 +145,63 @@ mod tests {
         // Longer than the stack buffer: still appended in full.
         let long = vec!["192.168.100.200"; 40].join(", ");
         assert_eq!(xff(Some(&long), "10.0.0.1:1"), format!("{long}, 10.0.0.1"));
+    }
+
+    fn map(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    fn names(h: &HeaderMap) -> Vec<&str> {
+        let mut n: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        n.sort_unstable();
+        n
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_removed_and_end_to_end_ones_kept() {
+        let mut h = map(&[
+            ("host", "a"),
+            ("connection", "keep-alive, x-secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("proxy-authorization", "basic x"),
+            ("transfer-encoding", "chunked"),
+            ("trailer", "x-sum"),
+            ("te", "gzip"),
+            ("upgrade", "websocket"),
+            ("x-spillway-customer", "acme"),
+        ]);
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(names(&h), ["host", "x-spillway-customer"]);
+
+        // gRPC's `te: trailers` stays; an upgrade keeps connection/upgrade.
+        let mut h = map(&[
+            ("te", "trailers"),
+            ("connection", "upgrade"),
+            ("upgrade", "websocket"),
+        ]);
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(names(&h), ["connection", "te", "upgrade"]);
+    }
+
+    #[test]
+    fn a_map_without_hop_by_hop_headers_is_left_as_it_is() {
+        let pairs = [
+            ("host", "a"),
+            ("accept", "*/*"),
+            ("x-spillway-criticality", "CRITICAL"),
+            ("x-b", "1"),
+        ];
+        let mut h = map(&pairs);
+        h.append("x-b", HeaderValue::from_static("2"));
+        let before = h.clone();
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h, before);
     }
 
     #[test]
