@@ -36,8 +36,12 @@ pub(super) async fn read_body(
     limit: usize,
     timeout: std::time::Duration,
 ) -> Result<ReqBody, ReadError> {
+    if body.is_end_stream() {
+        // No body (most GETs): nothing to read, so no timer and no collecting.
+        return Ok(ReqBody::Buffered(Bytes::new()));
+    }
     let hint = body.size_hint();
-    let small = body.is_end_stream() || hint.exact().is_some_and(|n| n <= limit as u64);
+    let small = hint.exact().is_some_and(|n| n <= limit as u64);
     if !small {
         return Ok(ReqBody::Streamed(Some(body)));
     }
