@@ -212,85 +212,75 @@ impl Connections {
 
     /// Sends `req` to task `task` (HTTP/2 with prior knowledge when `http2`; the request must
     /// then carry an absolute URI, for HTTP/1.1 an origin-form one and a `Host` header).
+    ///
+    /// One `async fn` for both protocols rather than one calling another per protocol: each
+    /// level of `async fn` keeps its own copy of the request in its future and copies the whole
+    /// future once more when built, per request.
     pub async fn send(
         self: &Arc<Self>,
         task: usize,
-        req: Request<ProxyBody>,
+        mut req: Request<ProxyBody>,
         http2: bool,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        if http2 {
-            self.send_http2(task, req).await
-        } else {
-            self.send_http1(task, req).await
-        }
-    }
-
-    async fn send_http1(
-        self: &Arc<Self>,
-        task: usize,
-        mut req: Request<ProxyBody>,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         loop {
-            let idle = self.with_local(|l| checkout(l, task)).flatten();
-            let reused = idle.is_some();
-            let Idle { mut tx, state } = match idle {
-                Some(i) => i,
-                None => self.connect_http1(task).await?,
-            };
-            let mut lease = Lease::enter(self, task, state);
-            match tx.try_send_request(req).await {
-                Ok(res) => {
-                    // After a 101 the connection becomes the tunnel's: never put back.
-                    if res.status() != http::StatusCode::SWITCHING_PROTOCOLS {
-                        lease.http1 = Some(tx);
-                    }
-                    return Ok(res.map(|b| UpstreamBody::new(b, lease)));
-                }
-                Err(mut e) => match e.take_message() {
-                    // Not sent: the idle connection had been closed meanwhile. Another one.
-                    Some(r) if reused => req = r,
-                    _ => return Err(UpstreamError::request(e.into_error())),
-                },
-            }
-        }
-    }
-
-    async fn send_http2(
-        self: &Arc<Self>,
-        task: usize,
-        mut req: Request<ProxyBody>,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        loop {
-            let open = self
-                .with_local(|l| {
-                    let slot = l.http2.get_mut(task)?;
-                    if slot.as_ref().is_some_and(|m| m.tx.is_closed()) {
-                        *slot = None;
-                    }
-                    slot.as_ref().map(|m| (m.tx.clone(), Arc::clone(&m.state)))
-                })
-                .flatten();
-            let reused = open.is_some();
-            let (mut tx, state) = match open {
-                Some(o) => o,
-                None => {
-                    let m = self.connect_http2(task).await?;
-                    let out = (m.tx.clone(), Arc::clone(&m.state));
-                    self.with_local(|l| {
-                        if let Some(slot) = l.http2.get_mut(task) {
-                            *slot = Some(m);
+            if http2 {
+                let open = self
+                    .with_local(|l| {
+                        let slot = l.http2.get_mut(task)?;
+                        if slot.as_ref().is_some_and(|m| m.tx.is_closed()) {
+                            *slot = None;
                         }
-                    });
-                    out
+                        slot.as_ref().map(|m| (m.tx.clone(), Arc::clone(&m.state)))
+                    })
+                    .flatten();
+                let reused = open.is_some();
+                let (mut tx, state) = match open {
+                    Some(o) => o,
+                    None => {
+                        // Boxed, as below.
+                        let m = Box::pin(self.connect_http2(task)).await?;
+                        let out = (m.tx.clone(), Arc::clone(&m.state));
+                        self.with_local(|l| {
+                            if let Some(slot) = l.http2.get_mut(task) {
+                                *slot = Some(m);
+                            }
+                        });
+                        out
+                    }
+                };
+                let lease = Lease::enter(self, task, state);
+                match tx.try_send_request(req).await {
+                    Ok(res) => return Ok(res.map(|b| UpstreamBody::new(b, lease))),
+                    Err(mut e) => match e.take_message() {
+                        Some(r) if reused => req = r,
+                        _ => return Err(UpstreamError::request(e.into_error())),
+                    },
                 }
-            };
-            let lease = Lease::enter(self, task, state);
-            match tx.try_send_request(req).await {
-                Ok(res) => return Ok(res.map(|b| UpstreamBody::new(b, lease))),
-                Err(mut e) => match e.take_message() {
-                    Some(r) if reused => req = r,
-                    _ => return Err(UpstreamError::request(e.into_error())),
-                },
+            } else {
+                let idle = self.with_local(|l| checkout(l, task)).flatten();
+                let reused = idle.is_some();
+                let Idle { mut tx, state } = match idle {
+                    Some(i) => i,
+                    // Boxed: the connect path (resolve, connect, timeout, handshake) was most of
+                    // this future's size and runs once per connection, while the future itself
+                    // is built, moved and polled for every request.
+                    None => Box::pin(self.connect_http1(task)).await?,
+                };
+                let mut lease = Lease::enter(self, task, state);
+                match tx.try_send_request(req).await {
+                    Ok(res) => {
+                        // After a 101 the connection becomes the tunnel's: never put back.
+                        if res.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+                            lease.http1 = Some(tx);
+                        }
+                        return Ok(res.map(|b| UpstreamBody::new(b, lease)));
+                    }
+                    Err(mut e) => match e.take_message() {
+                        // Not sent: the idle connection had been closed meanwhile. Another one.
+                        Some(r) if reused => req = r,
+                        _ => return Err(UpstreamError::request(e.into_error())),
+                    },
+                }
             }
         }
     }
