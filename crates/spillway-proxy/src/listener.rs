@@ -103,13 +103,7 @@ pub async fn serve_capped(
         let state2 = Arc::clone(&state);
         let peer = crate::forward::Peer::new(peer);
         let svc = service_fn(move |req| {
-            let state = Arc::clone(&state2);
-            let peer = peer.clone();
-            async move {
-                Ok::<_, std::convert::Infallible>(
-                    crate::forward::handle(state, Some(peer), req).await,
-                )
-            }
+            crate::forward::handle(state2.current(), Some(peer.clone()), req)
         });
         let watcher = graceful.watcher();
         let (builder, state3, tls) = (Arc::clone(&builder), Arc::clone(&state), tls.clone());

@@ -8,6 +8,7 @@
 //! things an operator sets by hand (degradation switches, incident controls) live outside it
 //! and survive reloads.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -72,10 +73,35 @@ impl Runtime {
     }
 }
 
+/// What one request works with: the shared state and the runtime current when it arrived.
+///
+/// Why a per-thread snapshot ([`ProxyState::current`]) instead of reading the runtime's lock
+/// and cloning its `Arc` per request: both are atomic writes to cache lines every data-plane
+/// thread writes (the lock's reader count, the `Arc`'s count, and the state's own count when
+/// the listener clones it per request), so each request on one core took those lines from the
+/// other core. The snapshot is made once per thread and configuration (an epoch the reload
+/// bumps) and its own count is touched by its thread only. A reload still takes effect for the
+/// next request: the epoch check is a read of a line that changes only on reload.
+#[derive(Debug)]
+pub struct Current {
+    /// The proxy's shared state.
+    pub state: Arc<ProxyState>,
+    /// The runtime (configuration, controller, router, pool) at the snapshot's epoch.
+    pub rt: Arc<Runtime>,
+    epoch: u64,
+}
+
+thread_local! {
+    /// This thread's snapshot (of the last state it served: one per process outside tests).
+    static CURRENT: RefCell<Option<Arc<Current>>> = const { RefCell::new(None) };
+}
+
 /// The proxy's shared state (hold it in an `Arc`).
 #[derive(Debug)]
 pub struct ProxyState {
     runtime: RwLock<Arc<Runtime>>,
+    /// Bumped after each runtime swap (see [`Current`]).
+    epoch: AtomicU64,
     config_path: Option<PathBuf>,
     controls: Arc<IncidentControls>,
     /// Degradation switched off for every route.
@@ -136,6 +162,7 @@ impl ProxyState {
         let runtime = build_runtime(Arc::new(cfg), None, origin)?;
         Ok(Arc::new(ProxyState {
             runtime: RwLock::new(Arc::new(runtime)),
+            epoch: AtomicU64::new(0),
             config_path,
             controls: Arc::new(IncidentControls::default()),
             degrade_all_off: AtomicBool::new(false),
@@ -162,6 +189,37 @@ impl ProxyState {
         Arc::clone(&self.runtime.read().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// This thread's snapshot of the state and its current runtime, for one request (see
+    /// [`Current`]): cloned from the thread's copy, or made afresh after a reload.
+    pub fn current(self: &Arc<Self>) -> Arc<Current> {
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let fresh = || {
+            Arc::new(Current {
+                state: Arc::clone(self),
+                rt: self.runtime(),
+                epoch,
+            })
+        };
+        let cached = CURRENT.try_with(|c| {
+            let mut c = c.try_borrow_mut().ok()?;
+            match c.as_ref() {
+                Some(cur) if cur.epoch == epoch && Arc::ptr_eq(&cur.state, self) => {
+                    Some((Arc::clone(cur), None))
+                }
+                _ => {
+                    let cur = fresh();
+                    // The replaced snapshot is dropped outside the borrow.
+                    Some((Arc::clone(&cur), c.replace(cur)))
+                }
+            }
+        });
+        match cached {
+            Ok(Some((cur, _replaced))) => cur,
+            // During thread exit, or re-entered from a drop: a snapshot of its own.
+            _ => fresh(),
+        }
+    }
+
     /// The effective configuration.
     pub fn config(&self) -> Arc<ProxyConfig> {
         Arc::clone(&self.runtime().config)
@@ -178,6 +236,8 @@ impl ProxyState {
         match result {
             Ok(rt) => {
                 *self.runtime.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(rt);
+                // After the swap: a thread that sees the new epoch reads the new runtime.
+                self.epoch.fetch_add(1, Ordering::Release);
                 *self.origin.write().unwrap_or_else(|p| p.into_inner()) = origin.to_string();
                 self.reloads.fetch_add(1, Ordering::Relaxed);
                 crate::metrics::log(&format!("configuration reloaded from {origin}"));

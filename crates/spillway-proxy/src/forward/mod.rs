@@ -13,6 +13,7 @@ mod body;
 mod headers;
 mod send;
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,21 +29,24 @@ use spillway_tower::wire::Protocol;
 use crate::degrade::{self, Mode};
 use crate::metrics::Fault;
 use crate::respond;
-use crate::state::ProxyState;
+use crate::state::Current;
 use crate::upstream::ProxyBody;
 
 pub use body::Held;
 pub use headers::Peer;
 use headers::{append_forwarded_for, is_upgrade, strip_hop_by_hop};
 
-/// Handles one client request (never fails: every outcome is a response).
+/// Handles one client request with `cur`, its thread's snapshot of the state
+/// ([`ProxyState::current`]). Never fails: every outcome is a response; the `Result` is the
+/// one hyper's service returns, so the listener hands this future over as it is instead of
+/// wrapping it in another (each wrapping level copies the whole future once more per request).
 pub async fn handle(
-    state: Arc<ProxyState>,
+    cur: Arc<Current>,
     peer: Option<Peer>,
     mut req: Request<Incoming>,
-) -> Response<ProxyBody> {
+) -> Result<Response<ProxyBody>, Infallible> {
     let now = Instant::now();
-    let rt = state.runtime();
+    let (state, rt) = (&cur.state, &cur.rt);
     let protocol = Protocol::of(req.headers());
     let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
@@ -54,7 +58,7 @@ pub async fn handle(
         Ok(c) => c,
         Err(e) => {
             state.faults.count(Fault::BadRequest);
-            return respond::bad_header(&e, protocol);
+            return Ok(respond::bad_header(&e, protocol));
         }
     };
     // Offered demand is what clients ask of the service; health checks are the proxy's and
@@ -74,7 +78,7 @@ pub async fn handle(
     if !class.health_check {
         if let Some(refusal) = controls.check(now, class.criticality, fastrand::f64()) {
             tower_metrics::shed(&labels, refusal.reason());
-            return respond::control_refusal(&refusal, protocol);
+            return Ok(respond::control_refusal(&refusal, protocol));
         }
     }
 
@@ -92,7 +96,7 @@ pub async fn handle(
                     let mode = degrade::mode(d);
                     counters.count(&route.name, mode, exercised);
                     match mode {
-                        Mode::Static => return degrade::static_response(d),
+                        Mode::Static => return Ok(degrade::static_response(d)),
                         Mode::UpstreamPath => {
                             if let Some(p) = d.upstream_path.as_deref() {
                                 if let Some(u) = degrade::rewrite_path(&parts.uri, p) {
@@ -121,7 +125,7 @@ pub async fn handle(
         Admission::Admitted(p) => p,
         Admission::Refused(r) => {
             tower_metrics::shed(&labels, r.reason.as_str());
-            return respond::refusal(&r, protocol);
+            return Ok(respond::refusal(&r, protocol));
         }
         Admission::Queued(q) => {
             let give_up = tokio::time::Instant::from_std(q.give_up_at());
@@ -134,7 +138,7 @@ pub async fn handle(
                 Ok(p) => p,
                 Err(r) => {
                     tower_metrics::shed(&labels, r.reason.as_str());
-                    return respond::refusal(&r, protocol);
+                    return Ok(respond::refusal(&r, protocol));
                 }
             }
         }
@@ -167,13 +171,13 @@ pub async fn handle(
     }
 
     let (res, upstream_upgrade) =
-        send::forward(&state, &rt, parts, body, protocol, &class, permit, labels).await;
+        send::forward(state, rt, parts, body, protocol, &class, permit, labels).await;
     // Without the client's side (it did not ask to upgrade) the hold is dropped here, which
     // releases the permit at once.
     if let (Some(on_client), Some(up)) = (client_upgrade, upstream_upgrade) {
         tokio::spawn(tunnel(on_client, up));
     }
-    res
+    Ok(res)
 }
 
 /// Copies bytes both ways until both directions have closed (or either fails), holding the
@@ -187,4 +191,28 @@ async fn tunnel(client: hyper::upgrade::OnUpgrade, up: send::Upgrade) {
     let mut u = hyper_util::rt::TokioIo::new(u);
     let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
     drop(hold);
+}
+
+#[cfg(test)]
+mod tests {
+    /// The size of the future `f` returns, without calling it.
+    fn future_size<A, B, C, F: std::future::Future>(_: impl Fn(A, B, C) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// A request's future is built, then moved into hyper's slot for it, and its inner
+    /// futures into it: each move copies the whole size, per request (memmove was 3% of the
+    /// proxy's CPU with this future at 5,472 bytes; perf, bench/results/proxy-forwarding.md
+    /// "Fourth round"). The upstream connect path, which runs once per connection, is boxed
+    /// (4,400 bytes with it); this fails if a rarely taken path makes the common one large
+    /// again.
+    #[test]
+    fn the_per_request_future_stays_small() {
+        let handle = future_size(super::handle);
+        eprintln!("handle future: {handle} bytes");
+        assert!(
+            handle <= 4_600,
+            "handle's future is {handle} bytes (was 5,472 before)"
+        );
+    }
 }

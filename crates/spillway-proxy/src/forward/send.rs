@@ -43,7 +43,7 @@ pub(super) async fn forward(
     mut permit: Permit,
     labels: RequestLabels,
 ) -> (Response<ProxyBody>, Option<Upgrade>) {
-    let pool = Arc::clone(&rt.pool);
+    let pool = &rt.pool;
     let cfg = &pool.cfg;
     let read_timeout = Duration::from_millis(rt.config.listen.header_read_timeout_ms);
     let mut body = match read_body(body, cfg.retry_buffer_bytes, read_timeout).await {
@@ -114,7 +114,7 @@ pub(super) async fn forward(
         if task.throttle(class.criticality).try_acquire(now).is_err() {
             tower_metrics::throttled(&labels, dest(&task));
             retry.record_outcome(now, task.id, true);
-            match decide(state, &pool, tried, now, attempt, false, replayable) {
+            match decide(state, pool, tried, now, attempt, false, replayable) {
                 RetryDecision::Retry => {
                     attempt += 1;
                     continue;
@@ -232,13 +232,13 @@ pub(super) async fn forward(
                 if replayable
                     && state.controls().retries_enabled()
                     && attempt < retry.max_attempts()
-                    && more_tasks(&pool, tried, now)
+                    && more_tasks(pool, tried, now)
                 {
                     tower_metrics::retried(&labels, dest(&task), "connect");
                     attempt += 1;
                     continue;
                 }
-                if !replayable && more_tasks(&pool, tried, now) {
+                if !replayable && more_tasks(pool, tried, now) {
                     state.faults.count(Fault::NotRetriedLargeBody);
                 }
                 permit.set_outcome(Outcome::Ignore);
@@ -275,8 +275,7 @@ pub(super) async fn forward(
                 retry.record_outcome(now, task.id, overload.is_some());
                 if let Some(dont_retry) = overload {
                     pool.record_failure(&task, now);
-                    let decision =
-                        decide(state, &pool, tried, now, attempt, dont_retry, replayable);
+                    let decision = decide(state, pool, tried, now, attempt, dont_retry, replayable);
                     if decision.is_retry() {
                         tower_metrics::retried(&labels, dest(&task), "overloaded");
                         attempt += 1;
@@ -300,7 +299,7 @@ pub(super) async fn forward(
                         pool.record_success(&task);
                     }
                 }
-                read_reports(state, &pool, &task, &res, &mut permit, now);
+                read_reports(state, pool, &task, &res, &mut permit, now);
                 if res.status() == StatusCode::SWITCHING_PROTOCOLS {
                     // The 101 ends the HTTP exchange but not the work: the permit, in-flight
                     // count and slot move to the tunnel and are held until it closes.
