@@ -7,7 +7,12 @@
 # moves (CPU time does: cache misses and context switches under contention); wrk's maximum
 # moves with whatever else runs.
 #
-#   flock /work/measure.lock bench/overhead/ab.sh LABEL=BIN [LABEL=BIN ...]
+#   flock /work/measure.lock bench/overhead/ab.sh LABEL=BIN [LABEL=BIN ...] [nginx]
+#
+# `nginx` (a bare word, needs nginx installed) adds nginx as a keep-alive reverse proxy to the
+# same backend on the same port, configured as in bench/proxy-overhead.sh (2 workers, upstream
+# keepalive 256), measured the same way (its CPU is the master's and the workers'), so its
+# figures interleave with the builds' in every round. The first argument must be a build.
 #
 # Env: RATE (7100), SECS (10), WRK_SECS (5, 0 = skip wrk), ROUNDS (3), MODE (fixed | zeroconf:
 # the proxy with only listen/upstream/admin set, i.e. the zero-config defaults), OUT (a file for
@@ -28,7 +33,13 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
-cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+cpu_ticks() { # the process and its children's (nginx's workers)
+  local t=0 p
+  for p in "$1" $(pgrep -P "$1" || true); do
+    t=$((t + $(sed 's/^.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+  done
+  echo "$t"
+}
 HZ=$(getconf CLK_TCK)
 
 first=${1#*=}
@@ -45,12 +56,39 @@ else
     "$PROXY" "$BACKEND" "$ADMIN" >"$WORK/p.toml"
 fi
 
+mkdir -p "$WORK/nginx/logs"
+cat >"$WORK/nginx/nginx.conf" <<NGINX
+worker_processes 2;
+error_log $WORK/nginx/logs/error.log warn;
+pid $WORK/nginx/nginx.pid;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  upstream backend { server $BACKEND; keepalive 256; keepalive_requests 1000000; }
+  server {
+    listen $PROXY reuseport;
+    location / {
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_pass http://backend;
+    }
+  }
+}
+NGINX
+
 echo "uptime before: $(uptime)"
 echo "mode=$MODE rate=$RATE/s secs=$SECS wrk=${WRK_SECS}s x 64 conns rounds=$ROUNDS"
 for r in $(seq "$ROUNDS"); do
   for ab in "$@"; do
     label=${ab%%=*} bin=${ab#*=}
-    "$bin" proxy --config "$WORK/p.toml" >"$WORK/$label.log" 2>&1 &
+    if [ "$ab" = nginx ]; then
+      nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g "daemon off;" >"$WORK/$label.log" 2>&1 &
+    else
+      "$bin" proxy --config "$WORK/p.toml" >"$WORK/$label.log" 2>&1 &
+    fi
     pid=$!
     PIDS+=($pid)
     wait_port "$PROXY"
@@ -58,7 +96,7 @@ for r in $(seq "$ROUNDS"); do
     kill -0 "$pid" 2>/dev/null || { echo "$label did not start: $(cat "$WORK/$label.log")"; exit 1; }
     "$first" load --target "$PROXY" --rate 1000 --duration 2s --attempts 1 --quiet >/dev/null 2>&1 || true
     perf_pid=
-    if command -v perf >/dev/null; then
+    if [ "$ab" != nginx ] && command -v perf >/dev/null; then
       perf stat -x, -e instructions:u,instructions:k -p "$pid" -o "$WORK/$label.$r.perf" &
       perf_pid=$!
       sleep 0.2
