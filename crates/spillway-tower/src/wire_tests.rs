@@ -285,6 +285,24 @@ fn orca_text_round_trip() {
     );
     assert!(parse_orca(&hv("TEXT cpu_utilization")).is_err());
     assert!(parse_orca(&hv("TEXT cpu_utilization=NaN")).is_err());
+    // Spaces and tabs around names, values and commas; empty pairs; `=` in a skipped value.
+    let p = parse_orca(&hv(
+        "TEXT\t application_utilization =\t0.25 ,, cpu_utilization= 1e-1,\tnamed_metrics.a==1",
+    ));
+    assert!(p.is_err(), "`=1` is not a number: {p:?}");
+    let p = parse_orca(&hv(
+        "TEXT\t application_utilization =\t0.25 ,, cpu_utilization= 1e-1,",
+    ))
+    .unwrap();
+    assert_eq!(p.application_utilization, Some(0.25));
+    assert_eq!(p.cpu_utilization, Some(0.1));
+    assert_eq!(parse_orca(&hv("TEXT")), Ok(OrcaReport::default()));
+    assert!(parse_orca(&hv("TEXT cpu_utilization=inf")).is_err());
+    assert!(parse_orca(&hv("TEXT cpu_utilization=0.5x")).is_err());
+    assert!(
+        parse_orca(&hv("TEXT =0.5")).is_ok(),
+        "an empty name is an unknown one, skipped"
+    );
 }
 
 #[test]
