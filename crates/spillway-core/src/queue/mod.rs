@@ -267,17 +267,46 @@ pub struct Pushed<T> {
 }
 
 /// The bounded priority queue of requests waiting for a slot.
+///
+/// Laid out (`repr(C)`) with what every push and dequeue reads first — the length, the set of
+/// non-empty classes, CoDel's state, the discipline — and the eight class deques (32 bytes
+/// each) after them: a dequeue reads only the deques the set names, so a queue used by one
+/// criticality touches three or four of its cache lines instead of every class's.
 #[derive(Debug)]
+#[repr(C)]
 pub struct AdmissionQueue<T> {
+    len: usize,
+    /// Bit `c` set iff `classes[c]` is non-empty.
+    nonempty: u32,
+    next_seq: u64,
+    codel: Option<Codel>,
+    /// Since when the queue has held more than the adaptive-LIFO depth.
+    building_since: Option<Instant>,
     cfg: QueueConfig,
     /// Index `2 · criticality + continuation`: served from the highest index down.
     classes: [VecDeque<QueueEntry<T>>; CLASSES],
-    len: usize,
-    next_seq: u64,
-    /// Since when the queue has held more than the adaptive-LIFO depth.
-    building_since: Option<Instant>,
-    codel: Option<Codel>,
 }
+
+/// The classes named by a set of bits, lowest first.
+#[inline]
+fn classes_in(mut set: u32) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if set == 0 {
+            return None;
+        }
+        let c = set.trailing_zeros() as usize;
+        set &= set - 1;
+        Some(c)
+    })
+}
+
+/// The highest class in a non-empty set.
+#[inline]
+fn highest(set: u32) -> Option<usize> {
+    (set != 0).then(|| (u32::BITS - 1 - set.leading_zeros()) as usize)
+}
+
+const _: () = assert!(CLASSES <= u32::BITS as usize, "one bit per class");
 
 #[inline]
 fn class_of(c: Criticality, continuation: bool) -> usize {
@@ -296,6 +325,7 @@ impl<T> AdmissionQueue<T> {
             cfg,
             classes: std::array::from_fn(|_| VecDeque::new()),
             len: 0,
+            nonempty: 0,
             next_seq: 0,
             building_since: None,
             codel,
@@ -346,6 +376,17 @@ impl<T> AdmissionQueue<T> {
         }
     }
 
+    /// Brings class `class`'s bit in `nonempty` in step with its deque.
+    #[inline]
+    fn note_class(&mut self, class: usize) {
+        let bit = 1u32 << class;
+        if self.classes[class].is_empty() {
+            self.nonempty &= !bit;
+        } else {
+            self.nonempty |= bit;
+        }
+    }
+
     /// Keeps the adaptive-LIFO and CoDel "building" state in step with the length.
     fn note_len(&mut self, now: Instant) {
         if let QueueDiscipline::AdaptiveLifo { depth, .. } = self.cfg.discipline {
@@ -392,6 +433,7 @@ impl<T> AdmissionQueue<T> {
                         None => break,
                     }
                 }
+                self.note_class(class);
             }
             self.len -= evicted.len();
         }
@@ -409,6 +451,7 @@ impl<T> AdmissionQueue<T> {
             deadline,
             ticket,
         });
+        self.nonempty |= 1 << class;
         self.len += 1;
         self.note_len(now);
         Ok(Pushed { ticket, evicted })
@@ -420,6 +463,7 @@ impl<T> AdmissionQueue<T> {
         // Sequence numbers increase along each deque (pushes go to the back).
         let pos = q.binary_search_by_key(&ticket.seq, |e| e.ticket.seq).ok()?;
         let e = q.remove(pos)?;
+        self.note_class(usize::from(ticket.class));
         self.len -= 1;
         self.note_len(now);
         Some(e)
@@ -430,7 +474,8 @@ impl<T> AdmissionQueue<T> {
     pub fn purge(&mut self, now: Instant, mut on_drop: impl FnMut(QueueEntry<T>, DropReason)) {
         let max_wait = self.cfg.max_wait;
         let mut dropped = 0;
-        for q in self.classes.iter_mut() {
+        for class in classes_in(self.nonempty) {
+            let q = &mut self.classes[class];
             while let Some(front) = q.front() {
                 let reason = if front.deadline.is_some_and(|d| d <= now) {
                     DropReason::DeadlineExceeded
@@ -444,6 +489,7 @@ impl<T> AdmissionQueue<T> {
                     on_drop(e, reason);
                 }
             }
+            self.note_class(class);
         }
         if dropped > 0 {
             self.len -= dropped;
@@ -455,7 +501,7 @@ impl<T> AdmissionQueue<T> {
     /// (FIFO) or newest (LIFO) entry.
     fn head(&self, now: Instant) -> Option<(usize, usize)> {
         let lifo = self.is_lifo(now);
-        let class = (0..CLASSES).rev().find(|&c| !self.classes[c].is_empty())?;
+        let class = highest(self.nonempty)?;
         let pos = if lifo {
             self.classes[class].len() - 1
         } else {
@@ -472,6 +518,7 @@ impl<T> AdmissionQueue<T> {
 
     fn take(&mut self, now: Instant, class: usize, pos: usize) -> Option<QueueEntry<T>> {
         let e = self.classes[class].remove(pos)?;
+        self.note_class(class);
         self.len -= 1;
         self.note_len(now);
         Some(e)
@@ -510,15 +557,14 @@ impl<T> AdmissionQueue<T> {
             // the least critical work first, so a CRITICAL waiter is dropped only when nothing
             // less critical is queued. Dropping the head (the most critical waiter) is what
             // made CRITICAL requests fail while SHEDDABLE ones still waited behind them.
-            let oldest = self
-                .classes
-                .iter()
-                .filter_map(|q| q.front())
+            let classes = &self.classes;
+            let oldest = classes_in(self.nonempty)
+                .filter_map(|c| classes[c].front())
                 .map(|e| e.enqueued_at);
             let sojourn = now.saturating_duration_since(oldest.min().unwrap_or(enqueued_at));
             if let Some(codel) = self.codel.as_mut() {
                 if codel.should_drop(sojourn, now, len) {
-                    let lowest = (0..CLASSES).find(|&c| !self.classes[c].is_empty());
+                    let lowest = classes_in(self.nonempty).next();
                     let e = self.take(now, lowest.unwrap_or(class), 0)?;
                     on_drop(e, DropReason::Codel);
                     continue;

@@ -366,7 +366,8 @@ fn discipline() -> impl Strategy<Value = QueueDiscipline> {
 proptest! {
     /// Whatever happens, the queue never holds more than its bound, every entry leaves exactly
     /// once (served, dropped, evicted, removed or still queued), and a served entry is never of
-    /// lower criticality than one still waiting that was not dropped.
+    /// lower criticality than one still waiting that was not dropped; the set of non-empty
+    /// classes stays exact.
     #[test]
     fn bounded_and_conserving(
         cap in 0usize..8,
@@ -422,6 +423,11 @@ proptest! {
             prop_assert!(q.len() <= cap);
             prop_assert_eq!(q.len() + out + refused, next as usize);
             prop_assert_eq!(q.len_by_criticality().iter().sum::<usize>(), q.len());
+            // The set a dequeue reads instead of every deque names exactly the non-empty ones.
+            let set = (0..CLASSES)
+                .filter(|&c| !q.classes[c].is_empty())
+                .fold(0u32, |s, c| s | 1 << c);
+            prop_assert_eq!(q.nonempty, set);
         }
     }
 }
