@@ -160,7 +160,9 @@ pub async fn handle(
         // The configured default customer's value, made once (write_headers keeps it).
         parts.headers.insert(spillway_tower::wire::CUSTOMER, v);
     }
-    ctx.write_headers(&mut parts.headers, Instant::now(), protocol);
+    // The time left as of the grant (the controller read the clock then; queueing is
+    // included), rather than one more clock read per request.
+    ctx.write_headers(&mut parts.headers, permit.started_at(), protocol);
     if let Some(p) = &peer {
         append_forwarded_for(&mut parts.headers, p);
     }

@@ -46,6 +46,7 @@ pub(super) async fn forward(
     let pool = &rt.pool;
     let cfg = &pool.cfg;
     let read_timeout = Duration::from_millis(rt.config.listen.header_read_timeout_ms);
+    let body_was_empty = http_body::Body::is_end_stream(&body);
     let mut body = match read_body(body, cfg.retry_buffer_bytes, read_timeout).await {
         Ok(b) => b,
         Err(e) => {
@@ -85,14 +86,24 @@ pub(super) async fn forward(
         UpstreamProtocol::Http2 => true,
         UpstreamProtocol::Auto => parts.version == Version::HTTP_2,
     } && !upgrade;
-    let now = Instant::now();
+    // Without a body to wait for, the grant's time is now to within microseconds: one clock
+    // read fewer per request (two on the first attempt).
+    let mut now = if body_was_empty {
+        permit.started_at()
+    } else {
+        Instant::now()
+    };
     let retry = pool.retry_policy();
     retry.record_request(now);
     let mut tried = 0u64;
     let mut attempt = class.attempt.max(1);
     let mut streamed_once = false;
+    let mut first = true;
     loop {
-        let now = Instant::now();
+        if !first {
+            now = Instant::now();
+        }
+        first = false;
         let Some(task) = pool.pick(tried, now) else {
             state.faults.count(Fault::UpstreamUnavailable);
             permit.set_outcome(Outcome::Ignore);
