@@ -11,7 +11,9 @@
 #   KEYS ("direct fixed zeroconf nginx")  plus, for any key, KEY_slice: the same front with its
 #   data-plane threads' EEVDF slice set to SLICE_US (100) from outside (bench/overhead/set-slice.py,
 #   so any binary can be compared), e.g. KEYS="direct fixed fixed_slice nginx"; PROXY_ENV
-#   ("VAR=value ...", given to every proxy).
+#   ("VAR=value ...", given to every proxy). fixed_idle32, zeroconf_idle256, ...: the same front
+#   with [upstream] max_idle_per_task 32 / 256. The "opens" column counts TCP connections opened
+#   on the host during the measured phase (the client's and the front's upstream connections).
 #
 # Everything on 127.0.0.1; every phase bounded; processes killed on exit.
 set -euo pipefail
@@ -38,6 +40,13 @@ printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\nmax_requests_p
   "$FIXED" "$BACKEND" "$ADMIN" >"$W/fixed.toml"
 printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\n[admin]\nlisten = "%s"\n' \
   "$ZERO" "$BACKEND" "$ZADMIN" >"$W/zeroconf.toml"
+# *_idle32 / *_idle256: the same front with [upstream] max_idle_per_task 32 (the proxy's
+# default) / 256 (= the default max_requests_per_task).
+for f in fixed zeroconf; do
+  for n in 32 256; do
+    sed "s/^\[upstream\]$/[upstream]\nmax_idle_per_task = $n/; /^max_idle_per_task = 1024$/d" "$W/$f.toml" >"$W/${f}_idle$n.toml"
+  done
+done
 mkdir -p "$W/nginx"
 cat >"$W/nginx/nginx.conf" <<NGINX
 worker_processes 2;
@@ -66,6 +75,9 @@ sched() {
   done
   echo "$r $w $n"
 }
+# TCP connections opened on the host so far (/proc/net/snmp Tcp ActiveOpens): a phase's delta
+# is the client's plus the front's new upstream connections.
+opens() { awk '/^Tcp:/ { if (seen) { print $c; exit } for (i = 1; i <= NF; i++) if ($i == "ActiveOpens") c = i; seen = 1 }' /proc/net/snmp; }
 load() { # rate seconds [json]
   /usr/bin/time -f "%U %S" -o "$W/time" "$BIN" load --target "$TARGET" --rate "$1" --duration "${2}s" --attempts 1 --timeout 500ms \
     --quiet ${3:+--json "$3"} >/dev/null 2>&1 || true
@@ -74,8 +86,8 @@ start() { # key: sets TARGET FRONT (pid or empty)
   FRONT=
   case ${1%_slice} in
     direct) TARGET=$BACKEND; return ;;
-    fixed) TARGET=$FIXED; env ${PROXY_ENV:-} "$BIN" proxy --config "$W/fixed.toml" >"$W/$1.log" 2>&1 & ;;
-    zeroconf) TARGET=$ZERO; env ${PROXY_ENV:-} "$BIN" proxy --config "$W/zeroconf.toml" >"$W/$1.log" 2>&1 & ;;
+    fixed*) TARGET=$FIXED; env ${PROXY_ENV:-} "$BIN" proxy --config "$W/${1%_slice}.toml" >"$W/$1.log" 2>&1 & ;;
+    zeroconf*) TARGET=$ZERO; env ${PROXY_ENV:-} "$BIN" proxy --config "$W/${1%_slice}.toml" >"$W/$1.log" 2>&1 & ;;
     nginx) TARGET=$NGINX; nginx -p "$W/nginx" -c "$W/nginx/nginx.conf" -g "daemon off;" >"$W/$1.log" 2>&1 & ;;
   esac
   FRONT=$!
@@ -115,14 +127,16 @@ for round in $(seq "$ROUNDS"); do
     f0=$( [ -n "$FRONT" ] && sched "$FRONT" || echo "0 0 0")
     b0=$(sched "$BACKEND_PID")
     h0=$(host_busy)
+    o0=$(opens)
     SP=
-    if [ "${key%_slice}" = zeroconf ]; then sample_status "$ZADMIN" "$W/$key.$round.status" & SP=$!; fi
+    if [ "${key#zeroconf}" != "$key" ]; then sample_status "$ZADMIN" "$W/$key.$round.status" & SP=$!; fi
     load "$RATE" "$SECS" "$W/$key.$round.json"
     [ -n "$SP" ] && { kill "$SP" 2>/dev/null || true; wait "$SP" 2>/dev/null || true; }
     f1=$( [ -n "$FRONT" ] && sched "$FRONT" || echo "0 0 0")
     b1=$(sched "$BACKEND_PID")
     h1=$(host_busy)
-    echo "$round $key $f0 $f1 $b0 $b1 $h0 $h1 $(awk '{print $1 + $2}' "$W/time")" >>"$W/sched"
+    o1=$(opens)
+    echo "$round $key $f0 $f1 $b0 $b1 $h0 $h1 $(awk '{print $1 + $2}' "$W/time") $((o1 - o0))" >>"$W/sched"
     [ -n "$FRONT" ] && stop "$FRONT"
     sleep 1
   done
@@ -133,7 +147,7 @@ import json, os, statistics as st, sys
 w = sys.argv[1]
 rows = {}
 print(f"{'key':<14}{'rnd':>4}{'sent':>7}{'refused':>8}{'p50':>7}{'p99':>7}{'p99.9':>8}{'lag99':>7}"
-      f"{'front run':>10}{'front wait':>11}{'wait/slice':>11}{'backend wait':>13}{'others':>7}  limit min-max, queued max")
+      f"{'front run':>10}{'front wait':>11}{'wait/slice':>11}{'backend wait':>13}{'others':>7}{'opens':>7}  limit min-max, queued max")
 for line in open(os.path.join(w, "sched")):
     f = line.split()
     rnd, key = f[0], f[1]
@@ -155,7 +169,7 @@ for line in open(os.path.join(w, "sched")):
             lim = f"  {min(x[0] for x in v)}-{max(x[0] for x in v)}, {max(x[2] for x in v)} (in flight max {max(x[1] for x in v)})"
     slices = max(fn1 - fn0, 1)
     print(f"{key:<14}{rnd:>4}{s['sent']:>7}{s['rejected']:>8}{l['p50_ms']:>7.2f}{l['p99_ms']:>7.2f}{l['p999_ms']:>8.2f}{lag:>7.2f}"
-          f"{(fr1-fr0)/n/1e3:>8.1f}us{(fw1-fw0)/n/1e3:>9.1f}us{(fw1-fw0)/slices/1e3:>9.1f}us{(bw1-bw0)/n/1e3:>11.1f}us{others:>7.2f}{lim}")
+          f"{(fr1-fr0)/n/1e3:>8.1f}us{(fw1-fw0)/n/1e3:>9.1f}us{(fw1-fw0)/slices/1e3:>9.1f}us{(bw1-bw0)/n/1e3:>11.1f}us{others:>7.2f}{int(f[19]):>7}{lim}")
     rows.setdefault(key, []).append((l["p99_ms"], rnd))
 direct = {r: p for p, r in rows.get("direct", [])}
 print("\nmedian p99 and p99 added (median of round-paired differences, spread):")
