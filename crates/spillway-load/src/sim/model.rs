@@ -409,7 +409,9 @@ pub(crate) struct Node {
     pub crit: Criticality,
     pub group: u16,
     pub task: u32,
-    /// Client instance (top-level) — its `Caller`.
+    /// Top-level: its client instance (its `Caller`). An attempt: the index of the caller it
+    /// answers to — the client instance (layer 0) or the task of the layer above — so that
+    /// prefetching finds the caller's policies without reading the parent node.
     pub instance: u32,
     /// The attempt number this request was sent with (1 for top-level requests).
     pub attempt_in: u32,
@@ -432,6 +434,9 @@ pub(crate) struct Node {
     /// The caller left while it was on a worker: finish the CPU work, then stop.
     pub cancelled: bool,
 }
+
+// A node stays within 96 bytes (a line and a half), the slab's footprint per request in flight.
+const _: () = assert!(std::mem::size_of::<Node>() <= 96);
 
 /// What a request holds from its task's admission controller (one at a time, so one field).
 #[derive(Debug, Default)]

@@ -89,6 +89,11 @@ impl Engine {
         p.last_task = task;
         p.sent += 1;
         let give_up = now.saturating_add(timeout).min(p.deadline);
+        let caller = if p.layer == CLIENT {
+            p.instance
+        } else {
+            p.task
+        };
         let (crit, group, local, pgen) = (p.crit, p.group, p.local, p.gen);
         let cid = self.slab.alloc();
         let protected = self.layers[target].protected;
@@ -100,6 +105,7 @@ impl Engine {
         c.crit = crit;
         c.group = group;
         c.task = task;
+        c.instance = caller;
         c.attempt_in = local;
         c.deadline = if protected { give_up } else { NEVER };
         c.give_up = give_up;

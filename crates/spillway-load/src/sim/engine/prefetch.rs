@@ -13,13 +13,16 @@
 //!
 //! - [`FAR`] events ahead: the event's node (and, for a worker completion, the permit it
 //!   holds from the core);
-//! - [`MID`]: reads the node; a completion: its task and that task's controller state (hot
-//!   lines, random source, limit state — from a compact table of addresses taken when the
-//!   fleet is built, so no dependent load), and its parent node; a retry: its caller's
-//!   client-side policies;
-//! - [`NEAR`]: a completion: the parent's policies; a retry: what those policies point to
-//!   (counter buckets, outcome ring);
-//! - [`NEXT`]: a completion: what the parent's policies point to.
+//! - [`MID`]: reads the node; a completion: its task's slot and hint-table entry, its parent
+//!   node, and its caller's client-side policies (the attempt names its caller itself, so no
+//!   parent read is needed); a retry: its caller's client-side policies;
+//! - [`NEAR`]: a completion: its task's controller state (hot lines, random source, limit
+//!   state, from the hint entry MID brought in) and what the caller's policies point to
+//!   (counter buckets, outcome ring); a retry: what its policies point to.
+//!
+//! Every stage reads only what an earlier stage prefetched (until this round, a completion
+//! read the hint entry in the stage that prefetched it, and reached its caller's policies
+//! through the parent node, one stage later than now: both stalled).
 //!
 //! An attempt prefetches its task's state the moment it picks the task, before setting up
 //! the attempt (its timer, its node) and calling `admit`.
@@ -36,9 +39,8 @@ use crate::sim::model::{Caller, Node, CLIENT, NONE};
 
 /// Stage distances, in events ahead of the one being run (see the module docs).
 const FAR: usize = 12;
-const MID: usize = 9;
-const NEAR: usize = 6;
-const NEXT: usize = 3;
+const MID: usize = 8;
+const NEAR: usize = 4;
 
 /// Every cache line of `v`.
 #[inline]
@@ -71,9 +73,12 @@ impl Engine {
                 return;
             };
             if ev.kind() == Kind::WorkerDone {
-                self.prefetch_task(n.layer as usize, n.task);
+                self.prefetch_task_slot(n.layer as usize, n.task);
                 if let Some(p) = self.slab.nodes.get(n.parent as usize) {
                     lines_of(p);
+                }
+                if let Some(c) = self.caller_above(n) {
+                    lines_of(c);
                 }
             } else if let Some(c) = self.caller_at(n) {
                 lines_of(c);
@@ -84,21 +89,12 @@ impl Engine {
                 return;
             };
             if ev.kind() == Kind::WorkerDone {
-                if let Some(c) = self.parent_caller(n) {
-                    lines_of(c);
+                self.prefetch_task_state(n.layer as usize, n.task);
+                if let Some(c) = self.caller_above(n) {
+                    caller_pointees(c, self.at(ev.at));
                 }
             } else if let Some(c) = self.caller_at(n) {
                 caller_pointees(c, self.at(ev.at));
-            }
-        }
-        if let Some((ev, i)) = self.live_ahead(NEXT) {
-            let Some(n) = self.slab.nodes.get(i) else {
-                return;
-            };
-            if ev.kind() == Kind::WorkerDone {
-                if let Some(c) = self.parent_caller(n) {
-                    caller_pointees(c, self.at(ev.at));
-                }
             }
         }
     }
@@ -171,14 +167,18 @@ impl Engine {
             .then_some((ev, ev.id as usize))
     }
 
-    /// The client-side policies of node `n`'s parent (a client instance or a task calling
-    /// down), which its answer will update.
+    /// The client-side policies of attempt `n`'s caller (a client instance or a task calling
+    /// down), which its answer will update: found from the attempt alone, no parent read.
     #[inline]
-    fn parent_caller(&self, n: &Node) -> Option<&Caller> {
-        if n.parent == NONE {
+    fn caller_above(&self, n: &Node) -> Option<&Caller> {
+        if n.layer == CLIENT || n.parent == NONE {
             return None;
         }
-        self.caller_at(self.slab.nodes.get(n.parent as usize)?)
+        let at = n.instance as usize;
+        match (n.layer as usize).checked_sub(1) {
+            None => self.groups.get(n.group as usize)?.instances.get(at),
+            Some(above) => self.layers.get(above)?.callers.get(at),
+        }
     }
 
     /// The client-side policies node `p` calls down with.
