@@ -24,8 +24,9 @@
 //! read the hint entry in the stage that prefetched it, and reached its caller's policies
 //! through the parent node, one stage later than now: both stalled).
 //!
-//! An attempt prefetches its task's state the moment it picks the task, before setting up
-//! the attempt (its timer, its node) and calling `admit`.
+//! A request's first attempt finds its task prefetched already (its group's pick stream is
+//! read ahead, see `picks.rs`); a retry or a call down prefetches its task's state the moment
+//! it picks the task, before setting up the attempt (its timer, its node) and calling `admit`.
 //!
 //! Client instances take arrivals in turn, so an arrival prefetches the instances of the next
 //! two. Prefetches are hints: a wrong or stale one (a node freed since, a lane event that comes
