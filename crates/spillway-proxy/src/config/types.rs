@@ -197,10 +197,10 @@ pub struct UpstreamConfig {
     /// Idle upstream connections kept per task on each data-plane thread. Default 256, as
     /// `max_requests_per_task`: a connection the proxy was allowed to use is kept until
     /// `idle_timeout_ms` instead of being closed after a burst and opened again at the next one
-    /// (at 32, 7,400 req/s, whose bursts reach 40–120 in flight, opened 657–2,249 connections
-    /// per 6 s instead of 183 and the zero-config p99 was 19.3 ms instead of 5.8; under CPU
-    /// contention the churn fed itself: 33,116 opens for 42,703 requests —
-    /// bench/overhead/p99-sched.sh, bench/results/proxy-overhead.md "Fourth round").
+    /// (at 32, 7,400 req/s, whose bursts reach 40–120 in flight, opened 328–998 connections per
+    /// 6 s instead of 121–232, and the zero-config proxy's p99 was 29.8–113.9 ms with 2,000–5,450
+    /// requests refused instead of 4.5–15.5 ms and 0–69 — bench/overhead/p99-sched.sh,
+    /// bench/results/proxy-overhead.md "Fourth round").
     pub max_idle_per_task: usize,
     /// Idle upstream connections are closed after this. Default 60 000 ms.
     pub idle_timeout_ms: u64,
