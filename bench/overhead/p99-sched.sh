@@ -128,6 +128,7 @@ for round in $(seq "$ROUNDS"); do
     b0=$(sched "$BACKEND_PID")
     h0=$(host_busy)
     o0=$(opens)
+    t0=$(( $( [ -n "$FRONT" ] && tree_ticks "$FRONT" || echo 0) + $(cpu_ticks "$BACKEND_PID") ))
     SP=
     if [ "${key#zeroconf}" != "$key" ]; then sample_status "$ZADMIN" "$W/$key.$round.status" & SP=$!; fi
     load "$RATE" "$SECS" "$W/$key.$round.json"
@@ -136,7 +137,8 @@ for round in $(seq "$ROUNDS"); do
     b1=$(sched "$BACKEND_PID")
     h1=$(host_busy)
     o1=$(opens)
-    echo "$round $key $f0 $f1 $b0 $b1 $h0 $h1 $(awk '{print $1 + $2}' "$W/time") $((o1 - o0))" >>"$W/sched"
+    t1=$(( $( [ -n "$FRONT" ] && tree_ticks "$FRONT" || echo 0) + $(cpu_ticks "$BACKEND_PID") ))
+    echo "$round $key $f0 $f1 $b0 $b1 $h0 $h1 $(awk '{print $1 + $2}' "$W/time") $((o1 - o0)) $((t1 - t0))" >>"$W/sched"
     [ -n "$FRONT" ] && stop "$FRONT"
     sleep 1
   done
@@ -153,9 +155,13 @@ for line in open(os.path.join(w, "sched")):
     rnd, key = f[0], f[1]
     fr0, fw0, fn0, fr1, fw1, fn1, br0, bw0, bn0, br1, bw1, bn1, hb0, ht0, hb1, ht1 = map(int, f[2:18])
     # others = the host's busy CPU less the front's, the backend's and the client's, in cores
+    # (/proc/stat; /proc/PID/stat; getrusage). It reads up to ~0.5 core low, even negative: the
+    # host's busy time is sampled at ticks, which miss many of the 20-60 us bursts these
+    # processes run in, while the per-process times are scaled to the exact run time. Compare
+    # it between rounds; a round near +1 had someone else's build on the host.
     cpus, tick = os.cpu_count(), 1 / os.sysconf("SC_CLK_TCK")
     elapsed = (ht1 - ht0) / cpus * tick
-    ours = (fr1 - fr0 + br1 - br0) / 1e9 + float(f[18])
+    ours = int(f[20]) * tick + float(f[18])
     others = ((hb1 - hb0) * tick - ours) / max(elapsed, 1e-9)
     d = json.load(open(os.path.join(w, f"{key}.{rnd}.json")))[0]
     s, l = d["summary"], d["latency"]["total"]
