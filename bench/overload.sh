@@ -146,22 +146,8 @@ addresses = ["$BACKEND"]
 [admin]
 listen = "$ADMIN"
 TOML
-mkdir -p "$WORK/nginx/logs"
-cat >"$WORK/nginx/nginx.conf" <<NGINX
-worker_processes 2;
-error_log $WORK/nginx/logs/error.log warn;
-pid $WORK/nginx/nginx.pid;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path $WORK/nginx/body;
-  server {
-    listen $NGINX;
-    location / { return 503; }
-  }
-}
-NGINX
+. bench/lib/nginx.sh
+nginx_conf "$WORK/nginx" "$NGINX" ""
 
 start_front() { # $1 = fixed | zeroconf | nginx; sets FRONT_PID and TARGET
   case $1 in

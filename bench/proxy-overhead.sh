@@ -155,30 +155,8 @@ addresses = ["$BACKEND"]
 listen = "$ZADMIN"
 TOML
 
-mkdir -p "$WORK/nginx/logs"
-cat >"$WORK/nginx/nginx.conf" <<NGINX
-worker_processes 2;
-error_log $WORK/nginx/logs/error.log warn;
-pid $WORK/nginx/nginx.pid;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path $WORK/nginx/body;
-  proxy_temp_path $WORK/nginx/proxy;
-  upstream backend { server $BACKEND; keepalive 256; keepalive_requests 1000000; }
-  server {
-    listen $NGINX;
-    location / {
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_pass http://backend;
-    }
-    # nginx's cheapest refusal, for the CPU phases' reference (nothing else requests it).
-    location /refuse { return 503; }
-  }
-}
-NGINX
+. bench/lib/nginx.sh
+nginx_conf "$WORK/nginx" "$NGINX" "$BACKEND"
 
 start_front() { # $1 = key; sets FRONT_PID and TARGET
   FRONT_PID=

@@ -56,28 +56,8 @@ else
     "$PROXY" "$BACKEND" "$ADMIN" >"$WORK/p.toml"
 fi
 
-mkdir -p "$WORK/nginx/logs"
-cat >"$WORK/nginx/nginx.conf" <<NGINX
-worker_processes 2;
-error_log $WORK/nginx/logs/error.log warn;
-pid $WORK/nginx/nginx.pid;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path $WORK/nginx/body;
-  proxy_temp_path $WORK/nginx/proxy;
-  upstream backend { server $BACKEND; keepalive 256; keepalive_requests 1000000; }
-  server {
-    listen $PROXY reuseport;
-    location / {
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_pass http://backend;
-    }
-  }
-}
-NGINX
+. "$(dirname "$0")/../lib/nginx.sh"
+nginx_conf "$WORK/nginx" "$PROXY" "$BACKEND" reuseport
 
 echo "uptime before: $(uptime)"
 echo "mode=$MODE rate=$RATE/s secs=$SECS wrk=${WRK_SECS}s x 64 conns rounds=$ROUNDS"

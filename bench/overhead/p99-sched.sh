@@ -47,21 +47,8 @@ for f in fixed zeroconf; do
     sed "s/^\[upstream\]$/[upstream]\nmax_idle_per_task = $n/; /^max_idle_per_task = 1024$/d" "$W/$f.toml" >"$W/${f}_idle$n.toml"
   done
 done
-mkdir -p "$W/nginx"
-cat >"$W/nginx/nginx.conf" <<NGINX
-worker_processes 2;
-error_log $W/nginx/error.log warn;
-pid $W/nginx/nginx.pid;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  client_body_temp_path $W/nginx/body;
-  proxy_temp_path $W/nginx/proxy;
-  upstream backend { server $BACKEND; keepalive 256; keepalive_requests 1000000; }
-  server { listen $NGINX; location / { proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://backend; } }
-}
-NGINX
+. bench/lib/nginx.sh
+nginx_conf "$W/nginx" "$NGINX" "$BACKEND"
 wait_port "$BACKEND"
 
 # Sum of run ns, run-queue wait ns and timeslices over every thread of a process and its children.
