@@ -1,0 +1,180 @@
+//! CONFIG.md states every key's default; this checks those statements against the defaults the
+//! proxy actually runs with (an empty file, serialised as `spillway proxy --check` prints it).
+//! A default changed in code but not in the reference (it happened: `max_idle_per_task` went
+//! from 32 to 256) fails here, naming the key, the documented and the effective value.
+
+use serde_json::Value;
+use spillway_proxy::config::parse;
+
+const REFERENCE: &str = include_str!("../CONFIG.md");
+
+/// The effective defaults, as JSON: an empty file, plus one route with a degraded mode so the
+/// per-route tables' defaults can be read from `routes[0]` (the file's routes are empty).
+fn defaults() -> Value {
+    let cfg = parse("", "empty.toml").expect("an empty file is the zero-config proxy");
+    let mut json = serde_json::to_value(&cfg).expect("the configuration serialises");
+    let routed = parse(
+        "[[routes]]\nname = \"r\"\n[routes.degrade]\nbody = \"x\"\n",
+        "route.toml",
+    )
+    .expect("one route with a static degraded response");
+    let routed = serde_json::to_value(&routed).expect("the configuration serialises");
+    json["routes"] = routed["routes"][0].clone();
+    json
+}
+
+/// Documented defaults that name another key rather than a value.
+const REFERENCES: [(&str, &str); 2] = [
+    ("routes.criticality", "classify.default_criticality"),
+    ("routes.cost", "classify.default_cost"),
+];
+
+/// Documented defaults the configuration leaves unset and the code applies where it uses them
+/// (a static degraded response's status and content type): checked by the proxy's degradation
+/// tests, not here.
+const APPLIED_WHERE_USED: [&str; 2] = ["routes.degrade.status", "routes.degrade.content_type"];
+
+/// `[upstream.throttle]` in a heading → ["upstream", "throttle"]; `[[routes]]` → ["routes"]
+/// (read from the one route [`defaults`] adds); a heading without a table name → None.
+fn table_of(heading: &str) -> Option<Vec<String>> {
+    let start = heading.find("`[")? + 2;
+    let end = start + heading[start..].find("]`")?;
+    let name = heading[start..end]
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    Some(name.split('.').map(str::to_owned).collect())
+}
+
+/// A cell that is exactly one backticked literal, e.g. `` `256` `` → "256".
+fn literal(cell: &str) -> Option<&str> {
+    let s = cell.trim().strip_prefix('`')?.strip_suffix('`')?;
+    (!s.contains('`')).then_some(s)
+}
+
+/// A TOML literal as JSON (`never` in a per-criticality array is JSON's null).
+fn toml_value(lit: &str) -> Value {
+    let text = format!("v = {}", lit.replace("never", "1e999"));
+    let doc: Value = toml_edit::de::from_str(&text)
+        .unwrap_or_else(|e| panic!("CONFIG.md default `{lit}` is not TOML: {e}"));
+    let v = doc["v"].clone();
+    match v {
+        Value::Array(a) => Value::Array(
+            a.into_iter()
+                .map(|x| match x.as_f64() {
+                    Some(f) if f.is_infinite() => Value::Null,
+                    _ => x,
+                })
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// Numbers compare by value (TOML `120.0` and JSON `120` are one default); the rest structurally.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+fn lookup<'a>(root: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(root, |v, k| v.get(k))
+}
+
+/// Every (path, documented literal) the reference's tables give as a plain default.
+fn documented() -> Vec<(Vec<String>, String)> {
+    let mut table: Option<Vec<String>> = None;
+    let mut out = Vec::new();
+    for line in REFERENCE.lines() {
+        if line.starts_with('#') {
+            table = table_of(line);
+            continue;
+        }
+        let Some(table) = &table else { continue };
+        let cells: Vec<&str> = line.split(" | ").collect();
+        if !line.starts_with("| `") || cells.len() < 3 {
+            continue;
+        }
+        let keys = cells[0].trim_start_matches('|');
+        // `window` / `buckets` | `10.0` / `10`: pairs, in order.
+        let keys: Vec<&str> = keys.split(" / ").collect();
+        let values: Vec<&str> = cells[1].split(" / ").collect();
+        if keys.len() != values.len() {
+            continue;
+        }
+        for (k, v) in keys.iter().zip(values) {
+            let (Some(k), Some(v)) = (literal(k), literal(v)) else {
+                continue;
+            };
+            let mut path = table.clone();
+            path.extend(k.split('.').map(str::to_owned));
+            out.push((path, v.to_owned()));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_plain_default_in_the_reference_is_the_effective_one() {
+    let json = defaults();
+    let rows = documented();
+    let mut wrong = Vec::new();
+    for (path, lit) in &rows {
+        let key = path.join(".");
+        if REFERENCES.contains(&(key.as_str(), lit.as_str())) {
+            continue;
+        }
+        let doc = toml_value(lit);
+        match lookup(&json, path) {
+            Some(Value::Null) if APPLIED_WHERE_USED.contains(&key.as_str()) => {}
+            Some(actual) if same(&doc, actual) => {}
+            Some(actual) => wrong.push(format!("{key}: CONFIG.md `{lit}`, effective {actual}")),
+            None => wrong.push(format!("{key}: in CONFIG.md, not in the configuration")),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "CONFIG.md disagrees with the code:\n{}",
+        wrong.join("\n")
+    );
+    // The parser must keep finding the tables: every section's rows, not a handful.
+    assert!(
+        rows.len() >= 40,
+        "only {} defaults found in CONFIG.md",
+        rows.len()
+    );
+}
+
+#[test]
+fn the_zero_config_limit_parameters_are_the_documented_ones() {
+    let json = defaults();
+    let limit = &json["admission"]["limit"];
+    assert_eq!(limit["algorithm"], "envoy_gradient");
+    let bullet: String = REFERENCE
+        .split("\n- ")
+        .find(|b| b.starts_with("`envoy_gradient`"))
+        .expect("CONFIG.md describes envoy_gradient's parameters")
+        .to_owned();
+    let mut checked = 0;
+    for piece in bullet.split('`').skip(1).step_by(2) {
+        let Some((k, v)) = piece.split_once(" = ") else {
+            continue;
+        };
+        let actual = limit
+            .get(k)
+            .unwrap_or_else(|| panic!("CONFIG.md names `{k}`, the limit has no such key"));
+        assert!(
+            same(&toml_value(v), actual),
+            "{k}: CONFIG.md `{v}`, effective {actual}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 8, "only {checked} parameters found");
+}
