@@ -178,3 +178,55 @@ fn the_zero_config_limit_parameters_are_the_documented_ones() {
     }
     assert!(checked >= 8, "only {checked} parameters found");
 }
+
+/// The README's summary repeats the plain defaults of some tables (`key` = value): each number
+/// and boolean stated there must be the effective one too.
+#[test]
+fn the_readme_summary_states_the_effective_defaults() {
+    let readme = include_str!("../../../README.md");
+    let json = defaults();
+    let mut checked = 0;
+    // Each section's bullet, from "- **`[name]`**" to the next bullet, joined into one line.
+    for bullet in readme.split("\n- **`[").skip(1) {
+        let Some((name, text)) = bullet.split_once("]`**") else {
+            continue;
+        };
+        let Some(table) = json.get(name) else {
+            continue;
+        };
+        let text = text.split("\n- ").next().unwrap_or("").replace("\n  ", " ");
+        for piece in text
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .zip(text.split('`').skip(2).step_by(2))
+        {
+            let (key, after) = piece;
+            let Some(value) = after.strip_prefix(" = ") else {
+                continue;
+            };
+            let value: &str = value
+                .split([';', ' ', '('])
+                .next()
+                .unwrap_or("")
+                .trim_end_matches('.');
+            let stated = match value {
+                "true" => Value::Bool(true),
+                "false" => Value::Bool(false),
+                v => match v.parse::<f64>() {
+                    Ok(n) => serde_json::json!(n),
+                    Err(_) => continue, // words (auto, CRITICAL, one per CPU): CONFIG.md has them
+                },
+            };
+            let actual = table.get(key).unwrap_or_else(|| {
+                panic!("README names [{name}] `{key}`, the config has no such key")
+            });
+            assert!(
+                same(&stated, actual),
+                "README [{name}] `{key}` = {value}, effective {actual}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 12, "only {checked} README defaults found");
+}
