@@ -32,11 +32,13 @@
 //! form is `endpoint-load-metrics: TEXT key=value, key=value` with the `OrcaLoadReport` field
 //! names (`cpu_utilization`, `mem_utilization`, `rps_fractional`, `application_utilization`, …).
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use spillway_core::Criticality;
+
+mod orca;
+pub use orca::{format_orca, parse_orca, OrcaReport};
 
 // ---------------------------------------------------------------------------------------------
 // Header names
@@ -473,87 +475,6 @@ pub fn grpc_status(headers: &HeaderMap) -> Option<u16> {
         .get(GRPC_STATUS)
         .and_then(|v| parse_digits(v.as_bytes(), 2))
         .and_then(|n| u16::try_from(n).ok())
-}
-
-/// One ORCA load report in its native HTTP (`TEXT`) form; `None` fields are omitted.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct OrcaReport {
-    /// CPU utilisation as a fraction of the available CPU (may exceed 1 past soft limits).
-    pub cpu_utilization: Option<f64>,
-    /// Memory utilisation as a fraction.
-    pub mem_utilization: Option<f64>,
-    /// Application-defined utilisation (Spillway reports its load signal here).
-    pub application_utilization: Option<f64>,
-    /// Requests per second being served.
-    pub rps_fractional: Option<f64>,
-}
-
-const ORCA_FIELDS: [&str; 4] = [
-    "cpu_utilization",
-    "mem_utilization",
-    "application_utilization",
-    "rps_fractional",
-];
-
-impl OrcaReport {
-    fn fields(&self) -> [Option<f64>; 4] {
-        [
-            self.cpu_utilization,
-            self.mem_utilization,
-            self.application_utilization,
-            self.rps_fractional,
-        ]
-    }
-}
-
-/// Formats `endpoint-load-metrics: TEXT cpu_utilization=0.4200, …` (non-finite values skipped).
-pub fn format_orca(r: &OrcaReport) -> HeaderValue {
-    let mut s = String::with_capacity(96);
-    s.push_str("TEXT");
-    let mut first = true;
-    for (name, v) in ORCA_FIELDS.iter().zip(r.fields()) {
-        if let Some(v) = v.filter(|v| v.is_finite()) {
-            let _ = write!(s, "{}{name}={v:.4}", if first { " " } else { ", " });
-            first = false;
-        }
-    }
-    HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static("TEXT"))
-}
-
-/// Parses the `TEXT` form; unknown names (e.g. `named_metrics.*`, `eps`) are skipped.
-///
-/// On bytes: a value `to_str` accepts is visible ASCII, spaces and tabs, where ASCII trimming
-/// is exactly `str::trim` without its Unicode checks per character. A proxy parses this for
-/// every upstream response (1,856 instructions for two pairs with `str` splitting and
-/// trimming, callgrind; bench/results/proxy-forwarding.md).
-pub fn parse_orca(v: &HeaderValue) -> Result<OrcaReport, HeaderError> {
-    let bad = || HeaderError::new(name::ENDPOINT_LOAD_METRICS, v.as_bytes(), accepts::ORCA);
-    let s = v.to_str().map_err(|_| bad())?.as_bytes();
-    let rest = s.strip_prefix(b"TEXT").ok_or_else(bad)?;
-    let mut r = OrcaReport::default();
-    for pair in rest.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
-        if pair.is_empty() {
-            continue;
-        }
-        let at = pair.iter().position(|&c| c == b'=').ok_or_else(bad)?;
-        let (k, val) = pair.split_at(at);
-        let val = val.get(1..).unwrap_or_default().trim_ascii();
-        let x: f64 = std::str::from_utf8(val)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(bad)?;
-        if !x.is_finite() {
-            return Err(bad());
-        }
-        match k.trim_ascii() {
-            b"cpu_utilization" => r.cpu_utilization = Some(x),
-            b"mem_utilization" => r.mem_utilization = Some(x),
-            b"application_utilization" => r.application_utilization = Some(x),
-            b"rps_fractional" => r.rps_fractional = Some(x),
-            _ => {}
-        }
-    }
-    Ok(r)
 }
 
 /// Formats a duration as fractional milliseconds (3 decimals) for [`QUEUE_MS`]/[`SERVICE_MS`].
