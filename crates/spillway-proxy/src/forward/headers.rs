@@ -19,20 +19,25 @@ pub(super) fn is_upgrade<B>(req: &Request<B>) -> bool {
             })
 }
 
-/// The hop-by-hop headers [`strip_hop_by_hop`] removes by name (besides those `connection`
-/// lists): RFC 9110 §7.6.1 and the older `keep-alive`/`proxy-connection`. A `static`, not a
-/// `const`: a `const` array is built and dropped again at every use.
-static HOP_BY_HOP: [HeaderName; 9] = [
-    header::CONNECTION,
-    header::UPGRADE,
+/// The hop-by-hop headers [`strip_hop_by_hop`] always removes (besides those `connection`
+/// lists): RFC 9110 §7.6.1 and the older `keep-alive`/`proxy-connection`; `connection`,
+/// `upgrade` and `te` have rules of their own. A `static`, not a `const`: a `const` array is
+/// built and dropped again at every use.
+static ALWAYS_REMOVED: [HeaderName; 6] = [
     header::TRANSFER_ENCODING,
     header::TRAILER,
-    header::TE,
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
 ];
+
+fn is_hop_by_hop(n: &HeaderName) -> bool {
+    *n == header::CONNECTION
+        || *n == header::UPGRADE
+        || *n == header::TE
+        || ALWAYS_REMOVED.contains(n)
+}
 
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1), keeping `te: trailers` (gRPC needs it) and,
 /// for upgrades, `connection`/`upgrade`.
@@ -41,7 +46,7 @@ static HOP_BY_HOP: [HeaderName; 9] = [
 /// standard names compare as an enum tag) decides first whether there is anything to remove:
 /// the removals below hash and probe once per name, twice per forwarded request.
 pub(super) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
-    if !h.keys().any(|k| HOP_BY_HOP.contains(k)) {
+    if !h.keys().any(is_hop_by_hop) {
         return;
     }
     let named: Vec<header::HeaderName> = h
@@ -55,10 +60,8 @@ pub(super) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     for n in named {
         h.remove(n);
     }
-    for n in &HOP_BY_HOP[2..] {
-        if *n != header::TE {
-            h.remove(n);
-        }
+    for n in &ALWAYS_REMOVED {
+        h.remove(n);
     }
     if !keep_upgrade {
         h.remove(header::CONNECTION);

@@ -88,22 +88,20 @@ pub(super) async fn forward(
     } && !upgrade;
     // Without a body to wait for, the grant's time is now to within microseconds: one clock
     // read fewer per request (two on the first attempt).
-    let mut now = if body_was_empty {
+    let start = if body_was_empty {
         permit.started_at()
     } else {
         Instant::now()
     };
     let retry = pool.retry_policy();
-    retry.record_request(now);
+    retry.record_request(start);
     let mut tried = 0u64;
     let mut attempt = class.attempt.max(1);
     let mut streamed_once = false;
-    let mut first = true;
+    // The first attempt starts at `start`; each retry reads the clock.
+    let mut first_attempt = Some(start);
     loop {
-        if !first {
-            now = Instant::now();
-        }
-        first = false;
+        let now = first_attempt.take().unwrap_or_else(Instant::now);
         let Some(task) = pool.pick(tried, now) else {
             state.faults.count(Fault::UpstreamUnavailable);
             permit.set_outcome(Outcome::Ignore);

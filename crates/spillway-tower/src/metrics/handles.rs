@@ -77,10 +77,6 @@ struct Table {
     last: Option<(RequestLabels, Rc<Handles>)>,
 }
 
-fn same_labels(a: &RequestLabels, b: &RequestLabels) -> bool {
-    a.criticality == b.criticality && a.customer == b.customer && a.operation == b.operation
-}
-
 thread_local! {
     static TABLE: RefCell<Table> = RefCell::new(Table::default());
 }
@@ -101,7 +97,7 @@ pub(super) fn of(l: &RequestLabels) -> Rc<Handles> {
             t.recorder = recorder;
         }
         if let Some((last, h)) = &t.last {
-            if same_labels(last, l) {
+            if last == l {
                 return Rc::clone(h);
             }
         }
