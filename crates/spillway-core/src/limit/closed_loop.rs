@@ -64,3 +64,17 @@ fn gradient2_follows_slowly_rising_latency_up_to_max_limit() {
     let path = run(&cfg, 20_000);
     assert_eq!(path.last().copied(), Some(400));
 }
+
+#[test]
+fn envoy_gradient_with_the_futile_cut_rule_settles_as_without() {
+    // Latency follows the limit here (the upstream is the bottleneck), so the rule of
+    // `envoy/futile.rs` finds every cut effective and changes nothing.
+    let cfg = |rule| {
+        LimitConfig::EnvoyGradient(EnvoyGradientConfig {
+            one_change_per_rtt: true,
+            rebaseline_on_futile_cut: rule,
+            ..EnvoyGradientConfig::default()
+        })
+    };
+    assert_eq!(run(&cfg(true), 150_000), run(&cfg(false), 150_000));
+}

@@ -604,5 +604,7 @@ fn invalid_configs_name_the_field() {
 
 #[path = "tests/envoy_app_limited_cap.rs"]
 mod envoy_app_limited_cap;
+#[path = "tests/envoy_futile_cut.rs"]
+mod envoy_futile_cut;
 #[path = "tests/envoy_once_per_rtt.rs"]
 mod envoy_once_per_rtt;

@@ -58,6 +58,14 @@
 //! the old window (RFC 5681 §3.2, RFC 6582 NewReno), and the same discard Envoy already applies
 //! to samples predating a minRTT window.
 //!
+//! A third addition, off by default: `rebaseline_on_futile_cut` (needs `one_change_per_rtt`).
+//! A latency gradient cannot tell a busy *host* from an overloaded upstream: with foreign work
+//! on the same cores every answer is slower whatever the concurrency, and the limit is cut to
+//! its floor while the upstream has capacity to spare. With the rule, windows whose limit was
+//! reached and whose latency was above tolerance are kept; when their latency does not follow
+//! their limit (log-log slope below 1/3 over limits at least 2× apart), minRTT is re-measured
+//! on live traffic and the cuts are taken back (see `futile.rs`).
+//!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
 //! [`Sample::now`]. Percentiles come from a fixed log-linear histogram (two significant digits,
@@ -71,11 +79,14 @@
 
 use std::time::{Duration, Instant};
 
+use self::futile::FutileCuts;
 use super::histogram::LatencyHistogram;
 use super::{clamp_limit, Limit, Sample};
 use crate::clock::{nanos_since, saturating_nanos};
 use crate::error::{check_range, ConfigError};
 use crate::random::RandomSource;
+
+mod futile;
 
 pub(super) const NAME: &str = "envoy_gradient";
 
@@ -127,6 +138,11 @@ pub struct EnvoyGradientConfig {
     /// After the limit changes, summarise windows only from requests started after the change
     /// (see the module docs). Default false (Envoy: every sample counts).
     pub one_change_per_rtt: bool,
+    /// When the latency of recent windows whose limit was reached does not follow their limit
+    /// (the cuts were futile), re-measure minRTT at the latency seen and take the cuts back (the
+    /// host, not our concurrency, is slowing requests; see `futile.rs`). Needs `one_change_per_rtt`. Default
+    /// false (Envoy: cut until the floor, then re-measure after 5 windows there).
+    pub rebaseline_on_futile_cut: bool,
     /// Use this minRTT instead of measuring it (Envoy `fixed_value`), `> 0` if set. Default unset.
     #[cfg_attr(
         feature = "serde",
@@ -149,6 +165,7 @@ impl Default for EnvoyGradientConfig {
             max_concurrency_limit: 1000,
             app_limited_growth: None,
             one_change_per_rtt: false,
+            rebaseline_on_futile_cut: false,
             fixed_min_rtt: None,
         }
     }
@@ -231,6 +248,13 @@ impl EnvoyGradientConfig {
                 "a factor in [1, 100] (2 = grow only while at least half the limit is used), or unset",
             )?;
         }
+        if self.rebaseline_on_futile_cut && !self.one_change_per_rtt {
+            return Err(ConfigError::new(
+                "limit.envoy_gradient.rebaseline_on_futile_cut",
+                true,
+                "false unless one_change_per_rtt = true (a cut is judged on requests admitted after it)",
+            ));
+        }
         if self.fixed_min_rtt.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::new(
                 "limit.envoy_gradient.fixed_min_rtt_ms",
@@ -261,6 +285,8 @@ pub struct EnvoyGradientLimit {
     dynamic_min_rtt: bool,
     app_limited_growth: Option<f64>,
     one_change_per_rtt: bool,
+    /// `rebaseline_on_futile_cut` (only with `one_change_per_rtt`).
+    futile: Option<FutileCuts>,
     // State.
     limit: usize,
     deferred_limit: usize,
@@ -271,11 +297,16 @@ pub struct EnvoyGradientLimit {
     change_epoch_ns: u64,
     next_min_rtt_ns: u64,
     window_start_ns: u64,
+    /// The baseline the gradient uses: the measured minRTT, or above it after a re-baseline.
     min_rtt_ns: f64,
+    /// minRTT as last measured (or fixed); a re-baselined `min_rtt_ns` never goes below it.
+    measured_min_rtt_ns: f64,
     sample_rtt_ns: f64,
     consecutive_at_floor: u32,
     /// Largest `Sample::in_flight` seen since the sampling window opened.
     window_peak_in_flight: usize,
+    /// Largest `Sample::in_flight` among the samples the open window counted (recorded).
+    window_peak_counted: usize,
     hist: LatencyHistogram,
 }
 
@@ -326,6 +357,8 @@ impl EnvoyGradientLimit {
                 .filter(|f| f.is_finite())
                 .map(|f| f.clamp(1.0, 100.0)),
             one_change_per_rtt: cfg.one_change_per_rtt,
+            futile: (cfg.rebaseline_on_futile_cut && cfg.one_change_per_rtt)
+                .then(FutileCuts::default),
             limit: min_concurrency.clamp(floor, max),
             deferred_limit: 0,
             in_min_rtt_window: false,
@@ -334,9 +367,11 @@ impl EnvoyGradientLimit {
             next_min_rtt_ns: 0,
             window_start_ns: 0,
             min_rtt_ns: fixed.unwrap_or(0.0),
+            measured_min_rtt_ns: fixed.unwrap_or(0.0),
             sample_rtt_ns: 0.0,
             consecutive_at_floor: 0,
             window_peak_in_flight: 0,
+            window_peak_counted: 0,
             hist: LatencyHistogram::new(),
         };
         if me.dynamic_min_rtt {
@@ -348,6 +383,17 @@ impl EnvoyGradientLimit {
     /// The last measured minRTT (nanoseconds); 0 before the first measurement completes.
     pub fn min_rtt_nanos(&self) -> f64 {
         self.min_rtt_ns
+    }
+
+    /// minRTT as last measured (nanoseconds); [`min_rtt_nanos`](Self::min_rtt_nanos) is above it
+    /// while a re-baseline (`rebaseline_on_futile_cut`) holds.
+    pub fn measured_min_rtt_nanos(&self) -> f64 {
+        self.measured_min_rtt_ns
+    }
+
+    /// How many times futile cuts re-baselined minRTT (`rebaseline_on_futile_cut`).
+    pub fn futile_rebaselines(&self) -> u64 {
+        self.futile.as_ref().map_or(0, FutileCuts::rebaselines)
     }
 
     /// The last sampling window's summarised RTT (nanoseconds); 0 before the first window.
@@ -374,11 +420,15 @@ impl EnvoyGradientLimit {
         self.hist.clear();
         self.min_rtt_epoch_ns = now_ns;
         self.consecutive_at_floor = 0;
+        if let Some(f) = self.futile.as_mut() {
+            f.reset();
+        }
     }
 
     fn finish_min_rtt_window(&mut self, now_ns: u64) {
         if let Some(q) = self.hist.quantile(self.percentile) {
             self.min_rtt_ns = q;
+            self.measured_min_rtt_ns = q;
         }
         self.hist.clear();
         self.limit = self.deferred_limit.clamp(self.floor, self.max);
@@ -396,16 +446,34 @@ impl EnvoyGradientLimit {
             .saturating_add(jitter_ns);
         self.window_start_ns = now_ns;
         self.window_peak_in_flight = 0;
+        self.window_peak_counted = 0;
     }
 
     fn close_sample_window(&mut self, now_ns: u64) {
         self.window_start_ns = now_ns;
         let peak = std::mem::take(&mut self.window_peak_in_flight);
+        let peak_counted = std::mem::take(&mut self.window_peak_counted);
         let Some(sample) = self.hist.quantile(self.percentile) else {
             return;
         };
         self.hist.clear();
         self.sample_rtt_ns = sample;
+        if let Some(f) = self.futile.as_mut() {
+            let tolerance = 1.0 + self.buffer;
+            if sample > self.min_rtt_ns * tolerance && peak_counted >= self.limit {
+                if let Some(r) = f.congested(now_ns, self.limit, sample) {
+                    // futile.rs: the latency now seen is the host's, not our queue's.
+                    let step = self.min_rtt_ns * futile::MAX_STEP;
+                    self.min_rtt_ns = r.rtt_ns.min(step).max(self.min_rtt_ns);
+                    self.limit = self.limit.max(r.restore).clamp(self.floor, self.max);
+                }
+            } else if self.min_rtt_ns > self.measured_min_rtt_ns
+                && sample <= self.measured_min_rtt_ns * tolerance
+            {
+                // Back within the measured minRTT's tolerance: the host is quiet again.
+                self.min_rtt_ns = self.measured_min_rtt_ns;
+            }
+        }
         let mut new_limit = self.calculate_new_limit();
         let old = self.limit;
         if let Some(f) = self.app_limited_growth {
@@ -485,6 +553,7 @@ impl Limit for EnvoyGradientLimit {
             _ => return,
         }
         self.hist.record(rtt_ns);
+        self.window_peak_counted = self.window_peak_counted.max(s.in_flight);
 
         if self.in_min_rtt_window && self.hist.count() >= self.request_count {
             self.finish_min_rtt_window(now_ns);
