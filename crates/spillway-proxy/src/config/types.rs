@@ -76,6 +76,15 @@ impl Default for ProxyConfig {
 /// (2 % of samples with fewer than 4 in flight); now it moves once per round trip on requests
 /// admitted at the current limit (lowest limit in the overloaded seconds 6 → 10).
 ///
+/// `rebaseline_on_futile_cut = true` (spillway-core `limit/envoy/futile.rs`): a latency
+/// gradient cannot tell a host busy with foreign work from an overloaded upstream; with a core
+/// of other engineers' builds on this project's 2-core host the limit fell 129 → 9–19 at
+/// 7,400 req/s, the queue filled and thousands of requests were refused while the upstream had
+/// capacity to spare (bench/results/proxy-overhead.md, fourth round). Now, when the latency of
+/// windows whose limit was reached does not follow their limit, minRTT is re-measured on live
+/// traffic and the futile cuts are taken back; an upstream whose latency follows the limit is
+/// cut as before.
+///
 /// Shed threshold 1.0 for SHEDDABLE only (ramp 0.03), never for the others (the core's: 0.8 /
 /// 0.9 / 1.0 / never, ramp 0.1): the core's defaults are for a task shedding on its *own*
 /// utilisation, its only protection (SRE ch. 21). Here the adaptive limit already keeps the
@@ -107,6 +116,7 @@ pub fn default_admission() -> AdmissionConfig {
             min_concurrency: 5,
             app_limited_growth: Some(2.0),
             one_change_per_rtt: true,
+            rebaseline_on_futile_cut: true,
             ..EnvoyGradientConfig::default()
         }),
         ..AdmissionConfig::default()
