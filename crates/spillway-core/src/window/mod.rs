@@ -34,7 +34,9 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{nanos_since, saturating_nanos};
 
+mod pair;
 mod total;
+pub use pair::{WindowedPair, MAX_SLICE_COUNT};
 pub use total::WindowedTotals;
 
 /// The largest number of buckets a counter keeps (one per second over an hour). More buckets buy

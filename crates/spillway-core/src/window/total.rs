@@ -88,16 +88,6 @@ impl<const N: usize> WindowedTotals<N> {
         self.slices.at(now)
     }
 
-    /// The address of the buckets an event at `now` goes to (for prefetch hints).
-    #[inline]
-    pub(crate) fn bucket_addr(&self, now: Instant) -> *const u8 {
-        let len = self.buckets.len() as u64;
-        let idx = (self.slice_at(now) % len) as usize;
-        self.buckets.get(idx).map_or(std::ptr::null(), |b| {
-            b as *const [AtomicU64; N] as *const u8
-        })
-    }
-
     /// Adds `n` events to count `which` (`< N`; others are ignored) at `now` — at the newest
     /// slice a reader has seen, if `now` is older.
     #[inline]

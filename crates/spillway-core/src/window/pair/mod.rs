@@ -1,0 +1,327 @@
+//! Two sliding-window counts with O(1) sums in 8 bytes a slice: the adaptive throttle's memory.
+//!
+//! Why: the throttle (SRE book ch. 21, "Client-side throttling") keeps, per client and backend,
+//! requests and accepts over the last two minutes in 120 one-second slices. As two
+//! [`WindowedTotals`](super::WindowedTotals) words a slice (a 32-bit round tag and a 32-bit
+//! count each) that is 1,920 bytes per throttle — most of a simulated client's memory
+//! (`spillway sim fleet-million-clients`: 10⁶ clients, 2.5 GB), and real clients talking to
+//! many backends pay it per backend. Here one `AtomicU64` holds a slice's tag and both counts:
+//!
+//! ```text
+//! bits 63..48: round tag (16 bits)   bits 47..24: requests-side count   bits 23..0: other count
+//! ```
+//!
+//! Same semantics as `WindowedTotals<2>` for callers whose time moves forward (a proptest
+//! checks it against that type as the model, step by step): running totals, corrected when a
+//! reader first sees time pass a slice ("sweeping"), and one compare-exchange per bucket change
+//! so that each event enters and leaves the totals exactly once.
+//!
+//! Why 16 tag bits are enough: a tag is only ever compared with rounds close to it. Every write
+//! lands at most one window ahead of the newest slice swept (a write further ahead sweeps
+//! first), and every sweep retires what left the window, so a bucket holding events carries
+//! the round of a slice inside `[swept − window, swept + window)`: rounds differ by at most 2.
+//! The one comparison that can meet an old tag is a sweep after a silence of more than a
+//! window; there a bucket keeps its events only if its tag is the new window's round (or one
+//! after it), which a stale tag could match only after a silence of 2¹⁶ windows ± 2. So a
+//! sweep after a silence of 2¹⁴ windows or more (22 days at the throttle's 120 s) empties every
+//! bucket without comparing: the price is that an event written *concurrently* with that sweep
+//! may be forgotten with the rest (the totals stay exact: it leaves them as it leaves its
+//! bucket).
+//!
+//! The saturating rule: each count saturates at 2²⁴ − 1 = 16,777,215 events *per slice*
+//! (16.7 M requests per second to one backend at the throttle's default 1 s slices; with
+//! long slices, e.g. one bucket for the whole 120 s window, 140 k/s). Events past it are not
+//! counted in that slice, and the totals follow the buckets exactly (they never drift). For the
+//! throttle the requests count saturates first, so the throttle would refuse less, never more.
+//!
+//! Where this differs from `WindowedTotals<2>`, only when time goes backwards between calls
+//! (threads racing on the clock), all bounded by one window as there:
+//! - a slice's two counts share a word, so a writer reusing a stale bucket resets both (the
+//!   other count's stale events leave the totals at that write instead of at the next sweep);
+//! - a write more than a window ahead of the newest sweep sweeps first, so a reader lagging
+//!   behind it reads the newer window's totals;
+//! - concurrent writers and sweepers keep the totals exact (a test below), as there.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::Slices;
+
+#[cfg(test)]
+mod tests;
+
+/// Bits of each count.
+const COUNT_BITS: u32 = 24;
+/// The largest count a slice holds; adds saturate here (see the module docs).
+pub const MAX_SLICE_COUNT: u64 = (1 << COUNT_BITS) - 1;
+const TAG_SHIFT: u32 = 2 * COUNT_BITS;
+/// A sweep over a silence of this many windows or more empties every bucket unconditionally:
+/// far below the 2¹⁵ rounds at which a 16-bit tag's signed distance would wrap.
+const CLEAR_AFTER_WINDOWS: u64 = 1 << 14;
+
+/// A slice word, unpacked: round tag and the two counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Word {
+    tag: u16,
+    counts: [u32; 2],
+}
+
+impl Word {
+    #[inline]
+    fn unpack(w: u64) -> Word {
+        // Each field fits by construction; the casts drop only bits that are not there.
+        Word {
+            tag: (w >> TAG_SHIFT) as u16,
+            counts: [
+                ((w >> COUNT_BITS) & MAX_SLICE_COUNT) as u32,
+                (w & MAX_SLICE_COUNT) as u32,
+            ],
+        }
+    }
+
+    #[inline]
+    fn pack(self) -> u64 {
+        (u64::from(self.tag) << TAG_SHIFT)
+            | ((u64::from(self.counts[0]) & MAX_SLICE_COUNT) << COUNT_BITS)
+            | (u64::from(self.counts[1]) & MAX_SLICE_COUNT)
+    }
+
+    #[inline]
+    fn is_empty(self) -> bool {
+        self.counts == [0, 0]
+    }
+}
+
+/// The round tag of `slice` in a window of `len` buckets. Truncation to 16 bits is the
+/// documented wrap of the tag (see the module docs for why close rounds are all that matter).
+#[inline]
+fn round_of(slice: u64, len: u64) -> u16 {
+    (slice / len) as u16
+}
+
+/// Two counts of events over one sliding window, 8 bytes a slice, with O(1) sums for callers
+/// whose time moves forward. The throttle's requests and accepts; see the module docs.
+pub struct WindowedPair {
+    slices: Slices,
+    /// Bucket `i` holds slice `i, i + B, …`: round tag and both counts in one word.
+    buckets: Box<[AtomicU64]>,
+    /// Events in the buckets not yet retired, per count, as two's-complement `i64`s (a reader
+    /// racing a writer can see one transiently off; never below 0 after clamping).
+    totals: [AtomicU64; 2],
+    /// The newest slice swept to: every slice older than `swept − (buckets − 1)` has been
+    /// retired from the totals.
+    swept: AtomicU64,
+}
+
+impl WindowedPair {
+    /// Two counts over `window` in `buckets` buckets (clamped to `1..=`[`MAX_BUCKETS`](super::MAX_BUCKETS),
+    /// each slice at least 1 ns, as [`WindowedCounter::new`](super::WindowedCounter::new)
+    /// does), with time measured from `origin`.
+    pub fn new(window: Duration, buckets: usize, origin: Instant) -> Self {
+        let (slices, n) = Slices::new(window, buckets, origin);
+        WindowedPair {
+            slices,
+            buckets: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            totals: [AtomicU64::new(0), AtomicU64::new(0)],
+            swept: AtomicU64::new(0),
+        }
+    }
+
+    /// The window these counts span, as configured.
+    pub fn window(&self) -> Duration {
+        self.slices.window
+    }
+
+    /// The number of buckets (after clamping).
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// The length of one bucket's time slice.
+    pub fn slice(&self) -> Duration {
+        self.slices.slice()
+    }
+
+    #[inline]
+    fn len(&self) -> u64 {
+        self.buckets.len() as u64
+    }
+
+    /// The address of the bucket an event at `now` goes to (for prefetch hints).
+    #[inline]
+    pub(crate) fn bucket_addr(&self, now: Instant) -> *const u8 {
+        let idx = (self.slices.at(now) % self.len()) as usize;
+        self.buckets
+            .get(idx)
+            .map_or(std::ptr::null(), |b| b as *const AtomicU64 as *const u8)
+    }
+
+    /// Adds `n` events to count `which` (0 or 1; others are ignored) at `now` — at the newest
+    /// slice swept, if `now` is older. Saturates at [`MAX_SLICE_COUNT`] per slice.
+    #[inline]
+    pub fn add(&self, now: Instant, which: usize, n: u64) {
+        if n == 0 || which > 1 {
+            return;
+        }
+        let len = self.len();
+        let swept = self.swept.load(Ordering::SeqCst);
+        let mut slice = self.slices.at(now);
+        if slice >= swept.saturating_add(len) {
+            // A window or more ahead of every sweep: sweep first, so that the bucket's tag is
+            // compared only with rounds close to it (module docs).
+            self.sweep(swept, slice);
+        } else {
+            slice = slice.max(swept);
+        }
+        let Some(bucket) = self.buckets.get((slice % len) as usize) else {
+            return; // never: the index is below len
+        };
+        let round = round_of(slice, len);
+        let add = u32::try_from(n.min(MAX_SLICE_COUNT)).unwrap_or(0);
+        let mut cur = bucket.load(Ordering::Relaxed);
+        let delta = loop {
+            let old = Word::unpack(cur);
+            // Signed distance handles the wrap: >= 0 is our round or a newer one written by a
+            // thread whose clock raced ahead; an empty word is free whatever its tag says.
+            let mut next = old;
+            if old.is_empty() || (old.tag.wrapping_sub(round) as i16) < 0 {
+                next = Word {
+                    tag: round,
+                    counts: [0, 0],
+                };
+            }
+            next.counts[which] =
+                (u64::from(next.counts[which]) + u64::from(add)).min(MAX_SLICE_COUNT) as u32;
+            match bucket.compare_exchange_weak(
+                cur,
+                next.pack(),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    break [0, 1].map(|i| i64::from(next.counts[i]) - i64::from(old.counts[i]))
+                }
+                Err(actual) => cur = actual,
+            }
+        };
+        for (total, d) in self.totals.iter().zip(delta) {
+            if d != 0 {
+                // Two's complement: a negative delta (a stale bucket reset) subtracts.
+                total.fetch_add(d as u64, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Both counts over the window ending at `now`.
+    #[inline]
+    pub fn sums(&self, now: Instant) -> [u64; 2] {
+        let slice = self.slices.at(now);
+        let swept = self.swept.load(Ordering::SeqCst);
+        if slice > swept {
+            self.sweep(swept, slice);
+        }
+        self.totals
+            .each_ref()
+            .map(|t| (t.load(Ordering::SeqCst) as i64).max(0) as u64)
+    }
+
+    /// Retires the slices that left the window between the sweeps at slices `from` and `to`:
+    /// slice `u` leaves when the window reaches `u + buckets`. Only the last `buckets` of them
+    /// can still hold anything; each bucket is visited at most once.
+    #[cold]
+    fn sweep(&self, from: u64, to: u64) {
+        let len = self.len();
+        if to.saturating_sub(from) / len >= CLEAR_AFTER_WINDOWS {
+            for bucket in self.buckets.iter() {
+                self.subtract(Word::unpack(bucket.swap(0, Ordering::SeqCst)).counts);
+            }
+            self.swept.fetch_max(to, Ordering::SeqCst);
+            return;
+        }
+        let start = from.max(to.saturating_sub(len)).saturating_add(1).max(len);
+        for t in start..=to {
+            let expired = t - len;
+            let Some(bucket) = self.buckets.get((expired % len) as usize) else {
+                continue;
+            };
+            self.subtract(retire(bucket, round_of(expired, len)));
+        }
+        self.swept.fetch_max(to, Ordering::SeqCst);
+    }
+
+    /// Takes events that left their buckets out of the totals.
+    fn subtract(&self, removed: [u32; 2]) {
+        for (total, r) in self.totals.iter().zip(removed) {
+            if r > 0 {
+                total.fetch_sub(u64::from(r), Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Both counts summed bucket by bucket (rounds 0 or 1 ahead of each bucket's expected one,
+    /// as [`WindowedCounter::sum`](super::WindowedCounter::sum) does); for tests.
+    #[cfg(test)]
+    pub(crate) fn sums_by_scan(&self, now: Instant) -> [u64; 2] {
+        let slice = self.slices.at(now);
+        let len = self.len();
+        let (round, current) = (round_of(slice, len), slice % len);
+        let mut sums = [0u64; 2];
+        for (i, b) in self.buckets.iter().enumerate() {
+            let expected = if i as u64 <= current {
+                round
+            } else {
+                round.wrapping_sub(1)
+            };
+            let w = Word::unpack(b.load(Ordering::SeqCst));
+            if w.tag.wrapping_sub(expected) <= 1 {
+                sums[0] += u64::from(w.counts[0]);
+                sums[1] += u64::from(w.counts[1]);
+            }
+        }
+        sums
+    }
+
+    /// The running totals as kept, unclamped; for tests.
+    #[cfg(test)]
+    pub(crate) fn raw_totals(&self) -> [i64; 2] {
+        self.totals
+            .each_ref()
+            .map(|t| t.load(Ordering::SeqCst) as i64)
+    }
+}
+
+/// Empties `bucket` unless it holds the slice that replaced the expired one (round
+/// `expired_round + 1`) or a writer's a little ahead of it (`+ 2`): whoever reset it to that
+/// round accounted for what it held. Returns the counts it removed.
+fn retire(bucket: &AtomicU64, expired_round: u16) -> [u32; 2] {
+    let mut cur = bucket.load(Ordering::Relaxed);
+    loop {
+        let w = Word::unpack(cur);
+        if w.is_empty() || matches!(w.tag.wrapping_sub(expired_round), 1 | 2) {
+            return [0, 0];
+        }
+        let next = Word {
+            tag: w.tag,
+            counts: [0, 0],
+        };
+        match bucket.compare_exchange_weak(cur, next.pack(), Ordering::SeqCst, Ordering::Relaxed) {
+            Ok(_) => return w.counts,
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
+impl fmt::Debug for WindowedPair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let totals = self
+            .totals
+            .each_ref()
+            .map(|t| t.load(Ordering::Relaxed) as i64);
+        f.debug_struct("WindowedPair")
+            .field("window", &self.slices.window)
+            .field("buckets", &self.buckets.len())
+            .field("totals", &totals)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,209 @@
+use super::*;
+use crate::window::WindowedTotals;
+use proptest::prelude::*;
+use std::sync::Arc;
+
+const S: Duration = Duration::from_secs(1);
+
+#[test]
+fn a_slice_is_one_word() {
+    let t0 = Instant::now();
+    let p = WindowedPair::new(Duration::from_secs(120), 120, t0);
+    assert_eq!(std::mem::size_of_val(&*p.buckets), 120 * 8);
+    // The packing round-trips at the extremes of every field.
+    for w in [
+        Word {
+            tag: u16::MAX,
+            counts: [MAX_SLICE_COUNT as u32, 0],
+        },
+        Word {
+            tag: 0,
+            counts: [0, MAX_SLICE_COUNT as u32],
+        },
+        Word {
+            tag: 0x8001,
+            counts: [1, 2],
+        },
+    ] {
+        assert_eq!(Word::unpack(w.pack()), w);
+    }
+}
+
+#[test]
+fn forgets_exactly_one_window_later_and_after_a_long_silence() {
+    let t0 = Instant::now();
+    let c = WindowedPair::new(Duration::from_secs(10), 10, t0);
+    c.add(t0 + Duration::from_millis(500), 0, 7); // slice 0
+    c.add(t0 + S * 3, 0, 2); // slice 3
+    c.add(t0 + S * 3, 1, 4);
+    c.add(t0 + S * 3, 2, 5); // no such count: ignored
+    assert_eq!(c.sums(t0 + Duration::from_millis(9_999)), [9, 4]);
+    assert_eq!(c.sums(t0 + S * 10), [2, 4]); // slice 0 has left
+    c.add(t0 + S * 13, 0, 1); // reuses slice 3's bucket: its 2 and 4 leave as the 1 arrives
+    assert_eq!(c.sums(t0 + S * 13), [1, 0]);
+    assert_eq!(c.sums(t0 + S * 1_000_000), [0, 0]);
+    assert_eq!(c.raw_totals(), [0, 0]);
+}
+
+#[test]
+fn counts_saturate_per_slice_and_the_totals_follow_the_buckets() {
+    let t0 = Instant::now();
+    let c = WindowedPair::new(Duration::from_secs(10), 10, t0);
+    c.add(t0, 0, MAX_SLICE_COUNT - 1);
+    c.add(t0, 0, 5); // saturates: only 1 more fits in slice 0
+    c.add(t0, 1, u64::MAX); // one add past the limit is clamped too
+    c.add(t0 + S, 0, 5); // the next slice counts afresh
+    assert_eq!(c.sums(t0 + S), [MAX_SLICE_COUNT + 5, MAX_SLICE_COUNT]);
+    assert_eq!(c.sums_by_scan(t0 + S), c.sums(t0 + S));
+    assert_eq!(c.sums(t0 + S * 10), [5, 0]);
+    assert_eq!(c.sums(t0 + S * 11), [0, 0]);
+    assert_eq!(c.raw_totals(), [0, 0]);
+}
+
+#[test]
+fn a_silence_of_a_whole_tag_cycle_forgets_everything() {
+    // 2^16 windows is where the 16-bit tag repeats: a stale bucket's tag then equals the new
+    // window's round. The unconditional clear after 2^14 silent windows must still forget it.
+    let t0 = Instant::now();
+    let c = WindowedPair::new(Duration::from_secs(2), 2, t0);
+    c.add(t0, 0, 3);
+    c.add(t0 + S, 1, 4);
+    for windows in [
+        1u64 << 16,
+        (1 << 16) + 1,
+        3 << 14,
+        1 << 14,
+        (1 << 14) - 1,
+        2,
+    ] {
+        let c2 = WindowedPair::new(Duration::from_secs(2), 2, t0);
+        c2.add(t0, 0, 3);
+        c2.add(t0 + S, 1, 4);
+        let later = t0 + S * (2 * windows) as u32;
+        assert_eq!(c2.sums(later), [0, 0], "silence of {windows} windows");
+        assert_eq!(c2.raw_totals(), [0, 0]);
+        // And a writer that arrives first after the silence (no read) starts afresh too.
+        let c3 = WindowedPair::new(Duration::from_secs(2), 2, t0);
+        c3.add(t0, 0, 3);
+        c3.add(later, 1, 1);
+        assert_eq!(
+            c3.sums(later),
+            [0, 1],
+            "silence of {windows} windows, write first"
+        );
+        // The fresh bucket carries the new round, whatever tag the clear left behind.
+        assert_eq!(
+            c3.sums_by_scan(later),
+            [0, 1],
+            "{windows} windows, bucket scan"
+        );
+    }
+    assert_eq!(c.sums(t0 + S), [3, 4]);
+}
+
+#[test]
+fn lagging_writers_count_at_the_newest_swept_slice() {
+    let t0 = Instant::now();
+    let c = WindowedPair::new(Duration::from_secs(10), 10, t0);
+    assert_eq!(c.sums(t0 + S * 25), [0, 0]);
+    c.add(t0 + S * 2, 0, 3); // a whole window behind: counted at slice 25, not lost
+    assert_eq!(c.sums(t0 + S * 25), [3, 0]);
+    assert_eq!(c.sums(t0 + S * 20), [3, 0]); // a lagging reader sees the newest window
+    assert_eq!(c.sums(t0 + S * 34), [3, 0]);
+    assert_eq!(c.sums(t0 + S * 35), [0, 0]);
+    assert_eq!(c.raw_totals(), [0, 0]);
+}
+
+/// One step of the model check: advance the clock, then add to a count or read.
+#[derive(Debug, Clone)]
+enum Step {
+    Add(usize, u64),
+    Read,
+}
+
+proptest! {
+    /// The compact pair gives the same sums as `WindowedTotals<2>` (the model: 16 bytes a
+    /// slice, 32-bit tags) after any sequence of forward advances (short steps, silences of
+    /// many windows, up to ~50,000 windows in all so that the 16-bit tags wrap for short
+    /// windows) and adds, read at any point; and its bucket scan and raw totals agree.
+    #[test]
+    fn matches_windowed_totals_as_the_model(
+        buckets in 1usize..14,
+        window_us in 1u64..20_000_000,
+        steps in proptest::collection::vec(
+            (
+                prop_oneof![0u64..20, 0u64..2_000, 0u64..100_000],
+                0u64..1_000,
+                prop_oneof![
+                    (0usize..2, 0u64..5).prop_map(|(w, n)| Step::Add(w, n)),
+                    (0usize..2, 0u64..100_000_000).prop_map(|(w, n)| Step::Add(w, n)),
+                    Just(Step::Read),
+                ],
+            ),
+            0..200,
+        ),
+    ) {
+        let t0 = Instant::now();
+        let window = Duration::from_micros(window_us);
+        let model = WindowedTotals::<2>::new(window, buckets, t0);
+        let pair = WindowedPair::new(window, buckets, t0);
+        let mut now_ns = 0u64;
+        for (advance_ms, jitter_us, step) in steps {
+            now_ns += advance_ms * 1_000_000 + jitter_us * 1_000;
+            let now = t0 + Duration::from_nanos(now_ns);
+            match step {
+                Step::Add(which, n) => {
+                    // Below the per-slice limit the two must agree exactly; the model gets
+                    // what the pair keeps (the saturation has its own test).
+                    let n = n.min(MAX_SLICE_COUNT / 300);
+                    model.add(now, which, n);
+                    pair.add(now, which, n);
+                }
+                Step::Read => {
+                    let expected = model.sums(now);
+                    prop_assert_eq!(pair.sums(now), expected);
+                    prop_assert_eq!(pair.sums_by_scan(now), expected);
+                    prop_assert_eq!(pair.raw_totals(), expected.map(|e| e as i64));
+                }
+            }
+        }
+        let now = t0 + Duration::from_nanos(now_ns);
+        prop_assert_eq!(pair.sums(now), model.sums(now));
+    }
+}
+
+#[test]
+fn exact_under_concurrent_writers_and_sweeping_readers() {
+    let t0 = Instant::now();
+    let c = Arc::new(WindowedPair::new(Duration::from_secs(10), 10, t0));
+    // Writers walk forward through 40 s (four windows), readers sweep behind and ahead of them:
+    // buckets are reset by writers and retired by readers concurrently.
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || {
+                for i in 0..40_000u64 {
+                    let now = t0 + Duration::from_millis(i + t * 7);
+                    if t % 2 == 0 {
+                        c.add(now, (i % 2) as usize, 1);
+                    } else {
+                        let _ = c.sums(now);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread panicked");
+    }
+    let [a, b] = c.sums(t0 + S * 40);
+    assert!(a > 0 && b > 0 && a + b <= 80_000, "{a} {b}");
+    assert_eq!(c.sums(t0 + S * 1_000), [0, 0]);
+    assert_eq!(c.raw_totals(), [0, 0]);
+}
+
+#[test]
+fn is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<WindowedPair>();
+}
