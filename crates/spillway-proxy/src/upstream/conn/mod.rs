@@ -2,8 +2,9 @@
 //! thread and task, instead of hyper-util's legacy pooled client.
 //!
 //! Why: the data plane runs one single-threaded runtime per core (`crate::run`), so a connection
-//! is opened, used and reused by one thread, and the pool needs no lock, no shared map keyed by
-//! scheme and authority, and no task of its own. The legacy client cost, per forwarded request,
+//! is opened, used and reused by one thread, and the pool needs no shared lock, no shared map
+//! keyed by scheme and authority, and no task of its own; an HTTP/1.1 connection needs no task
+//! of its own either: the request using it drives it ([`http1`]). The legacy client cost, per forwarded request,
 //! a boxed response future, three allocations for the connection's info in the response's
 //! extensions, a locked pool checkout and (while the response body streamed) a task spawned to
 //! put the connection back (heaptrack and hyper-util 0.1 `client/legacy/client.rs`). Here a
@@ -14,35 +15,38 @@
 //! after a timeout"): requests in flight per task are bounded by the task's slots
 //! (`max_requests_per_task`, `super::Task::slots`); idle HTTP/1.1 connections by
 //! `max_idle_per_task` per thread (the legacy client's bound was per client, and each
-//! data-plane thread had its own); a connection idle for `idle_timeout_ms` is closed by its own
-//! driver task whether or not traffic comes; a broken connection is dropped, never put back; a
+//! data-plane thread had its own); a connection idle for `idle_timeout_ms` is closed by its
+//! thread's sweeper (HTTP/1.1) or its own driver task (HTTP/2) whether or not traffic comes; a
+//! broken connection is dropped, never put back; a
 //! request that an idle connection refused before sending anything (the upstream closed it in
 //! the meantime) is sent again on another connection, as the legacy client's
 //! `retry_canceled_requests` did; a connection that cannot be made is a connect error, which the
 //! caller may retry on another task. HTTP/2 (prior knowledge) keeps one multiplexed connection
 //! per task and thread, closed after the same idle timeout once no stream is open on it.
 //!
-//! The idle lists are per OS thread ([`ThreadLocal`]), which is per data-plane thread in
+//! The idle lists are per OS thread ([`ThreadLocal`], each behind a mutex only that thread's
+//! requests and its sweeper take), which is per data-plane thread in
 //! production; on a work-stealing runtime (tests, the benchmark switch, health checks on the
 //! control runtime) each worker thread keeps its own, which is correct, only less shared.
 
-use std::cell::RefCell;
+mod body;
+mod http1;
+
 use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use thread_local::ThreadLocal;
 use tokio::net::TcpStream;
 
+use self::body::Hold;
+pub use self::body::UpstreamBody;
+use self::http1::{exchange, lock, Exchanged, Failed, Home, Http1};
 use super::ProxyBody;
 
 /// Why a request could not be sent upstream or its response head not read.
@@ -65,10 +69,10 @@ impl UpstreamError {
         }
     }
 
-    fn request(e: hyper::Error) -> Self {
+    fn request(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         UpstreamError {
             connect: false,
-            source: Box::new(e),
+            source: e.into(),
         }
     }
 }
@@ -97,8 +101,7 @@ struct Target {
     ip: Option<std::net::SocketAddr>,
 }
 
-/// Use of one connection: requests (HTTP/1.1: 0 or 1; HTTP/2: open streams) and since when it
-/// has had none.
+/// Use of one HTTP/2 connection: open streams and since when it has had none.
 #[derive(Debug, Default)]
 struct ConnState {
     busy: AtomicUsize,
@@ -127,20 +130,9 @@ impl ConnState {
     }
 }
 
-struct Idle {
-    tx: http1::SendRequest<ProxyBody>,
-    state: Arc<ConnState>,
-}
-
 struct Multiplexed {
     tx: http2::SendRequest<ProxyBody>,
     state: Arc<ConnState>,
-}
-
-/// One thread's connections, indexed by task.
-struct Local {
-    http1: Vec<Vec<Idle>>,
-    http2: Vec<Option<Multiplexed>>,
 }
 
 /// The upstream connections of one pool (see the module doc).
@@ -150,7 +142,7 @@ pub struct Connections {
     idle_timeout: Duration,
     max_idle: usize,
     origin: Instant,
-    local: ThreadLocal<RefCell<Local>>,
+    local: ThreadLocal<Home>,
 }
 
 impl std::fmt::Debug for Connections {
@@ -191,23 +183,15 @@ impl Connections {
         u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn with_local<R>(&self, f: impl FnOnce(&mut Local) -> R) -> Option<R> {
-        let n = self.targets.len();
-        let cell = self.local.get_or(|| {
-            RefCell::new(Local {
-                http1: (0..n).map(|_| Vec::new()).collect(),
-                http2: (0..n).map(|_| None).collect(),
-            })
-        });
-        // Never re-entered (nothing here calls back into the pool); a failed borrow would only
-        // cost a connection its reuse.
-        cell.try_borrow_mut().ok().map(|mut l| f(&mut l))
+    /// This thread's connections.
+    fn home(&self) -> &Home {
+        self.local
+            .get_or(|| http1::home(self.targets.len(), self.max_idle, self.idle_timeout))
     }
 
     /// Idle HTTP/1.1 connections to `task` on this thread (for tests and `/status`-style views).
     pub fn idle_here(&self, task: usize) -> usize {
-        self.with_local(|l| l.http1.get(task).map_or(0, Vec::len))
-            .unwrap_or(0)
+        lock(self.home()).idle(task)
     }
 
     /// Sends `req` to task `task` (HTTP/2 with prior knowledge when `http2`; the request must
@@ -224,15 +208,15 @@ impl Connections {
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         loop {
             if http2 {
-                let open = self
-                    .with_local(|l| {
-                        let slot = l.http2.get_mut(task)?;
+                let open = {
+                    let mut l = lock(self.home());
+                    l.http2.get_mut(task).and_then(|slot| {
                         if slot.as_ref().is_some_and(|m| m.tx.is_closed()) {
                             *slot = None;
                         }
                         slot.as_ref().map(|m| (m.tx.clone(), Arc::clone(&m.state)))
                     })
-                    .flatten();
+                };
                 let reused = open.is_some();
                 let (mut tx, state) = match open {
                     Some(o) => o,
@@ -240,46 +224,65 @@ impl Connections {
                         // Boxed, as below.
                         let m = Box::pin(self.connect_http2(task)).await?;
                         let out = (m.tx.clone(), Arc::clone(&m.state));
-                        self.with_local(|l| {
-                            if let Some(slot) = l.http2.get_mut(task) {
-                                *slot = Some(m);
-                            }
-                        });
+                        if let Some(slot) = lock(self.home()).http2.get_mut(task) {
+                            *slot = Some(m);
+                        }
                         out
                     }
                 };
-                let lease = Lease::enter(self, task, state);
+                let lease = Lease::enter(self, state);
                 match tx.try_send_request(req).await {
-                    Ok(res) => return Ok(res.map(|b| UpstreamBody::new(b, lease))),
+                    Ok(res) => {
+                        return Ok(
+                            res.map(|b| UpstreamBody::new(b, Hold::Http2 { _stream: lease }))
+                        );
+                    }
                     Err(mut e) => match e.take_message() {
                         Some(r) if reused => req = r,
                         _ => return Err(UpstreamError::request(e.into_error())),
                     },
                 }
             } else {
-                let idle = self.with_local(|l| checkout(l, task)).flatten();
+                let idle = lock(self.home()).checkout(task);
                 let reused = idle.is_some();
-                let Idle { mut tx, state } = match idle {
-                    Some(i) => i,
+                let h = match idle {
+                    Some(h) => h,
                     // Boxed: the connect path (resolve, connect, timeout, handshake) was most of
                     // this future's size and runs once per connection, while the future itself
                     // is built, moved and polled for every request.
                     None => Box::pin(self.connect_http1(task)).await?,
                 };
-                let mut lease = Lease::enter(self, task, state);
-                match tx.try_send_request(req).await {
-                    Ok(res) => {
-                        // After a 101 the connection becomes the tunnel's: never put back.
-                        if res.status() != http::StatusCode::SWITCHING_PROTOCOLS {
-                            lease.http1 = Some(tx);
-                        }
-                        return Ok(res.map(|b| UpstreamBody::new(b, lease)));
+                let failed = if req.headers().contains_key(http::header::UPGRADE) {
+                    // The connection becomes the tunnel's after a 101: on its own task (which
+                    // hands it over), and never put back.
+                    let mut tx = h.spawn_for_upgrade();
+                    match tx.try_send_request(req).await {
+                        Ok(res) => return Ok(res.map(|b| UpstreamBody::new(b, Hold::Nothing))),
+                        Err(e) => Failed::Send(e),
                     }
-                    Err(mut e) => match e.take_message() {
-                        // Not sent: the idle connection had been closed meanwhile. Another one.
+                } else {
+                    let Exchanged { result, conn } = exchange(h, req).await;
+                    match result {
+                        Ok(res) => {
+                            let home = Arc::clone(self.home());
+                            let hold = Hold::Http1 { conn, home, task };
+                            return Ok(res.map(|b| UpstreamBody::new(b, hold)));
+                        }
+                        Err(f) => f,
+                    }
+                };
+                match failed {
+                    Failed::Send(mut e) => match e.take_message() {
+                        // Not sent: the idle connection had been closed meanwhile (its first
+                        // poll read the upstream's EOF). Another one.
                         Some(r) if reused => req = r,
                         _ => return Err(UpstreamError::request(e.into_error())),
                     },
+                    Failed::Ended => {
+                        return Err(UpstreamError::request(
+                            "the upstream connection ended without a response",
+                        ))
+                    }
                 }
             }
         }
@@ -311,20 +314,13 @@ impl Connections {
         Ok(TokioIo::new(stream))
     }
 
-    async fn connect_http1(&self, task: usize) -> Result<Idle, UpstreamError> {
+    async fn connect_http1(&self, task: usize) -> Result<Http1, UpstreamError> {
         let io = self.tcp(task).await?;
-        let (tx, conn) = http1::Builder::new()
+        let (tx, conn) = hyper::client::conn::http1::Builder::new()
             .handshake(io)
             .await
             .map_err(UpstreamError::connect)?;
-        let state = Arc::new(ConnState::default());
-        tokio::spawn(drive(
-            conn.with_upgrades(),
-            Arc::clone(&state),
-            self.idle_timeout,
-            self.origin,
-        ));
-        Ok(Idle { tx, state })
+        Ok(Http1::new(tx, conn))
     }
 
     async fn connect_http2(&self, task: usize) -> Result<Multiplexed, UpstreamError> {
@@ -343,40 +339,10 @@ impl Connections {
         ));
         Ok(Multiplexed { tx, state })
     }
-
-    /// Puts an HTTP/1.1 connection back on this thread's idle list for `task` (dropped, which
-    /// closes it, when the list is full of live connections).
-    fn put_back(&self, task: usize, idle: Idle) {
-        let max = self.max_idle;
-        self.with_local(move |l| {
-            let Some(list) = l.http1.get_mut(task) else {
-                return;
-            };
-            if list.len() >= max {
-                // Connections the idle timeout or the upstream closed make room first.
-                list.retain(|i| !i.tx.is_closed());
-            }
-            if list.len() < max {
-                list.push(idle);
-            }
-        });
-    }
 }
 
-/// The most recently used live, ready connection (LIFO: the warmest, and the older ones age
-/// out under the idle timeout when traffic falls). Closed or unready ones are dropped.
-fn checkout(l: &mut Local, task: usize) -> Option<Idle> {
-    let list = l.http1.get_mut(task)?;
-    while let Some(i) = list.pop() {
-        if i.tx.is_ready() && !i.tx.is_closed() {
-            return Some(i);
-        }
-    }
-    None
-}
-
-/// Runs a connection until it ends or has been idle for `idle` (then dropping it closes it;
-/// a sender still on an idle list sees it closed and is dropped at the next checkout).
+/// Runs an HTTP/2 connection until it ends or has been idle for `idle` (then dropping it
+/// closes it; a sender still in the slot sees it closed and is replaced at the next request).
 async fn drive<C: Future>(conn: C, state: Arc<ConnState>, idle: Duration, origin: Instant) {
     let mut conn = pin!(conn);
     let mut check = pin!(tokio::time::sleep(idle));
@@ -397,28 +363,19 @@ async fn drive<C: Future>(conn: C, state: Arc<ConnState>, idle: Duration, origin
     }
 }
 
-/// One request's hold on a connection, released when its response body ends or is dropped.
+/// One request's stream on an HTTP/2 connection, counted from here until its response body
+/// ends or is dropped (entering and leaving in one type, so they always pair).
 struct Lease {
     home: Arc<Connections>,
-    task: usize,
     state: Arc<ConnState>,
-    /// The HTTP/1.1 connection's sender, to put back when the exchange completed.
-    http1: Option<http1::SendRequest<ProxyBody>>,
-    /// The response body was read to its end (the connection is free for the next request).
-    reusable: bool,
 }
 
 impl Lease {
-    /// One request on a connection of `task`: counted in flight from here until the lease is
-    /// dropped (entering and leaving in one type, so they always pair).
-    fn enter(home: &Arc<Connections>, task: usize, state: Arc<ConnState>) -> Self {
+    fn enter(home: &Arc<Connections>, state: Arc<ConnState>) -> Self {
         state.enter();
         Lease {
             home: Arc::clone(home),
-            task,
             state,
-            http1: None,
-            reusable: false,
         }
     }
 }
@@ -426,76 +383,5 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.state.leave(self.home.now_ms());
-        if let Some(tx) = self.http1.take() {
-            // Ready: its connection task has finished the exchange and waits for the next
-            // request (it does so before the body's end reaches us on one thread). Anything
-            // else — the body cut short, the request body still being sent — is not reused.
-            if self.reusable && tx.is_ready() {
-                let state = Arc::clone(&self.state);
-                self.home.put_back(self.task, Idle { tx, state });
-            }
-        }
-    }
-}
-
-/// An upstream response body; its end puts the connection back on the idle list.
-pub struct UpstreamBody {
-    inner: Incoming,
-    lease: Option<Lease>,
-}
-
-impl std::fmt::Debug for UpstreamBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamBody").finish_non_exhaustive()
-    }
-}
-
-impl UpstreamBody {
-    fn new(inner: Incoming, lease: Lease) -> Self {
-        UpstreamBody {
-            inner,
-            lease: Some(lease),
-        }
-    }
-
-    fn release(&mut self, reusable: bool) {
-        if let Some(mut l) = self.lease.take() {
-            l.reusable = reusable;
-        }
-    }
-}
-
-impl Drop for UpstreamBody {
-    fn drop(&mut self) {
-        // A server sending a body of known length stops polling after the last byte (hyper
-        // checks `is_end_stream`), so the end is often seen only here.
-        let ended = self.inner.is_end_stream();
-        self.release(ended);
-    }
-}
-
-impl Body for UpstreamBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let r = Pin::new(&mut self.inner).poll_frame(cx);
-        match &r {
-            Poll::Ready(None) => self.release(true),
-            Poll::Ready(Some(Err(_))) => self.release(false),
-            _ => {}
-        }
-        r
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }

@@ -1,0 +1,298 @@
+//! An HTTP/1.1 upstream connection driven by the request that uses it, and the idle lists that
+//! keep such connections between requests.
+//!
+//! Why not a task per connection (hyper's usual way, and this proxy's until the fifth round of
+//! issue #4): an HTTP/1.1 connection carries one exchange at a time, so a driver task only
+//! relays. A request was put on a channel to that task, the task was woken to write it, woken
+//! again by the upstream's answer, parsed it and woke the request's task through a oneshot; the
+//! response body crossed another channel the same way. Here the request's own task polls the
+//! connection (`hyper::client::conn::http1::Connection` is a future) next to its response
+//! future until the head is in, and its response body polls the connection for the rest: the
+//! upstream socket's readiness wakes the request's task directly, one task poll instead of two
+//! per event (bench/results/proxy-forwarding.md, fifth round).
+//!
+//! The response future and the response body are polled with a no-op waker: they are only
+//! ever completed by the connection's dispatcher, inside `Connection::poll`, which this module
+//! calls with the task's real waker just before. Registering the real waker on them too would
+//! make the dispatcher wake the running task from within its own poll (a spurious re-poll per
+//! request).
+//!
+//! A connection nobody polls cannot notice on its own that the upstream closed it or that it
+//! has been idle too long, so the idle lists do it: a peer-closed connection is found by the
+//! first poll after checkout (hyper's dispatcher reads EOF before it writes, and hands the
+//! unsent request back, which `super::Connections::send` sends on another connection), and one
+//! sweeper task per thread (running only while that thread has idle connections) closes the
+//! connections idle for `idle_timeout_ms`, and those it finds ended, at each expiry.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper::client::conn::TrySendError;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::Multiplexed;
+use crate::upstream::ProxyBody;
+
+type Conn = http1::Connection<TokioIo<TcpStream>, ProxyBody>;
+
+/// An HTTP/1.1 connection: the handle requests are sent with and the connection itself, which
+/// whoever holds this polls. Boxed once per connection: the connection (buffers, state) is
+/// large and moves between the idle list, the send future and the response body.
+pub(crate) struct Http1 {
+    pub(super) tx: http1::SendRequest<ProxyBody>,
+    conn: Box<Conn>,
+}
+
+impl Http1 {
+    pub(super) fn new(tx: http1::SendRequest<ProxyBody>, conn: Conn) -> Self {
+        Http1 {
+            tx,
+            conn: Box::new(conn),
+        }
+    }
+
+    /// Polls the connection (writes the request and its body, reads the response). `Ready`
+    /// when it has ended (closed by either side, or broken).
+    pub(super) fn poll_conn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut *self.conn).poll(cx).map(|_| ())
+    }
+
+    /// Lets the connection finish an exchange whose response body has ended (it then waits
+    /// for the next request) and says whether it can take one.
+    pub(super) fn settle(&mut self) -> bool {
+        with_noop(|cx| self.poll_conn(cx)).is_pending() && self.tx.is_ready() && !self.is_closed()
+    }
+
+    pub(super) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// The connection on its own task, for a request that may upgrade it (the upgraded
+    /// connection outlives the exchange); never reused afterwards.
+    pub(super) fn spawn_for_upgrade(self) -> http1::SendRequest<ProxyBody> {
+        let Http1 { tx, conn } = self;
+        tokio::spawn(async move {
+            let _ = (*conn).with_upgrades().await;
+        });
+        tx
+    }
+}
+
+/// What one exchange on a connection gave: the response head (or why not), and the connection
+/// if it is still open.
+pub(super) struct Exchanged {
+    pub(super) result: Result<Response<Incoming>, Failed>,
+    pub(super) conn: Option<Http1>,
+}
+
+/// Why an exchange gave no response head.
+// Returned once per failed exchange, never stored: boxing the request would cost an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Failed {
+    /// hyper's error, with the request when it was never sent.
+    Send(TrySendError<Request<ProxyBody>>),
+    /// The connection ended without answering (hyper answers first; kept rather than a hang).
+    Ended,
+}
+
+/// Sends `req` on `h` and drives the connection until the response head is in.
+///
+/// The request goes into hyper's queue here; the future ([`Exchange`]) is written out rather
+/// than an `async` block, which would keep a second copy of hyper's send future (and the
+/// request in it) in its state: 2,120 against 1,592 bytes for `Connections::send`'s future.
+pub(super) fn exchange(
+    mut h: Http1,
+    req: Request<ProxyBody>,
+) -> Exchange<impl Future<Output = Result<Response<Incoming>, SendError>>> {
+    let pending = h.tx.try_send_request(req);
+    Exchange {
+        pending,
+        conn: Some(h),
+    }
+}
+
+type SendError = TrySendError<Request<ProxyBody>>;
+
+pin_project_lite::pin_project! {
+    /// The future of [`exchange`].
+    pub(super) struct Exchange<F> {
+        #[pin]
+        pending: F,
+        conn: Option<Http1>,
+    }
+}
+
+impl<F: Future<Output = Result<Response<Incoming>, SendError>>> Future for Exchange<F> {
+    type Output = Exchanged;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Exchanged> {
+        let this = self.project();
+        if this
+            .conn
+            .as_mut()
+            .is_some_and(|c| c.poll_conn(cx).is_ready())
+        {
+            // Dropping it answers a request still waiting with an error.
+            *this.conn = None;
+        }
+        let result = match with_noop(|n| this.pending.poll(n)) {
+            Poll::Ready(r) => r.map_err(Failed::Send),
+            Poll::Pending if this.conn.is_none() => Err(Failed::Ended),
+            Poll::Pending => return Poll::Pending,
+        };
+        Poll::Ready(Exchanged {
+            result,
+            conn: this.conn.take(),
+        })
+    }
+}
+
+/// Polls with a waker that does nothing (see the module doc for when that is right).
+pub(super) fn with_noop<R>(f: impl FnOnce(&mut Context<'_>) -> R) -> R {
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+        fn wake_by_ref(self: &Arc<Self>) {}
+    }
+    thread_local! {
+        // One per thread: cloning it (tokio's registrations do) touches no shared count.
+        static NOOP: Waker = Waker::from(Arc::new(Noop));
+    }
+    NOOP.with(|w| f(&mut Context::from_waker(w)))
+}
+
+struct Idle {
+    h: Http1,
+    since: Instant,
+}
+
+/// One thread's connections, indexed by task, with the limits that apply to them.
+pub(super) struct Local {
+    http1: Vec<Vec<Idle>>,
+    pub(super) http2: Vec<Option<Multiplexed>>,
+    max_idle: usize,
+    idle_timeout: Duration,
+    sweeping: bool,
+}
+
+/// One thread's [`Local`], shared with its sweeper and with response bodies that put
+/// connections back (a lock nobody else takes on the thread-per-core runtime).
+pub(crate) type Home = Arc<Mutex<Local>>;
+
+pub(super) fn home(tasks: usize, max_idle: usize, idle_timeout: Duration) -> Home {
+    Arc::new(Mutex::new(Local {
+        http1: (0..tasks).map(|_| Vec::new()).collect(),
+        http2: (0..tasks).map(|_| None).collect(),
+        max_idle,
+        idle_timeout,
+        sweeping: false,
+    }))
+}
+
+pub(super) fn lock(home: &Home) -> MutexGuard<'_, Local> {
+    // Nothing here panics while holding it; a poisoned list is still a list.
+    home.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Local {
+    /// Idle HTTP/1.1 connections to `task`.
+    pub(super) fn idle(&self, task: usize) -> usize {
+        self.http1.get(task).map_or(0, Vec::len)
+    }
+
+    /// The most recently used connection that can take a request (LIFO: the warmest, and the
+    /// older ones age out under the idle timeout when traffic falls). Closed ones are dropped.
+    pub(super) fn checkout(&mut self, task: usize) -> Option<Http1> {
+        let list = self.http1.get_mut(task)?;
+        while let Some(i) = list.pop() {
+            if i.h.tx.is_ready() && !i.h.is_closed() {
+                return Some(i.h);
+            }
+        }
+        None
+    }
+}
+
+/// Puts a connection whose exchange is complete back on `home`'s idle list for `task` (drops
+/// it, which closes it, when the list is full of live connections or when no runtime could run
+/// the sweeper that would close it later).
+pub(super) fn put_back(home: &Home, task: usize, mut h: Http1) {
+    if !h.settle() {
+        return;
+    }
+    let mut l = lock(home);
+    let spawn = if l.sweeping {
+        None
+    } else {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => Some(rt),
+            Err(_) => return,
+        }
+    };
+    let max = l.max_idle;
+    let Some(list) = l.http1.get_mut(task) else {
+        return;
+    };
+    if list.len() >= max {
+        // Connections the upstream closed make room first.
+        list.retain(|i| !i.h.is_closed());
+    }
+    if list.len() >= max {
+        return;
+    }
+    list.push(Idle {
+        h,
+        since: Instant::now(),
+    });
+    if let Some(rt) = spawn {
+        l.sweeping = true;
+        let idle = l.idle_timeout;
+        drop(l);
+        rt.spawn(sweep(Arc::clone(home), idle));
+    }
+}
+
+/// Closes `home`'s connections idle for `idle` or found ended, at each expiry, until none is
+/// left (a later `put_back` starts it again) or the pool is gone.
+async fn sweep(home: Home, idle: Duration) {
+    loop {
+        let next = {
+            let mut l = lock(&home);
+            // Only this task still holds the list: the pool was replaced or dropped.
+            let orphan = Arc::strong_count(&home) == 1;
+            let now = Instant::now();
+            let mut oldest: Option<Instant> = None;
+            for list in &mut l.http1 {
+                if orphan {
+                    list.clear();
+                    continue;
+                }
+                // Oldest first: entries are pushed as they become idle.
+                let expired = list
+                    .iter()
+                    .take_while(|i| now.saturating_duration_since(i.since) >= idle)
+                    .count();
+                list.drain(..expired);
+                list.retain_mut(|i| with_noop(|cx| i.h.poll_conn(cx)).is_pending());
+                if let Some(first) = list.first() {
+                    oldest = Some(oldest.map_or(first.since, |o| o.min(first.since)));
+                }
+            }
+            match oldest {
+                Some(o) => o + idle,
+                None => {
+                    l.sweeping = false;
+                    return;
+                }
+            }
+        };
+        tokio::time::sleep_until(next.into()).await;
+    }
+}
