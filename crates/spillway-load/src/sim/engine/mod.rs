@@ -186,6 +186,9 @@ pub(crate) struct Engine {
     groups: Vec<Group>,
     customers: Vec<String>,
     woken: WokenList,
+    /// A waker that names no node (a wake through it is ignored): the first poll of a woken
+    /// request, which is nearly always ready, needs no waker of its own (see `poll_queued`).
+    unnamed: Waker,
     batch: Vec<(u32, u32)>,
     faults: Vec<(Fault, f64, f64)>,
     active: Vec<bool>,
@@ -322,6 +325,7 @@ impl Engine {
             faults.push(fault);
         }
         let window = Duration::from_secs_f64(sc.duration_s);
+        let woken: WokenList = Arc::default();
         let mut e = Engine {
             now: 0,
             end_s: sc.duration_s,
@@ -336,7 +340,12 @@ impl Engine {
             layers,
             groups,
             customers,
-            woken: Arc::default(),
+            unnamed: Waker::from(Arc::new(NodeWake {
+                id: NONE,
+                gen: 0,
+                list: Arc::clone(&woken),
+            })),
+            woken,
             batch: Vec::new(),
             recorder: Recorder::new(title, window),
             open_top: 0,
@@ -569,15 +578,24 @@ impl Engine {
         if !self.slab.is(id, gen) || self.node(id).phase != Phase::Queued {
             return;
         }
-        let waker = Waker::from(Arc::new(NodeWake {
-            id,
-            gen,
-            list: Arc::clone(&self.woken),
-        }));
+        let woken = &self.woken;
         let Held::Queued(q) = self.slab.held_mut(id) else {
             return;
         };
-        match Pin::new(q).poll(&mut Context::from_waker(&waker)) {
+        // The core wakes a waiter when it grants or drops it, so this poll is nearly always
+        // ready: poll with the unnamed waker first and make the node its own waker (one
+        // allocation) only if it is not. A pending poll stores the waker it is given, so the
+        // second poll replaces the unnamed one before anything can wake it.
+        let mut polled = Pin::new(&mut *q).poll(&mut Context::from_waker(&self.unnamed));
+        if polled.is_pending() {
+            let waker = Waker::from(Arc::new(NodeWake {
+                id,
+                gen,
+                list: Arc::clone(woken),
+            }));
+            polled = Pin::new(q).poll(&mut Context::from_waker(&waker));
+        }
+        match polled {
             Poll::Pending => {}
             Poll::Ready(Ok(permit)) => {
                 *self.slab.held_mut(id) = Held::Permit(permit);
