@@ -20,6 +20,7 @@
 //! queued. Utilisation is the maximum of the configured signals and the built-in
 //! in-flight / limit ratio.
 
+mod hints;
 #[cfg(test)]
 #[path = "tests/layout.rs"]
 mod layout_tests;
@@ -61,7 +62,6 @@ mod interleave {
 
 use std::cell::Cell;
 use std::fmt;
-use std::mem::size_of;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -180,12 +180,19 @@ pub(crate) struct Inner {
     pub(crate) limiter: Limiter,
     /// Mirror of the queue length, for the lock-free "anyone waiting?" checks.
     queued: AtomicUsize,
+    /// Where a release's dispatch reads first in the queue — the highest non-empty class's
+    /// deque and its front entry — published with `queued`, for
+    /// [`AdmissionController::queue_hints`] only (addresses, never dereferenced).
+    queue_next: [AtomicUsize; 2],
     pub(crate) service: ServiceTimeEstimate,
     overloaded_at: f64,
     random: OnceLock<Arc<dyn RandomSource>>,
     max_attempts: u32,
     /// Set once a signal has been added: `utilisation` skips the scan of `signals` until then.
     has_signals: AtomicBool,
+    /// Offset of the queue inside its `Mutex` (not stable API: measured at construction), for
+    /// the hints; here it fills what was padding.
+    queue_data: u16,
     shed: ShedPolicy,
     pub(crate) quota: QuotaBook,
     pub(crate) counters: Counters,
@@ -310,7 +317,7 @@ impl Inner {
     pub(crate) fn remove_waiter(&self, ticket: Ticket) -> bool {
         let mut q = self.lock_queue();
         let removed = q.remove(self.clock.now(), ticket).is_some();
-        self.queued.store(q.len(), Ordering::SeqCst);
+        self.publish(&q);
         removed
     }
 
@@ -349,7 +356,15 @@ impl Inner {
                 self.limiter.release(e.criticality, None);
             }
         }
+        self.publish(q);
+    }
+
+    /// Publishes the queue's length (and where its next dequeue will read, for hints).
+    fn publish(&self, q: &AdmissionQueue<Arc<Waiter>>) {
         self.queued.store(q.len(), Ordering::SeqCst);
+        for (hint, addr) in self.queue_next.iter().zip(q.next_addrs()) {
+            hint.store(addr, Ordering::Relaxed);
+        }
     }
 }
 
@@ -425,7 +440,14 @@ impl AdmissionController {
         let limiter = Limiter::new(cfg.limit.build_with_random(origin, random), cfg.headroom)?;
         let quota = QuotaBook::new(cfg.quota, origin)?;
         let shed = ShedPolicy::new(cfg.shed)?;
-        let queue = AdmissionQueue::new(cfg.queue.clone())?;
+        let queue = Mutex::new(AdmissionQueue::new(cfg.queue.clone())?);
+        let queue_data = {
+            let g = queue.lock().unwrap_or_else(|p| p.into_inner());
+            let off = (&*g as *const AdmissionQueue<Arc<Waiter>> as usize)
+                .wrapping_sub(&queue as *const Mutex<AdmissionQueue<Arc<Waiter>>> as usize);
+            // A few bytes in practice; a value that did not fit would only misdirect hints.
+            u16::try_from(off).unwrap_or(0)
+        };
         Ok(AdmissionController {
             inner: Arc::new(Inner {
                 clock,
@@ -437,7 +459,9 @@ impl AdmissionController {
                 signals: std::array::from_fn(|_| OnceLock::new()),
                 signals_ignored: AtomicU64::new(0),
                 random: OnceLock::new(),
-                queue: Mutex::new(queue),
+                queue,
+                queue_next: [AtomicUsize::new(0), AtomicUsize::new(0)],
+                queue_data,
                 queue_cfg: cfg.queue,
                 queued: AtomicUsize::new(0),
                 service: ServiceTimeEstimate::new(),
@@ -477,26 +501,6 @@ impl AdmissionController {
     /// The controller's clock reading (for callers arming a timer at `give_up_at`).
     pub fn now(&self) -> Instant {
         self.inner.clock.now()
-    }
-
-    /// Passes `f` one address in each cache line of this controller's fast-path state (the
-    /// first [`HOT_BYTES`] of its allocation), computed from its address alone: nothing is
-    /// read. For a caller that visits thousands of controllers in turn and can see which one
-    /// comes next — the simulator — to prefetch it (see [`crate::hint`]).
-    pub fn hot_lines(&self, f: impl FnMut(*const u8)) {
-        // `Arc::as_ptr` points past the two counts, which the permit's clone and drop touch.
-        let start = (Arc::as_ptr(&self.inner) as *const u8).wrapping_sub(2 * size_of::<usize>());
-        crate::hint::lines(start, HOT_BYTES, f);
-    }
-
-    /// Passes `f` the addresses of what the fast-path state points to: the shed ramp's random
-    /// source (if set) and the limit algorithm's state. These are read from the controller, so
-    /// ask once [`hot_lines`](Self::hot_lines) has had time to arrive.
-    pub fn hot_pointees(&self, mut f: impl FnMut(*const u8)) {
-        if let Some(r) = self.inner.random.get() {
-            f(Arc::as_ptr(r) as *const u8);
-        }
-        f(self.inner.limiter.algorithm_addr());
     }
 
     /// Decides one request: admitted (hold the permit), queued (await it) or refused.
@@ -591,7 +595,7 @@ impl AdmissionController {
         }
         // Publish the length, then dispatch: a release that decremented in-flight before this
         // store is caught by this dispatch; one after it sees `queued > 0` and dispatches.
-        inner.queued.store(q.len(), Ordering::SeqCst);
+        inner.publish(&q);
         inner.dispatch(&mut q, now);
         let give_up_at = q.give_up_at(now, req.deadline);
         drop(q);

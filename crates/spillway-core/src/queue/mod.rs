@@ -28,6 +28,7 @@
 //! FIFO pops a front, LIFO a back and eviction a back — all O(1).
 
 mod codel;
+mod hints;
 mod service;
 #[cfg(test)]
 mod tests;

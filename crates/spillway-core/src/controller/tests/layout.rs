@@ -2,7 +2,14 @@
 
 use std::mem::offset_of;
 
-use super::{Inner, HOT_BYTES};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Admission, AdmissionConfig, AdmissionController, AdmissionRequest, Inner, HOT_BYTES};
+use crate::clock::ManualClock;
+use crate::limit::{FixedConfig, LimitConfig};
+use crate::queue::{AdmissionQueue, QueueConfig};
+use crate::Criticality;
 
 /// The fields every admission and release reads end within the first [`HOT_BYTES`] of the
 /// `Arc` allocation (16 bytes of counts, then `Inner`): the layout note's promise.
@@ -16,6 +23,8 @@ fn the_fast_path_fields_share_the_first_cache_lines() {
             offset_of!(Inner, limiter) + std::mem::size_of::<crate::limiter::Limiter>(),
         ),
         ("queued", offset_of!(Inner, queued) + 8),
+        ("queue_next", offset_of!(Inner, queue_next) + 16),
+        ("queue_data", offset_of!(Inner, queue_data) + 2),
         ("service", offset_of!(Inner, service) + 8),
         (
             "random",
@@ -36,4 +45,60 @@ fn the_fast_path_fields_share_the_first_cache_lines() {
             ARC_COUNTS + end
         );
     }
+}
+
+/// The queue hints name nothing while nobody waits; with someone queued, the lock word's line,
+/// the queue's head lines and the waiting class's deque and front entry — and nothing again
+/// once the waiter has been served.
+#[test]
+fn queue_hints_follow_the_queue() {
+    let cfg = AdmissionConfig {
+        limit: LimitConfig::Fixed(FixedConfig { limit: 1 }),
+        queue: QueueConfig {
+            max_len: Some(4),
+            max_wait: Duration::from_secs(1),
+            ..QueueConfig::default()
+        },
+        ..AdmissionConfig::default()
+    };
+    let ctl = AdmissionController::new(cfg, Arc::new(ManualClock::new())).expect("valid");
+    let hints = || {
+        let mut v = Vec::new();
+        ctl.queue_hints(|p| v.push(p as usize));
+        v
+    };
+    let req = AdmissionRequest {
+        customer: "",
+        criticality: Criticality::Critical,
+        operation: "",
+        deadline: None,
+        attempt: 1,
+        estimated_cost: 1.0,
+        health_check: false,
+        continuation: false,
+    };
+    assert!(hints().is_empty(), "empty queue");
+    let Admission::Admitted(permit) = ctl.admit(&req) else {
+        panic!("the first request takes the only slot")
+    };
+    let Admission::Queued(waiter) = ctl.admit(&req) else {
+        panic!("the second request waits")
+    };
+    let named = hints();
+    let head_lines = AdmissionQueue::<()>::HEAD_BYTES.div_ceil(64);
+    assert!(
+        (1 + head_lines + 2..=1 + head_lines + 3).contains(&named.len()),
+        "{named:?}"
+    );
+    let queue = &ctl.inner.queue as *const _ as usize;
+    let end = queue + size_of_val(&ctl.inner.queue);
+    let inside = named.iter().filter(|&&a| (queue..end).contains(&a)).count();
+    assert_eq!(
+        inside,
+        named.len() - 1,
+        "all but the entry are in the queue itself"
+    );
+    drop(permit); // the waiter is granted: the queue is empty again
+    assert!(hints().is_empty(), "{:?}", hints());
+    drop(waiter);
 }

@@ -42,6 +42,7 @@ use crate::sim::model::{Caller, Node, CLIENT, NONE};
 const FAR: usize = 12;
 const MID: usize = 8;
 const NEAR: usize = 4;
+const CLOSE: usize = 2;
 
 /// Every cache line of `v`.
 #[inline]
@@ -59,6 +60,11 @@ impl Engine {
     /// Starts loading what the events a few places ahead will touch (see the module docs).
     #[inline]
     pub(super) fn prefetch_ahead(&self) {
+        if let Some((ev, i)) = self.live_ahead(CLOSE) {
+            if let (Kind::WorkerDone, Some(n)) = (ev.kind(), self.slab.nodes.get(i)) {
+                self.prefetch_queue(n.layer as usize, n.task);
+            }
+        }
         if let Some((ev, i)) = self.live_ahead(FAR) {
             if let Some(n) = self.slab.nodes.get(i) {
                 lines_of(n);
@@ -106,6 +112,21 @@ impl Engine {
     pub(super) fn prefetch_task(&self, l: usize, t: u32) {
         self.prefetch_task_slot(l, t);
         self.prefetch_task_state(l, t);
+    }
+
+    /// What a release at task `t` of layer `l` will read in its controller's queue, when
+    /// anyone is queued there (read from the controller's lines: best once
+    /// [`prefetch_task_state`](Self::prefetch_task_state) has brought them in).
+    #[inline]
+    fn prefetch_queue(&self, l: usize, t: u32) {
+        let ctrl = self
+            .layers
+            .get(l)
+            .and_then(|layer| layer.tasks.get(t as usize))
+            .and_then(|task| task.controller.as_ref());
+        if let Some(c) = ctrl {
+            c.queue_hints(cpu::prefetch);
+        }
     }
 
     /// Task `t` of layer `l`'s slot and its hint-table entry.
