@@ -288,3 +288,18 @@ proptest! {
         prop_assert!(hi < 1.0);
     }
 }
+
+#[test]
+fn a_slice_counts_at_most_max_slice_count_requests_and_fails_open() {
+    // The saturating rule of the compact window (window/pair): past 2^24 − 1 requests in one
+    // slice, further requests are not counted, so the throttle refuses less, never more.
+    let (t, clock) = throttle_with(ThrottleConfig::default(), 0.0);
+    let now = clock.now();
+    let max = crate::window::MAX_SLICE_COUNT;
+    feed(&t, now, max + 1_000, 0);
+    assert_eq!(t.counts(now), (max, 0));
+    let next = now + S;
+    feed(&t, next, 10, 0); // the next slice counts afresh
+    assert_eq!(t.counts(next), (max + 10, 0));
+    assert!(t.probability(next) < MAX_PROBABILITY);
+}
