@@ -12,7 +12,8 @@
 #   data-plane threads' EEVDF slice set to SLICE_US (100) from outside (bench/overhead/set-slice.py,
 #   so any binary can be compared), e.g. KEYS="direct fixed fixed_slice nginx"; PROXY_ENV
 #   ("VAR=value ...", given to every proxy). fixed_idle32, zeroconf_idle256, ...: the same front
-#   with [upstream] max_idle_per_task 32 / 256. The "opens" column counts TCP connections opened
+#   with [upstream] max_idle_per_task 32 / 256; fixed_pool256, fixed_untrusted, zeroconf_pool1024:
+#   one setting of the fixed and zero-config fronts swapped (below). The "opens" column counts TCP connections opened
 #   on the host during the measured phase (the client's and the front's upstream connections).
 #
 # Everything on 127.0.0.1; every phase bounded; processes killed on exit.
@@ -47,6 +48,13 @@ for f in fixed zeroconf; do
     sed "s/^\[upstream\]$/[upstream]\nmax_idle_per_task = $n/; /^max_idle_per_task = 1024$/d" "$W/$f.toml" >"$W/${f}_idle$n.toml"
   done
 done
+# The fixed-limit front differs from the zero-config one in three settings; each alone:
+# fixed_pool256 = the zero-config pool (max_requests_per_task and max_idle_per_task 256),
+# fixed_untrusted = no [classify] trusted, zeroconf_pool1024 = the fixed front's pool.
+sed 's/^max_requests_per_task = 1024$/max_requests_per_task = 256/; s/^max_idle_per_task = 1024$/max_idle_per_task = 256/' \
+  "$W/fixed.toml" >"$W/fixed_pool256.toml"
+sed '/^\[classify\]$/d; /^trusted = /d' "$W/fixed.toml" >"$W/fixed_untrusted.toml"
+sed 's/^\[upstream\]$/[upstream]\nmax_requests_per_task = 1024\nmax_idle_per_task = 1024/' "$W/zeroconf.toml" >"$W/zeroconf_pool1024.toml"
 . bench/lib/nginx.sh
 nginx_conf "$W/nginx" "$NGINX" "$BACKEND"
 wait_port "$BACKEND"
