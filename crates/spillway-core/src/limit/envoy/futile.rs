@@ -44,6 +44,17 @@
 //! rule then stops cutting until the host reads quiet or minRTT is measured again, where Envoy
 //! would cut to its floor. Counted ([`FutileCuts::rebaselines`]) so it can be seen.
 //!
+//! Measured, and why the proxy leaves it off (bench/overhead/foreign-load.sh, fifth round in
+//! bench/results/proxy-overhead.md): foreign CPU work on the proxy's own host is rarely "slower
+//! at any concurrency with CPU to spare". With one busy-loop core on a 2-core host, at 3,000
+//! and 4,500 req/s the limit never bound (0 refused with or without the rule), and at 7,400
+//! req/s the host ran out of CPU for the proxy path itself: the limit's refusals were load
+//! shedding (a fixed limit that refuses nothing kept 18–100 % of requests within 500 ms; the
+//! gradient 92–96 %), and re-baselining did not improve them (77–96 %). The rule helps where
+//! its model holds — latency inflated by something the proxy's concurrency does not drive
+//! while throughput is not short (`limit/tests/envoy_futile_cut.rs`) — which this host did
+//! not produce.
+//!
 //! The constants are this project's choices, not Envoy's or Netflix's (neither has the rule);
 //! each is stated with its reason.
 

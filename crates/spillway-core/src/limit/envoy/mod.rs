@@ -64,7 +64,8 @@
 //! its floor while the upstream has capacity to spare. With the rule, windows whose limit was
 //! reached and whose latency was above tolerance are kept; when their latency does not follow
 //! their limit (log-log slope below 1/3 over limits at least 2× apart), minRTT is re-measured
-//! on live traffic and the cuts are taken back (see `futile.rs`).
+//! on live traffic and the cuts are taken back (see `futile.rs`, which also says why the proxy
+//! leaves it off: with real foreign CPU work the host itself ran out of CPU).
 //!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
