@@ -68,9 +68,9 @@ impl<const N: usize> WindowedTotals<N> {
         }
     }
 
-    /// The window these counters span, as configured.
+    /// The window these counters span, as configured (a window beyond `u64::MAX` ns, 584 years, reads as that).
     pub fn window(&self) -> Duration {
-        self.slices.window
+        self.slices.window()
     }
 
     /// The number of buckets (after clamping).
@@ -178,7 +178,7 @@ impl<const N: usize> fmt::Debug for WindowedTotals<N> {
         let totals: [i64; N] =
             std::array::from_fn(|i| self.totals[i].load(Ordering::Relaxed) as i64);
         f.debug_struct("WindowedTotals")
-            .field("window", &self.slices.window)
+            .field("window", &self.slices.window())
             .field("buckets", &self.buckets.len())
             .field("totals", &totals)
             .finish_non_exhaustive()

@@ -128,9 +128,9 @@ impl WindowedPair {
         }
     }
 
-    /// The window these counts span, as configured.
+    /// The window these counts span, as configured (a window beyond `u64::MAX` ns, 584 years, reads as that).
     pub fn window(&self) -> Duration {
-        self.slices.window
+        self.slices.window()
     }
 
     /// The number of buckets (after clamping).
@@ -319,7 +319,7 @@ impl fmt::Debug for WindowedPair {
             .each_ref()
             .map(|t| t.load(Ordering::Relaxed) as i64);
         f.debug_struct("WindowedPair")
-            .field("window", &self.slices.window)
+            .field("window", &self.slices.window())
             .field("buckets", &self.buckets.len())
             .field("totals", &totals)
             .finish_non_exhaustive()
