@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use super::http1::{put_back, with_noop, Home, Http1};
+use super::http1::{drive, put_back, with_noop, Home, Http1};
 use super::Lease;
 
 /// What a response body holds of its connection.
@@ -85,12 +85,16 @@ impl Body for UpstreamBody {
         let this = &mut *self;
         let r = match &mut this.hold {
             Hold::Http1 { conn, .. } => {
-                // The connection first (with the task's waker: its socket is what wakes us),
-                // then the body it has just filled, whose only writer is that connection.
-                if conn.as_mut().is_some_and(|c| c.poll_conn(cx).is_ready()) {
-                    *conn = None;
+                // What the connection has already delivered first; then the connection (see
+                // `drive`: the task's waker only when it must wait). The body's only writer is
+                // that connection.
+                let inner = &mut this.inner;
+                match with_noop(|n| Pin::new(&mut *inner).poll_frame(n)) {
+                    Poll::Pending => drive(conn, cx, |_| {
+                        with_noop(|n| Pin::new(&mut *inner).poll_frame(n))
+                    }),
+                    ready => ready,
                 }
-                with_noop(|n| Pin::new(&mut this.inner).poll_frame(n))
             }
             _ => Pin::new(&mut this.inner).poll_frame(cx),
         };

@@ -13,9 +13,11 @@
 //!
 //! The response future and the response body are polled with a no-op waker: they are only
 //! ever completed by the connection's dispatcher, inside `Connection::poll`, which this module
-//! calls with the task's real waker just before. Registering the real waker on them too would
-//! make the dispatcher wake the running task from within its own poll (a spurious re-poll per
-//! request).
+//! calls just before. The connection itself is polled with the no-op waker first and with the
+//! task's waker only when the task must wait ([`drive`]): whatever it registers the task's
+//! waker with (its socket, the response body's channel) would otherwise wake the running task
+//! when the task takes what the connection delivered, and a task woken while it runs is polled
+//! again (callgrind: 3.03 task polls per request that way, 2.03 with [`drive`]).
 //!
 //! A connection nobody polls cannot notice on its own that the upstream closed it or that it
 //! has been idle too long, so the idle lists do it: a peer-closed connection is found by the
@@ -27,7 +29,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{ready, Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use http::{Request, Response};
@@ -134,24 +136,59 @@ impl<F: Future<Output = Result<Response<Incoming>, SendError>>> Future for Excha
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Exchanged> {
         let this = self.project();
-        if this
-            .conn
-            .as_mut()
-            .is_some_and(|c| c.poll_conn(cx).is_ready())
-        {
-            // Dropping it answers a request still waiting with an error.
-            *this.conn = None;
-        }
-        let result = match with_noop(|n| this.pending.poll(n)) {
-            Poll::Ready(r) => r.map_err(Failed::Send),
-            Poll::Pending if this.conn.is_none() => Err(Failed::Ended),
-            Poll::Pending => return Poll::Pending,
-        };
+        let mut pending = this.pending;
+        let result = ready!(drive(this.conn, cx, |ended| {
+            match with_noop(|n| pending.as_mut().poll(n)) {
+                Poll::Ready(r) => Poll::Ready(r.map_err(Failed::Send)),
+                Poll::Pending if ended => Poll::Ready(Err(Failed::Ended)),
+                Poll::Pending => Poll::Pending,
+            }
+        }));
         Poll::Ready(Exchanged {
             result,
             conn: this.conn.take(),
         })
     }
+}
+
+/// Drives `conn` until `check` (which polls what the connection completes, with the no-op
+/// waker; its argument: the connection has ended) is ready: first with the no-op waker, and
+/// only when that is not enough, once more with the task's waker so that the socket wakes the
+/// task.
+///
+/// Why not the task's waker at once: whatever the connection registers it with is woken when
+/// the task then takes what the connection delivered — hyper's body channel wakes its writer
+/// on every chunk read — and a task woken while it runs is polled again: a whole extra poll of
+/// the client's connection per request (callgrind, bench/results/proxy-forwarding.md fifth
+/// round: 3.03 task polls per request instead of 2.02). A connection that ends is dropped
+/// (which answers a request still waiting on it with an error).
+pub(super) fn drive<R>(
+    conn: &mut Option<Http1>,
+    cx: &mut Context<'_>,
+    mut check: impl FnMut(bool) -> Poll<R>,
+) -> Poll<R> {
+    if conn
+        .as_mut()
+        .is_some_and(|c| with_noop(|n| c.poll_conn(n)).is_ready())
+    {
+        *conn = None;
+    }
+    if let Poll::Ready(r) = check(conn.is_none()) {
+        return Poll::Ready(r);
+    }
+    if conn.as_mut().is_some_and(|c| c.poll_conn(cx).is_ready()) {
+        *conn = None;
+    }
+    let r = check(conn.is_none());
+    if r.is_ready()
+        && conn
+            .as_mut()
+            .is_some_and(|c| with_noop(|n| c.poll_conn(n)).is_ready())
+    {
+        // Rare (the answer came in between): the task's waker replaced, as above.
+        *conn = None;
+    }
+    r
 }
 
 /// Polls with a waker that does nothing (see the module doc for when that is right).
