@@ -1,9 +1,11 @@
 //! The upstream connections (`spillway_proxy::upstream::Connections`, hyper's connection API
 //! with an idle list per thread): reused when a response body ends, bounded, closed after the
 //! idle timeout without traffic, never reused after a body cut short, replaced when the
-//! upstream closed them, a refused connection reported as a connect error.
+//! upstream closed them (also while no request comes), a refused connection reported as a
+//! connect error, and the task reading a response not woken by its own reads.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -216,4 +218,87 @@ async fn a_refused_connection_is_a_connect_error() {
         text.as_deref().is_some_and(|t| t.contains("refused")),
         "{text:?}"
     );
+}
+
+/// Counts wake-ups.
+struct Wakes(AtomicUsize);
+
+impl std::task::Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Polls `poll` with `waker` (one task's) until it is ready, letting the runtime run in between
+/// (so the socket's readiness arrives), and counts the wake-ups that happened *during* a poll:
+/// a task woken while it runs is polled once more for nothing.
+async fn self_wakes<R>(
+    wakes: &Arc<Wakes>,
+    mut poll: impl FnMut(&mut std::task::Context<'_>) -> std::task::Poll<R>,
+) -> (R, usize) {
+    let waker = std::task::Waker::from(Arc::clone(wakes));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut during = 0;
+    for _ in 0..2_000 {
+        let before = wakes.0.load(Ordering::SeqCst);
+        let r = poll(&mut cx);
+        during += wakes.0.load(Ordering::SeqCst) - before;
+        if let std::task::Poll::Ready(r) = r {
+            return (r, during);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("not ready within 2,000 polls");
+}
+
+#[tokio::test]
+async fn reading_a_response_does_not_wake_the_task_reading_it() {
+    let b = counted().await;
+    let c = conns(b.addr, Duration::from_secs(60), 4);
+    // Once on a new connection, once on the reused one.
+    for _ in 0..2 {
+        // One task's waker for the head and the body, as when the proxy serves.
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        let mut send = std::pin::pin!(c.send(0, get("/", b.addr), false));
+        let (res, head_wakes) = self_wakes(&wakes, |cx| send.as_mut().poll(cx)).await;
+        let mut body = res.expect("response").into_body();
+        let mut got = Vec::new();
+        let ((), body_wakes) = self_wakes(&wakes, |cx| loop {
+            match std::pin::Pin::new(&mut body).poll_frame(cx) {
+                std::task::Poll::Ready(Some(f)) => {
+                    got.extend_from_slice(&f.expect("frame").into_data().expect("data"))
+                }
+                std::task::Poll::Ready(None) => return std::task::Poll::Ready(()),
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            }
+        })
+        .await;
+        assert_eq!(got, b"ok");
+        assert_eq!(
+            (head_wakes, body_wakes),
+            (0, 0),
+            "wake-ups during the task's own polls"
+        );
+        drop(body);
+        assert_eq!(c.idle_here(0), 1);
+    }
+    assert_eq!(b.accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_idle_connection_the_upstream_closed_is_closed_without_traffic() {
+    let (addr, _accepted) = closes_after_each().await;
+    let c = conns(addr, Duration::from_secs(60), 4);
+    let res = send(&c, "/", addr).await;
+    assert_eq!(res.into_body().collect().await.unwrap().to_bytes(), "ok");
+    assert_eq!(c.idle_here(0), 1);
+    // The upstream closes it 50 ms later; nothing is sent: the thread's sweeper finds it
+    // ended (within its one-second tick), long before the 60 s idle timeout.
+    for _ in 0..300 {
+        if c.idle_here(0) == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the closed connection is still on the idle list after 3 s");
 }
