@@ -14,6 +14,11 @@
 # keepalive 256), measured the same way (its CPU is the master's and the workers'), so its
 # figures interleave with the builds' in every round. The first argument must be a build.
 #
+# A front may end with one option: `LABEL=BIN,threads=N` runs that build with N data-plane
+# threads (`[listen] threads`; default: one per CPU), `nginx,workers=N` runs nginx with N worker
+# processes (default 2) and is labelled nginx-wN — so both settings compare in the same rounds
+# (e.g. `a=BIN a1=BIN,threads=1 nginx nginx,workers=1`).
+#
 # Env: RATE (7100), SECS (10), WRK_SECS (5, 0 = skip wrk), ROUNDS (3), MODE (fixed | zeroconf:
 # the proxy with only listen/upstream/admin set, i.e. the zero-config defaults), OUT (a file for
 # the raw rows), SAMPLE (a path prefix: /status's limit, in-flight, queued and utilisation every
@@ -42,32 +47,64 @@ cpu_ticks() { # the process and its children's (nginx's workers)
 }
 HZ=$(getconf CLK_TCK)
 
-first=${1#*=}
+first=${1%%,*}
+first=${first#*=}
 "$first" backend --listen "$BACKEND" --workers 2048 --service-time 1ms --dist constant \
   --cpu sleep --duration 1800s >"$WORK/backend.log" 2>&1 &
 PIDS+=($!)
 wait_port "$BACKEND"
 
-if [ "$MODE" = zeroconf ]; then
-  printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\n[admin]\nlisten = "%s"\n' \
-    "$PROXY" "$BACKEND" "$ADMIN" >"$WORK/p.toml"
-else
-  printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\nmax_requests_per_task = 1024\nmax_idle_per_task = 1024\n[admission.limit]\nalgorithm = "fixed"\nlimit = 10000\n[classify]\ntrusted = ["127.0.0.0/8"]\n[admin]\nlisten = "%s"\n' \
-    "$PROXY" "$BACKEND" "$ADMIN" >"$WORK/p.toml"
-fi
+# proxy_conf FILE [THREADS]: the proxy's configuration for this run.
+proxy_conf() {
+  local threads=${2:+threads = $2\\n}
+  if [ "$MODE" = zeroconf ]; then
+    printf "[listen]\\naddress = \"%s\"\\n${threads}[upstream]\\naddresses = [\"%s\"]\\n[admin]\\nlisten = \"%s\"\\n" \
+      "$PROXY" "$BACKEND" "$ADMIN" >"$1"
+  else
+    printf "[listen]\\naddress = \"%s\"\\n${threads}[upstream]\\naddresses = [\"%s\"]\\nmax_requests_per_task = 1024\\nmax_idle_per_task = 1024\\n[admission.limit]\\nalgorithm = \"fixed\"\\nlimit = 10000\\n[classify]\\ntrusted = [\"127.0.0.0/8\"]\\n[admin]\\nlisten = \"%s\"\\n" \
+      "$PROXY" "$BACKEND" "$ADMIN" >"$1"
+  fi
+}
+proxy_conf "$WORK/p.toml"
 
 . "$(dirname "$0")/../lib/nginx.sh"
-nginx_conf "$WORK/nginx" "$PROXY" "$BACKEND" reuseport
+# Each front's label, command line and configuration, from its argument.
+declare -A FRONT_LABEL=() FRONT_BIN=() FRONT_CONF=()
+for ab in "$@"; do
+  spec=${ab%%,*} opt=
+  [ "$spec" = "$ab" ] || opt=${ab#*,}
+  case "$spec:$opt" in
+    nginx:) label=nginx ;;
+    nginx:workers=[1-9]*) label=nginx-w${opt#workers=} ;;
+    *=*:) label=${spec%%=*} ;;
+    *=*:threads=[1-9]*) label=${spec%%=*} ;;
+    *) echo "bad front '$ab': expected LABEL=BIN, LABEL=BIN,threads=N, nginx or nginx,workers=N" >&2; exit 2 ;;
+  esac
+  [ -z "${FRONT_LABEL[$ab]:-}" ] || { echo "front '$ab' given twice" >&2; exit 2; }
+  FRONT_LABEL[$ab]=$label
+  if [ "$spec" = nginx ]; then
+    FRONT_CONF[$ab]=$WORK/$label
+    nginx_conf "$WORK/$label" "$PROXY" "$BACKEND" reuseport
+    [ -z "$opt" ] || sed -i "s/^worker_processes .*/worker_processes ${opt#workers=};/" "$WORK/$label/nginx.conf"
+  else
+    FRONT_BIN[$ab]=${spec#*=}
+    FRONT_CONF[$ab]=$WORK/p.toml
+    if [ -n "$opt" ]; then
+      FRONT_CONF[$ab]=$WORK/p.$label.toml
+      proxy_conf "$WORK/p.$label.toml" "${opt#threads=}"
+    fi
+  fi
+done
 
 echo "uptime before: $(uptime)"
 echo "mode=$MODE rate=$RATE/s secs=$SECS wrk=${WRK_SECS}s x 64 conns rounds=$ROUNDS"
 for r in $(seq "$ROUNDS"); do
   for ab in "$@"; do
-    label=${ab%%=*} bin=${ab#*=}
-    if [ "$ab" = nginx ]; then
-      nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g "daemon off;" >"$WORK/$label.log" 2>&1 &
+    label=${FRONT_LABEL[$ab]} conf=${FRONT_CONF[$ab]}
+    if [ -z "${FRONT_BIN[$ab]:-}" ]; then
+      nginx -p "$conf" -c "$conf/nginx.conf" -g "daemon off;" >"$WORK/$label.log" 2>&1 &
     else
-      "$bin" proxy --config "$WORK/p.toml" >"$WORK/$label.log" 2>&1 &
+      "${FRONT_BIN[$ab]}" proxy --config "$conf" >"$WORK/$label.log" 2>&1 &
     fi
     pid=$!
     PIDS+=($pid)
@@ -76,7 +113,7 @@ for r in $(seq "$ROUNDS"); do
     kill -0 "$pid" 2>/dev/null || { echo "$label did not start: $(cat "$WORK/$label.log")"; exit 1; }
     "$first" load --target "$PROXY" --rate 1000 --duration 2s --attempts 1 --quiet >/dev/null 2>&1 || true
     perf_pid=
-    if [ "$ab" != nginx ] && command -v perf >/dev/null; then
+    if [ -n "${FRONT_BIN[$ab]:-}" ] && command -v perf >/dev/null; then
       perf stat -x, -e instructions:u,instructions:k -p "$pid" -o "$WORK/$label.$r.perf" &
       perf_pid=$!
       sleep 0.2
