@@ -13,8 +13,13 @@
 #   so any binary can be compared), e.g. KEYS="direct fixed fixed_slice nginx"; PROXY_ENV
 #   ("VAR=value ...", given to every proxy). fixed_idle32, zeroconf_idle256, ...: the same front
 #   with [upstream] max_idle_per_task 32 / 256; fixed_pool256, fixed_untrusted, zeroconf_pool1024:
-#   one setting of the fixed and zero-config fronts swapped (below). The "opens" column counts TCP connections opened
-#   on the host during the measured phase (the client's and the front's upstream connections).
+#   one setting of the fixed and zero-config fronts swapped (below). SAMPLE (1): poll every
+#   proxy front's /status every 100 ms during the measured phase (0: none — the poller is a
+#   Python process and the admin API a third proxy thread, both on the same 2 cores; until the
+#   fifth round only the zero-config fronts were polled, which biased the comparison). The "opens" column counts TCP connections opened
+#   on the host during the measured phase (the client's and the front's upstream connections);
+#   "upstream" = established connections to the backend before > after the measured phase (a
+#   front's idle pool keeps what it opened, so the difference is the front's own opens).
 #
 # Everything on 127.0.0.1; every phase bounded; processes killed on exit.
 set -euo pipefail
@@ -72,6 +77,9 @@ sched() {
 }
 # TCP connections opened on the host so far (/proc/net/snmp Tcp ActiveOpens): a phase's delta
 # is the client's plus the front's new upstream connections.
+# Established connections to the backend (a front's idle and busy upstream connections; none
+# on the direct path once its client has exited), before and after the measured phase.
+conns() { ss -Htn state established "( dport = :${1##*:} )" | wc -l; }
 opens() { awk '/^Tcp:/ { if (seen) { print $c; exit } for (i = 1; i <= NF; i++) if ($i == "ActiveOpens") c = i; seen = 1 }' /proc/net/snmp; }
 load() { # rate seconds [json]
   /usr/bin/time -f "%U %S" -o "$W/time" "$BIN" load --target "$TARGET" --rate "$1" --duration "${2}s" --attempts 1 --timeout 500ms \
@@ -123,17 +131,24 @@ for round in $(seq "$ROUNDS"); do
     b0=$(sched "$BACKEND_PID")
     h0=$(host_busy)
     o0=$(opens)
+    u0=$(conns "$BACKEND")
     t0=$(( $( [ -n "$FRONT" ] && tree_ticks "$FRONT" || echo 0) + $(cpu_ticks "$BACKEND_PID") ))
     SP=
-    if [ "${key#zeroconf}" != "$key" ]; then sample_status "$ZADMIN" "$W/$key.$round.status" & SP=$!; fi
+    if [ "${SAMPLE:-1}" = 1 ]; then
+      case $key in
+        zeroconf*) sample_status "$ZADMIN" "$W/$key.$round.status" & SP=$! ;;
+        fixed*) sample_status "$ADMIN" "$W/$key.$round.status" & SP=$! ;;
+      esac
+    fi
     load "$RATE" "$SECS" "$W/$key.$round.json"
     [ -n "$SP" ] && { kill "$SP" 2>/dev/null || true; wait "$SP" 2>/dev/null || true; }
     f1=$( [ -n "$FRONT" ] && sched "$FRONT" || echo "0 0 0")
     b1=$(sched "$BACKEND_PID")
     h1=$(host_busy)
     o1=$(opens)
+    u1=$(conns "$BACKEND")
     t1=$(( $( [ -n "$FRONT" ] && tree_ticks "$FRONT" || echo 0) + $(cpu_ticks "$BACKEND_PID") ))
-    echo "$round $key $f0 $f1 $b0 $b1 $h0 $h1 $(awk '{print $1 + $2}' "$W/time") $((o1 - o0)) $((t1 - t0))" >>"$W/sched"
+    echo "$round $key $f0 $f1 $b0 $b1 $h0 $h1 $(awk '{print $1 + $2}' "$W/time") $((o1 - o0)) $((t1 - t0)) $u0 $u1" >>"$W/sched"
     [ -n "$FRONT" ] && stop "$FRONT"
     sleep 1
   done
@@ -144,7 +159,7 @@ import json, os, statistics as st, sys
 w = sys.argv[1]
 rows = {}
 print(f"{'key':<14}{'rnd':>4}{'sent':>7}{'refused':>8}{'p50':>7}{'p99':>7}{'p99.9':>8}{'lag99':>7}"
-      f"{'front run':>10}{'front wait':>11}{'wait/slice':>11}{'backend wait':>13}{'others':>7}{'opens':>7}  limit min-max, queued max")
+      f"{'front run':>10}{'front wait':>11}{'wait/slice':>11}{'backend wait':>13}{'others':>7}{'opens':>7}{'upstream':>10}  limit min-max, queued max")
 for line in open(os.path.join(w, "sched")):
     f = line.split()
     rnd, key = f[0], f[1]
@@ -170,7 +185,7 @@ for line in open(os.path.join(w, "sched")):
             lim = f"  {min(x[0] for x in v)}-{max(x[0] for x in v)}, {max(x[2] for x in v)} (in flight max {max(x[1] for x in v)})"
     slices = max(fn1 - fn0, 1)
     print(f"{key:<14}{rnd:>4}{s['sent']:>7}{s['rejected']:>8}{l['p50_ms']:>7.2f}{l['p99_ms']:>7.2f}{l['p999_ms']:>8.2f}{lag:>7.2f}"
-          f"{(fr1-fr0)/n/1e3:>8.1f}us{(fw1-fw0)/n/1e3:>9.1f}us{(fw1-fw0)/slices/1e3:>9.1f}us{(bw1-bw0)/n/1e3:>11.1f}us{others:>7.2f}{int(f[19]):>7}{lim}")
+          f"{(fr1-fr0)/n/1e3:>8.1f}us{(fw1-fw0)/n/1e3:>9.1f}us{(fw1-fw0)/slices/1e3:>9.1f}us{(bw1-bw0)/n/1e3:>11.1f}us{others:>7.2f}{int(f[19]):>7}{f[21] + '>' + f[22]:>10}{lim}")
     rows.setdefault(key, []).append((l["p99_ms"], rnd))
 direct = {r: p for p, r in rows.get("direct", [])}
 print("\nmedian p99 and p99 added (median of round-paired differences, spread):")
