@@ -90,7 +90,7 @@ impl Body for UpstreamBody {
                 // that connection.
                 let inner = &mut this.inner;
                 match with_noop(|n| Pin::new(&mut *inner).poll_frame(n)) {
-                    Poll::Pending => drive(conn, cx, |_| {
+                    Poll::Pending => drive(conn, cx, false, |_| {
                         with_noop(|n| Pin::new(&mut *inner).poll_frame(n))
                     }),
                     ready => ready,

@@ -70,7 +70,11 @@ impl Http1 {
     /// Lets the connection finish an exchange whose response body has ended (it then waits
     /// for the next request) and says whether it can take one.
     pub(super) fn settle(&mut self) -> bool {
-        with_noop(|cx| self.poll_conn(cx)).is_pending() && self.tx.is_ready() && !self.is_closed()
+        // Usually it already is (the dispatcher asks for the next request in the poll that
+        // reads the body's end): no poll then.
+        let ready = self.tx.is_ready()
+            || (with_noop(|cx| self.poll_conn(cx)).is_pending() && self.tx.is_ready());
+        ready && !self.is_closed()
     }
 
     pub(super) fn is_closed(&self) -> bool {
@@ -118,6 +122,7 @@ pub(super) fn exchange(
     Exchange {
         pending,
         conn: Some(h),
+        polled: false,
     }
 }
 
@@ -129,6 +134,9 @@ pin_project_lite::pin_project! {
         #[pin]
         pending: F,
         conn: Option<Http1>,
+        // The first poll writes the request and cannot yet have an answer to read: the task's
+        // waker at once (one connection poll instead of two; see `drive`).
+        polled: bool,
     }
 }
 
@@ -138,7 +146,8 @@ impl<F: Future<Output = Result<Response<Incoming>, SendError>>> Future for Excha
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Exchanged> {
         let this = self.project();
         let mut pending = this.pending;
-        let result = ready!(drive(this.conn, cx, |ended| {
+        let waker_first = !std::mem::replace(this.polled, true);
+        let result = ready!(drive(this.conn, cx, waker_first, |ended| {
             match with_noop(|n| pending.as_mut().poll(n)) {
                 Poll::Ready(r) => Poll::Ready(r.map_err(Failed::Send)),
                 Poll::Pending if ended => Poll::Ready(Err(Failed::Ended)),
@@ -155,7 +164,7 @@ impl<F: Future<Output = Result<Response<Incoming>, SendError>>> Future for Excha
 /// Drives `conn` until `check` (which polls what the connection completes, with the no-op
 /// waker; its argument: the connection has ended) is ready: first with the no-op waker, and
 /// only when that is not enough, once more with the task's waker so that the socket wakes the
-/// task.
+/// task (`waker_first`: at once with the task's waker, when nothing can have arrived yet).
 ///
 /// Why not the task's waker at once: whatever the connection registers it with is woken when
 /// the task then takes what the connection delivered — hyper's body channel wakes its writer
@@ -166,16 +175,19 @@ impl<F: Future<Output = Result<Response<Incoming>, SendError>>> Future for Excha
 pub(super) fn drive<R>(
     conn: &mut Option<Http1>,
     cx: &mut Context<'_>,
+    waker_first: bool,
     mut check: impl FnMut(bool) -> Poll<R>,
 ) -> Poll<R> {
-    if conn
-        .as_mut()
-        .is_some_and(|c| with_noop(|n| c.poll_conn(n)).is_ready())
-    {
-        *conn = None;
-    }
-    if let Poll::Ready(r) = check(conn.is_none()) {
-        return Poll::Ready(r);
+    if !waker_first {
+        if conn
+            .as_mut()
+            .is_some_and(|c| with_noop(|n| c.poll_conn(n)).is_ready())
+        {
+            *conn = None;
+        }
+        if let Poll::Ready(r) = check(conn.is_none()) {
+            return Poll::Ready(r);
+        }
     }
     if conn.as_mut().is_some_and(|c| c.poll_conn(cx).is_ready()) {
         *conn = None;
