@@ -20,7 +20,7 @@
 //! connection each; HTTP/2: streams on one connection) shared by every client connection, and
 //! idle upstream connections are closed after `idle_timeout_ms` ([`conn`]: hyper's connection
 //! API with an idle list per data-plane thread, so a connection is opened, used and reused by
-//! one thread, with no lock).
+//! one thread, with no shared lock; an HTTP/1.1 connection is driven by the request using it).
 
 mod body;
 mod conn;
