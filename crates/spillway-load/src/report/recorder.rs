@@ -10,10 +10,10 @@
 //! (the run's total, queue and service histograms, 184 KiB of counts each at 3 significant
 //! figures, and its second's), and each increment lands on a counts line that the caller's own
 //! work has evicted meanwhile — `spillway sim`'s profile showed 90% of the recording time on
-//! that one load (5.5% of the `fleet` scenario). The samples are therefore appended to a small
-//! buffer and recorded [`BATCH`] at a time, one histogram after the other, so that the lines of
-//! the values that recur are fetched once per batch and the misses of the others overlap in a
-//! tight loop. Nothing reported changes: a histogram's counts, total, min and max do not depend
+//! that one load (5.5% of the `fleet` scenario). The samples are therefore appended to a
+//! buffer and recorded a batch at a time ([`BATCH`], [`OFFLINE_BATCH`]), one histogram after
+//! the other, so that the lines of the values that recur are fetched once per batch and the
+//! misses of the others overlap in a tight loop. Nothing reported changes: a histogram's counts, total, min and max do not depend
 //! on the order of recording, the buffer is emptied before a second is sealed and before the
 //! report is made, and what is order-dependent (the floating-point sums of the means, the
 //! outcome counts) is still added per record, in order.
@@ -35,12 +35,18 @@ const RUN_SIGFIG: u8 = 3;
 /// run, so they are kept small (about 20 KiB each, created only for seconds with a success).
 const SECOND_SIGFIG: u8 = 2;
 
-/// Latency samples buffered before they are recorded into the histograms (32 bytes each: 1 MiB,
-/// written and read sequentially, allocated at the first success). Measured on `spillway sim
-/// fleet --duration 5` (perf cpu-clock share of `saturating_record` + `Recorder::record`):
-/// unbatched 6.3%, batches of 1,024 4.3%, 8,192 2.7%, 32,768 2.1% — the larger the batch, the
-/// more often a counts line is hit again while fetched (bench/results/sim-speed.md).
-const BATCH: usize = 32768;
+/// Latency samples buffered before they are recorded into the histograms, for a recorder made
+/// with [`Recorder::new`] (32 bytes each: 32 KiB, allocated at the first success). Kept small
+/// because `spillway load` records under a mutex from its runtime's threads: a flush holds it for
+/// tens of microseconds, not milliseconds.
+const BATCH: usize = 1024;
+
+/// The batch of a recorder no real-time caller waits on ([`Recorder::offline`], the simulator's):
+/// 32,768 samples, 1 MiB. Measured on `spillway sim fleet --duration 5` (perf cpu-clock share of
+/// `saturating_record` + `Recorder::record`): unbatched 6.3%, batches of 1,024 4.3%, 8,192 2.7%,
+/// 32,768 2.1% — the larger the batch, the more often a counts line is hit again while fetched
+/// (bench/results/sim-speed.md, fifth round part 2).
+const OFFLINE_BATCH: usize = 32768;
 
 /// Marks a buffered sample that goes into no second's histogram (or no queue/service one).
 const NONE: u64 = 0;
@@ -119,8 +125,8 @@ pub struct Recorder {
     late_after_seal: u64,
     /// Latency samples not yet in the histograms (see the module docs).
     pending: Vec<Pending>,
-    /// How many samples `pending` holds before it is flushed ([`BATCH`]; 1 in tests that check
-    /// batching against recording each sample at once).
+    /// How many samples `pending` holds before it is flushed ([`BATCH`], [`OFFLINE_BATCH`]; 1
+    /// in tests that check batching against recording each sample at once).
     batch: usize,
 }
 
@@ -166,6 +172,12 @@ impl Recorder {
     /// cover `ceil(window)` seconds; records offered later extend them).
     pub fn new(title: impl Into<String>, window: Duration) -> Self {
         Self::with_batch(title, window, BATCH)
+    }
+
+    /// [`Recorder::new`] for a caller that nothing waits on while it records (the simulator):
+    /// larger batches, the same report.
+    pub(crate) fn offline(title: impl Into<String>, window: Duration) -> Self {
+        Self::with_batch(title, window, OFFLINE_BATCH)
     }
 
     /// [`Recorder::new`] with latency samples recorded `batch` at a time (at least 1).
@@ -303,7 +315,7 @@ impl Recorder {
             return;
         }
         if self.pending.capacity() == 0 {
-            self.pending.reserve_exact(self.batch.min(BATCH));
+            self.pending.reserve_exact(self.batch.min(OFFLINE_BATCH));
         }
         self.pending.push(sample);
         if self.pending.len() >= self.batch {
@@ -438,7 +450,7 @@ mod tests {
             one_at_a_time.contains("late_after_seal"),
             "the run exercises late records"
         );
-        for batch in [2, 7, 1000, BATCH, 50_000] {
+        for batch in [2, 7, 1000, BATCH, OFFLINE_BATCH, 50_000] {
             assert_eq!(run(batch), one_at_a_time, "batch of {batch}");
         }
     }

@@ -347,7 +347,7 @@ impl Engine {
             })),
             woken,
             batch: Vec::new(),
-            recorder: Recorder::new(title, window),
+            recorder: Recorder::offline(title, window),
             open_top: 0,
             open_by_second: Vec::new(),
             sealed_upto: 0,
