@@ -170,7 +170,7 @@ impl<F: Future<Output = Result<Response<Incoming>, SendError>>> Future for Excha
 /// the task then takes what the connection delivered — hyper's body channel wakes its writer
 /// on every chunk read — and a task woken while it runs is polled again: a whole extra poll of
 /// the client's connection per request (callgrind, bench/results/proxy-forwarding.md fifth
-/// round: 3.03 task polls per request instead of 2.02). A connection that ends is dropped
+/// round: 3.03 task polls per request instead of 2.03). A connection that ends is dropped
 /// (which answers a request still waiting on it with an error).
 pub(super) fn drive<R>(
     conn: &mut Option<Http1>,
