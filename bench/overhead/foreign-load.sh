@@ -34,6 +34,7 @@ P=${BASE_PORT:-21720}
 BACKEND=127.0.0.1:$P FRONT_ADDR=127.0.0.1:$((P + 1)) ADMIN=127.0.0.1:$((P + 2))
 W=$(mktemp -d /tmp/spillway-foreign.XXXXXX)
 . bench/lib/procs.sh
+. bench/lib/status.sh # sample_status
 . bench/lib/host.sh
 
 "$BIN" backend --listen "$BACKEND" --workers 2048 --service-time 1ms --dist constant --cpu sleep \
@@ -95,18 +96,6 @@ burn() { # starts BURNERS busy loops for $1 seconds; sets BURN_PIDS
     PIDS+=($!)
   done
 }
-sample_status() { # out file: "limit in_flight queued" every 100 ms until killed
-  exec python3 -c '
-import json, sys, time, urllib.request
-url, out = "http://" + sys.argv[1] + "/status", open(sys.argv[2], "a", buffering=1)
-while True:
-    try:
-        a = json.load(urllib.request.urlopen(url, timeout=0.5))["admission"]
-        print(a["limit"], a["in_flight"], a["queued"], file=out)
-    except Exception:
-        pass
-    time.sleep(0.1)' "$ADMIN" "$1"
-}
 
 echo "rate $RATE/s, $ROUNDS rounds, $BURNERS burner(s), keys ${KEYS[*]}; before: $(uptime)"
 for round in $(seq "$ROUNDS"); do
@@ -120,7 +109,7 @@ for round in $(seq "$ROUNDS"); do
     burn $((SECS + 2))
     sleep 1
     SP=
-    [ -n "$FRONT" ] && { sample_status "$W/$key.$round.status" & SP=$!; }
+    [ -n "$FRONT" ] && { sample_status "$ADMIN" "$W/$key.$round.status" & SP=$!; }
     h0=$(host_busy)
     load "$RATE" "$SECS" "$W/$key.$round.json"
     h1=$(host_busy)

@@ -36,6 +36,7 @@ BACKEND=127.0.0.1:$P FIXED=127.0.0.1:$((P + 1)) ZERO=127.0.0.1:$((P + 2)) NGINX=
 ADMIN=127.0.0.1:$((P + 4)) ZADMIN=127.0.0.1:$((P + 5))
 W=$(mktemp -d /tmp/spillway-p99-sched.XXXXXX)
 . bench/lib/procs.sh
+. bench/lib/status.sh # sample_status
 . bench/lib/host.sh    # host_busy, wait_quiet
 
 "$BIN" backend --listen "$BACKEND" --workers 2048 --service-time 1ms --dist constant --cpu sleep \
@@ -104,18 +105,6 @@ start() { # key: sets TARGET FRONT (pid or empty)
       python3 bench/overhead/set-slice.py "$FRONT" "$SLICE_US" spillway-data >/dev/null
     fi
   fi
-}
-sample_status() { # admin address, out file: "limit in_flight queued" every 100 ms until killed (one process)
-  exec python3 -c '
-import json, sys, time, urllib.request
-url, out = "http://" + sys.argv[1] + "/status", open(sys.argv[2], "a", buffering=1)
-while True:
-    try:
-        a = json.load(urllib.request.urlopen(url, timeout=0.5))["admission"]
-        print(a["limit"], a["in_flight"], a["queued"], file=out)
-    except Exception:
-        pass
-    time.sleep(0.1)' "$1" "$2"
 }
 
 echo "rate $RATE/s, $ROUNDS rounds, keys ${KEYS[*]}, slice ${SLICE_US} us; $(uptime)"
