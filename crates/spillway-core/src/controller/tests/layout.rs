@@ -67,16 +67,7 @@ fn queue_hints_follow_the_queue() {
         ctl.queue_hints(|p| v.push(p as usize));
         v
     };
-    let req = AdmissionRequest {
-        customer: "",
-        criticality: Criticality::Critical,
-        operation: "",
-        deadline: None,
-        attempt: 1,
-        estimated_cost: 1.0,
-        health_check: false,
-        continuation: false,
-    };
+    let req = AdmissionRequest::new("", Criticality::Critical);
     assert!(hints().is_empty(), "empty queue");
     let Admission::Admitted(permit) = ctl.admit(&req) else {
         panic!("the first request takes the only slot")

@@ -35,6 +35,39 @@ impl Stretch {
     }
 }
 
+/// The host quiet and the upstream far from its capacity (20 of its 1,000 slots wanted at
+/// 10 ms): the stretch most tests settle the limit on first.
+const QUIET: World = World {
+    rate: 2000.0,
+    capacity: 1000.0,
+    slow: 1.0,
+};
+
+/// One limit with the proxy's zero-config parameters, driven through the model on its own
+/// simulated clock (nanoseconds since `t0`).
+struct Model {
+    l: EnvoyGradientLimit,
+    t0: Instant,
+    now: f64,
+}
+
+impl Model {
+    fn new(rebaseline: bool) -> Self {
+        let t0 = Instant::now();
+        Model {
+            l: limit(&proxy_like(rebaseline), t0),
+            t0,
+            now: 0.0,
+        }
+    }
+
+    /// `secs` simulated seconds of world `w`.
+    fn run(&mut self, w: World, secs: f64) -> Stretch {
+        let Model { l, t0, now } = self;
+        run(l, *t0, now, w, secs)
+    }
+}
+
 fn run(l: &mut EnvoyGradientLimit, t0: Instant, now_ns: &mut f64, w: World, secs: f64) -> Stretch {
     let end = *now_ns + secs * 1e9;
     let start = *now_ns;
@@ -92,18 +125,11 @@ fn limit(cfg: &EnvoyGradientConfig, t0: Instant) -> EnvoyGradientLimit {
 /// 5 s quiet, then the host 3× slower for 10 s (a core of foreign work), then 5 s quiet:
 /// the busy stretch, the quiet one after it, and the re-baselines.
 fn contention(rebaseline: bool) -> (Stretch, Stretch, u64) {
-    let t0 = Instant::now();
-    let mut l = limit(&proxy_like(rebaseline), t0);
-    let mut now = 0.0;
-    let quiet = World {
-        rate: 2000.0,
-        capacity: 1000.0,
-        slow: 1.0,
-    };
-    run(&mut l, t0, &mut now, quiet, 5.0);
-    let busy = run(&mut l, t0, &mut now, World { slow: 3.0, ..quiet }, 10.0);
-    let after = run(&mut l, t0, &mut now, quiet, 5.0);
-    (busy, after, l.futile_rebaselines())
+    let mut m = Model::new(rebaseline);
+    m.run(QUIET, 5.0);
+    let busy = m.run(World { slow: 3.0, ..QUIET }, 10.0);
+    let after = m.run(QUIET, 5.0);
+    (busy, after, m.l.futile_rebaselines())
 }
 
 #[test]
@@ -135,20 +161,18 @@ fn an_upstream_overload_is_still_cut_to_near_its_capacity() {
     // Open loop at twice the upstream's capacity (100 wanted in flight, 50 slots): the latency
     // follows the limit, so every cut works and none is futile.
     for rebaseline in [false, true] {
-        let t0 = Instant::now();
-        let mut l = limit(&proxy_like(rebaseline), t0);
-        let mut now = 0.0;
+        let mut m = Model::new(rebaseline);
         let w = World {
             rate: 10_000.0,
             capacity: 50.0,
             slow: 1.0,
         };
-        run(&mut l, t0, &mut now, w, 5.0);
-        let tail = run(&mut l, t0, &mut now, w, 10.0);
-        assert_eq!(l.futile_rebaselines(), 0, "rebaseline {rebaseline}");
+        m.run(w, 5.0);
+        let tail = m.run(w, 10.0);
+        assert_eq!(m.l.futile_rebaselines(), 0, "rebaseline {rebaseline}");
         // Equilibrium near 1.5 × capacity (the tolerance) plus √limit.
         assert!(tail.lowest >= 40 && tail.last <= 100, "{tail:?}");
-        assert_eq!(l.min_rtt_nanos(), l.measured_min_rtt_nanos());
+        assert_eq!(m.l.min_rtt_nanos(), m.l.measured_min_rtt_nanos());
     }
 }
 
@@ -157,16 +181,14 @@ fn an_upstream_overload_during_host_contention_is_still_bounded() {
     // Both at once: the host 2× slower and the upstream asked for 4× its capacity. The rule
     // may raise the baseline (at most 2× per re-baseline), but the limit must stay within a
     // few × the upstream's capacity, not run to the ceiling.
-    let t0 = Instant::now();
-    let mut l = limit(&proxy_like(true), t0);
-    let mut now = 0.0;
+    let mut m = Model::new(true);
     let w = World {
         rate: 10_000.0,
         capacity: 50.0,
         slow: 1.0,
     };
-    run(&mut l, t0, &mut now, World { rate: 2000.0, ..w }, 5.0);
-    let s = run(&mut l, t0, &mut now, World { slow: 2.0, ..w }, 10.0);
+    m.run(World { rate: 2000.0, ..w }, 5.0);
+    let s = m.run(World { slow: 2.0, ..w }, 10.0);
     assert!(s.last <= 200, "{s:?}");
 }
 
@@ -175,45 +197,31 @@ fn a_cut_that_is_never_reached_is_not_judged() {
     // Latency 4× minRTT with a single request in flight: every window cuts, but no cut
     // constrains anything, so the latency not falling says nothing about our concurrency —
     // no re-baseline, the limit goes to its floor as Envoy's does.
-    let t0 = Instant::now();
-    let mut l = limit(&proxy_like(true), t0);
-    let mut now = 0.0;
-    let quiet = World {
-        rate: 2000.0,
-        capacity: 1000.0,
-        slow: 1.0,
-    };
-    run(&mut l, t0, &mut now, quiet, 5.0);
-    assert!(l.limit() >= 40);
+    let mut m = Model::new(true);
+    m.run(QUIET, 5.0);
+    assert!(m.l.limit() >= 40);
     for _ in 0..300 {
-        now += 5e6;
-        l.on_sample(&Sample {
+        m.now += 5e6;
+        m.l.on_sample(&Sample {
             rtt: Duration::from_millis(40),
             in_flight: 1,
             dropped: false,
-            now: t0 + Duration::from_nanos(now as u64),
+            now: m.t0 + Duration::from_nanos(m.now as u64),
         });
     }
-    assert_eq!(l.futile_rebaselines(), 0);
-    assert_eq!(l.limit(), 5);
+    assert_eq!(m.l.futile_rebaselines(), 0);
+    assert_eq!(m.l.limit(), 5);
 }
 
 #[test]
 fn a_raised_baseline_follows_a_quieter_host_back_down() {
-    let t0 = Instant::now();
-    let mut l = limit(&proxy_like(true), t0);
-    let mut now = 0.0;
-    let quiet = World {
-        rate: 2000.0,
-        capacity: 1000.0,
-        slow: 1.0,
-    };
-    run(&mut l, t0, &mut now, quiet, 5.0);
-    let measured = l.measured_min_rtt_nanos();
-    run(&mut l, t0, &mut now, World { slow: 3.0, ..quiet }, 3.0);
-    assert!(l.min_rtt_nanos() > measured * 1.5, "re-baselined");
-    run(&mut l, t0, &mut now, quiet, 1.0);
-    assert_eq!(l.min_rtt_nanos(), measured);
+    let mut m = Model::new(true);
+    m.run(QUIET, 5.0);
+    let measured = m.l.measured_min_rtt_nanos();
+    m.run(World { slow: 3.0, ..QUIET }, 3.0);
+    assert!(m.l.min_rtt_nanos() > measured * 1.5, "re-baselined");
+    m.run(QUIET, 1.0);
+    assert_eq!(m.l.min_rtt_nanos(), measured);
 }
 
 #[test]
@@ -238,24 +246,17 @@ fn host_contention_that_comes_and_goes_no_longer_cuts_the_limit_to_its_floor() {
     // still sees latency not following the cuts.
     let mut result = Vec::new();
     for rebaseline in [false, true] {
-        let t0 = Instant::now();
-        let mut l = limit(&proxy_like(rebaseline), t0);
-        let mut now = 0.0;
-        let quiet = World {
-            rate: 2000.0,
-            capacity: 1000.0,
-            slow: 1.0,
-        };
-        run(&mut l, t0, &mut now, quiet, 5.0);
-        let (mut lowest, mut completions, start) = (usize::MAX, 0, now);
+        let mut m = Model::new(rebaseline);
+        m.run(QUIET, 5.0);
+        let (mut lowest, mut completions, start) = (usize::MAX, 0, m.now);
         for i in 0..100 {
             let slow = [2.0, 3.5, 2.5, 4.0, 1.5, 3.0][i % 6];
-            let s = run(&mut l, t0, &mut now, World { slow, ..quiet }, 0.15);
+            let s = m.run(World { slow, ..QUIET }, 0.15);
             lowest = lowest.min(s.lowest);
             completions += s.completions;
         }
-        let goodput = completions as f64 / ((now - start) / 1e9 * quiet.rate);
-        result.push((lowest, goodput, l.futile_rebaselines()));
+        let goodput = completions as f64 / ((m.now - start) / 1e9 * QUIET.rate);
+        result.push((lowest, goodput, m.l.futile_rebaselines()));
     }
     let (plain, rule) = (result[0], result[1]);
     assert!(plain.0 == 5 && plain.1 < 0.6, "without: {plain:?}");
