@@ -263,10 +263,40 @@ fn running_total_clamps_lagging_clocks_forward() {
 
 #[test]
 fn running_totals_are_exact_under_concurrent_writers_and_sweeping_readers() {
+    exact_under_concurrent_writers_and_sweeping_readers(|w, b, t0| {
+        WindowedTotals::<2>::new(w, b, t0)
+    });
+}
+
+/// Two windowed counts with running totals: [`WindowedTotals<2>`] here, `WindowedPair` in
+/// `pair/tests.rs` — one concurrency test for both.
+pub(super) trait TwoCounts: Send + Sync + 'static {
+    fn add(&self, now: Instant, which: usize, n: u64);
+    fn sums(&self, now: Instant) -> [u64; 2];
+    fn raw_totals(&self) -> [i64; 2];
+}
+
+impl TwoCounts for WindowedTotals<2> {
+    fn add(&self, now: Instant, which: usize, n: u64) {
+        WindowedTotals::add(self, now, which, n)
+    }
+    fn sums(&self, now: Instant) -> [u64; 2] {
+        WindowedTotals::sums(self, now)
+    }
+    fn raw_totals(&self) -> [i64; 2] {
+        WindowedTotals::raw_totals(self)
+    }
+}
+
+/// Writers walk forward through 40 s (four 10 s windows), readers sweep behind and ahead of
+/// them: buckets are reset by writers and retired by readers concurrently. Quiescent, the
+/// last window holds some of the 80,000 events, and once everything has expired both totals
+/// are exactly 0 — no event was subtracted twice or left behind.
+pub(super) fn exact_under_concurrent_writers_and_sweeping_readers<C: TwoCounts>(
+    make: impl FnOnce(Duration, usize, Instant) -> C,
+) {
     let t0 = Instant::now();
-    let c = Arc::new(WindowedTotals::<2>::new(Duration::from_secs(10), 10, t0));
-    // Writers walk forward through 40 s (four windows), readers sweep behind and ahead of them:
-    // buckets are reset by writers and retired by readers concurrently.
+    let c = Arc::new(make(Duration::from_secs(10), 10, t0));
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let c = Arc::clone(&c);
@@ -285,8 +315,6 @@ fn running_totals_are_exact_under_concurrent_writers_and_sweeping_readers() {
     for t in threads {
         t.join().expect("thread panicked");
     }
-    // Quiescent: the last window holds some of the 80,000 events, and once everything has
-    // expired both totals are exactly 0 — no event was subtracted twice or left behind.
     let [a, b] = c.sums(t0 + S * 40);
     assert!(a > 0 && b > 0 && a + b <= 80_000, "{a} {b}");
     assert_eq!(c.sums(t0 + S * 1_000), [0, 0]);

@@ -1,7 +1,6 @@
 use super::*;
 use crate::window::WindowedTotals;
 use proptest::prelude::*;
-use std::sync::Arc;
 
 const S: Duration = Duration::from_secs(1);
 
@@ -174,32 +173,19 @@ proptest! {
 
 #[test]
 fn exact_under_concurrent_writers_and_sweeping_readers() {
-    let t0 = Instant::now();
-    let c = Arc::new(WindowedPair::new(Duration::from_secs(10), 10, t0));
-    // Writers walk forward through 40 s (four windows), readers sweep behind and ahead of them:
-    // buckets are reset by writers and retired by readers concurrently.
-    let threads: Vec<_> = (0..4u64)
-        .map(|t| {
-            let c = Arc::clone(&c);
-            std::thread::spawn(move || {
-                for i in 0..40_000u64 {
-                    let now = t0 + Duration::from_millis(i + t * 7);
-                    if t % 2 == 0 {
-                        c.add(now, (i % 2) as usize, 1);
-                    } else {
-                        let _ = c.sums(now);
-                    }
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().expect("thread panicked");
+    crate::window::tests::exact_under_concurrent_writers_and_sweeping_readers(WindowedPair::new);
+}
+
+impl crate::window::tests::TwoCounts for WindowedPair {
+    fn add(&self, now: Instant, which: usize, n: u64) {
+        WindowedPair::add(self, now, which, n)
     }
-    let [a, b] = c.sums(t0 + S * 40);
-    assert!(a > 0 && b > 0 && a + b <= 80_000, "{a} {b}");
-    assert_eq!(c.sums(t0 + S * 1_000), [0, 0]);
-    assert_eq!(c.raw_totals(), [0, 0]);
+    fn sums(&self, now: Instant) -> [u64; 2] {
+        WindowedPair::sums(self, now)
+    }
+    fn raw_totals(&self) -> [i64; 2] {
+        WindowedPair::raw_totals(self)
+    }
 }
 
 #[test]
