@@ -28,6 +28,7 @@ pub mod demo;
 mod engine;
 mod model;
 pub mod output;
+mod pages;
 pub mod shape;
 mod stats;
 pub mod time;

@@ -31,6 +31,7 @@ use spillway_core::retry::Failure;
 use crate::report::{Outcome as ReqOutcome, Recorder, RequestRecord};
 use crate::sim::config::{Arrivals, FaultConfig, RetryKind, Scenario};
 use crate::sim::model::{Caller, Held, Layer, Phase, Res, RetrySet, Slab, CLIENT, NEVER, NONE};
+use crate::sim::pages::HugePages;
 use crate::sim::shape::{exp, service_nanos, LoadShape};
 use crate::sim::stats::{bump, LayerStats};
 use crate::sim::time::SimClock;
@@ -199,6 +200,8 @@ pub(crate) struct Engine {
     /// `sealed_upto` are complete and sealed in the recorder (memory follows open seconds).
     open_by_second: Vec<u32>,
     sealed_upto: usize,
+    /// Huge-page advice for the fleet's memory, renewed as the run grows.
+    pages: HugePages,
     arrivals_open: usize,
     events: u64,
     offered: u64,
@@ -351,6 +354,7 @@ impl Engine {
             open_top: 0,
             open_by_second: Vec::new(),
             sealed_upto: 0,
+            pages: HugePages::from_env(),
             arrivals_open: 0,
             events: 0,
             offered: 0,
@@ -392,6 +396,8 @@ impl Engine {
 
     /// Runs to the end: arrivals stop after the window, then every offered request finishes.
     pub fn run(mut self) -> Finished {
+        // The fleet is built: its tasks and clients onto huge pages before the first request.
+        self.pages.advise(0);
         while self.arrivals_open > 0 || self.open_top > 0 {
             let Some(ev) = self.q.pop() else { break };
             self.prefetch_ahead();
@@ -522,6 +528,9 @@ impl Engine {
         {
             self.recorder.seal(self.sealed_upto);
             self.sealed_upto += 1;
+            if self.pages.due(self.sealed_upto) {
+                self.pages.advise(self.sealed_upto);
+            }
         }
     }
 
