@@ -36,6 +36,7 @@ use crate::clock::{nanos_since, saturating_nanos};
 
 mod pair;
 mod total;
+pub(crate) use pair::PairLanded;
 pub use pair::{WindowedPair, MAX_SLICE_COUNT};
 pub use total::WindowedTotals;
 
@@ -80,7 +81,7 @@ pub struct WindowedCounter {
 
 /// How a window is cut into time slices, shared by [`WindowedCounter`], [`WindowedTotals`] and
 /// [`WindowedPair`]. 32 bytes: the window is kept in nanoseconds, as the slicing computes it
-/// (saturating at `u64::MAX` ns, 584 years), because a client holds three of these per backend
+/// (saturating at `u64::MAX` ns, 584 years), because a client held three of these per backend
 /// (throttle, retry budget) and 8 bytes each brought the simulator's per-client policies
 /// (`Caller`) to exactly four cache lines.
 #[derive(Debug, Clone, Copy)]
@@ -162,22 +163,16 @@ impl WindowedCounter {
         self.buckets.len() as u64
     }
 
-    /// The address of the bucket an event at `now` goes to (for prefetch hints).
-    #[inline]
-    pub(crate) fn bucket_addr(&self, now: Instant) -> *const u8 {
-        let idx = (self.slice_at(now) % self.len()) as usize;
-        self.buckets
-            .get(idx)
-            .map_or(std::ptr::null(), |b| b as *const AtomicU64 as *const u8)
-    }
-
     /// Adds `n` events at `now`.
     pub fn add(&self, now: Instant, n: u64) {
-        let _ = self.add_landed(now, n);
+        let _ = self.add_at_slice(self.slice_at(now), n);
     }
 
     /// Adds `n` events at `now` and says which bucket and round they landed in, so that the
-    /// caller can take them back with [`WindowedCounter::take_back`].
+    /// caller can take them back with [`WindowedCounter::take_back`]. Test-only since the sixth
+    /// round: the retry budget reserves in a [`WindowedPair`] now, and its model (the budget over
+    /// two counters, as it was) uses these.
+    #[cfg(test)]
     pub(crate) fn add_landed(&self, now: Instant, n: u64) -> Option<Landed> {
         self.add_at_slice(self.slice_at(now), n)
     }
@@ -198,7 +193,8 @@ impl WindowedCounter {
 
     /// Takes back `n` events that [`WindowedCounter::add_landed`] put in, unless their bucket has
     /// since rolled over to another round (then they are already forgotten and nothing is taken).
-    /// Used by the retry budget to release a reservation it did not spend.
+    /// Used by the retry budget's model (see [`WindowedCounter::add_landed`]).
+    #[cfg(test)]
     pub(crate) fn take_back(&self, landed: Landed, n: u64) {
         let take = u32::try_from(n).unwrap_or(u32::MAX);
         let Some(bucket) = self.buckets.get(landed.idx) else {

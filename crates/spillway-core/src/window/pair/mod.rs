@@ -41,6 +41,16 @@
 //! - a write more than a window ahead of the newest sweep sweeps first, so a reader lagging
 //!   behind it reads the newer window's totals;
 //! - concurrent writers and sweepers keep the totals exact (a test below), as there.
+//!
+//! Reservations (the retry budget's requests and retries, sixth round):
+//! [`WindowedPair::add_landed`] says where its events landed — bucket, round tag and how many counted — and
+//! [`WindowedPair::take_back`] removes them from that bucket and the total, unless the bucket
+//! has since been retired or reused (then they already left the total with it). An add is one
+//! `SeqCst` compare-exchange on the bucket and then one `SeqCst` add to the total; a take-back
+//! the same in reverse. So, in the single order of `SeqCst` operations, a reader's load of a
+//! total after its own add to it sees every add to that total before it that was not taken
+//! back or retired meanwhile: the retry budget's argument (`retry/budget.rs`) holds here as it
+//! did over two [`WindowedCounter`](super::WindowedCounter)s.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -98,6 +108,22 @@ impl Word {
 #[inline]
 fn round_of(slice: u64, len: u64) -> u16 {
     (slice / len) as u16
+}
+
+/// Where a [`WindowedPair::add_landed`] put its events: bucket index, round tag, and how many
+/// were counted (fewer than asked only at [`MAX_SLICE_COUNT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PairLanded {
+    idx: usize,
+    tag: u16,
+    added: u32,
+}
+
+impl PairLanded {
+    /// How many events were counted.
+    pub(crate) fn added(&self) -> u32 {
+        self.added
+    }
 }
 
 /// Two counts of events over one sliding window, 8 bytes a slice, with O(1) sums for callers
@@ -161,8 +187,16 @@ impl WindowedPair {
     /// slice swept, if `now` is older. Saturates at [`MAX_SLICE_COUNT`] per slice.
     #[inline]
     pub fn add(&self, now: Instant, which: usize, n: u64) {
+        let _ = self.add_landed(now, which, n);
+    }
+
+    /// [`add`](Self::add), saying where the events landed so that
+    /// [`take_back`](Self::take_back) can remove them; `None` if nothing was added (`n == 0`
+    /// or `which > 1`).
+    #[inline]
+    pub(crate) fn add_landed(&self, now: Instant, which: usize, n: u64) -> Option<PairLanded> {
         if n == 0 || which > 1 {
-            return;
+            return None;
         }
         let len = self.len();
         let swept = self.swept.load(Ordering::SeqCst);
@@ -174,13 +208,12 @@ impl WindowedPair {
         } else {
             slice = slice.max(swept);
         }
-        let Some(bucket) = self.buckets.get((slice % len) as usize) else {
-            return; // never: the index is below len
-        };
+        let idx = (slice % len) as usize;
+        let bucket = self.buckets.get(idx)?; // always Some: the index is below len
         let round = round_of(slice, len);
         let add = u32::try_from(n.min(MAX_SLICE_COUNT)).unwrap_or(0);
         let mut cur = bucket.load(Ordering::Relaxed);
-        let delta = loop {
+        let (delta, landed) = loop {
             let old = Word::unpack(cur);
             // Signed distance handles the wrap: >= 0 is our round or a newer one written by a
             // thread whose clock raced ahead; an empty word is free whatever its tag says.
@@ -200,7 +233,19 @@ impl WindowedPair {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    break [0, 1].map(|i| i64::from(next.counts[i]) - i64::from(old.counts[i]))
+                    let kept = if next.tag == old.tag && !old.is_empty() {
+                        old.counts[which]
+                    } else {
+                        0
+                    };
+                    break (
+                        [0, 1].map(|i| i64::from(next.counts[i]) - i64::from(old.counts[i])),
+                        PairLanded {
+                            idx,
+                            tag: next.tag,
+                            added: next.counts[which].saturating_sub(kept),
+                        },
+                    );
                 }
                 Err(actual) => cur = actual,
             }
@@ -209,6 +254,39 @@ impl WindowedPair {
             if d != 0 {
                 // Two's complement: a negative delta (a stale bucket reset) subtracts.
                 total.fetch_add(d as u64, Ordering::SeqCst);
+            }
+        }
+        Some(landed)
+    }
+
+    /// Takes back up to `n` of the events of count `which` that `landed` put in (never more
+    /// than it counted), unless their bucket has since been retired or reused for another
+    /// round: then they have already left the total, and nothing is taken.
+    pub(crate) fn take_back(&self, landed: PairLanded, which: usize, n: u64) {
+        let want = u32::try_from(n).unwrap_or(u32::MAX).min(landed.added);
+        let (Some(bucket), true) = (self.buckets.get(landed.idx), which <= 1) else {
+            return;
+        };
+        let mut cur = bucket.load(Ordering::Relaxed);
+        loop {
+            let w = Word::unpack(cur);
+            let take = want.min(w.counts[which]);
+            if w.tag != landed.tag || take == 0 {
+                return;
+            }
+            let mut next = w;
+            next.counts[which] -= take;
+            match bucket.compare_exchange_weak(
+                cur,
+                next.pack(),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.totals[which].fetch_sub(u64::from(take), Ordering::SeqCst);
+                    return;
+                }
+                Err(actual) => cur = actual,
             }
         }
     }
