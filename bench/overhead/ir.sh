@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# User-space instructions per forwarded request of `spillway proxy` builds, A/B in one run
+# (valgrind cachegrind, or callgrind for call counts).
+#
+# Why instructions: CPU time per request on this shared 2-core host moves ±8-15 % between rounds
+# with other work, while an instruction count of the same build repeats within ~1 % (there is
+# no hardware counter in the VM, so `perf stat` cannot count them). Each build's proxy runs
+# under valgrind twice, once short and once long, with the same load; the difference in
+# instructions over the difference in answered requests removes start-up and shutdown.
+# Kernel work (syscalls, wake-ups) is not counted. (The third round's script of
+# bench/results/proxy-forwarding.md, with a wrk workload added.)
+#
+#   flock /work/measure.lock bench/overhead/ir.sh LABEL=BIN [LABEL=BIN ...]
+#
+# Env: LOAD = spillway (default: `spillway load`, open loop at RATE/s, N1 then N2 requests; its
+# requests carry ~5 x-spillway-* headers) | wrk (wrk -t1 -c8, W1 then W2 seconds, closed loop:
+# wrk's own request, a Host header only — the benchmark's workload); TOOL = cachegrind |
+# callgrind; WORK = a directory to keep the valgrind files in (default: a new temporary one).
+# The backend is the first build's `spillway backend` (1 ms sleep), the proxy's configuration
+# that of ab.sh's fixed mode with the admin listener off (the dashboard's sampling scales with
+# time, not requests).
+set -euo pipefail
+N1=${N1:-400}; N2=${N2:-2400}; RATE=${RATE:-200}
+W1=${W1:-2}; W2=${W2:-8}
+LOAD=${LOAD:-spillway}; TOOL=${TOOL:-cachegrind}
+BACKEND=127.0.0.1:21391; PROXY=127.0.0.1:21392
+WORK=${WORK:-$(mktemp -d)}; mkdir -p "$WORK"; PIDS=(); echo "work: $WORK"
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+wait_port() { for _ in $(seq 600); do (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+case "$LOAD:$TOOL" in
+  spillway:cachegrind | spillway:callgrind | wrk:cachegrind | wrk:callgrind) ;;
+  *) echo "LOAD must be spillway or wrk, TOOL cachegrind or callgrind (got LOAD=$LOAD TOOL=$TOOL)" >&2; exit 2 ;;
+esac
+[ $# -ge 1 ] || { echo "usage: $0 LABEL=BIN [LABEL=BIN ...]" >&2; exit 2; }
+first=${1#*=}
+"$first" backend --listen "$BACKEND" --workers 2048 --service-time 1ms --dist constant --cpu sleep --duration 1800s >"$WORK/backend.log" 2>&1 &
+PIDS+=($!)
+wait_port "$BACKEND"
+printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\nmax_requests_per_task = 1024\nmax_idle_per_task = 1024\n[admission.limit]\nalgorithm = "fixed"\nlimit = 10000\n[classify]\ntrusted = ["127.0.0.0/8"]\n[admin]\nenabled = false\n' "$PROXY" "$BACKEND" >"$WORK/p.toml"
+echo "uptime before: $(uptime)"
+if [ "$LOAD" = wrk ]; then SIZES="$W1 $W2"; else SIZES="$N1 $N2"; fi
+for ab in "$@"; do
+  label=${ab%%=*} bin=${ab#*=}
+  declare -A got=()
+  for n in $SIZES; do
+    if [ "$TOOL" = cachegrind ]; then
+      valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$WORK/$label.$n.cg" "$bin" proxy --config "$WORK/p.toml" >"$WORK/$label.$n.log" 2>&1 &
+    else
+      valgrind --tool=callgrind --callgrind-out-file="$WORK/$label.$n.cg" "$bin" proxy --config "$WORK/p.toml" >"$WORK/$label.$n.log" 2>&1 &
+    fi
+    vp=$!
+    wait_port "$PROXY"; sleep 1
+    if [ "$LOAD" = wrk ]; then
+      wrk -t1 -c8 -d"${n}s" "http://$PROXY/" >"$WORK/$label.$n.wrk" 2>&1
+      # Answered requests: wrk's total minus non-2xx/3xx and socket errors.
+      ok=$(awk '/requests in/ {n = $1} /Non-2xx/ {b += $NF} /Socket errors/ {gsub(",", ""); b += $4 + $6 + $8 + $10} END {print n - b}' "$WORK/$label.$n.wrk")
+    else
+      secs=$(python3 -c "print(max(1, round($n / $RATE)))")
+      "$first" load --target "$PROXY" --rate "$(python3 -c "print($n / $secs)")" --duration "${secs}s" --attempts 1 --timeout 5s --quiet --json "$WORK/$label.$n.json" >/dev/null
+      ok=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['summary']['goodput'])" "$WORK/$label.$n.json")
+    fi
+    kill -INT "$vp" 2>/dev/null || true; wait "$vp" 2>/dev/null || true
+    ir=$(grep -E "I\s+refs:|Collected :" "$WORK/$label.$n.log" | tail -1 | awk '{gsub(",","",$NF); print $NF}')
+    got[$n]="$ir $ok"
+  done
+  read -r s1 s2 <<<"$SIZES"
+  read -r i1 o1 <<<"${got[$s1]}"; read -r i2 o2 <<<"${got[$s2]}"
+  python3 -c "print('$label: user-space instructions per forwarded request', round(($i2 - $i1) / max($o2 - $o1, 1)), '(requests $o1, $o2)')"
+  unset got
+done
+echo "uptime after: $(uptime)"
