@@ -82,6 +82,99 @@ async fn slow_client_header_timeout_is_counted() {
     assert_eq!(p.state.faults.get(Fault::HeaderTimeout), 1);
 }
 
+/// Sends `GET path` on `s` and reads the whole response (head and content-length body).
+async fn get_on(s: &mut TcpStream, path: &str) -> String {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let head = read_head(s).await;
+    let len = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse::<usize>().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await.unwrap();
+    head
+}
+
+/// Reads until the proxy closes `s` (EOF or reset), failing after 5 s.
+async fn closed_by_proxy(s: &mut TcpStream) {
+    let mut buf = Vec::new();
+    let r = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await;
+    assert!(r.is_ok(), "the proxy closed the connection");
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_and_counted() {
+    // Before the proxy kept its own header timer, hyper-util's HTTP/1.1-or-h2 detection waited
+    // for the first bytes with no timeout at all.
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 200\n",
+        b.addr
+    ))
+    .await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    closed_by_proxy(&mut s).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(p.state.faults.get(Fault::HeaderTimeout), 1);
+}
+
+#[tokio::test]
+async fn a_slow_head_on_a_kept_alive_connection_is_cut_and_counted() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 200\n",
+        b.addr
+    ))
+    .await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    assert!(get_on(&mut s, "/").await.starts_with("HTTP/1.1 200"));
+    s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    closed_by_proxy(&mut s).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(p.state.faults.get(Fault::HeaderTimeout), 1);
+}
+
+#[tokio::test]
+async fn an_idle_kept_alive_connection_is_closed_uncounted() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 200\n",
+        b.addr
+    ))
+    .await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    assert!(get_on(&mut s, "/").await.starts_with("HTTP/1.1 200"));
+    closed_by_proxy(&mut s).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        p.state.faults.get(Fault::HeaderTimeout),
+        0,
+        "idle is not slow"
+    );
+}
+
+#[tokio::test]
+async fn a_response_slower_than_the_header_timeout_is_not_cut() {
+    // `/slow` answers after 800 ms, four header timeouts: the request is in progress, not a
+    // client failing to send its head; the connection stays usable after it.
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 200\n",
+        b.addr
+    ))
+    .await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    assert!(get_on(&mut s, "/slow").await.starts_with("HTTP/1.1 200"));
+    assert!(get_on(&mut s, "/").await.starts_with("HTTP/1.1 200"));
+    assert_eq!(p.state.faults.get(Fault::HeaderTimeout), 0);
+}
+
 #[tokio::test]
 async fn connection_cap_stops_accepting() {
     let b = backend("b").await;

@@ -9,11 +9,11 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use spillway_core::controller::{Outcome, Permit};
-use tokio::sync::OwnedSemaphorePermit;
 
 use spillway_tower::metrics::RequestLabels;
 
-use crate::upstream::{BoxError, InFlight, UpstreamBody};
+use crate::listener::head::Busy;
+use crate::upstream::{BoxError, InSlot, UpstreamBody};
 
 /// The request body: buffered (replayable on another task) or streamed (sent once).
 pub(super) enum ReqBody {
@@ -57,8 +57,9 @@ pub(super) async fn read_body(
 pub(super) struct Guard {
     pub(super) permit: Permit,
     pub(super) labels: RequestLabels,
-    pub(super) _inflight: InFlight,
-    pub(super) _slot: OwnedSemaphorePermit,
+    pub(super) _inflight: InSlot,
+    /// The request counts as in progress on its client connection (header-read timeout).
+    pub(super) _busy: Option<Busy>,
 }
 
 impl Drop for Guard {
@@ -79,17 +80,15 @@ impl Drop for Guard {
 /// latency sample for the limit algorithm nor for the latency histogram.
 pub(super) struct TunnelHold {
     _permit: Permit,
-    _inflight: InFlight,
-    _slot: OwnedSemaphorePermit,
+    _inflight: InSlot,
 }
 
 impl TunnelHold {
-    pub(super) fn new(mut permit: Permit, inflight: InFlight, slot: OwnedSemaphorePermit) -> Self {
+    pub(super) fn new(mut permit: Permit, inflight: InSlot) -> Self {
         permit.set_outcome(Outcome::Ignore);
         TunnelHold {
             _permit: permit,
             _inflight: inflight,
-            _slot: slot,
         }
     }
 }

@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Version};
 
+use crate::listener::head::Busy;
+
 pub(super) fn is_upgrade<B>(req: &Request<B>) -> bool {
     req.version() == Version::HTTP_11
         && req.headers().contains_key(header::UPGRADE)
@@ -77,18 +79,34 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// A client connection's peer: its address and its `x-forwarded-for` value, formatted once per
 /// connection (clones share the bytes) instead of once per request.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Peer {
     /// The client's address.
     pub addr: SocketAddr,
     alone: Option<HeaderValue>,
+    /// The request's mark on its connection's header-read timeout (`listener::head`), moved
+    /// into the response body so the request counts as in progress until its body ends.
+    pub(crate) busy: Option<Busy>,
 }
 
 impl Peer {
     /// The peer at `addr`.
     pub fn new(addr: SocketAddr) -> Self {
         let alone = forwarded_for(None, addr.ip().to_canonical());
-        Peer { addr, alone }
+        Peer {
+            addr,
+            alone,
+            busy: None,
+        }
+    }
+
+    /// This connection's peer for one request, carrying the request's `busy` token.
+    pub fn for_request(&self, busy: Busy) -> Self {
+        Peer {
+            addr: self.addr,
+            alone: self.alone.clone(),
+            busy: Some(busy),
+        }
     }
 }
 

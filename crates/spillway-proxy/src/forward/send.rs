@@ -21,6 +21,7 @@ use super::body::{read_body, Guard, Held, ReadError, ReqBody, TunnelHold};
 const GRPC_CANCELLED: u16 = 1;
 use super::headers::strip_hop_by_hop;
 use crate::config::UpstreamProtocol;
+use crate::listener::head::Busy;
 use crate::metrics::Fault;
 use crate::respond;
 use crate::state::{ProxyState, Runtime};
@@ -42,6 +43,7 @@ pub(super) async fn forward(
     class: &crate::route::Classified,
     mut permit: Permit,
     labels: RequestLabels,
+    busy: Option<Busy>,
 ) -> (Response<ProxyBody>, Option<Upgrade>) {
     let pool = &rt.pool;
     let cfg = &pool.cfg;
@@ -169,7 +171,7 @@ pub(super) async fn forward(
                 );
             }
         };
-        let inflight = task.start(now);
+        let inflight = task.start_in_slot(now, slot);
 
         let send_body = match &mut body {
             ReqBody::Buffered(b) => full_body(b.clone()),
@@ -314,7 +316,7 @@ pub(super) async fn forward(
                     // count and slot move to the tunnel and are held until it closes.
                     let upgrade = Upgrade {
                         upstream: hyper::upgrade::on(&mut res),
-                        hold: TunnelHold::new(permit, inflight, slot),
+                        hold: TunnelHold::new(permit, inflight),
                     };
                     let (mut p, _) = res.into_parts();
                     p.version = Version::HTTP_11;
@@ -331,7 +333,7 @@ pub(super) async fn forward(
                         permit,
                         labels,
                         _inflight: inflight,
-                        _slot: slot,
+                        _busy: busy,
                     }),
                 };
                 return (Response::from_parts(p, ProxyBody::upstream(body)), None);

@@ -37,7 +37,7 @@ use spillway_core::signal::{LoadSignal, ManualSignal};
 use spillway_core::throttle::AdaptiveThrottle;
 use spillway_core::window::WindowedCounter;
 use spillway_core::{Criticality, PerCriticality};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use body::{empty_body, full_body, ProxyBody};
 pub use conn::{Connections, UpstreamBody, UpstreamError};
@@ -458,10 +458,26 @@ impl Task {
 
     /// Marks one request started (dropping the guard ends it).
     pub fn start(self: &Arc<Self>, now: Instant) -> InFlight {
+        self.count_start(now);
+        InFlight(Arc::clone(self))
+    }
+
+    /// [`Task::start`] for a request holding `slot`, one of this task's [`Task::slots`]: the
+    /// guard also gives the slot back when dropped. One pointer instead of the guard and the
+    /// semaphore's permit (16 bytes more in every response body; the body type moves several
+    /// times per request, and 8 bytes more took it past 256, where memcpy takes a slower path:
+    /// bench/results/proxy-forwarding.md, sixth round).
+    pub fn start_in_slot(self: &Arc<Self>, now: Instant, slot: OwnedSemaphorePermit) -> InSlot {
+        debug_assert_eq!(slot.num_permits(), 1);
+        slot.forget();
+        self.count_start(now);
+        InSlot(Arc::clone(self))
+    }
+
+    fn count_start(&self, now: Instant) {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.requests.add(now, 1);
         self.total.fetch_add(1, Ordering::Relaxed);
-        InFlight(Arc::clone(self))
     }
 
     /// Requests per second sent to it over the last window.
@@ -484,6 +500,18 @@ pub struct InFlight(Arc<Task>);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One request in flight to a task in one of its request slots ([`Task::start_in_slot`]):
+/// counted, and the slot taken, until dropped.
+#[derive(Debug)]
+pub struct InSlot(Arc<Task>);
+
+impl Drop for InSlot {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.slots.add_permits(1);
     }
 }
 

@@ -55,6 +55,21 @@ fn p2c_prefers_less_loaded_and_avoids_erroring_tasks() {
 }
 
 #[test]
+fn a_request_in_a_slot_holds_it_and_its_count_until_it_ends() {
+    let p = pool(1);
+    let t = &p.tasks[0];
+    let now = Instant::now();
+    let free = t.slots.available_permits();
+    let slot = Arc::clone(&t.slots).try_acquire_owned().unwrap();
+    let held = t.start_in_slot(now, slot);
+    assert_eq!(t.slots.available_permits(), free - 1);
+    assert_eq!(t.in_flight(), 1);
+    drop(held);
+    assert_eq!(t.slots.available_permits(), free, "the slot is given back");
+    assert_eq!(t.in_flight(), 0);
+}
+
+#[test]
 fn ejection_respects_fleet_cap_and_fallback() {
     let p = pool(2);
     let now = Instant::now();

@@ -6,10 +6,11 @@
 //! ("connections are load too"); closing them after accept costs a handshake each and invites
 //! instant reconnects, while leaving them in the kernel's backlog makes clients wait (or time
 //! out) at no cost to the proxy. (Each accept loop — one per data-plane thread — holds at most
-//! one accepted connection, unread, while it waits for a slot.) Slow clients are bounded by hyper's header-read timeout
-//! (HTTP/1.1), oversized heads by its read buffer (431) and HTTP/2 header-list limit. With the
-//! `tls` feature and `[listen.tls]`, connections are TLS (ALPN h2/http1.1), the handshake
-//! bounded by the same header-read timeout.
+//! one accepted connection, unread, while it waits for a slot.) Slow clients are bounded by the
+//! header-read timeout ([`head`]: one timer per connection, not hyper's one per request head),
+//! oversized heads by hyper's read buffer (431) and HTTP/2 header-list limit. With the `tls`
+//! feature and `[listen.tls]`, connections are TLS (ALPN h2/http1.1), the handshake bounded by
+//! the same header-read timeout.
 //!
 //! Why one listening socket per data-plane thread (`SO_REUSEPORT`, [`bind_per_thread`]): with
 //! one socket per thread the kernel spreads new connections across the threads and each thread
@@ -17,6 +18,8 @@
 //! `reuseport`, and the one Linux added the option for: "SO_REUSEPORT", LWN 542629, 2013). Where
 //! the option is missing the threads share one socket, which still works (each accepts from
 //! it) but wakes them all on each connection.
+
+pub mod head;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -59,10 +62,11 @@ pub async fn serve_capped(
 ) {
     let listen = state.config().listen.clone();
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // No timer for HTTP/1.1: the header-read timeout is `head::watch`'s (hyper's default of
+    // 30 s applies only with a timer; `None` says so explicitly).
     builder
         .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_millis(listen.header_read_timeout_ms))
+        .header_read_timeout(None)
         .max_buf_size(listen.max_header_bytes);
     builder
         .http2()
@@ -102,44 +106,50 @@ pub async fn serve_capped(
         metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
         let state2 = Arc::clone(&state);
         let peer = crate::forward::Peer::new(peer);
-        let svc = service_fn(move |req| {
-            crate::forward::handle(state2.current(), Some(peer.clone()), req)
+        let progress = Arc::new(head::Progress::default());
+        let on_request = Arc::clone(&progress);
+        let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let busy = on_request.begin(req.version());
+            crate::forward::handle(state2.current(), Some(peer.for_request(busy)), req)
         });
         let watcher = graceful.watcher();
         let (builder, state3, tls) = (Arc::clone(&builder), Arc::clone(&state), tls.clone());
-        let handshake = Duration::from_millis(listen.header_read_timeout_ms);
+        let header_timeout = Duration::from_millis(listen.header_read_timeout_ms);
         tokio::spawn(async move {
-            let result = match tls {
+            let ended = match tls {
                 None => {
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-                    watcher.watch(conn.into_owned()).await
+                    let io = TokioIo::new(head::Watched::new(stream, Arc::clone(&progress)));
+                    let conn = builder.serve_connection_with_upgrades(io, svc);
+                    head::watch(watcher.watch(conn.into_owned()), &progress, header_timeout).await
                 }
                 Some(acceptor) => {
                     #[cfg(feature = "tls")]
-                    match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+                    match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
-                            let conn =
-                                builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
-                            watcher.watch(conn.into_owned()).await
+                            let io = TokioIo::new(head::Watched::new(tls, Arc::clone(&progress)));
+                            let conn = builder.serve_connection_with_upgrades(io, svc);
+                            let conn = watcher.watch(conn.into_owned());
+                            head::watch(conn, &progress, header_timeout).await
                         }
                         Ok(Err(_)) => {
                             state3.faults.count(Fault::TlsHandshake);
-                            Ok(())
+                            head::Ended::Done(Ok(()))
                         }
-                        Err(_) => {
-                            state3.faults.count(Fault::HeaderTimeout);
-                            Ok(())
-                        }
+                        Err(_) => head::Ended::TimedOut { counted: true },
                     }
                     #[cfg(not(feature = "tls"))]
                     {
-                        let _ = (handshake, &watcher);
+                        let _ = (header_timeout, &watcher, &progress);
                         match acceptor {}
                     }
                 }
             };
-            if let Err(e) = result {
-                count_connection_error(&state3, &*e);
+            match ended {
+                head::Ended::Done(Ok(())) | head::Ended::TimedOut { counted: false } => {}
+                head::Ended::Done(Err(e)) => count_connection_error(&state3, &*e),
+                head::Ended::TimedOut { counted: true } => {
+                    state3.faults.count(Fault::HeaderTimeout);
+                }
             }
             metrics::gauge!(crate::metrics::CONNECTIONS).decrement(1.0);
             drop(slot);

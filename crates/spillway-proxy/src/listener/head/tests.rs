@@ -1,0 +1,123 @@
+//! The header-read timeout on tokio's paused clock (no real waiting, no timing assertions on the
+//! host's speed): a connection future that never ends stands for a client that sends nothing
+//! more.
+
+use std::future::pending;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::time::Instant;
+
+use super::{watch, Ended, Progress, Watched};
+
+const T: Duration = Duration::from_millis(1_000);
+
+/// Runs the watch over a connection that never ends; returns how it ended and after how long.
+async fn cut(progress: &Progress) -> (Ended<()>, Duration) {
+    let start = Instant::now();
+    let ended = watch(pending::<()>(), progress, T).await;
+    (ended, start.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_sends_nothing_is_cut_at_the_timeout_and_counted() {
+    let p = Progress::default();
+    let (ended, after) = cut(&p).await;
+    assert_eq!(ended, Ended::TimedOut { counted: true });
+    assert!(after >= T && after <= T + T / 4, "{after:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_head_after_a_request_is_cut_and_counted() {
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_11)); // one request, answered
+    p.read.store(true, Relaxed); // part of the next head arrived
+    let (ended, after) = cut(&p).await;
+    assert_eq!(ended, Ended::TimedOut { counted: true });
+    assert!(after >= T && after <= T + T / 4, "{after:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_keep_alive_connection_is_closed_uncounted() {
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_11));
+    let (ended, _) = cut(&p).await;
+    assert_eq!(ended, Ended::TimedOut { counted: false });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_in_progress_is_never_cut_and_the_wait_restarts_when_it_ends() {
+    let p = Arc::new(Progress::default());
+    let busy = p.begin(http::Version::HTTP_11);
+    let start = Instant::now();
+    let released = async {
+        tokio::time::sleep(T * 10).await;
+        drop(busy);
+        Instant::now()
+    };
+    let (ended, released) = tokio::join!(watch(pending::<()>(), &p, T), released);
+    let after = Instant::now() - released;
+    assert_eq!(ended, Ended::TimedOut { counted: false });
+    assert!(released - start >= T * 10);
+    assert!(
+        after >= T && after <= T + T / 4,
+        "{after:?} after the response ended"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn heads_arriving_keep_the_connection_open() {
+    let p = Arc::new(Progress::default());
+    let requests = async {
+        for _ in 0..40 {
+            drop(p.begin(http::Version::HTTP_11));
+            tokio::time::sleep(T / 2).await;
+        }
+    };
+    tokio::select! {
+        e = watch(pending::<()>(), &p, T) => panic!("cut while requests arrived: {e:?}"),
+        () = requests => {}
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_connection_future_ends_the_watch() {
+    let p = Progress::default();
+    let conn = async {
+        tokio::time::sleep(T / 2).await;
+        7
+    };
+    assert_eq!(watch(conn, &p, T).await, Ended::Done(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_http2_connection_is_not_watched() {
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_2));
+    let conn = async {
+        tokio::time::sleep(T * 10).await;
+        "ended by itself"
+    };
+    assert_eq!(watch(conn, &p, T).await, Ended::Done("ended by itself"));
+}
+
+#[tokio::test]
+async fn the_stream_reports_reads_and_the_http2_preface() {
+    let p = Arc::new(Progress::default());
+    let mut s = Watched::new(&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..], Arc::clone(&p));
+    let mut buf = [0u8; 64];
+    assert_eq!(s.read(&mut buf).await.unwrap(), 24);
+    assert!(p.h2.load(Relaxed) && p.read.load(Relaxed));
+
+    let p = Arc::new(Progress::default());
+    let mut s = Watched::new(&b"GET / HTTP/1.1\r\n"[..], Arc::clone(&p));
+    assert!(s.read(&mut buf).await.unwrap() > 0);
+    assert!(!p.h2.load(Relaxed) && p.read.load(Relaxed));
+    drop(p.begin(http::Version::HTTP_11));
+    assert!(
+        !p.read.load(Relaxed),
+        "a request's end clears the partial-head mark"
+    );
+}
