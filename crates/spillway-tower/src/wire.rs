@@ -353,11 +353,50 @@ pub fn set_attempt(headers: &mut HeaderMap, attempt: u32, protocol: Protocol) {
     }
 }
 
+/// Most headers maps a proxy reads have at most this many values (wrk's request: one; the
+/// backend's responses: six); up to here [`find`] compares names instead of hashing.
+const SCAN_MAX: usize = 12;
+
+/// `headers.get(name)`, by a scan of the names when the map is small.
+///
+/// Why: `HeaderMap::get` hashes the name (`hash_elem_using`) and probes, ~150 instructions for
+/// a custom name, even to learn that a one-header request has no `x-spillway-attempt`; the
+/// proxy asks ~12 such questions per request (cachegrind, bench/results/proxy-forwarding.md,
+/// sixth round), while comparing a name with each of a few is a length check and at most a
+/// short `memcmp`. The first value found is `get`'s (a map iterates each name's values in
+/// order, first value first).
+#[inline]
+pub fn find<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
+    if headers.len() <= SCAN_MAX {
+        headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
+    } else {
+        headers.get(name)
+    }
+}
+
+/// `headers.get_all(name)`, by a scan of the names when the map is small (as [`find`]).
+pub fn find_each<'a>(
+    headers: &'a HeaderMap,
+    name: &'a HeaderName,
+) -> impl Iterator<Item = &'a HeaderValue> + 'a {
+    let small = headers.len() <= SCAN_MAX;
+    let scan = small.then(|| {
+        headers
+            .iter()
+            .filter(move |(k, _)| *k == name)
+            .map(|(_, v)| v)
+    });
+    let hashed = (!small).then(|| headers.get_all(name).iter());
+    scan.into_iter()
+        .flatten()
+        .chain(hashed.into_iter().flatten())
+}
+
 /// Reads the attempt number from either header (HTTP form preferred); `Ok(1)` when absent.
 pub fn read_attempt(headers: &HeaderMap) -> Result<u32, HeaderError> {
-    if let Some(v) = headers.get(ATTEMPT) {
+    if let Some(v) = find(headers, &ATTEMPT) {
         parse_attempt(v)
-    } else if let Some(v) = headers.get(GRPC_PREVIOUS_RPC_ATTEMPTS) {
+    } else if let Some(v) = find(headers, &GRPC_PREVIOUS_RPC_ATTEMPTS) {
         parse_previous_attempts(v)
     } else {
         Ok(1)
@@ -367,9 +406,9 @@ pub fn read_attempt(headers: &HeaderMap) -> Result<u32, HeaderError> {
 /// Reads the remaining time from `grpc-timeout` (preferred: gRPC peers set it) or
 /// `x-spillway-deadline-ms`; `Ok(None)` when neither is present.
 pub fn read_timeout(headers: &HeaderMap) -> Result<Option<Duration>, HeaderError> {
-    if let Some(v) = headers.get(GRPC_TIMEOUT) {
+    if let Some(v) = find(headers, &GRPC_TIMEOUT) {
         parse_grpc_timeout(v).map(Some)
-    } else if let Some(v) = headers.get(DEADLINE_MS) {
+    } else if let Some(v) = find(headers, &DEADLINE_MS) {
         parse_deadline_ms(v).map(Some)
     } else {
         Ok(None)
@@ -441,11 +480,8 @@ pub fn format_pushback(p: Pushback) -> HeaderValue {
 /// True when a response carries either don't-retry marker (`x-spillway-dont-retry: 1`, or a
 /// negative/unparseable `grpc-retry-pushback-ms`).
 pub fn is_dont_retry(headers: &HeaderMap) -> bool {
-    headers
-        .get(DONT_RETRY)
-        .is_some_and(|v| v.as_bytes() == b"1")
-        || headers
-            .get(GRPC_RETRY_PUSHBACK_MS)
+    find(headers, &DONT_RETRY).is_some_and(|v| v.as_bytes() == b"1")
+        || find(headers, &GRPC_RETRY_PUSHBACK_MS)
             .is_some_and(|v| parse_pushback(v) == Pushback::DontRetry)
 }
 
@@ -461,7 +497,7 @@ pub enum Protocol {
 impl Protocol {
     /// gRPC when `content-type` starts with `application/grpc` (covers `+proto`, `+json`, …).
     pub fn of(headers: &HeaderMap) -> Protocol {
-        match headers.get(http::header::CONTENT_TYPE) {
+        match find(headers, &http::header::CONTENT_TYPE) {
             Some(ct) if ct.as_bytes().starts_with(b"application/grpc") => Protocol::Grpc,
             _ => Protocol::Http,
         }
@@ -471,8 +507,7 @@ impl Protocol {
 /// The gRPC status in a header map (trailers-only responses carry it in the headers), if any
 /// and well-formed.
 pub fn grpc_status(headers: &HeaderMap) -> Option<u16> {
-    headers
-        .get(GRPC_STATUS)
+    find(headers, &GRPC_STATUS)
         .and_then(|v| parse_digits(v.as_bytes(), 2))
         .and_then(|n| u16::try_from(n).ok())
 }

@@ -317,3 +317,32 @@ fn give_up_response_carries_the_marker() {
     assert_eq!(res.extensions().get::<OverloadGiveUp>(), Some(&g));
     assert!(g.to_string().contains("3 attempt(s): budget"));
 }
+
+proptest::proptest! {
+    /// `find` and `find_each` answer as `HeaderMap::get` and `get_all` for maps on both sides of the scan limit, with
+    /// repeated names (first value wins), standard and custom names, and removals (which
+    /// reorder the map's entries).
+    #[test]
+    fn find_is_get(
+        ops in proptest::collection::vec((0usize..8, 0u8..4, proptest::bool::ANY), 0..40),
+        ask in 0usize..8,
+    ) {
+        let names = [
+            http::header::HOST, http::header::CONTENT_TYPE, http::header::TE,
+            ATTEMPT, DEADLINE_MS, GRPC_TIMEOUT, CUSTOMER,
+            HeaderName::from_static("x-other"),
+        ];
+        let mut h = HeaderMap::new();
+        for (n, v, remove) in ops {
+            if remove {
+                h.remove(&names[n]);
+            } else {
+                h.append(names[n].clone(), HeaderValue::from(u16::from(v)));
+            }
+        }
+        proptest::prop_assert_eq!(find(&h, &names[ask]), h.get(&names[ask]));
+        let each: Vec<_> = find_each(&h, &names[ask]).collect();
+        let all: Vec<_> = h.get_all(&names[ask]).iter().collect();
+        proptest::prop_assert_eq!(each, all);
+    }
+}
