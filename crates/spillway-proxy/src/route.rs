@@ -191,7 +191,7 @@ impl Router {
             .as_ref()
             .map_or(self.default_criticality, |r| r.criticality);
         if trusted {
-            if let Some(v) = parts.headers.get(wire::CRITICALITY) {
+            if let Some(v) = wire::find(&parts.headers, &wire::CRITICALITY) {
                 criticality = wire::parse_criticality(v)?;
             }
         }
@@ -201,14 +201,12 @@ impl Router {
         });
         let attempt = wire::read_attempt(&parts.headers)?;
         let customer = match self.customer_from {
-            CustomerFrom::Header if trusted => match parts.headers.get(wire::CUSTOMER) {
+            CustomerFrom::Header if trusted => match wire::find(&parts.headers, &wire::CUSTOMER) {
                 Some(v) => Some(Arc::from(wire::parse_customer(v)?)),
                 None => None,
             },
             CustomerFrom::Header => None,
-            CustomerFrom::ApiKey => parts
-                .headers
-                .get(&self.api_key_header)
+            CustomerFrom::ApiKey => wire::find(&parts.headers, &self.api_key_header)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|k| self.api_keys.get(k))
                 .cloned(),

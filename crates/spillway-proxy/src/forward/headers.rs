@@ -4,12 +4,13 @@ use std::net::SocketAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Version};
+use spillway_tower::wire;
 
 use crate::listener::head::Busy;
 
 pub(super) fn is_upgrade<B>(req: &Request<B>) -> bool {
     req.version() == Version::HTTP_11
-        && req.headers().contains_key(header::UPGRADE)
+        && wire::find(req.headers(), &header::UPGRADE).is_some()
         && req
             .headers()
             .get_all(header::CONNECTION)
@@ -69,7 +70,7 @@ pub(super) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
         h.remove(header::CONNECTION);
         h.remove(header::UPGRADE);
     }
-    if h.get(header::TE).is_some_and(|v| v != "trailers") {
+    if wire::find(h, &header::TE).is_some_and(|v| v != "trailers") {
         h.remove(header::TE);
     }
 }
@@ -114,7 +115,7 @@ impl Peer {
 /// earlier hops, else the list formatted on the stack (one copy into the header value, no
 /// `String`s) unless it is too long for the buffer.
 pub(super) fn append_forwarded_for(h: &mut HeaderMap, peer: &Peer) {
-    let prev = h.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
+    let prev = wire::find(h, &X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
     let v = match (prev, &peer.alone) {
         (None, Some(v)) => Some(v.clone()),
         _ => forwarded_for(prev, peer.addr.ip().to_canonical()),

@@ -82,7 +82,7 @@ pub(super) async fn forward(
             return (res, None);
         }
     };
-    let upgrade = parts.headers.contains_key(header::UPGRADE);
+    let upgrade = wire::find(&parts.headers, &header::UPGRADE).is_some();
     let http2 = match cfg.protocol {
         UpstreamProtocol::Http1 => false,
         UpstreamProtocol::Http2 => true,
@@ -408,9 +408,7 @@ fn read_reports<B>(
 ) {
     let _ = state;
     if pool_signals_cost(pool) {
-        if let Some(c) = res
-            .headers()
-            .get(wire::COST)
+        if let Some(c) = wire::find(res.headers(), &wire::COST)
             .and_then(|v| v.to_str().ok())
             .and_then(|s| s.trim().parse::<f64>().ok())
             .filter(|c| c.is_finite() && *c >= 0.0)
@@ -418,7 +416,7 @@ fn read_reports<B>(
             permit.set_actual_cost(c);
         }
     }
-    if let Some(v) = res.headers().get(wire::ENDPOINT_LOAD_METRICS) {
+    if let Some(v) = wire::find(res.headers(), &wire::ENDPOINT_LOAD_METRICS) {
         if let Ok(r) = wire::parse_orca(v) {
             if let Some(u) = r.application_utilization.or(r.cpu_utilization) {
                 pool.record_orca(task, u, now);
@@ -470,7 +468,7 @@ fn upstream_request(
         req.headers_mut().remove(header::HOST);
     } else {
         *req.version_mut() = Version::HTTP_11;
-        if !req.headers().contains_key(header::HOST) {
+        if wire::find(req.headers(), &header::HOST).is_none() {
             // The client's authority (an HTTP/2 client's :authority), else the task's.
             let host = parts
                 .uri
