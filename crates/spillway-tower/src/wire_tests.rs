@@ -346,3 +346,51 @@ proptest::proptest! {
         proptest::prop_assert_eq!(each, all);
     }
 }
+
+proptest::proptest! {
+    /// The ORCA value parser's fast path gives `str::parse`'s answer, bit for bit, for plain
+    /// decimals and for anything else (which it hands over).
+    #[test]
+    fn orca_values_parse_as_str_parse(
+        int in "[0-9]{0,12}",
+        frac in proptest::option::of("[0-9]{0,24}"),
+        other in "[-+0-9.eEinfa]{0,8}",
+    ) {
+        let plain = match &frac {
+            Some(f) => format!("{int}.{f}"),
+            None => int.clone(),
+        };
+        for s in [plain.as_str(), other.as_str()] {
+            let want = s.parse::<f64>().ok().map(f64::to_bits);
+            let got = orca::parse_f64(s.as_bytes()).map(f64::to_bits);
+            proptest::prop_assert_eq!(got, want, "{}", s);
+        }
+    }
+}
+
+#[test]
+fn orca_values_at_the_fast_path_edges_parse_as_str_parse() {
+    for s in [
+        "9007199254740992",
+        "9007199254740993",
+        "0.9007199254740993",
+        "1234567890123456789",
+        "12345678901234567890",
+        "0.0000000000000000000001",
+        "0.00000000000000000000001",
+        "5.",
+        ".5",
+        ".",
+        "",
+        "00.1000",
+        "0.1",
+        "0.2",
+        "0.3",
+        "1e-3",
+        "-0.5",
+        "+0.5",
+    ] {
+        let want = s.parse::<f64>().ok().map(f64::to_bits);
+        assert_eq!(orca::parse_f64(s.as_bytes()).map(f64::to_bits), want, "{s}");
+    }
+}
