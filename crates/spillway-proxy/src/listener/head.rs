@@ -96,10 +96,26 @@ pub async fn watch<F: Future>(conn: F, progress: &Progress, timeout: Duration) -
     let sleep = tokio::time::sleep_until(quiet_from + period.min(timeout));
     tokio::pin!(conn, sleep);
     loop {
-        tokio::select! {
-            biased;
-            out = &mut conn => return Ended::Done(out),
-            () = &mut sleep => {}
+        // The timer is polled once after each reset (which registers it with this task's
+        // waker, the same for the task's life) and then only once it has fired: a poll per
+        // wake-up of the connection (several per request) would cost tokio's budget check and
+        // a waker comparison each time for nothing.
+        let mut armed = false;
+        let fired = std::future::poll_fn(|cx| {
+            if let Poll::Ready(out) = conn.as_mut().poll(cx) {
+                return Poll::Ready(Some(out));
+            }
+            if !armed || sleep.is_elapsed() {
+                armed = true;
+                if sleep.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        if let Some(out) = fired {
+            return Ended::Done(out);
         }
         if progress.h2.load(Relaxed) {
             return Ended::Done(conn.await);
