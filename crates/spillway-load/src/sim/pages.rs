@@ -3,11 +3,12 @@
 //! Why: a fleet of 10⁴ tasks and 10⁴ clients keeps ~80 MB of per-task and per-client state
 //! (admission controllers, throttles, retry budgets, the request slab) and visits it in random
 //! order, a task and a client per request. With 4 KiB pages the processor's second-level data
-//! TLB (2,048 entries on this host's AMD EPYC, Zen 2/3: AMD Software Optimization Guide for
-//! family 17h/19h, "L2 DTLB") maps 8 MiB, so nearly every visit to a task or a client paid a
-//! page walk on top of its cache misses. The sixth round measured it: the same binary with
-//! glibc's huge-page heap (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`) ran `spillway sim fleet`
-//! 1.23× faster (bench/results/sim-speed.md). That tunable has to be set before the process
+//! TLB (3,072 entries on this host's AMD EPYC, family 19h model 11h, Zen 4: AMD Software
+//! Optimization Guide for family 19h processors, "L2 DTLB") maps 12 MiB, so nearly every visit
+//! to a task or a client paid a page walk on top of its cache misses. The sixth round measured
+//! it: the same binary with glibc's huge-page heap (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`)
+//! ran `spillway sim fleet` 1.11–1.23× faster, and this advice 1.11× (wall, `fleet --duration
+//! 20`, on vs off; bench/results/sim-speed.md). That tunable has to be set before the process
 //! starts, so the simulator asks the kernel itself: `madvise(MADV_HUGEPAGE)` on its anonymous
 //! private mappings of at least one huge page (the heap and glibc's large-allocation mmaps),
 //! which a system THP setting of `madvise` (this host's) requires, then `MADV_COLLAPSE`
@@ -20,6 +21,9 @@
 //! Only placement changes — never a simulated result. Every call is a hint: a kernel without
 //! THP, a `never` setting or no free huge pages makes the calls fail, and the run goes on with
 //! small pages. `SPILLWAY_SIM_HUGE_PAGES=off` turns it off (for measuring the difference).
+//! The price is kernel time, once per mapping: ~2–3.5 ms per MB collapsed on this VM (0.1–0.2 s
+//! for `fleet`; 3.4–5.0 s for the 1.46 GB of `fleet-million-clients`, where glibc's own
+//! huge-page heap costs as much), against 1–15% less user time there.
 
 /// A huge page on x86_64 and aarch64 with 4 KiB base pages: 2 MiB (transhuge.rst).
 const HUGE: usize = 2 << 20;
