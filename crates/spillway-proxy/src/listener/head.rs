@@ -6,7 +6,7 @@
 //! registers it in tokio's timer wheel whenever the head is not already buffered (always, on a
 //! keep-alive connection waiting for its next request) and removes it again, and makes its
 //! dispatcher loop once more per request to start it (`State::idle` sets `notify_read`). With
-//! wrk's requests that was ~1,360 of ~44,500 user-space instructions per forwarded request
+//! wrk's requests that was ~1,400 of ~44,500 user-space instructions per forwarded request
 //! (cachegrind, bench/results/proxy-forwarding.md "Sixth round"). Here each request only counts
 //! itself (two relaxed atomic additions and a subtraction); the connection's one timer checks
 //! those counts every quarter of the timeout.
