@@ -130,14 +130,19 @@ fn threshold_field(c: Criticality) -> &'static str {
     }
 }
 
-/// The validated shed policy: pure arithmetic, no state, no allocation. The thresholds every
-/// decision reads come first (`repr(C)`; see the admission controller's layout note).
+/// The validated shed policy: pure arithmetic, no state, no allocation.
+///
+/// Only what a decision reads, 40 bytes: the configuration is rebuilt from it on demand
+/// (validated thresholds are finite, so `None` ↔ +∞ loses nothing), because this sits in the
+/// admission controller's fast-path lines (see its layout note) and the 72-byte
+/// `ShedConfig` beside it cost them a line.
 #[derive(Debug, Clone, PartialEq)]
 #[repr(C)]
 pub struct ShedPolicy {
     /// Thresholds with `None` as +∞, so the hot path does no `Option` matching.
     start: [f64; Criticality::COUNT],
-    cfg: ShedConfig,
+    /// Width of the ramp ([`ShedConfig::ramp`]).
+    ramp: f64,
 }
 
 impl ShedPolicy {
@@ -145,17 +150,24 @@ impl ShedPolicy {
     pub fn new(cfg: ShedConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
         let start = Criticality::ALL.map(|c| cfg.thresholds[c].unwrap_or(f64::INFINITY));
-        Ok(ShedPolicy { cfg, start })
+        Ok(ShedPolicy {
+            start,
+            ramp: cfg.ramp,
+        })
     }
 
     /// The configuration this policy was built from.
-    pub fn config(&self) -> &ShedConfig {
-        &self.cfg
+    pub fn config(&self) -> ShedConfig {
+        ShedConfig {
+            thresholds: PerCriticality::from_fn(|c| self.threshold(c)),
+            ramp: self.ramp,
+        }
     }
 
     /// The utilisation above which `c` starts being shed, if it ever is.
     pub fn threshold(&self, c: Criticality) -> Option<f64> {
-        self.cfg.thresholds[c]
+        let t = self.start[c.index()];
+        t.is_finite().then_some(t)
     }
 
     /// This level's own ramp, ignoring the levels above it.
@@ -165,10 +177,10 @@ impl ShedPolicy {
         if u <= t {
             return 0.0;
         }
-        if self.cfg.ramp <= 0.0 {
+        if self.ramp <= 0.0 {
             return 1.0;
         }
-        ((u - t) / self.cfg.ramp).min(1.0)
+        ((u - t) / self.ramp).min(1.0)
     }
 
     /// Probability in `[0, 1]` of shedding a request of criticality `c` at `utilisation`.
@@ -224,8 +236,10 @@ impl ShedPolicy {
 impl Default for ShedPolicy {
     fn default() -> Self {
         let cfg = ShedConfig::default();
-        let start = Criticality::ALL.map(|c| cfg.thresholds[c].unwrap_or(f64::INFINITY));
-        ShedPolicy { cfg, start }
+        ShedPolicy {
+            start: Criticality::ALL.map(|c| cfg.thresholds[c].unwrap_or(f64::INFINITY)),
+            ramp: cfg.ramp,
+        }
     }
 }
 
