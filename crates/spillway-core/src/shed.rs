@@ -130,19 +130,14 @@ fn threshold_field(c: Criticality) -> &'static str {
     }
 }
 
-/// The validated shed policy: pure arithmetic, no state, no allocation.
-///
-/// Only what a decision reads, 40 bytes: the configuration is rebuilt from it on demand
-/// (validated thresholds are finite, so `None` ↔ +∞ loses nothing), because this sits in the
-/// admission controller's fast-path lines (see its layout note) and the 72-byte
-/// `ShedConfig` beside it cost them a line.
+/// The validated shed policy: pure arithmetic, no state, no allocation. The thresholds every
+/// decision reads come first (`repr(C)`; see the admission controller's layout note).
 #[derive(Debug, Clone, PartialEq)]
 #[repr(C)]
 pub struct ShedPolicy {
     /// Thresholds with `None` as +∞, so the hot path does no `Option` matching.
     start: [f64; Criticality::COUNT],
-    /// Width of the ramp ([`ShedConfig::ramp`]).
-    ramp: f64,
+    cfg: ShedConfig,
 }
 
 impl ShedPolicy {
@@ -150,24 +145,17 @@ impl ShedPolicy {
     pub fn new(cfg: ShedConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
         let start = Criticality::ALL.map(|c| cfg.thresholds[c].unwrap_or(f64::INFINITY));
-        Ok(ShedPolicy {
-            start,
-            ramp: cfg.ramp,
-        })
+        Ok(ShedPolicy { cfg, start })
     }
 
     /// The configuration this policy was built from.
-    pub fn config(&self) -> ShedConfig {
-        ShedConfig {
-            thresholds: PerCriticality::from_fn(|c| self.threshold(c)),
-            ramp: self.ramp,
-        }
+    pub fn config(&self) -> &ShedConfig {
+        &self.cfg
     }
 
     /// The utilisation above which `c` starts being shed, if it ever is.
     pub fn threshold(&self, c: Criticality) -> Option<f64> {
-        let t = self.start[c.index()];
-        t.is_finite().then_some(t)
+        self.cfg.thresholds[c]
     }
 
     /// This level's own ramp, ignoring the levels above it.
@@ -177,10 +165,10 @@ impl ShedPolicy {
         if u <= t {
             return 0.0;
         }
-        if self.ramp <= 0.0 {
+        if self.cfg.ramp <= 0.0 {
             return 1.0;
         }
-        ((u - t) / self.ramp).min(1.0)
+        ((u - t) / self.cfg.ramp).min(1.0)
     }
 
     /// Probability in `[0, 1]` of shedding a request of criticality `c` at `utilisation`.
@@ -236,10 +224,8 @@ impl ShedPolicy {
 impl Default for ShedPolicy {
     fn default() -> Self {
         let cfg = ShedConfig::default();
-        ShedPolicy {
-            start: Criticality::ALL.map(|c| cfg.thresholds[c].unwrap_or(f64::INFINITY)),
-            ramp: cfg.ramp,
-        }
+        let start = Criticality::ALL.map(|c| cfg.thresholds[c].unwrap_or(f64::INFINITY));
+        ShedPolicy { cfg, start }
     }
 }
 

@@ -8,17 +8,17 @@ use std::mem::size_of;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use super::{AdmissionController, Waiter, ARC_COUNTS, HOT_BYTES};
+use super::{AdmissionController, Waiter, HOT_BYTES};
 use crate::queue::AdmissionQueue;
 
 impl AdmissionController {
     /// Passes `f` one address in each cache line of this controller's fast-path state (the
-    /// first `HOT_BYTES` (368) of its allocation), computed from its address alone: nothing is
+    /// first `HOT_BYTES` (512) of its allocation), computed from its address alone: nothing is
     /// read. For a caller that visits thousands of controllers in turn and can see which one
     /// comes next — the simulator — to prefetch it (see [`crate::hint`]).
     pub fn hot_lines(&self, f: impl FnMut(*const u8)) {
         // `Arc::as_ptr` points past the two counts, which the permit's clone and drop touch.
-        let start = (Arc::as_ptr(&self.inner) as *const u8).wrapping_sub(ARC_COUNTS);
+        let start = (Arc::as_ptr(&self.inner) as *const u8).wrapping_sub(2 * size_of::<usize>());
         crate::hint::lines(start, HOT_BYTES, f);
     }
 

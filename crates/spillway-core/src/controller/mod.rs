@@ -172,14 +172,12 @@ impl AdmissionConfig {
 /// that it spans the fewest cache lines (the first [`HOT_BYTES`], with the `Arc`'s counts just
 /// before it): a process that holds thousands of controllers and visits each one rarely — the
 /// simulator's fleets of 10⁴ tasks — finds none of them in cache, and paid one miss per line
-/// touched, about 13 lines per admission when the fields were where the compiler put them, and
-/// 8–9 while the shed policy's configuration, the quota book's cold fields and the refusal
-/// counters sat among the hot ones (sixth round, bench/results/sim-speed.md). Inside the span
-/// only the limiter's headroom and name (48 bytes, read when the limit changes) are cold; the
-/// quota book's own cold fields, the queue, the configuration and the other counters follow.
+/// touched, about 13 lines per admission when the fields were where the compiler put them.
+/// The queue, the configuration and most counters follow; the fast path does not read them.
 #[repr(C)]
 pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) limiter: Limiter,
     /// Mirror of the queue length, for the lock-free "anyone waiting?" checks.
     queued: AtomicUsize,
     /// Where a release's dispatch reads first in the queue — the highest non-empty class's
@@ -196,11 +194,6 @@ pub(crate) struct Inner {
     /// the hints; here it fills what was padding.
     queue_data: u16,
     shed: ShedPolicy,
-    /// Requests admitted so far (at once or from the queue), per criticality.
-    pub(crate) admitted: [AtomicU64; Criticality::COUNT],
-    /// Its hot part first, its headroom and name (cold) last, just before the quota book.
-    pub(crate) limiter: Limiter,
-    /// Its free path's fields first (`QuotaBook::HOT_BYTES`), its cold ones after the span.
     pub(crate) quota: QuotaBook,
     pub(crate) counters: Counters,
     signals: [OnceLock<Arc<dyn LoadSignal>>; MAX_SIGNALS],
@@ -210,13 +203,11 @@ pub(crate) struct Inner {
     overload_retry_after: Option<Duration>,
 }
 
-/// The `Arc`'s two counts, which a permit's clone and drop touch, just before [`Inner`].
-const ARC_COUNTS: usize = 2 * std::mem::size_of::<usize>();
-
-/// How many bytes at the start of [`Inner`]'s `Arc` allocation (counts included) an admission
-/// and a release read: from the counts to the end of the quota book's free path. Checked
-/// against the fields by a test.
-const HOT_BYTES: usize = ARC_COUNTS + std::mem::offset_of!(Inner, quota) + QuotaBook::HOT_BYTES;
+/// How many bytes at the start of [`Inner`] (counted from its `Arc` allocation, counts
+/// included) an admission and a release read: the clock, the limiter's atomics, the queue
+/// mirror, the service estimate, the random source, the shed thresholds, the quota book's
+/// free path and the admitted counters. Checked against the layout by a test.
+const HOT_BYTES: usize = 512;
 
 impl fmt::Debug for Inner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -476,7 +467,6 @@ impl AdmissionController {
                 service: ServiceTimeEstimate::new(),
                 max_attempts: cfg.max_attempts,
                 overload_retry_after: cfg.overload_retry_after,
-                admitted: Default::default(),
                 counters: Counters::default(),
             }),
         })
@@ -671,7 +661,7 @@ impl AdmissionController {
             in_flight_by_criticality: PerCriticality::from_fn(|c| inner.limiter.in_flight_of(c)),
             queued_by_criticality: PerCriticality(by_c),
             health_checks_in_flight: counters.health_in_flight.load(Ordering::Relaxed),
-            admitted: Counters::read(&inner.admitted),
+            admitted: Counters::read(&counters.admitted),
             enqueued: Counters::read(&counters.enqueued),
             cancelled: Counters::read(&counters.cancelled),
             refused: counters.refusal_counts(),

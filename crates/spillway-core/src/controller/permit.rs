@@ -59,7 +59,7 @@ impl Permit {
         in_flight: usize,
         charge: QuotaCharge,
     ) -> Self {
-        Counters::bump(&inner.admitted[criticality.index()]);
+        Counters::bump(&inner.counters.admitted[criticality.index()]);
         Permit {
             inner,
             criticality,

@@ -106,10 +106,11 @@ pub struct Refusal {
 
 /// Relaxed counters: exact per thread, eventually consistent across threads — fine for a status
 /// page, and no fence on the hot path.
-/// The admitted counts, which the fast path bumps, are the controller's own field, among its
-/// fast-path lines (see its layout note); these are bumped only off that path.
+/// `admitted` first (`repr(C)`): the fast path bumps it (see the controller's layout note).
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct Counters {
+    pub(crate) admitted: [AtomicU64; Criticality::COUNT],
     pub(crate) enqueued: [AtomicU64; Criticality::COUNT],
     pub(crate) cancelled: [AtomicU64; Criticality::COUNT],
     pub(crate) refused: [[AtomicU64; Criticality::COUNT]; RefusalReason::COUNT],

@@ -368,12 +368,6 @@ impl fmt::Debug for QuotaBook {
 }
 
 impl QuotaBook {
-    /// Bytes at the start of the book that `try_charge` reads for a book without quotas
-    /// (`unlimited`, `enforcement`, `slots`' length): the admission controller's fast-path
-    /// span ends here (see its layout note).
-    pub(crate) const HOT_BYTES: usize =
-        std::mem::offset_of!(QuotaBook, slots) + std::mem::size_of::<Vec<Slot>>();
-
     /// Builds the book; every bucket starts full. `origin` is the zero of its internal clock and
     /// should be no later than any `now` passed afterwards (earlier times count as `origin`).
     pub fn new(cfg: QuotaConfig, origin: Instant) -> Result<Self, ConfigError> {

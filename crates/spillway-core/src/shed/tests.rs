@@ -252,26 +252,3 @@ proptest! {
         }
     }
 }
-
-proptest! {
-    /// The policy keeps only thresholds (`None` as +∞) and the ramp; the configuration it
-    /// gives back is the one it was built from, for every valid configuration.
-    #[test]
-    fn config_round_trips_through_the_policy(
-        ts in proptest::collection::vec(0.0f64..=10.0, 0..=4),
-        ramp in 0.0f64..=10.0,
-    ) {
-        let mut sorted = ts;
-        sorted.sort_by(f64::total_cmp);
-        let cfg = ShedConfig {
-            thresholds: PerCriticality::from_fn(|c| sorted.get(c.index()).copied()),
-            ramp,
-        };
-        prop_assume!(cfg.validate().is_ok());
-        let p = ShedPolicy::new(cfg.clone()).unwrap();
-        prop_assert_eq!(p.config(), cfg.clone());
-        for c in Criticality::ALL {
-            prop_assert_eq!(p.threshold(c), cfg.thresholds[c]);
-        }
-    }
-}
