@@ -12,6 +12,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use proxy_support::*;
 use spillway_proxy::metrics::Fault;
+use spillway_proxy::run::Running;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -64,14 +65,20 @@ async fn websocket_style_upgrade_is_tunnelled() {
     }
 }
 
-#[tokio::test]
-async fn slow_client_header_timeout_is_counted() {
+/// A backend and a proxy in front of it whose header-read timeout is `ms`.
+async fn with_header_timeout(ms: u64) -> (Backend, Running) {
     let b = backend("b").await;
     let p = proxy_toml(&format!(
-        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 200\n",
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = {ms}\n",
         b.addr
     ))
     .await;
+    (b, p)
+}
+
+#[tokio::test]
+async fn slow_client_header_timeout_is_counted() {
+    let (_b, p) = with_header_timeout(200).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n").await.unwrap();
     let mut buf = Vec::new();
@@ -112,12 +119,7 @@ async fn closed_by_proxy(s: &mut TcpStream) {
 async fn a_connection_that_sends_nothing_is_closed_and_counted() {
     // Before the proxy kept its own header timer, hyper-util's HTTP/1.1-or-h2 detection waited
     // for the first bytes with no timeout at all.
-    let b = backend("b").await;
-    let p = proxy_toml(&format!(
-        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 200\n",
-        b.addr
-    ))
-    .await;
+    let (_b, p) = with_header_timeout(200).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     closed_by_proxy(&mut s).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -126,12 +128,7 @@ async fn a_connection_that_sends_nothing_is_closed_and_counted() {
 
 #[tokio::test]
 async fn a_slow_head_on_a_kept_alive_connection_is_cut_and_counted() {
-    let b = backend("b").await;
-    let p = proxy_toml(&format!(
-        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 200\n",
-        b.addr
-    ))
-    .await;
+    let (_b, p) = with_header_timeout(200).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     assert!(get_on(&mut s, "/").await.starts_with("HTTP/1.1 200"));
     s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n").await.unwrap();
@@ -142,12 +139,7 @@ async fn a_slow_head_on_a_kept_alive_connection_is_cut_and_counted() {
 
 #[tokio::test]
 async fn an_idle_kept_alive_connection_is_closed_uncounted() {
-    let b = backend("b").await;
-    let p = proxy_toml(&format!(
-        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 200\n",
-        b.addr
-    ))
-    .await;
+    let (_b, p) = with_header_timeout(200).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     assert!(get_on(&mut s, "/").await.starts_with("HTTP/1.1 200"));
     closed_by_proxy(&mut s).await;
@@ -163,12 +155,7 @@ async fn an_idle_kept_alive_connection_is_closed_uncounted() {
 async fn a_response_slower_than_the_header_timeout_is_not_cut() {
     // `/slow` answers after 800 ms, four header timeouts: the request is in progress, not a
     // client failing to send its head; the connection stays usable after it.
-    let b = backend("b").await;
-    let p = proxy_toml(&format!(
-        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 200\n",
-        b.addr
-    ))
-    .await;
+    let (_b, p) = with_header_timeout(200).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     assert!(get_on(&mut s, "/slow").await.starts_with("HTTP/1.1 200"));
     assert!(get_on(&mut s, "/").await.starts_with("HTTP/1.1 200"));
@@ -303,12 +290,7 @@ max_len = 0
 
 #[tokio::test]
 async fn slow_body_gets_408_and_frees_its_slot() {
-    let b = backend("b").await;
-    let p = proxy_toml(&format!(
-        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 300\n",
-        b.addr
-    ))
-    .await;
+    let (b, p) = with_header_timeout(300).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     s.write_all(b"POST /up HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc")
         .await
