@@ -52,7 +52,7 @@ PROFDATA=${LLVM_PROFDATA:-$(rustc --print sysroot)/lib/rustlib/$HOST/bin/llvm-pr
 [ -x "$PROFDATA" ] || die "needs llvm-profdata of rustc's LLVM $RUSTC_LLVM at $PROFDATA: run
   rustup component add llvm-tools
 (or set LLVM_PROFDATA to an llvm-profdata of LLVM $RUSTC_LLVM)"
-PROF_LLVM=$("$PROFDATA" --version | awk '/LLVM version/ {split($3, v, "."); print v[1]}')
+PROF_LLVM=$({ "$PROFDATA" merge --version 2>&1 || true; } | sed -nE 's/.*LLVM version ([0-9]+).*/\1/p' | head -1)
 [ "$PROF_LLVM" = "$RUSTC_LLVM" ] ||
   die "$PROFDATA is LLVM ${PROF_LLVM:-?}, rustc is LLVM $RUSTC_LLVM: raw profiles only merge with the same major version (rustup component add llvm-tools)"
 
