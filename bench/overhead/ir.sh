@@ -15,14 +15,16 @@
 # Env: LOAD = spillway (default: `spillway load`, open loop at RATE/s, N1 then N2 requests; its
 # requests carry ~5 x-spillway-* headers) | wrk (wrk -t1 -c8, W1 then W2 seconds, closed loop:
 # wrk's own request, a Host header only — the benchmark's workload); TOOL = cachegrind |
-# callgrind; WORK = a directory to keep the valgrind files in (default: a new temporary one).
+# callgrind; WORK = a directory to keep the valgrind files in (default: a new temporary one);
+# CACHE_SIM = 1 (cachegrind only) simulates the caches too and adds I1 and D1 misses per request
+# (slower).
 # The backend is the first build's `spillway backend` (1 ms sleep), the proxy's configuration
 # that of ab.sh's fixed mode with the admin listener off (the dashboard's sampling scales with
 # time, not requests).
 set -euo pipefail
 N1=${N1:-400}; N2=${N2:-2400}; RATE=${RATE:-200}
 W1=${W1:-2}; W2=${W2:-8}
-LOAD=${LOAD:-spillway}; TOOL=${TOOL:-cachegrind}
+LOAD=${LOAD:-spillway}; TOOL=${TOOL:-cachegrind}; CACHE_SIM=${CACHE_SIM:-0}
 BACKEND=127.0.0.1:21391; PROXY=127.0.0.1:21392
 WORK=${WORK:-$(mktemp -d)}; mkdir -p "$WORK"; PIDS=(); echo "work: $WORK"
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
@@ -32,6 +34,11 @@ case "$LOAD:$TOOL" in
   spillway:cachegrind | spillway:callgrind | wrk:cachegrind | wrk:callgrind) ;;
   *) echo "LOAD must be spillway or wrk, TOOL cachegrind or callgrind (got LOAD=$LOAD TOOL=$TOOL)" >&2; exit 2 ;;
 esac
+case "$CACHE_SIM:$TOOL" in
+  0:* | 1:cachegrind) ;;
+  *) echo "CACHE_SIM must be 0 or 1, and 1 only with TOOL=cachegrind (got CACHE_SIM=$CACHE_SIM TOOL=$TOOL)" >&2; exit 2 ;;
+esac
+if [ "$CACHE_SIM" = 1 ]; then SIM=yes; else SIM=no; fi
 [ $# -ge 1 ] || { echo "usage: $0 LABEL=BIN [LABEL=BIN ...]" >&2; exit 2; }
 first=${1#*=}
 "$first" backend --listen "$BACKEND" --workers 2048 --service-time 1ms --dist constant --cpu sleep --duration 1800s >"$WORK/backend.log" 2>&1 &
@@ -45,7 +52,7 @@ for ab in "$@"; do
   declare -A got=()
   for n in $SIZES; do
     if [ "$TOOL" = cachegrind ]; then
-      valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$WORK/$label.$n.cg" "$bin" proxy --config "$WORK/p.toml" >"$WORK/$label.$n.log" 2>&1 &
+      valgrind --tool=cachegrind --cache-sim="$SIM" --cachegrind-out-file="$WORK/$label.$n.cg" "$bin" proxy --config "$WORK/p.toml" >"$WORK/$label.$n.log" 2>&1 &
     else
       valgrind --tool=callgrind --callgrind-out-file="$WORK/$label.$n.cg" "$bin" proxy --config "$WORK/p.toml" >"$WORK/$label.$n.log" 2>&1 &
     fi
@@ -62,11 +69,17 @@ for ab in "$@"; do
     fi
     kill -INT "$vp" 2>/dev/null || true; wait "$vp" 2>/dev/null || true
     ir=$(grep -E "I\s+refs:|Collected :" "$WORK/$label.$n.log" | tail -1 | awk '{gsub(",","",$NF); print $NF}')
-    got[$n]="$ir $ok"
+    # With the cache simulation: "I1  misses:  N" and "D1  misses:  N  ( R rd + W wr)".
+    i1m=$(awk '/I1 +misses:/ {gsub(",", ""); print $(NF)}' "$WORK/$label.$n.log" | tail -1)
+    d1m=$(awk '/D1 +misses:/ {gsub(",", ""); for (i = 1; i <= NF; i++) if ($i == "misses:") print $(i + 1)}' "$WORK/$label.$n.log" | tail -1)
+    got[$n]="$ir $ok ${i1m:-0} ${d1m:-0}"
   done
   read -r s1 s2 <<<"$SIZES"
-  read -r i1 o1 <<<"${got[$s1]}"; read -r i2 o2 <<<"${got[$s2]}"
+  read -r i1 o1 c1 d1 <<<"${got[$s1]}"; read -r i2 o2 c2 d2 <<<"${got[$s2]}"
   python3 -c "print('$label: user-space instructions per forwarded request', round(($i2 - $i1) / max($o2 - $o1, 1)), '(requests $o1, $o2)')"
+  if [ "$CACHE_SIM" = 1 ]; then
+    python3 -c "print('$label: I1 misses per forwarded request', round(($c2 - $c1) / max($o2 - $o1, 1)), '· D1 misses', round(($d2 - $d1) / max($o2 - $o1, 1)))"
+  fi
   unset got
 done
 echo "uptime after: $(uptime)"
