@@ -212,43 +212,24 @@ impl WindowedPair {
         let bucket = self.buckets.get(idx)?; // always Some: the index is below len
         let round = round_of(slice, len);
         let add = u32::try_from(n.min(MAX_SLICE_COUNT)).unwrap_or(0);
-        let mut cur = bucket.load(Ordering::Relaxed);
-        let (delta, landed) = loop {
-            let old = Word::unpack(cur);
-            // Signed distance handles the wrap: >= 0 is our round or a newer one written by a
-            // thread whose clock raced ahead; an empty word is free whatever its tag says.
-            let mut next = old;
-            if old.is_empty() || (old.tag.wrapping_sub(round) as i16) < 0 {
-                next = Word {
-                    tag: round,
-                    counts: [0, 0],
-                };
-            }
-            next.counts[which] =
-                (u64::from(next.counts[which]) + u64::from(add)).min(MAX_SLICE_COUNT) as u32;
-            match bucket.compare_exchange_weak(
-                cur,
-                next.pack(),
-                Ordering::SeqCst,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    let kept = if next.tag == old.tag && !old.is_empty() {
-                        old.counts[which]
-                    } else {
-                        0
-                    };
-                    break (
-                        [0, 1].map(|i| i64::from(next.counts[i]) - i64::from(old.counts[i])),
-                        PairLanded {
-                            idx,
-                            tag: next.tag,
-                            added: next.counts[which].saturating_sub(kept),
-                        },
-                    );
-                }
-                Err(actual) => cur = actual,
-            }
+        // Never `Err`: the update always returns a word.
+        let prev = bucket
+            .fetch_update(Ordering::SeqCst, Ordering::Relaxed, |cur| {
+                Some(bumped(Word::unpack(cur), round, which, add).pack())
+            })
+            .unwrap_or_else(|prev| prev);
+        let old = Word::unpack(prev);
+        let next = bumped(old, round, which, add);
+        let kept = if next.tag == old.tag && !old.is_empty() {
+            old.counts[which]
+        } else {
+            0
+        };
+        let delta = [0, 1].map(|i| i64::from(next.counts[i]) - i64::from(old.counts[i]));
+        let landed = PairLanded {
+            idx,
+            tag: next.tag,
+            added: next.counts[which].saturating_sub(kept),
         };
         for (total, d) in self.totals.iter().zip(delta) {
             if d != 0 {
@@ -267,27 +248,17 @@ impl WindowedPair {
         let (Some(bucket), true) = (self.buckets.get(landed.idx), which <= 1) else {
             return;
         };
-        let mut cur = bucket.load(Ordering::Relaxed);
-        loop {
-            let w = Word::unpack(cur);
+        let take = |w: Word| {
             let take = want.min(w.counts[which]);
-            if w.tag != landed.tag || take == 0 {
-                return;
-            }
-            let mut next = w;
-            next.counts[which] -= take;
-            match bucket.compare_exchange_weak(
-                cur,
-                next.pack(),
-                Ordering::SeqCst,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    self.totals[which].fetch_sub(u64::from(take), Ordering::SeqCst);
-                    return;
-                }
-                Err(actual) => cur = actual,
-            }
+            (w.tag == landed.tag && take > 0).then_some(take)
+        };
+        let updated = bucket.fetch_update(Ordering::SeqCst, Ordering::Relaxed, |cur| {
+            let mut w = Word::unpack(cur);
+            w.counts[which] -= take(w)?;
+            Some(w.pack())
+        });
+        if let Some(taken) = updated.ok().and_then(|prev| take(Word::unpack(prev))) {
+            self.totals[which].fetch_sub(u64::from(taken), Ordering::SeqCst);
         }
     }
 
@@ -373,21 +344,37 @@ impl WindowedPair {
 /// `expired_round + 1`) or a writer's a little ahead of it (`+ 2`): whoever reset it to that
 /// round accounted for what it held. Returns the counts it removed.
 fn retire(bucket: &AtomicU64, expired_round: u16) -> [u32; 2] {
-    let mut cur = bucket.load(Ordering::Relaxed);
-    loop {
-        let w = Word::unpack(cur);
-        if w.is_empty() || matches!(w.tag.wrapping_sub(expired_round), 1 | 2) {
-            return [0, 0];
-        }
-        let next = Word {
-            tag: w.tag,
+    bucket
+        .fetch_update(Ordering::SeqCst, Ordering::Relaxed, |cur| {
+            let w = Word::unpack(cur);
+            let keep = w.is_empty() || matches!(w.tag.wrapping_sub(expired_round), 1 | 2);
+            (!keep).then(|| {
+                Word {
+                    tag: w.tag,
+                    counts: [0, 0],
+                }
+                .pack()
+            })
+        })
+        .map_or([0, 0], |prev| Word::unpack(prev).counts)
+}
+
+/// `old` with `add` more events of count `which` in round `round`: a word of an older round (or
+/// an empty one) starts again at zero under the new tag. Signed distance handles the wrap: ≥ 0
+/// is our round or a newer one written by a thread whose clock raced ahead. Saturates at
+/// [`MAX_SLICE_COUNT`].
+#[inline]
+fn bumped(old: Word, round: u16, which: usize, add: u32) -> Word {
+    let mut next = old;
+    if old.is_empty() || (old.tag.wrapping_sub(round) as i16) < 0 {
+        next = Word {
+            tag: round,
             counts: [0, 0],
         };
-        match bucket.compare_exchange_weak(cur, next.pack(), Ordering::SeqCst, Ordering::Relaxed) {
-            Ok(_) => return w.counts,
-            Err(actual) => cur = actual,
-        }
     }
+    next.counts[which] =
+        (u64::from(next.counts[which]) + u64::from(add)).min(MAX_SLICE_COUNT) as u32;
+    next
 }
 
 impl fmt::Debug for WindowedPair {
