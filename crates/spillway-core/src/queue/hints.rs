@@ -6,12 +6,19 @@
 
 use std::collections::VecDeque;
 
-use super::{highest, AdmissionQueue, QueueEntry};
+use super::{class_of, highest, AdmissionQueue, QueueEntry};
+use crate::Criticality;
 
 impl<T> AdmissionQueue<T> {
     /// Bytes from the start of the queue to its class deques: the length, class set, CoDel
     /// state and discipline that every push and dequeue reads (for prefetch hints).
     pub const HEAD_BYTES: usize = std::mem::offset_of!(Self, classes);
+
+    /// Bytes from the start of the queue to the deque a push of criticality `c` (a first
+    /// attempt, not a continuation) appends to (for prefetch hints).
+    pub fn class_offset(c: Criticality) -> usize {
+        Self::HEAD_BYTES + class_of(c, false) * std::mem::size_of::<VecDeque<QueueEntry<T>>>()
+    }
 
     /// The addresses a dequeue reads first after the queue's head, for prefetch hints: the
     /// deque of the highest non-empty class and that deque's front entry (`[0, 0]` when

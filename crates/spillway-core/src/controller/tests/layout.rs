@@ -93,3 +93,58 @@ fn queue_hints_follow_the_queue() {
     assert!(hints().is_empty(), "{:?}", hints());
     drop(waiter);
 }
+
+/// The enqueue hints name nothing while a slot is free; once the only slot is taken, the
+/// queue's configuration, its lock word, head and the class deque a first attempt of that
+/// criticality joins (all inside the queue), and that criticality's `enqueued` counter.
+#[test]
+fn enqueue_hints_name_what_joining_the_queue_reads_when_no_slot_is_free() {
+    let cfg = AdmissionConfig {
+        limit: LimitConfig::Fixed(FixedConfig { limit: 1 }),
+        queue: QueueConfig {
+            max_len: Some(4),
+            max_wait: Duration::from_secs(1),
+            ..QueueConfig::default()
+        },
+        ..AdmissionConfig::default()
+    };
+    let ctl = AdmissionController::new(cfg, Arc::new(ManualClock::new())).expect("valid");
+    let c = Criticality::Critical;
+    let hints = || {
+        let mut v = Vec::new();
+        ctl.enqueue_hints(c, |p| v.push(p as usize));
+        v
+    };
+    assert!(hints().is_empty(), "a slot is free");
+    let Admission::Admitted(permit) = ctl.admit(&AdmissionRequest::new("", c)) else {
+        panic!("the first request takes the only slot")
+    };
+    let named = hints();
+    let inner = &*ctl.inner;
+    let queue = &inner.queue as *const _ as usize;
+    let end = queue + size_of_val(&inner.queue);
+    let head_lines = AdmissionQueue::<()>::HEAD_BYTES.div_ceil(64);
+    let config = &inner.queue_cfg as *const _ as usize;
+    let counter = &inner.counters.enqueued[c.index()] as *const _ as usize;
+    assert_eq!(named.first(), Some(&config), "{named:?}");
+    assert_eq!(named.last(), Some(&counter), "{named:?}");
+    let in_queue = &named[1..named.len() - 1];
+    // The lock word, the head's lines (one more when it starts mid-line), the deque.
+    assert!(
+        (2 + head_lines..=3 + head_lines).contains(&in_queue.len()),
+        "{named:?}"
+    );
+    assert!(
+        in_queue.iter().all(|a| (queue..end).contains(a)),
+        "{named:?}"
+    );
+    // The last queue address is the class deque, past the head.
+    let data = queue + usize::from(inner.queue_data);
+    assert_eq!(
+        in_queue.last(),
+        Some(&(data + AdmissionQueue::<()>::class_offset(c))),
+        "{named:?}"
+    );
+    drop(permit);
+    assert!(hints().is_empty(), "the slot is free again");
+}
