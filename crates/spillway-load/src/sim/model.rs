@@ -586,4 +586,23 @@ impl Slab {
     pub fn is(&self, i: u32, gen: u32) -> bool {
         self.gens.get(i as usize) == Some(&gen)
     }
+
+    /// Hands `prefetch` what a timer's check of node `i` reads: its generation, then its
+    /// phase (computed addresses; nothing is read).
+    #[inline]
+    pub fn check_hints(&self, i: u32, prefetch: impl Fn(*const u8)) {
+        if let Some(g) = self.gens.get(i as usize) {
+            prefetch(g as *const u32 as *const u8);
+        }
+        if let Some(n) = self.nodes.get(i as usize) {
+            prefetch(&n.phase as *const Phase as *const u8);
+        }
+    }
+
+    /// Where the node and held arrays start, for hints computed away from the slab (see
+    /// `Woken`): `(nodes, held)` as addresses.
+    #[inline]
+    pub fn bases(&self) -> (usize, usize) {
+        (self.nodes.as_ptr() as usize, self.held.as_ptr() as usize)
+    }
 }

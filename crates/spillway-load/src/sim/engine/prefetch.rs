@@ -25,6 +25,15 @@
 //!   31% of the 10⁴-task fleet's attempts queue, and the dequeue was 5–6% of the run waiting
 //!   on those lines (fifth round).
 //!
+//! - timer lanes ([`LANE`] places behind each fixed-delay lane's front): the generation and
+//!   phase of the node a queue give-up or an attempt timeout will check — nearly always stale
+//!   (answered, granted), but the check itself missed: 6% of a 10⁴-task run waited on the
+//!   give-ups' phase reads — and the lane's own next line.
+//! - wakes: a release that grants (or drops) a queued request names its node to the waker
+//!   ([`Woken::prefetch_node`]); the loop polls that node only after the release and the
+//!   answer it belongs to are done, so its phase and held slot load meanwhile (another 6–8%
+//!   waited there).
+//!
 //! Every stage reads only what an earlier stage prefetched (until this round, a completion
 //! read the hint entry in the stage that prefetched it, and reached its caller's policies
 //! through the parent node, one stage later than now: both stalled).
@@ -38,13 +47,18 @@
 //! first) costs a load and changes nothing else — results are the same bit for bit, which
 //! every shipped scenario's JSON checks.
 
+use std::mem::size_of;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{Engine, Ev, Kind};
-use crate::sim::model::{Caller, Node, CLIENT, NONE};
+use super::{Engine, Ev, Kind, Woken};
+use crate::sim::model::{Caller, Held, Node, Slab, CLIENT, NONE};
 
 /// Stage distances, in events ahead of the one being run (see the module docs).
 const FAR: usize = 12;
+/// Places behind each timer lane's front: a lane yields every few events (a timeout per
+/// attempt, a give-up per queued attempt), so this is ~10–40 events ahead.
+const LANE: usize = 3;
 const MID: usize = 8;
 const NEAR: usize = 4;
 const CLOSE: usize = 2;
@@ -65,6 +79,14 @@ impl Engine {
     /// Starts loading what the events a few places ahead will touch (see the module docs).
     #[inline]
     pub(super) fn prefetch_ahead(&self) {
+        for (ev, next_line) in self.q.lanes_ahead(LANE) {
+            if let Some(ev) = ev {
+                self.slab.check_hints(ev.id, cpu::prefetch);
+            }
+            if let Some(p) = next_line {
+                cpu::prefetch(p as *const u8);
+            }
+        }
         if let Some((ev, i)) = self.live_ahead(CLOSE) {
             if let (Kind::WorkerDone, Some(n)) = (ev.kind(), self.slab.nodes.get(i)) {
                 self.prefetch_queue(n.layer as usize, n.task);
@@ -131,6 +153,21 @@ impl Engine {
             .and_then(|task| task.controller.as_ref());
         if let Some(c) = ctrl {
             c.queue_hints(cpu::prefetch);
+        }
+    }
+
+    /// What an admission of criticality `c` at task `t` of layer `l` would read to join the
+    /// queue, if it would have to (read from the controller's lines: best once
+    /// [`prefetch_task_state`](Self::prefetch_task_state) has brought them in).
+    #[inline]
+    pub(super) fn prefetch_enqueue(&self, l: usize, t: u32, c: spillway_core::Criticality) {
+        let ctrl = self
+            .layers
+            .get(l)
+            .and_then(|layer| layer.tasks.get(t as usize))
+            .and_then(|task| task.controller.as_ref());
+        if let Some(ctrl) = ctrl {
+            ctrl.enqueue_hints(c, cpu::prefetch);
         }
     }
 
@@ -222,6 +259,33 @@ impl Engine {
                 .callers
                 .get(p.task as usize)
         }
+    }
+}
+
+impl Woken {
+    /// Notes where the slab's arrays are now (they move only when the slab grows).
+    #[inline]
+    pub(super) fn note_slab(&self, slab: &Slab) {
+        let (nodes, held) = slab.bases();
+        self.nodes_at.store(nodes, Ordering::Relaxed);
+        self.held_at.store(held, Ordering::Relaxed);
+    }
+
+    /// A queued request at node `id` was granted or dropped: the loop will read its phase and
+    /// what it holds once the release that woke it has finished, so start loading them now.
+    #[inline]
+    pub(super) fn prefetch_node(&self, id: u32) {
+        let (nodes, held) = (
+            self.nodes_at.load(Ordering::Relaxed),
+            self.held_at.load(Ordering::Relaxed),
+        );
+        if nodes == 0 {
+            return;
+        }
+        let i = id as usize;
+        let phase = std::mem::offset_of!(Node, phase);
+        cpu::prefetch(nodes.wrapping_add(i.wrapping_mul(size_of::<Node>()) + phase) as *const u8);
+        cpu::prefetch(held.wrapping_add(i.wrapping_mul(size_of::<Held>())) as *const u8);
     }
 }
 

@@ -25,6 +25,9 @@ use super::{Ev, Kind};
 
 /// At most this many lanes (distinct delays); further delays go to the wheel.
 const MAX_LANES: usize = 16;
+/// How far past a lane's look-ahead slot its next line is prefetched: 8 events of 24 bytes
+/// span three lines, so each line is asked for before any of its events is read.
+const LANE_LINE: usize = 8;
 /// Width of a wheel bucket, ns.
 const WIDTH: u64 = 1_000_000;
 /// Buckets in the wheel (a power of two): a horizon of 4.096 s.
@@ -80,6 +83,22 @@ impl EventQueue {
     pub fn ahead(&self, k: usize) -> Option<Ev> {
         let c = &self.wheel.current;
         c.len().checked_sub(k + 1).map(|i| c[i])
+    }
+
+    /// Each fixed-delay lane's `k`-th event after its front, with the address of its slot
+    /// `LANE_LINE` places further on (for the caller to prefetch, so that a later call's read
+    /// of slot `k` finds its line in the cache). A look ahead for prefetching.
+    #[inline]
+    pub fn lanes_ahead(
+        &self,
+        k: usize,
+    ) -> impl Iterator<Item = (Option<Ev>, Option<*const Ev>)> + '_ {
+        self.lanes.iter().map(move |(_, l)| {
+            (
+                l.get(k).copied(),
+                l.get(k + LANE_LINE).map(|e| e as *const Ev),
+            )
+        })
     }
 
     /// Events held (wheel and lanes).
@@ -259,6 +278,40 @@ mod tests {
         for want in 1..5 {
             assert_eq!(q.pop().map(|e| e.id), Some(want));
         }
+    }
+
+    #[test]
+    fn lanes_ahead_names_each_lanes_kth_event_and_a_later_slot() {
+        let mut q = EventQueue::default();
+        let n = 3 + LANE_LINE as u32 + 1;
+        for i in 0..n {
+            q.push(
+                u64::from(i),
+                u64::from(i) + 1_000,
+                Kind::AttemptTimeout,
+                i,
+                0,
+            );
+            q.push(
+                u64::from(i),
+                u64::from(i) + 50,
+                Kind::QueueGiveUp,
+                100 + i,
+                0,
+            );
+        }
+        let ahead: Vec<_> = q.lanes_ahead(3).collect();
+        let ids: Vec<_> = ahead.iter().map(|(e, _)| e.map(|e| e.id)).collect();
+        assert_eq!(ids, [Some(3), Some(103)], "each lane's 4th event");
+        for ((_, slot), (_, lane)) in ahead.iter().zip(&q.lanes) {
+            let want = lane.get(3 + LANE_LINE).map(|e| e as *const Ev);
+            assert_eq!(*slot, want, "the slot LANE_LINE places further");
+        }
+        let past: Vec<_> = q.lanes_ahead(n as usize - 2).collect();
+        assert!(past.iter().all(|(e, s)| e.is_some() && s.is_none()));
+        assert!(q
+            .lanes_ahead(n as usize)
+            .all(|(e, s)| e.is_none() && s.is_none()));
     }
 
     #[test]
