@@ -42,6 +42,10 @@ pub struct SimArgs {
     /// 1000), keeping the load per task.
     #[arg(long, value_name = "F")]
     scale: Option<f64>,
+    /// Variants simulated at once, each on its own thread (0: one per CPU). Results are the
+    /// same for any value; memory is that of the fleets run at once.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    jobs: usize,
     /// Run only these variants (repeatable; default all).
     #[arg(long, value_name = "NAME")]
     variant: Vec<String>,
@@ -211,7 +215,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
             .unwrap_or_default()
     )?;
     let started = Instant::now();
-    let runs = sim::run_scenario(&sc).map_err(|e| UsageError(e.to_string()))?;
+    let runs = sim::run_scenario_with(&sc, args.jobs).map_err(|e| UsageError(e.to_string()))?;
     let wall = started.elapsed().as_secs_f64();
     out.write_all(output::summary_table(&runs).as_bytes())?;
     if args.series {

@@ -237,3 +237,25 @@ fn same_seed_gives_byte_identical_json_and_another_seed_differs() {
     sc.seed += 1;
     assert_ne!(a, json(&sc));
 }
+
+/// Variants run side by side (one thread each) give the same JSON as one after another, in
+/// the variants' order — and the variants differ, so a swap of two would show.
+#[test]
+fn variants_at_once_give_the_json_of_variants_in_turn() {
+    let mut sc = shipped("datacenter-overload").scaled(0.1);
+    sc.duration_s = 20.0;
+    let json = |jobs: usize| {
+        let runs = spillway_load::sim::run_scenario_with(&sc, jobs).expect("scenario runs");
+        let reports: Vec<RunReport> = runs.into_iter().map(|r| r.report).collect();
+        assert_eq!(reports.len(), 3, "the three variants");
+        assert_ne!(
+            serde_json::to_string(&reports[0].summary).expect("serialises"),
+            serde_json::to_string(&reports[1].summary).expect("serialises"),
+            "the variants' results differ"
+        );
+        serde_json::to_string_pretty(&reports).expect("serialises")
+    };
+    let in_turn = json(1);
+    assert_eq!(in_turn, json(3), "three at once");
+    assert_eq!(in_turn, json(2), "two threads for three variants");
+}
