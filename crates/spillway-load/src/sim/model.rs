@@ -587,15 +587,24 @@ impl Slab {
         self.gens.get(i as usize) == Some(&gen)
     }
 
-    /// Hands `prefetch` what a timer's check of node `i` reads: its generation, then its
-    /// phase (computed addresses; nothing is read).
+    /// Hands `prefetch` the address of node `i`'s generation, which a timer's check reads
+    /// first (computed; nothing is read).
     #[inline]
-    pub fn check_hints(&self, i: u32, prefetch: impl Fn(*const u8)) {
+    pub fn gen_hint(&self, i: u32, prefetch: impl Fn(*const u8)) {
         if let Some(g) = self.gens.get(i as usize) {
             prefetch(g as *const u32 as *const u8);
         }
-        if let Some(n) = self.nodes.get(i as usize) {
-            prefetch(&n.phase as *const Phase as *const u8);
+    }
+
+    /// If `(i, gen)` is still live (reads the generation: ask once
+    /// [`gen_hint`](Self::gen_hint) has brought it in), hands `prefetch` the address of the
+    /// node's phase, which the check reads next; a stale timer's node is not fetched.
+    #[inline]
+    pub fn phase_hint(&self, i: u32, gen: u32, prefetch: impl Fn(*const u8)) {
+        if self.is(i, gen) {
+            if let Some(n) = self.nodes.get(i as usize) {
+                prefetch(&n.phase as *const Phase as *const u8);
+            }
         }
     }
 

@@ -25,10 +25,13 @@
 //!   31% of the 10⁴-task fleet's attempts queue, and the dequeue was 5–6% of the run waiting
 //!   on those lines (fifth round).
 //!
-//! - timer lanes ([`LANE`] places behind each fixed-delay lane's front): the generation and
-//!   phase of the node a queue give-up or an attempt timeout will check — nearly always stale
-//!   (answered, granted), but the check itself missed: 6% of a 10⁴-task run waited on the
-//!   give-ups' phase reads — and the lane's own next line.
+//! - timer lanes: [`LANE_FAR`] places behind each fixed-delay lane's front, the generation of
+//!   the node a queue give-up or an attempt timeout will check, and the lane's own next line;
+//!   [`LANE_NEAR`] places behind, the node's phase if the timer is still live. Nearly every
+//!   timer is stale (answered, granted), but the check itself missed: 6% of a 10⁴-task run
+//!   waited on the give-ups' phase reads. Stale timers' nodes (most attempt timeouts: the
+//!   node was freed) are not fetched — on this host one core's misses in flight are the bound,
+//!   so a line fetched for nothing delays the ones that are needed.
 //! - wakes: a release that grants (or drops) a queued request names its node to the waker
 //!   ([`Woken::prefetch_node`]); the loop polls that node only after the release and the
 //!   answer it belongs to are done, so its phase and held slot load meanwhile (another 6–8%
@@ -57,8 +60,9 @@ use crate::sim::model::{Caller, Held, Node, Slab, CLIENT, NONE};
 /// Stage distances, in events ahead of the one being run (see the module docs).
 const FAR: usize = 12;
 /// Places behind each timer lane's front: a lane yields every few events (a timeout per
-/// attempt, a give-up per queued attempt), so this is ~10–40 events ahead.
-const LANE: usize = 3;
+/// attempt, a give-up per queued attempt), so these are ~10–40 and ~3–10 events ahead.
+const LANE_FAR: usize = 3;
+const LANE_NEAR: usize = 1;
 const MID: usize = 8;
 const NEAR: usize = 4;
 const CLOSE: usize = 2;
@@ -79,12 +83,17 @@ impl Engine {
     /// Starts loading what the events a few places ahead will touch (see the module docs).
     #[inline]
     pub(super) fn prefetch_ahead(&self) {
-        for (ev, next_line) in self.q.lanes_ahead(LANE) {
+        for (ev, next_line) in self.q.lanes_ahead(LANE_FAR) {
             if let Some(ev) = ev {
-                self.slab.check_hints(ev.id, cpu::prefetch);
+                self.slab.gen_hint(ev.id, cpu::prefetch);
             }
             if let Some(p) = next_line {
                 cpu::prefetch(p as *const u8);
+            }
+        }
+        for (ev, _) in self.q.lanes_ahead(LANE_NEAR) {
+            if let Some(ev) = ev {
+                self.slab.phase_hint(ev.id, ev.gen, cpu::prefetch);
             }
         }
         if let Some((ev, i)) = self.live_ahead(CLOSE) {
