@@ -52,16 +52,7 @@ fn the_fast_path_fields_share_the_first_cache_lines() {
 /// once the waiter has been served.
 #[test]
 fn queue_hints_follow_the_queue() {
-    let cfg = AdmissionConfig {
-        limit: LimitConfig::Fixed(FixedConfig { limit: 1 }),
-        queue: QueueConfig {
-            max_len: Some(4),
-            max_wait: Duration::from_secs(1),
-            ..QueueConfig::default()
-        },
-        ..AdmissionConfig::default()
-    };
-    let ctl = AdmissionController::new(cfg, Arc::new(ManualClock::new())).expect("valid");
+    let ctl = one_slot_and_a_queue();
     let hints = || {
         let mut v = Vec::new();
         ctl.queue_hints(|p| v.push(p as usize));
@@ -99,16 +90,7 @@ fn queue_hints_follow_the_queue() {
 /// criticality joins (all inside the queue), and that criticality's `enqueued` counter.
 #[test]
 fn enqueue_hints_name_what_joining_the_queue_reads_when_no_slot_is_free() {
-    let cfg = AdmissionConfig {
-        limit: LimitConfig::Fixed(FixedConfig { limit: 1 }),
-        queue: QueueConfig {
-            max_len: Some(4),
-            max_wait: Duration::from_secs(1),
-            ..QueueConfig::default()
-        },
-        ..AdmissionConfig::default()
-    };
-    let ctl = AdmissionController::new(cfg, Arc::new(ManualClock::new())).expect("valid");
+    let ctl = one_slot_and_a_queue();
     let c = Criticality::Critical;
     let hints = || {
         let mut v = Vec::new();
@@ -147,4 +129,18 @@ fn enqueue_hints_name_what_joining_the_queue_reads_when_no_slot_is_free() {
     );
     drop(permit);
     assert!(hints().is_empty(), "the slot is free again");
+}
+
+/// A controller with one slot (a fixed limit of 1) and a queue of 4.
+fn one_slot_and_a_queue() -> AdmissionController {
+    let cfg = AdmissionConfig {
+        limit: LimitConfig::Fixed(FixedConfig { limit: 1 }),
+        queue: QueueConfig {
+            max_len: Some(4),
+            max_wait: Duration::from_secs(1),
+            ..QueueConfig::default()
+        },
+        ..AdmissionConfig::default()
+    };
+    AdmissionController::new(cfg, Arc::new(ManualClock::new())).expect("valid")
 }

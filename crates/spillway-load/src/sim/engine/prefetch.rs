@@ -155,12 +155,7 @@ impl Engine {
     /// [`prefetch_task_state`](Self::prefetch_task_state) has brought them in).
     #[inline]
     fn prefetch_queue(&self, l: usize, t: u32) {
-        let ctrl = self
-            .layers
-            .get(l)
-            .and_then(|layer| layer.tasks.get(t as usize))
-            .and_then(|task| task.controller.as_ref());
-        if let Some(c) = ctrl {
+        if let Some(c) = self.controller(l, t) {
             c.queue_hints(cpu::prefetch);
         }
     }
@@ -170,14 +165,22 @@ impl Engine {
     /// [`prefetch_task_state`](Self::prefetch_task_state) has brought them in).
     #[inline]
     pub(super) fn prefetch_enqueue(&self, l: usize, t: u32, c: spillway_core::Criticality) {
-        let ctrl = self
-            .layers
-            .get(l)
-            .and_then(|layer| layer.tasks.get(t as usize))
-            .and_then(|task| task.controller.as_ref());
-        if let Some(ctrl) = ctrl {
+        if let Some(ctrl) = self.controller(l, t) {
             ctrl.enqueue_hints(c, cpu::prefetch);
         }
+    }
+
+    /// Task `t` of layer `l`'s admission controller (none for an unprotected task).
+    #[inline]
+    fn controller(
+        &self,
+        l: usize,
+        t: u32,
+    ) -> Option<&spillway_core::controller::AdmissionController> {
+        self.layers
+            .get(l)
+            .and_then(|layer| layer.tasks.get(t as usize))
+            .and_then(|task| task.controller.as_ref())
     }
 
     /// Task `t` of layer `l`'s slot and its hint-table entry.
