@@ -229,9 +229,14 @@ pub fn run(args: &SimArgs) -> Result<()> {
     let attempts: u64 = runs.iter().map(|r| r.attempts).sum();
     let events: u64 = runs.iter().map(|r| r.events).sum();
     let peak = runs.iter().map(|r| r.peak_in_flight).max().unwrap_or(0);
+    // With several variants run side by side the rate is the command's, over all of them.
+    let side_by_side = match runs.len() {
+        0 | 1 => String::new(),
+        n => format!(" ({n} runs, up to {} at once)", sim::jobs_for(args.jobs, n)),
+    };
     eprintln!(
         "simulated {offered} requests ({attempts} attempts, {events} events, at most {peak} in \
-         flight) in {wall:.2} s wall: {:.0} requests/s, {:.0} attempts/s",
+         flight) in {wall:.2} s wall{side_by_side}: {:.0} requests/s, {:.0} attempts/s",
         offered as f64 / wall.max(1e-9),
         attempts as f64 / wall.max(1e-9)
     );

@@ -91,11 +91,7 @@ pub fn run_scenario(sc: &Scenario) -> Result<Vec<SimRun>, SimError> {
 pub fn run_scenario_with(sc: &Scenario, jobs: usize) -> Result<Vec<SimRun>, SimError> {
     sc.validate()?;
     let runs = sc.runs();
-    let jobs = match jobs {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    }
-    .min(runs.len());
+    let jobs = jobs_for(jobs, runs.len());
     if jobs <= 1 {
         return runs.iter().map(|(title, s)| run_one(s, title)).collect();
     }
@@ -128,6 +124,16 @@ pub fn run_scenario_with(sc: &Scenario, jobs: usize) -> Result<Vec<SimRun>, SimE
     done.into_iter()
         .map(|r| r.expect("every variant was taken by a thread"))
         .collect()
+}
+
+/// How many of `runs` variants [`run_scenario_with`] runs at once when asked for `jobs` (`0`:
+/// one per CPU).
+pub fn jobs_for(jobs: usize, runs: usize) -> usize {
+    match jobs {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+    .min(runs)
 }
 
 /// Runs `sc` as written (variants ignored), titled `title`.
