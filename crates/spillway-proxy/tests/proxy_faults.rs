@@ -115,15 +115,21 @@ async fn closed_by_proxy(s: &mut TcpStream) {
     assert!(r.is_ok(), "the proxy closed the connection");
 }
 
+/// Waits for the proxy to close `s`, then gives the count a moment to land and reads the
+/// header timeouts counted so far.
+async fn header_timeouts_once_closed(s: &mut TcpStream, p: &Running) -> u64 {
+    closed_by_proxy(s).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    p.state.faults.get(Fault::HeaderTimeout)
+}
+
 #[tokio::test]
 async fn a_connection_that_sends_nothing_is_closed_and_counted() {
     // Before the proxy kept its own header timer, hyper-util's HTTP/1.1-or-h2 detection waited
     // for the first bytes with no timeout at all.
     let (_b, p) = with_header_timeout(200).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
-    closed_by_proxy(&mut s).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(p.state.faults.get(Fault::HeaderTimeout), 1);
+    assert_eq!(header_timeouts_once_closed(&mut s, &p).await, 1);
 }
 
 #[tokio::test]
@@ -132,9 +138,7 @@ async fn a_slow_head_on_a_kept_alive_connection_is_cut_and_counted() {
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     assert!(get_on(&mut s, "/").await.starts_with("HTTP/1.1 200"));
     s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n").await.unwrap();
-    closed_by_proxy(&mut s).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(p.state.faults.get(Fault::HeaderTimeout), 1);
+    assert_eq!(header_timeouts_once_closed(&mut s, &p).await, 1);
 }
 
 #[tokio::test]
@@ -142,10 +146,8 @@ async fn an_idle_kept_alive_connection_is_closed_uncounted() {
     let (_b, p) = with_header_timeout(200).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     assert!(get_on(&mut s, "/").await.starts_with("HTTP/1.1 200"));
-    closed_by_proxy(&mut s).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
-        p.state.faults.get(Fault::HeaderTimeout),
+        header_timeouts_once_closed(&mut s, &p).await,
         0,
         "idle is not slow"
     );

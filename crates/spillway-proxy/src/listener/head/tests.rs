@@ -21,12 +21,16 @@ async fn cut(progress: &Progress) -> (Ended<()>, Duration) {
     (ended, start.elapsed())
 }
 
+/// The watch ended by cutting a connection it counted, within 1–1.25 timeouts.
+fn cut_and_counted((ended, after): (Ended<()>, Duration)) {
+    assert_eq!(ended, Ended::TimedOut { counted: true });
+    assert!(after >= T && after <= T + T / 4, "{after:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_connection_that_sends_nothing_is_cut_at_the_timeout_and_counted() {
     let p = Progress::default();
-    let (ended, after) = cut(&p).await;
-    assert_eq!(ended, Ended::TimedOut { counted: true });
-    assert!(after >= T && after <= T + T / 4, "{after:?}");
+    cut_and_counted(cut(&p).await);
 }
 
 #[tokio::test(start_paused = true)]
@@ -34,9 +38,7 @@ async fn a_stalled_head_after_a_request_is_cut_and_counted() {
     let p = Arc::new(Progress::default());
     drop(p.begin(http::Version::HTTP_11)); // one request, answered
     p.read.store(true, Relaxed); // part of the next head arrived
-    let (ended, after) = cut(&p).await;
-    assert_eq!(ended, Ended::TimedOut { counted: true });
-    assert!(after >= T && after <= T + T / 4, "{after:?}");
+    cut_and_counted(cut(&p).await);
 }
 
 #[tokio::test(start_paused = true)]
