@@ -95,7 +95,7 @@ impl Engine {
             p.task
         };
         let (crit, group, local, pgen) = (p.crit, p.group, p.local, p.gen);
-        let cid = self.slab.alloc();
+        let cid = self.alloc_node();
         let protected = self.layers[target].protected;
         let c = self.node_mut(cid);
         c.phase = Phase::Queued;

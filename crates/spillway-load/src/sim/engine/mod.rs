@@ -116,9 +116,9 @@ impl PartialOrd for Ev {
 struct Woken {
     any: AtomicBool,
     list: Mutex<Vec<(u32, u32)>>,
-    /// Where the slab's node and held arrays start (`Slab::bases`), refreshed by the loop
-    /// before each event: a wake prefetches its node from them (see `prefetch.rs`). Hints
-    /// only — a stale address prefetches a wrong line and changes nothing else.
+    /// Where the slab's node and held arrays start (`Slab::bases`), noted whenever the slab
+    /// grows (its arrays move only then): a wake prefetches its node from them (see
+    /// `prefetch.rs`). Hints only — a stale address prefetches a wrong line, nothing else.
     nodes_at: AtomicUsize,
     held_at: AtomicUsize,
 }
@@ -407,7 +407,6 @@ impl Engine {
         while self.arrivals_open > 0 || self.open_top > 0 {
             let Some(ev) = self.q.pop() else { break };
             self.prefetch_ahead();
-            self.woken.note_slab(&self.slab);
             self.now = ev.at;
             self.clock.set(ev.at);
             self.events += 1;
@@ -485,7 +484,7 @@ impl Engine {
             Some(t) => self.push_at_secs(t, Kind::Arrival, g as u32),
             None => self.arrivals_open -= 1,
         }
-        let id = self.slab.alloc();
+        let id = self.alloc_node();
         let now = self.now;
         let now_i = self.clock.at(now);
         let grp = &mut self.groups[g];
@@ -575,6 +574,16 @@ impl Engine {
         }
         self.layers[layer].speed = speed;
         self.layers[layer].slow_ns = slow;
+    }
+
+    /// A fresh node from the slab; when the slab had to grow (its arrays may have moved), the
+    /// wakers' prefetch hints learn where they are now.
+    fn alloc_node(&mut self) -> u32 {
+        let id = self.slab.alloc();
+        if id as usize + 1 == self.slab.nodes.len() {
+            self.woken.note_slab(&self.slab);
+        }
+        id
     }
 
     /// Polls the queued admissions the core granted or dropped since the last event.

@@ -275,7 +275,8 @@ impl Engine {
 }
 
 impl Woken {
-    /// Notes where the slab's arrays are now (they move only when the slab grows).
+    /// Notes where the slab's arrays are now (called when the slab grows: only then do they
+    /// move).
     #[inline]
     pub(super) fn note_slab(&self, slab: &Slab) {
         let (nodes, held) = slab.bases();
