@@ -9,8 +9,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::*;
@@ -150,11 +149,7 @@ impl Engine {
             }
             Admission::Refused(r) => self.refused(cid, r),
             Admission::Queued(mut q) => {
-                let waker = Waker::from(Arc::new(NodeWake {
-                    id: cid,
-                    gen,
-                    list: Arc::clone(&self.woken),
-                }));
+                let waker = self.woken.waker(cid, gen);
                 match Pin::new(&mut q).poll(&mut Context::from_waker(&waker)) {
                     Poll::Ready(Ok(p)) => {
                         *self.slab.held_mut(cid) = Held::Permit(p);

@@ -20,9 +20,8 @@
 use std::cmp::Ordering;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use spillway_core::controller::{Admission, AdmissionRequest, Outcome, Refusal};
@@ -40,9 +39,11 @@ mod flow;
 mod picks;
 mod prefetch;
 mod queue;
+mod wake;
 
 use picks::Picks;
 use queue::EventQueue;
+use wake::Wakes;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -111,42 +112,6 @@ impl PartialOrd for Ev {
     }
 }
 
-/// Queued requests the core granted or dropped since the loop last looked.
-#[derive(Default)]
-struct Woken {
-    any: AtomicBool,
-    list: Mutex<Vec<(u32, u32)>>,
-    /// Where the slab's node and held arrays start (`Slab::bases`), noted whenever the slab
-    /// grows (its arrays move only then): a wake prefetches its node from them (see
-    /// `prefetch.rs`). Hints only — a stale address prefetches a wrong line, nothing else.
-    nodes_at: AtomicUsize,
-    held_at: AtomicUsize,
-}
-
-type WokenList = Arc<Woken>;
-
-/// Wakes a queued request by recording its slab index and generation.
-struct NodeWake {
-    id: u32,
-    gen: u32,
-    list: WokenList,
-}
-
-impl Wake for NodeWake {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.list.prefetch_node(self.id);
-        lock(&self.list.list).push((self.id, self.gen));
-        self.list.any.store(true, AtomicOrdering::Relaxed);
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A client group at run time.
 struct Group {
     crit: spillway_core::Criticality,
@@ -192,7 +157,7 @@ pub(crate) struct Engine {
     layers: Vec<Layer>,
     groups: Vec<Group>,
     customers: Vec<String>,
-    woken: WokenList,
+    woken: Wakes,
     /// A waker that names no node (a wake through it is ignored): the first poll of a woken
     /// request, which is nearly always ready, needs no waker of its own (see `poll_queued`).
     unnamed: Waker,
@@ -334,7 +299,7 @@ impl Engine {
             faults.push(fault);
         }
         let window = Duration::from_secs_f64(sc.duration_s);
-        let woken: WokenList = Arc::default();
+        let woken = Wakes::claim();
         let mut e = Engine {
             now: 0,
             end_s: sc.duration_s,
@@ -349,11 +314,7 @@ impl Engine {
             layers,
             groups,
             customers,
-            unnamed: Waker::from(Arc::new(NodeWake {
-                id: NONE,
-                gen: 0,
-                list: Arc::clone(&woken),
-            })),
+            unnamed: woken.waker(NONE, 0),
             woken,
             batch: Vec::new(),
             recorder: Recorder::offline(title, window),
@@ -581,23 +542,16 @@ impl Engine {
     fn alloc_node(&mut self) -> u32 {
         let id = self.slab.alloc();
         if id as usize + 1 == self.slab.nodes.len() {
-            self.woken.note_slab(&self.slab);
+            self.woken.note_slab(self.slab.bases());
         }
         id
     }
 
     /// Polls the queued admissions the core granted or dropped since the last event.
     fn drain_woken(&mut self) {
-        // Looked at after every event: a plain load and a plain store rather than a swap,
-        // which is a locked instruction — on x86 it waits for every earlier store to reach
-        // the cache, misses included (~5% of a 10⁴-task run as it was). No wake is lost: a
-        // wake pushes under the list's lock before it sets the flag, so one whose flag this
-        // store overwrites is in the list taken below, or its push comes after the take and
-        // its flag after this store.
-        while self.woken.any.load(AtomicOrdering::Relaxed) {
-            self.woken.any.store(false, AtomicOrdering::Relaxed);
+        while self.woken.any() {
             let mut batch = std::mem::take(&mut self.batch);
-            std::mem::swap(&mut *lock(&self.woken.list), &mut batch);
+            self.woken.take(&mut batch);
             for &(id, gen) in &batch {
                 self.poll_queued(id, gen);
             }
@@ -610,7 +564,6 @@ impl Engine {
         if !self.slab.is(id, gen) || self.node(id).phase != Phase::Queued {
             return;
         }
-        let woken = &self.woken;
         let Held::Queued(q) = self.slab.held_mut(id) else {
             return;
         };
@@ -620,11 +573,7 @@ impl Engine {
         // second poll replaces the unnamed one before anything can wake it.
         let mut polled = Pin::new(&mut *q).poll(&mut Context::from_waker(&self.unnamed));
         if polled.is_pending() {
-            let waker = Waker::from(Arc::new(NodeWake {
-                id,
-                gen,
-                list: Arc::clone(woken),
-            }));
+            let waker = self.woken.waker(id, gen);
             polled = Pin::new(q).poll(&mut Context::from_waker(&waker));
         }
         match polled {

@@ -33,7 +33,7 @@
 //!   node was freed) are not fetched — on this host one core's misses in flight are the bound,
 //!   so a line fetched for nothing delays the ones that are needed.
 //! - wakes: a release that grants (or drops) a queued request names its node to the waker
-//!   ([`Woken::prefetch_node`]); the loop polls that node only after the release and the
+//!   ([`woken_node`]); the loop polls that node only after the release and the
 //!   answer it belongs to are done, so its phase and held slot load meanwhile (another 6–8%
 //!   waited there).
 //!
@@ -51,11 +51,10 @@
 //! every shipped scenario's JSON checks.
 
 use std::mem::size_of;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::{Engine, Ev, Kind, Woken};
-use crate::sim::model::{Caller, Held, Node, Slab, CLIENT, NONE};
+use super::{Engine, Ev, Kind};
+use crate::sim::model::{Caller, Held, Node, CLIENT, NONE};
 
 /// Stage distances, in events ahead of the one being run (see the module docs).
 const FAR: usize = 12;
@@ -274,32 +273,18 @@ impl Engine {
     }
 }
 
-impl Woken {
-    /// Notes where the slab's arrays are now (called when the slab grows: only then do they
-    /// move).
-    #[inline]
-    pub(super) fn note_slab(&self, slab: &Slab) {
-        let (nodes, held) = slab.bases();
-        self.nodes_at.store(nodes, Ordering::Relaxed);
-        self.held_at.store(held, Ordering::Relaxed);
+/// A queued request at node `id` was granted or dropped: the loop will read its phase and
+/// what it holds once the release that woke it has finished, so start loading them now
+/// (`bases`: where the slab's node and held arrays start, `(0, 0)` if unknown).
+#[inline]
+pub(super) fn woken_node((nodes, held): (usize, usize), id: u32) {
+    if nodes == 0 {
+        return;
     }
-
-    /// A queued request at node `id` was granted or dropped: the loop will read its phase and
-    /// what it holds once the release that woke it has finished, so start loading them now.
-    #[inline]
-    pub(super) fn prefetch_node(&self, id: u32) {
-        let (nodes, held) = (
-            self.nodes_at.load(Ordering::Relaxed),
-            self.held_at.load(Ordering::Relaxed),
-        );
-        if nodes == 0 {
-            return;
-        }
-        let i = id as usize;
-        let phase = std::mem::offset_of!(Node, phase);
-        cpu::prefetch(nodes.wrapping_add(i.wrapping_mul(size_of::<Node>()) + phase) as *const u8);
-        cpu::prefetch(held.wrapping_add(i.wrapping_mul(size_of::<Held>())) as *const u8);
-    }
+    let i = id as usize;
+    let phase = std::mem::offset_of!(Node, phase);
+    cpu::prefetch(nodes.wrapping_add(i.wrapping_mul(size_of::<Node>()) + phase) as *const u8);
+    cpu::prefetch(held.wrapping_add(i.wrapping_mul(size_of::<Held>())) as *const u8);
 }
 
 /// What a caller's retry policy and throttle write behind them at `now`.
