@@ -39,9 +39,7 @@ impl Wakes {
     pub fn claim() -> Wakes {
         LIST.with(|l| l.borrow_mut().clear());
         SLAB_AT.with(|s| s.set((0, 0)));
-        Wakes {
-            _here: PhantomData,
-        }
+        Wakes { _here: PhantomData }
     }
 
     /// A waker that names node `id` at generation `gen` (`NONE`: names nothing, its wakes are

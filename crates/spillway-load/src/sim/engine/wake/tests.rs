@@ -32,7 +32,10 @@ fn clones_wake_alike_and_the_unnamed_waker_wakes_nothing() {
     let a = w.waker(3, 4);
     let c: Waker = a.clone();
     assert!(a.will_wake(&c), "a clone is the same waker");
-    assert!(!a.will_wake(&w.waker(3, 6)), "another generation is another waker");
+    assert!(
+        !a.will_wake(&w.waker(3, 6)),
+        "another generation is another waker"
+    );
     w.waker(NONE, 0).wake();
     assert!(!w.any());
     drop(a);
