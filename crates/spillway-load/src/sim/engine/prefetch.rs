@@ -298,7 +298,8 @@ fn caller_pointees(c: &Caller, now: Instant) {
     }
 }
 
-/// The one unsafe operation of the simulator, kept apart for audit.
+/// The prefetch hint, one of the simulator's three unsafe operations (with the huge-page advice
+/// in `pages.rs` and the wakers in `wake.rs`), kept apart for audit.
 mod cpu {
     #![allow(unsafe_code)]
 
