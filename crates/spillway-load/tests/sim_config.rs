@@ -45,6 +45,11 @@ fn out_of_range_values_name_the_key() {
         e.contains("layer[api].workers") && e.contains("1..=100000"),
         "{e}"
     );
+    let e = err(&BASE.replace("workers = 4", "workers = 4\nnetwork_ms = -1"));
+    assert!(
+        e.contains("layer[api].network_ms") && e.contains("[0, 3600000]"),
+        "{e}"
+    );
     let e = err(&BASE.replace("rps = 10", "rps = -1"));
     assert!(e.contains("client[users].load.rps"), "{e}");
     let e = err(&BASE.replace(

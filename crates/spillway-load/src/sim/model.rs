@@ -12,7 +12,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spillway_core::controller::{AdmissionConfig, AdmissionController, Permit, QueuedAdmission};
+use spillway_core::controller::{
+    AdmissionConfig, AdmissionController, Permit, QueuedAdmission, RefusalReason,
+};
 use spillway_core::quota::{CustomerQuota, QuotaConfig, QuotaEnforcement};
 use spillway_core::retry::{RetryConfig, RetryPolicy};
 use spillway_core::throttle::{AdaptiveThrottle, ThrottleConfig};
@@ -190,6 +192,8 @@ pub(crate) struct Layer {
     pub has_quota: bool,
     /// Worker time one refusal costs (0 = free).
     pub reject_ns: u64,
+    /// One-way network delay between a caller and this layer's tasks (0 = none).
+    pub net_ns: u64,
 }
 
 impl Layer {
@@ -303,6 +307,11 @@ impl Layer {
                 0
             },
             has_quota,
+            net_ns: if cfg.network_ms > 0.0 {
+                ms_to_nanos(cfg.network_ms)
+            } else {
+                0
+            },
         };
         layer.rebuild_alive();
         Ok(layer)
@@ -383,6 +392,10 @@ pub(crate) enum Phase {
     Calling,
     /// Waiting to retry.
     Backoff,
+    /// Sent, on its way to its task (a layer with a network delay).
+    Transit,
+    /// Answered; the answer is on its way to the caller (a layer with a network delay).
+    Answering,
 }
 
 /// What an attempt's caller learns.
@@ -390,7 +403,7 @@ pub(crate) enum Phase {
 pub(crate) enum Res {
     Ok,
     /// Refused by the admission controller.
-    Refused(spillway_core::controller::RefusalReason),
+    Refused(RefusalReason),
     /// The task failed its own downstream calls (a 503 from the handler), maybe marked.
     Failed {
         dont_retry: bool,
@@ -401,6 +414,34 @@ pub(crate) enum Res {
     Conn,
     /// Refused locally by the caller's throttle; never sent.
     Throttled,
+}
+
+impl Res {
+    /// As one word, for an answer travelling in an event's `gen` field (see [`Res::from_word`]).
+    pub fn to_word(self) -> u32 {
+        match self {
+            Res::Ok => 0,
+            Res::Failed { dont_retry } => 1 + u32::from(dont_retry),
+            Res::Timeout => 3,
+            Res::Conn => 4,
+            Res::Throttled => 5,
+            Res::Refused(r) => 16 + r.index() as u32,
+        }
+    }
+
+    /// The answer [`to_word`](Res::to_word) wrote (`Conn` for a word it never writes).
+    pub fn from_word(w: u32) -> Res {
+        match w {
+            0 => Res::Ok,
+            1 | 2 => Res::Failed { dont_retry: w == 2 },
+            3 => Res::Timeout,
+            5 => Res::Throttled,
+            16.. => RefusalReason::ALL
+                .get((w - 16) as usize)
+                .map_or(Res::Conn, |&r| Res::Refused(r)),
+            _ => Res::Conn,
+        }
+    }
 }
 
 /// One request at one place: a top-level client request, or an attempt being served by a task.
@@ -615,3 +656,6 @@ impl Slab {
         (self.nodes.as_ptr() as usize, self.held.as_ptr() as usize)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -315,6 +315,12 @@ pub struct LayerConfig {
     /// load shedding to avoid overload"). Default 0.
     #[serde(default)]
     pub reject_cost_ms: f64,
+    /// One-way network delay between this layer's callers and its tasks, ms: an attempt
+    /// reaches its task this long after it is sent, and its answer (or refusal) reaches the
+    /// caller this long after the task gives it; a caller's cancellation follows the attempt
+    /// by the same delay. It counts inside the caller's per-attempt timeout. Default 0.
+    #[serde(default)]
+    pub network_ms: f64,
     /// How callers pick a task of this layer. Default `random`.
     #[serde(default)]
     pub balance: Balance,

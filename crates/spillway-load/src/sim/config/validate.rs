@@ -167,6 +167,13 @@ impl Scenario {
                 MAX_MS,
                 "ms in [0, 3600000]",
             )?;
+            num(
+                k("network_ms"),
+                l.network_ms,
+                0.0,
+                MAX_MS,
+                "ms in [0, 3600000]",
+            )?;
             self.check_admission(&k, l)?;
         }
         for (i, f) in self.faults.iter().enumerate() {

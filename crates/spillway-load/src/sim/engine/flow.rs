@@ -115,13 +115,32 @@ impl Engine {
         p.child_gen = cgen;
         p.phase = Phase::Calling;
         self.attempts += 1;
-        bump(&mut self.stats[target].arrivals, sec(now));
         self.push(give_up, Kind::AttemptTimeout, cid, cgen);
+        let net = self.layers[target].net_ns;
+        if net == 0 {
+            return self.arrive(cid);
+        }
+        self.node_mut(cid).phase = Phase::Transit;
+        self.push(now.saturating_add(net), Kind::Deliver, cid, cgen);
+    }
+
+    /// Attempt `cid` crossed the network to its task (unless its caller's cancellation, which
+    /// travels behind it, has already been acted on).
+    pub(super) fn delivered(&mut self, cid: u32, gen: u32) {
+        if !self.slab.is(cid, gen) || self.node(cid).phase != Phase::Transit {
+            return;
+        }
+        let now = self.now;
+        let n = self.node_mut(cid);
+        n.phase = Phase::Queued;
+        n.since = now;
         self.arrive(cid);
     }
 
     /// Node `cid` reaches its task: admission (protected) or straight to the workers.
     fn arrive(&mut self, cid: u32) {
+        let (layer, at) = (self.node(cid).layer as usize, sec(self.now));
+        bump(&mut self.stats[layer].arrivals, at);
         let n = self.node(cid);
         let (l, t, gen) = (n.layer as usize, n.task as usize, n.gen);
         let task = &self.layers[l].tasks[t];
@@ -324,7 +343,33 @@ impl Engine {
             }
             drop(p);
         }
+        let net = self.layers[self.node(cid).layer as usize].net_ns;
+        if net > 0 && parent != NONE {
+            // The answer crosses the network; the node carries what the caller will record.
+            let n = self.node_mut(cid);
+            n.phase = Phase::Answering;
+            n.work_ns = served;
+            self.push(now.saturating_add(net), Kind::Answer, cid, res.to_word());
+            return;
+        }
         self.slab.free(cid);
+        self.answered(cid, parent, pgen, res, wait, served);
+    }
+
+    /// The answer of node `cid` reached its caller across the network.
+    pub(super) fn answer_arrived(&mut self, cid: u32, res: Res) {
+        let n = self.node(cid);
+        if n.phase != Phase::Answering {
+            return;
+        }
+        let (parent, pgen, wait, served) = (n.parent, n.parent_gen, n.wait_ns, n.work_ns);
+        self.slab.free(cid);
+        self.answered(cid, parent, pgen, res, wait, served);
+    }
+
+    /// Attempt `cid` (freed) answered `res` to `parent`: taken if the caller still waits for
+    /// this attempt.
+    fn answered(&mut self, cid: u32, parent: u32, pgen: u32, res: Res, wait: u64, served: u64) {
         if parent == NONE || !self.slab.is(parent, pgen) || self.node(parent).child != cid {
             return;
         }
@@ -457,21 +502,35 @@ impl Engine {
             return;
         }
         self.node_mut(parent).child = NONE;
-        if self.layers[self.node(cid).layer as usize].protected {
-            self.cancel(cid);
-        } else {
-            // Unprotected: nobody tells the server; it finishes the work for nobody.
-            self.node_mut(cid).parent = NONE;
-        }
+        self.leave(cid);
         self.on_result(parent, Res::Timeout);
     }
 
+    /// The caller of attempt `c` stops waiting for it: a protected task is told (across the
+    /// network, if any: the cancellation follows the attempt), an unprotected one is not and
+    /// finishes the work for nobody.
+    fn leave(&mut self, c: u32) {
+        let layer = &self.layers[self.node(c).layer as usize];
+        if !layer.protected {
+            self.node_mut(c).parent = NONE;
+        } else if layer.net_ns == 0 {
+            self.cancel(c);
+        } else {
+            let (at, gen) = (self.now.saturating_add(layer.net_ns), self.node(c).gen);
+            self.push(at, Kind::Cancel, c, gen);
+        }
+    }
+
     /// The caller of `id` left (protected): drop it and everything it started below.
-    fn cancel(&mut self, id: u32) {
+    pub(super) fn cancel(&mut self, id: u32) {
         let n = self.node_mut(id);
         n.parent = NONE;
         match n.phase {
-            Phase::Free => {}
+            // Answered already: the answer, on its way, goes to nobody.
+            Phase::Free | Phase::Answering => {}
+            // Cannot happen (the cancellation travels behind the attempt); the attempt is
+            // dropped before it reaches its task.
+            Phase::Transit => self.slab.free(id),
             // Dropping the queued admission takes it out of the core's queue.
             Phase::Queued => self.slab.free(id),
             // CPU already committed is not reclaimed: stop when the work ends.
@@ -479,12 +538,7 @@ impl Engine {
             Phase::Calling => {
                 let (c, cg) = (n.child, n.child_gen);
                 if c != NONE && self.slab.is(c, cg) {
-                    if self.layers[self.node(c).layer as usize].protected {
-                        self.cancel(c);
-                    } else {
-                        // An unprotected task is not told: it finishes the work for nobody.
-                        self.node_mut(c).parent = NONE;
-                    }
+                    self.leave(c);
                 }
                 self.finish_node(id, Outcome::Dropped);
             }

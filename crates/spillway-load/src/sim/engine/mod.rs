@@ -58,10 +58,17 @@ enum Kind {
     RejectDone,
     FaultStart,
     FaultEnd,
+    /// An attempt reaches its task across the layer's network delay.
+    Deliver,
+    /// An answer reaches its caller across the network delay: `id` = the answering node,
+    /// `gen` = the answer (`Res::to_word`).
+    Answer,
+    /// A caller's cancellation reaches the task serving its attempt.
+    Cancel,
 }
 
 impl Kind {
-    const ALL: [Kind; 9] = [
+    const ALL: [Kind; 12] = [
         Kind::Arrival,
         Kind::WorkerDone,
         Kind::SlowDone,
@@ -71,6 +78,9 @@ impl Kind {
         Kind::RejectDone,
         Kind::FaultStart,
         Kind::FaultEnd,
+        Kind::Deliver,
+        Kind::Answer,
+        Kind::Cancel,
     ];
 }
 
@@ -389,6 +399,13 @@ impl Engine {
                 Kind::RejectDone => self.release_worker(ev.gen as usize, ev.id as usize),
                 Kind::FaultStart => self.fault(ev.id as usize, true),
                 Kind::FaultEnd => self.fault(ev.id as usize, false),
+                Kind::Deliver => self.delivered(ev.id, ev.gen),
+                Kind::Answer => self.answer_arrived(ev.id, Res::from_word(ev.gen)),
+                Kind::Cancel => {
+                    if self.slab.is(ev.id, ev.gen) {
+                        self.cancel(ev.id);
+                    }
+                }
             }
             self.drain_woken();
         }
