@@ -82,8 +82,9 @@ pub fn run_scenario(sc: &Scenario) -> Result<Vec<SimRun>, SimError> {
 /// per CPU); results in the variants' order.
 ///
 /// Why variants and not one run across threads: a run is one event loop whose every step may
-/// touch any task and any client at the same simulated instant, so splitting it would need
-/// a lookahead the model does not have (no network delay) or would change its results.
+/// touch any task and any client at the same simulated instant, so splitting it needs a
+/// lookahead: a layer's `network_ms` is one, but the engine does not split runs by it yet
+/// (its measured bound on this 2-core host: BENCHMARKS.md, "Simulator speed").
 /// Variants share nothing — each builds its own fleet, clock and random streams from the
 /// scenario — so running them side by side gives byte-identical results for any `jobs`, and
 /// a protected-versus-unprotected comparison takes the wall time of its slower half. Memory

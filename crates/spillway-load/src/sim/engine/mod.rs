@@ -9,7 +9,9 @@
 //! queued as a core `QueuedAdmission` future, or refused) → a worker → local work → calls to the
 //! next layer, each attempt with a timer, retried through the caller's policy → the answer goes
 //! up and the core `Permit` is dropped (releasing the slot, feeding the limit, settling the
-//! quota, maybe granting a queued waiter). Queued admissions are polled with a waker that records
+//! quota, maybe granting a queued waiter). A layer with a network delay puts it between each
+//! attempt and its task, each answer and its caller, each cancellation and its task (`Deliver`,
+//! `Answer` and `Cancel` events). Queued admissions are polled with a waker that records
 //! their slab index, so the loop learns which waiter a release granted.
 //!
 //! Protected tasks drop work whose caller has gone (the deadline is propagated and a caller that
