@@ -27,6 +27,8 @@ pub mod builtin;
 pub mod config;
 pub mod demo;
 mod engine;
+#[doc(hidden)]
+pub mod lockstep;
 mod model;
 pub mod output;
 mod pages;

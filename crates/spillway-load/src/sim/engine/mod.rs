@@ -375,10 +375,26 @@ impl Engine {
 
     /// Runs to the end: arrivals stop after the window, then every offered request finishes.
     pub fn run(mut self) -> Finished {
-        // The fleet is built: its tasks and clients onto huge pages before the first request.
+        self.built();
+        self.run_until(u64::MAX);
+        self.finish()
+    }
+
+    /// The fleet is built: its tasks and clients onto huge pages before the first request.
+    pub fn built(&mut self) {
         self.pages.advise(0);
+    }
+
+    /// Runs the events due before simulated time `until` (ns); `false` once the run is over.
+    /// (Fleets run side by side in lockstep windows call it per window, `sim::lockstep`; one
+    /// loop for both, so that the run's hot path is compiled as it was with one caller.)
+    pub fn run_until(&mut self, until: u64) -> bool {
         while self.arrivals_open > 0 || self.open_top > 0 {
-            let Some(ev) = self.q.pop() else { break };
+            let Some(ev) = self.q.pop() else { return false };
+            if ev.at >= until {
+                self.q.put_back(ev);
+                return true;
+            }
             self.prefetch_ahead();
             self.now = ev.at;
             self.clock.set(ev.at);
@@ -411,6 +427,11 @@ impl Engine {
             }
             self.drain_woken();
         }
+        false
+    }
+
+    /// What the run produced.
+    pub fn finish(self) -> Finished {
         Finished {
             recorder: self.recorder,
             stats: self.stats,

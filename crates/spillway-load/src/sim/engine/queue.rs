@@ -77,6 +77,12 @@ impl EventQueue {
         }
     }
 
+    /// Returns `ev`, just popped, to the queue: it comes out first again (its time and
+    /// sequence are kept, and it goes to the wheel, whose current bucket it belongs to).
+    pub fn put_back(&mut self, ev: Ev) {
+        self.wheel.push(ev);
+    }
+
     /// The `k`-th event after the next in the wheel's current bucket, if it holds that many (a
     /// look ahead for prefetching; lanes and late pushes may come first).
     #[inline]
