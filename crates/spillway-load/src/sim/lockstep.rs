@@ -12,7 +12,6 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::engine::Engine;
 use super::{Scenario, SimError};
 
 /// What [`lockstep`] measured.
@@ -46,10 +45,7 @@ pub fn lockstep(
         let threads: Vec<_> = (0..copies)
             .map(|_| {
                 scope.spawn(|| {
-                    let engine = Engine::new(sc, "lockstep").map_err(|source| SimError::Core {
-                        scenario: sc.name.clone(),
-                        source,
-                    });
+                    let engine = super::build(sc, "lockstep");
                     // Every thread reaches the barrier, built or not, so none waits forever.
                     let ok = engine.is_ok();
                     let all_ok = !built.wait(!ok);

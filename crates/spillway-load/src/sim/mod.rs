@@ -139,14 +139,18 @@ pub fn jobs_for(jobs: usize, runs: usize) -> usize {
     .min(runs)
 }
 
+/// Builds the fleet of `sc` (validated) for a run titled `title`.
+fn build(sc: &Scenario, title: &str) -> Result<engine::Engine, SimError> {
+    engine::Engine::new(sc, title).map_err(|source| SimError::Core {
+        scenario: sc.name.clone(),
+        source,
+    })
+}
+
 /// Runs `sc` as written (variants ignored), titled `title`.
 pub fn run_one(sc: &Scenario, title: &str) -> Result<SimRun, SimError> {
     sc.validate()?;
-    let engine = engine::Engine::new(sc, title).map_err(|source| SimError::Core {
-        scenario: sc.name.clone(),
-        source,
-    })?;
-    let f = engine.run();
+    let f = build(sc, title)?.run();
     let mut recorder = f.recorder;
     let seconds = sc.duration_s.ceil() as usize;
     let layers: Vec<LayerSummary> = f

@@ -324,7 +324,8 @@ impl Engine {
     /// Server node `cid` answers its caller with `res` and goes away.
     pub(super) fn reply(&mut self, cid: u32, res: Res) {
         let now = self.now;
-        let has_quota = self.layers[self.node(cid).layer as usize].has_quota;
+        let layer = &self.layers[self.node(cid).layer as usize];
+        let (has_quota, net) = (layer.has_quota, layer.net_ns);
         let n = &self.slab.nodes[cid as usize];
         let (parent, pgen) = (n.parent, n.parent_gen);
         let (wait, served, work) = (
@@ -343,7 +344,6 @@ impl Engine {
             }
             drop(p);
         }
-        let net = self.layers[self.node(cid).layer as usize].net_ns;
         if net > 0 && parent != NONE {
             // The answer crosses the network; the node carries what the caller will record.
             let n = self.node_mut(cid);
