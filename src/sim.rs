@@ -42,8 +42,18 @@ pub struct SimArgs {
     /// 1000), keeping the load per task.
     #[arg(long, value_name = "F")]
     scale: Option<f64>,
-    /// Variants simulated at once, each on its own thread (0: one per CPU). Results are the
-    /// same for any value; memory is that of the fleets run at once.
+    /// Override the scenario's `shards`: simulate the fleet in N parts, one thread each, that
+    /// advance together in windows of the smallest network delay (1 to 64; more than 1 needs
+    /// every layer's `network_ms` > 0, see --network-ms). Results depend on N, never on the
+    /// machine.
+    #[arg(long, value_name = "N")]
+    shards: Option<u32>,
+    /// Set every layer's one-way network delay, ms (0 to 3600000): the time an attempt, an
+    /// answer or a cancellation takes between a caller and a task.
+    #[arg(long, value_name = "MS")]
+    network_ms: Option<f64>,
+    /// Variants simulated at once, each on its own thread (0: one per CPU, divided by the
+    /// shards). Results are the same for any value; memory is that of the fleets run at once.
     #[arg(long, value_name = "N", default_value_t = 0)]
     jobs: usize,
     /// Run only these variants (repeatable; default all).
@@ -148,6 +158,12 @@ fn load(args: &SimArgs) -> Result<Scenario> {
     }
     if let Some(d) = args.duration {
         sc.duration_s = d;
+    }
+    if let Some(ms) = args.network_ms {
+        sc.layers.iter_mut().for_each(|l| l.network_ms = ms);
+    }
+    if let Some(n) = args.shards {
+        sc.shards = n;
     }
     if let Some(f) = args.scale {
         if !(f.is_finite() && (0.001..=1000.0).contains(&f)) {

@@ -50,6 +50,20 @@ fn out_of_range_values_name_the_key() {
         e.contains("layer[api].network_ms") && e.contains("[0, 3600000]"),
         "{e}"
     );
+    let e = err(&BASE.replace("duration_s = 1", "duration_s = 1\nshards = 0"));
+    assert!(e.contains("shards") && e.contains("1..=64"), "{e}");
+    let e = err(&BASE.replace("duration_s = 1", "duration_s = 1\nshards = 65"));
+    assert!(e.contains("shards") && e.contains("1..=64"), "{e}");
+    // Shards run apart for one network delay at a time: without one, they cannot.
+    let e = err(&BASE.replace("duration_s = 1", "duration_s = 1\nshards = 2"));
+    assert!(
+        e.contains("layer[api].network_ms") && e.contains("shards > 1"),
+        "{e}"
+    );
+    let sharded = BASE
+        .replace("duration_s = 1", "duration_s = 1\nshards = 2")
+        .replace("workers = 4", "workers = 4\nnetwork_ms = 0.5");
+    Scenario::from_toml(&sharded, "test.toml").expect("two shards with a delay");
     let e = err(&BASE.replace("rps = 10", "rps = -1"));
     assert!(e.contains("client[users].load.rps"), "{e}");
     let e = err(&BASE.replace(

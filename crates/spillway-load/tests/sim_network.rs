@@ -1,6 +1,7 @@
 //! A layer's network delay: an attempt reaches its task one delay after it is sent, its answer
 //! reaches the caller one delay after the task gives it, and the caller's timeout counts both;
-//! a cancellation follows its attempt by the same delay.
+//! a cancellation follows its attempt by the same delay. The same holds to the microsecond
+//! when the fleet is simulated in shards and the attempts cross between them.
 
 use spillway_load::report::RunReport;
 use spillway_load::sim::{run_one, Scenario};
@@ -38,6 +39,14 @@ fn report(sc: &Scenario) -> RunReport {
     run_one(sc, "network").expect("runs").report
 }
 
+/// `sc` simulated in `n` shards. With two tasks per layer and one client instance (on shard
+/// 0), half the attempts go to a task on shard 1.
+fn sharded(mut sc: Scenario, n: u32) -> Scenario {
+    sc.shards = n;
+    sc.validate().expect("valid in shards");
+    sc
+}
+
 /// (median latency in ms, share of requests that succeeded).
 fn p50_and_success(r: &RunReport) -> (f64, f64) {
     let p50 = r.latency.as_ref().map_or(f64::NAN, |l| l.total.p50_ms);
@@ -52,6 +61,19 @@ fn a_call_takes_its_service_time_plus_the_delay_both_ways() {
     assert!((none - 20.0).abs() < 0.2, "{none}");
     assert!((five - 30.0).abs() < 0.2, "{five}");
     assert_eq!(ok, 1.0);
+    for n in [2, 3] {
+        let sc = sharded(scenario(1000.0, &layer("api", 20.0, 5.0)), n);
+        let r = report(&sc);
+        let (p50, ok) = p50_and_success(&r);
+        let max = r.latency.as_ref().map_or(f64::NAN, |l| l.total.max_ms);
+        println!("{n} shards: p50 {p50:.3} ms, max {max:.3} ms");
+        assert!(
+            (p50 - 30.0).abs() < 0.2 && (max - 30.0).abs() < 0.2,
+            "{p50} {max}"
+        );
+        assert_eq!(ok, 1.0);
+        assert_eq!(r.summary.counts.offered, 500);
+    }
 }
 
 #[test]
@@ -59,6 +81,10 @@ fn every_layer_adds_its_own_round_trip() {
     let layers = format!("{}\n{}", layer("api", 10.0, 2.0), layer("db", 5.0, 3.0));
     let (p50, ok) = p50_and_success(&report(&scenario(1000.0, &layers)));
     // 2 + 10 + (3 + 5 + 3) + 2 ms.
+    assert!((p50 - 25.0).abs() < 0.2, "{p50}");
+    assert_eq!(ok, 1.0);
+    // In two shards, with calls from tasks on one shard to tasks on the other.
+    let (p50, ok) = p50_and_success(&report(&sharded(scenario(1000.0, &layers), 2)));
     assert!((p50 - 25.0).abs() < 0.2, "{p50}");
     assert_eq!(ok, 1.0);
 }
@@ -96,6 +122,33 @@ fn a_cancellation_reaches_the_task_one_delay_after_the_caller_leaves() {
     assert_eq!(api.wasted, api.served, "{api:?}");
     let share = api.served as f64 / api.arrivals as f64;
     assert!((share - 2.0 / 3.0).abs() < 0.01, "{share} of {api:?}");
+}
+
+#[test]
+fn a_cancellation_crosses_between_shards_one_delay_after_the_caller_leaves() {
+    // The test above with the attempts' task on the other shard: two tasks, task 0 (shard 0,
+    // the client's) down for the whole run, so every attempt goes to task 1 on shard 1, and
+    // every cancellation travels there as a message. Two of every three served, as above;
+    // one of two would mean the cancellation arrived early, three of three that it was lost.
+    let layer = "[[layer]]\nname = \"api\"\ntasks = 2\nworkers = 1\nretry = \"none\"\n\
+                 service = { dist = \"const\", mean_ms = 30 }\nnetwork_ms = 5\n\
+                 admission = { limit = { algorithm = \"fixed\", limit = 4 } }\n\
+                 [[fault]]\nkind = \"task_down\"\nlayer = \"api\"\ntask = 0\nat_s = 0\nfor_s = 100\n";
+    let run = run_one(&sharded(scenario(12.0, layer), 2), "network").expect("runs");
+    let api = &run.layers[0];
+    println!("{api:?}");
+    assert_eq!(api.lost, 0, "no attempt went to the task that is down");
+    assert_eq!(run.report.summary.counts.goodput, 0);
+    assert_eq!(api.wasted, api.served, "{api:?}");
+    let share = api.served as f64 / api.arrivals as f64;
+    assert!((share - 2.0 / 3.0).abs() < 0.01, "{share} of {api:?}");
+    // Every attempt not served was dropped by its cancellation: none waited on to its
+    // deadline (as they do when the cancellation is lost: refused `deadline_exceeded`).
+    assert!(api.refused.is_empty(), "{:?}", api.refused);
+    // The same to the nanosecond as on one shard: the same attempts served, the same waits.
+    let one = run_one(&scenario(12.0, layer), "network").expect("runs");
+    assert_eq!(one.layers[0].served, api.served);
+    assert_eq!(one.layers[0].mean_wait_ms, api.mean_wait_ms);
 }
 
 #[test]

@@ -97,7 +97,7 @@ pub fn lockstep(
 /// A barrier for a few threads that each arrive every ~100 µs: spins (a futex sleep and wake
 /// per window would cost a good part of that), then yields, as a shared machine deschedules a
 /// thread now and then. Each [`wait`](Self::wait) also ORs a flag over the threads.
-struct SpinBarrier {
+pub(super) struct SpinBarrier {
     n: usize,
     arrived: AtomicUsize,
     round: AtomicUsize,
@@ -107,7 +107,7 @@ struct SpinBarrier {
 }
 
 impl SpinBarrier {
-    fn new(n: usize) -> SpinBarrier {
+    pub(super) fn new(n: usize) -> SpinBarrier {
         SpinBarrier {
             n,
             arrived: AtomicUsize::new(0),
@@ -117,7 +117,7 @@ impl SpinBarrier {
     }
 
     /// Waits until all `n` threads have arrived; returns whether any passed `flag` true.
-    fn wait(&self, flag: bool) -> bool {
+    pub(super) fn wait(&self, flag: bool) -> bool {
         let round = self.round.load(Ordering::Acquire);
         let any = &self.any[round & 1];
         if flag {

@@ -33,6 +33,7 @@ mod model;
 pub mod output;
 mod pages;
 pub mod shape;
+mod sharded;
 mod stats;
 pub mod time;
 
@@ -83,18 +84,21 @@ pub fn run_scenario(sc: &Scenario) -> Result<Vec<SimRun>, SimError> {
 /// Runs every variant of `sc` (or `sc` itself when it has none), up to `jobs` at once (`0`: one
 /// per CPU); results in the variants' order.
 ///
-/// Why variants and not one run across threads: a run is one event loop whose every step may
-/// touch any task and any client at the same simulated instant, so splitting it needs a
-/// lookahead: a layer's `network_ms` is one, but the engine does not split runs by it yet
-/// (its measured bound on this 2-core host: BENCHMARKS.md, "Simulator speed").
-/// Variants share nothing — each builds its own fleet, clock and random streams from the
+/// Why variants, and one run across threads only when the scenario asks (`shards`): a run is
+/// one event loop whose every step may touch any task and any client at the same simulated
+/// instant, so splitting it needs a lookahead — a network delay on every layer — and a
+/// realisation of its own per shard count (`sim::sharded`). Variants share nothing — each builds its own fleet, clock and random streams from the
 /// scenario — so running them side by side gives byte-identical results for any `jobs`, and
 /// a protected-versus-unprotected comparison takes the wall time of its slower half. Memory
 /// is that of the fleets being run at once (`jobs` 1 bounds it to one).
 pub fn run_scenario_with(sc: &Scenario, jobs: usize) -> Result<Vec<SimRun>, SimError> {
     sc.validate()?;
     let runs = sc.runs();
-    let jobs = jobs_for(jobs, runs.len());
+    let jobs = match jobs {
+        // A sharded run takes a CPU per shard already.
+        0 if sc.shards > 1 => (jobs_for(0, runs.len()) / sc.shards as usize).max(1),
+        _ => jobs_for(jobs, runs.len()),
+    };
     if jobs <= 1 {
         return runs.iter().map(|(title, s)| run_one(s, title)).collect();
     }
@@ -150,7 +154,11 @@ fn build(sc: &Scenario, title: &str) -> Result<engine::Engine, SimError> {
 /// Runs `sc` as written (variants ignored), titled `title`.
 pub fn run_one(sc: &Scenario, title: &str) -> Result<SimRun, SimError> {
     sc.validate()?;
-    let f = build(sc, title)?.run();
+    let f = if sc.shards > 1 {
+        sharded::run(sc, title)?
+    } else {
+        build(sc, title)?.run()
+    };
     let mut recorder = f.recorder;
     let seconds = sc.duration_s.ceil() as usize;
     let layers: Vec<LayerSummary> = f

@@ -26,7 +26,7 @@ use super::time::{SimClock, SimRandom};
 
 mod request;
 
-pub(crate) use request::{Held, Node, Phase, Res, Slab};
+pub(crate) use request::{Held, Node, Phase, Res, Slab, LOCAL};
 
 /// "No node" in parent/child links.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -34,6 +34,31 @@ pub(crate) const NONE: u32 = u32::MAX;
 pub(crate) const CLIENT: u16 = u16::MAX;
 /// "No deadline".
 pub(crate) const NEVER: u64 = u64::MAX;
+
+/// The part of a fleet one engine simulates: task `i` of every layer and client instance `i`
+/// of every group belong to shard `i % shards` (`sim::sharded`). Every shard builds every
+/// task's slot (balancing and faults read the whole layer) but only its own tasks'
+/// controllers and callers; the random draws for the others are made all the same, so that a
+/// task's controller is the same whichever shard builds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Part {
+    pub shard: u32,
+    pub shards: u32,
+}
+
+impl Part {
+    /// The whole fleet, on one engine.
+    pub const WHOLE: Part = Part {
+        shard: 0,
+        shards: 1,
+    };
+
+    /// Whether task or instance `i` is simulated here.
+    #[inline]
+    pub fn owns(self, i: u32) -> bool {
+        i % self.shards == self.shard
+    }
+}
 
 /// How a caller retries, in nanoseconds.
 #[derive(Debug, Clone, Copy)]
@@ -206,6 +231,7 @@ impl Layer {
         clock: &Arc<SimClock>,
         origin: Instant,
         rng: &mut fastrand::Rng,
+        part: Part,
     ) -> Result<Layer, ConfigError> {
         let retry = RetrySet::new(
             cfg.retry,
@@ -248,17 +274,26 @@ impl Layer {
         };
         let mut tasks = Vec::with_capacity(cfg.tasks as usize);
         let mut callers = Vec::with_capacity(cfg.tasks as usize);
-        for _ in 0..cfg.tasks {
+        for i in 0..cfg.tasks {
+            let own = part.owns(i);
             let controller = if protected {
                 let clock: Arc<dyn Clock> = clock.clone();
                 // One draw per task, as before; the limit's own jitter (Envoy gradient) gets a
                 // stream derived from it, so adding it did not shift any other draw.
                 let seed = rng.u64(..);
-                let limit_random = Box::new(SimRandom::new(seed ^ 0x9e37_79b9_7f4a_7c15));
-                Some(
-                    AdmissionController::with_limit_random(admission.clone(), clock, limit_random)?
+                if !own {
+                    None
+                } else {
+                    let limit_random = Box::new(SimRandom::new(seed ^ 0x9e37_79b9_7f4a_7c15));
+                    Some(
+                        AdmissionController::with_limit_random(
+                            admission.clone(),
+                            clock,
+                            limit_random,
+                        )?
                         .with_random(Arc::new(SimRandom::new(seed))),
-                )
+                    )
+                }
             } else {
                 None
             };
@@ -268,14 +303,9 @@ impl Layer {
                 fifo: VecDeque::new(),
                 down: 0,
             });
-            callers.push(if has_next {
-                Caller::new(
-                    &retry,
-                    cfg.throttle_k,
-                    cfg.throttle_min_rps,
-                    origin,
-                    rng.u64(..),
-                )?
+            let seed = if has_next { rng.u64(..) } else { 0 };
+            callers.push(if has_next && own {
+                Caller::new(&retry, cfg.throttle_k, cfg.throttle_min_rps, origin, seed)?
             } else {
                 Caller {
                     policy: None,

@@ -83,6 +83,16 @@ impl HugePages {
         }
     }
 
+    /// Never advises: for the shards of a sharded run but the first, whose advice covers the
+    /// whole process (two shards collapsing the same mappings would only pay twice).
+    pub fn off() -> HugePages {
+        HugePages {
+            on: false,
+            next_second: 1,
+            done: Vec::new(),
+        }
+    }
+
     /// Whether a run that has sealed `second` simulated seconds should advise again.
     #[inline]
     pub fn due(&self, second: usize) -> bool {

@@ -67,6 +67,26 @@ pub struct LayerSummary {
 }
 
 impl LayerStats {
+    /// Adds another shard's counts of the same layer.
+    pub(crate) fn add(&mut self, o: &LayerStats) {
+        let add = |a: &mut Vec<u64>, b: &[u64]| {
+            if a.len() < b.len() {
+                a.resize(b.len(), 0);
+            }
+            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+        };
+        add(&mut self.arrivals, &o.arrivals);
+        add(&mut self.served, &o.served);
+        add(&mut self.wasted, &o.wasted);
+        add(&mut self.refused, &o.refused);
+        for (x, y) in self.refused_by_reason.iter_mut().zip(&o.refused_by_reason) {
+            *x += y;
+        }
+        self.lost += o.lost;
+        self.wait_sum_ns += o.wait_sum_ns;
+        self.wait_n += o.wait_n;
+    }
+
     pub(crate) fn summary(&self, name: &str, offered: u64, seconds: usize) -> LayerSummary {
         let pad = |v: &[u64]| {
             let mut v = v.to_vec();

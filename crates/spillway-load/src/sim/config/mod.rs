@@ -450,6 +450,12 @@ pub struct Scenario {
     /// Faults.
     #[serde(default, rename = "fault")]
     pub faults: Vec<FaultConfig>,
+    /// Shards the fleet is simulated in, one thread each: 1 (the default) is one event loop;
+    /// more split the tasks and client instances between event loops that advance together in
+    /// windows of the smallest `network_ms`, which every layer must then have (> 0). Results
+    /// depend on it (each shard draws its own random streams) and never on the machine.
+    #[serde(default = "one")]
+    pub shards: u32,
     /// Variants; none = one run of the scenario as written.
     #[serde(default, rename = "variant")]
     pub variants: Vec<VariantConfig>,

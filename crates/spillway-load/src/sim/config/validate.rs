@@ -15,6 +15,8 @@ use super::{
 const MAX_DURATION_S: f64 = 86_400.0;
 /// Largest number of tasks in one layer, and of client instances.
 const MAX_TASKS: u32 = 1_000_000;
+/// Most shards a fleet can be simulated in.
+const MAX_SHARDS: u32 = 64;
 /// Largest time setting (timeouts, backoff, latency), ms: one hour.
 const MAX_MS: f64 = 3_600_000.0;
 
@@ -36,6 +38,23 @@ impl Scenario {
             value: value.to_string(),
             expected: expected.to_owned(),
         }
+    }
+
+    /// `shards` in range, and every layer with the network delay sharding needs.
+    fn check_shards(&self) -> Result<(), ConfigError> {
+        if !(1..=MAX_SHARDS).contains(&self.shards) {
+            return Err(self.invalid("shards".into(), self.shards, "an integer in 1..=64"));
+        }
+        if self.shards > 1 {
+            if let Some(l) = self.layers.iter().find(|l| l.network_ms <= 0.0) {
+                return Err(self.invalid(
+                    format!("layer[{}].network_ms", l.name),
+                    l.network_ms,
+                    "ms > 0 when shards > 1 (the delay is what lets shards run apart)",
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Index of the layer called `name`.
@@ -179,6 +198,7 @@ impl Scenario {
         for (i, f) in self.faults.iter().enumerate() {
             self.check_fault(i, f)?;
         }
+        self.check_shards()?;
         let mut vnames = std::collections::BTreeSet::new();
         for v in &self.variants {
             if v.name.is_empty() || !vnames.insert(v.name.as_str()) {

@@ -10,8 +10,8 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
+use super::shard::TopDone;
 use super::*;
 use crate::sim::model::{Held, Node};
 
@@ -120,8 +120,12 @@ impl Engine {
         if net == 0 {
             return self.arrive(cid);
         }
+        let at = now.saturating_add(net);
+        if self.part.shards > 1 && !self.part.owns(task) {
+            return self.send_remote(cid, at);
+        }
         self.node_mut(cid).phase = Phase::Transit;
-        self.push(now.saturating_add(net), Kind::Deliver, cid, cgen);
+        self.push(at, Kind::Deliver, cid, cgen);
     }
 
     /// Attempt `cid` crossed the network to its task (unless its caller's cancellation, which
@@ -327,7 +331,7 @@ impl Engine {
         let layer = &self.layers[self.node(cid).layer as usize];
         let (has_quota, net) = (layer.has_quota, layer.net_ns);
         let n = &self.slab.nodes[cid as usize];
-        let (parent, pgen) = (n.parent, n.parent_gen);
+        let (parent, pgen, from) = (n.parent, n.parent_gen, n.from);
         let (wait, served, work) = (
             n.wait_ns,
             now.saturating_sub(n.since + n.wait_ns),
@@ -345,6 +349,10 @@ impl Engine {
             drop(p);
         }
         if net > 0 && parent != NONE {
+            if from != LOCAL {
+                let at = now.saturating_add(net);
+                return self.answer_remote(cid, res, at, wait, served);
+            }
             // The answer crosses the network; the node carries what the caller will record.
             let n = self.node_mut(cid);
             n.phase = Phase::Answering;
@@ -475,19 +483,18 @@ impl Engine {
             Res::Throttled => ReqOutcome::Throttled,
             Res::Conn => ReqOutcome::Error,
         };
-        let ok = res == Res::Ok;
         let since = n.since;
-        let record = RequestRecord {
-            offered_at: Duration::from_nanos(n.since),
-            criticality: n.crit,
-            customer: &self.customers[self.groups[n.group as usize].customer as usize],
+        let done = TopDone {
+            offered_ns: n.since,
+            crit: n.crit,
+            customer: self.groups[n.group as usize].customer,
             attempts: n.sent,
             outcome,
-            latency: ok.then(|| Duration::from_nanos(now.saturating_sub(n.since))),
-            queue_ms: ok.then(|| n.wait_ns as f64 / 1e6),
-            service_ms: ok.then(|| n.work_ns as f64 / 1e6),
+            latency_ns: now.saturating_sub(n.since),
+            wait_ns: n.wait_ns,
+            work_ns: n.work_ns,
         };
-        self.recorder.record(&record);
+        self.record_top(done);
         self.top_finished(since, now);
         self.slab.free(pid);
     }
@@ -510,6 +517,9 @@ impl Engine {
     /// network, if any: the cancellation follows the attempt), an unprotected one is not and
     /// finishes the work for nobody.
     fn leave(&mut self, c: u32) {
+        if self.node(c).phase == Phase::Remote {
+            return self.leave_remote(c);
+        }
         let layer = &self.layers[self.node(c).layer as usize];
         if !layer.protected {
             self.node_mut(c).parent = NONE;
@@ -531,6 +541,8 @@ impl Engine {
             // Cannot happen (the cancellation travels behind the attempt); the attempt is
             // dropped before it reaches its task.
             Phase::Transit => self.slab.free(id),
+            // A stub: the cancellation goes on to the shard serving the attempt.
+            Phase::Remote => self.leave_remote(id),
             // Dropping the queued admission takes it out of the core's queue.
             Phase::Queued => self.slab.free(id),
             // CPU already committed is not reclaimed: stop when the work ends.

@@ -29,9 +29,11 @@ use std::time::{Duration, Instant};
 use spillway_core::controller::{Admission, AdmissionRequest, Outcome, Refusal};
 use spillway_core::retry::Failure;
 
-use crate::report::{Outcome as ReqOutcome, Recorder, RequestRecord};
+use crate::report::{Outcome as ReqOutcome, Recorder};
 use crate::sim::config::{Arrivals, FaultConfig, RetryKind, Scenario};
-use crate::sim::model::{Caller, Held, Layer, Phase, Res, RetrySet, Slab, CLIENT, NEVER, NONE};
+use crate::sim::model::{
+    Caller, Held, Layer, Part, Phase, Res, RetrySet, Slab, CLIENT, LOCAL, NEVER, NONE,
+};
 use crate::sim::pages::HugePages;
 use crate::sim::shape::{exp, service_nanos, LoadShape};
 use crate::sim::stats::{bump, LayerStats};
@@ -41,10 +43,14 @@ mod flow;
 mod picks;
 mod prefetch;
 mod queue;
+mod shard;
 mod wake;
 
-use picks::Picks;
+pub(crate) use shard::Mail;
+
+use picks::{stream_seed, Picks};
 use queue::EventQueue;
+use shard::Links;
 use wake::Wakes;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,11 +195,25 @@ pub(crate) struct Engine {
     events: u64,
     offered: u64,
     attempts: u64,
+    /// The part of the fleet simulated here, and what crosses to the other parts.
+    part: Part,
+    links: Links,
 }
 
 impl Engine {
     /// Builds the fleet of `sc` (one variant, already applied). `title` names the run.
     pub fn new(sc: &Scenario, title: &str) -> Result<Engine, spillway_core::ConfigError> {
+        Engine::new_part(sc, title, Part::WHOLE)
+    }
+
+    /// Builds shard `part` of the fleet of `sc` (`sim::sharded`): every task's slot, its own
+    /// tasks' controllers and callers, its own client instances with their groups' load in
+    /// proportion, and random streams of its own (shard 0's are the whole fleet's).
+    pub fn new_part(
+        sc: &Scenario,
+        title: &str,
+        part: Part,
+    ) -> Result<Engine, spillway_core::ConfigError> {
         let origin = Instant::now();
         let clock = Arc::new(SimClock::new(origin));
         let mut rng = fastrand::Rng::with_seed(sc.seed);
@@ -207,6 +227,7 @@ impl Engine {
                 &clock,
                 origin,
                 &mut rng,
+                part,
             )?);
         }
         let mut customers: Vec<String> = Vec::new();
@@ -227,28 +248,40 @@ impl Engine {
                 c.backoff_max_ms,
                 c.timeout_ms,
             );
-            let mut instances = Vec::with_capacity(c.instances as usize);
-            for _ in 0..c.instances {
-                instances.push(Caller::new(
-                    &retry,
-                    c.throttle_k,
-                    c.throttle_min_rps,
-                    origin,
-                    rng.u64(..),
-                )?);
+            let mut instances = Vec::with_capacity(c.instances.div_ceil(part.shards) as usize);
+            for i in 0..c.instances {
+                // Every instance's draw, so that an instance is the same on any shard.
+                let seed = rng.u64(..);
+                if part.owns(i) {
+                    instances.push(Caller::new(
+                        &retry,
+                        c.throttle_k,
+                        c.throttle_min_rps,
+                        origin,
+                        seed,
+                    )?);
+                }
             }
+            // A shard offers its instances' share of the group's load (its own Poisson stream:
+            // independent Poisson streams add up to the group's).
+            let shape = if part.shards > 1 {
+                c.load
+                    .scaled(instances.len() as f64 / f64::from(c.instances.max(1)))
+            } else {
+                c.load.clone()
+            };
             groups.push(Group {
                 // Validated by `Scenario::validate`.
                 crit: c.criticality.parse().unwrap_or_default(),
                 customer,
                 retry,
                 arrivals: c.arrivals,
-                peak: c.load.peak(),
-                shape: c.load.clone(),
+                peak: shape.peak(),
+                shape,
                 next_t: 0.0,
                 instances,
                 rr: 0,
-                picks: Picks::new(sc.seed, g, &layers[0]),
+                picks: Picks::new(shard::seed(sc.seed, part), g, &layers[0]),
                 deadline: c.deadline_ms.map_or(NEVER, crate::sim::shape::ms_to_nanos),
             });
         }
@@ -311,6 +344,10 @@ impl Engine {
             faults.push(fault);
         }
         let window = Duration::from_secs_f64(sc.duration_s);
+        if part.shard > 0 {
+            // The fleet is built alike on every shard; from here each draws its own.
+            rng = fastrand::Rng::with_seed(stream_seed(shard::seed(sc.seed, part), u64::MAX));
+        }
         let woken = Wakes::claim();
         let mut e = Engine {
             now: 0,
@@ -330,14 +367,21 @@ impl Engine {
             woken,
             batch: Vec::new(),
             recorder: Recorder::offline(title, window),
-            open_top: 0,
+            // A shard holds one request open until all shards agree the run is over.
+            open_top: u64::from(part.shards > 1),
             open_by_second: Vec::new(),
             sealed_upto: 0,
-            pages: HugePages::from_env(),
+            pages: if part.shard == 0 {
+                HugePages::from_env()
+            } else {
+                HugePages::off()
+            },
             arrivals_open: 0,
             events: 0,
             offered: 0,
             attempts: 0,
+            links: Links::new(part),
+            part,
         };
         for g in 0..e.groups.len() {
             if let Some(t) = e.next_arrival(g) {
@@ -515,9 +559,7 @@ impl Engine {
         self.send(id);
     }
 
-    /// A top-level request offered at `since` (ns) finished at `now`: seals, in order, every
-    /// second that lies wholly in the past and has no request left open, so the recorder
-    /// drops its latency histogram.
+    /// A top-level request offered at `since` (ns) finished at `now`.
     fn top_finished(&mut self, since: u64, now: u64) {
         self.open_top -= 1;
         if let Some(open) = self
@@ -526,6 +568,13 @@ impl Engine {
         {
             *open = open.saturating_sub(1);
         }
+        self.advance_sealed(now);
+    }
+
+    /// Seals, in order, every second before `now` (ns) that has no top-level request left
+    /// open, so the recorder drops its latency histogram. (Sharded, shard 0 seals what all
+    /// shards have completed: `Engine::seal_below`.)
+    fn advance_sealed(&mut self, now: u64) {
         let now_s = (now / 1_000_000_000) as usize;
         while self.sealed_upto < now_s
             && self
@@ -533,7 +582,9 @@ impl Engine {
                 .get(self.sealed_upto)
                 .map_or(true, |&open| open == 0)
         {
-            self.recorder.seal(self.sealed_upto);
+            if self.part.shards == 1 {
+                self.recorder.seal(self.sealed_upto);
+            }
             self.sealed_upto += 1;
             if self.pages.due(self.sealed_upto) {
                 self.pages.advise(self.sealed_upto);

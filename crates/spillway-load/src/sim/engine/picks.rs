@@ -23,6 +23,8 @@
 use super::Engine;
 #[cfg(test)]
 use crate::sim::config::Balance;
+#[cfg(test)]
+use crate::sim::model::Part;
 use crate::sim::model::{Layer, NONE};
 
 /// Picks ahead at which what an enqueue reads is prefetched.
@@ -66,7 +68,7 @@ impl Picks {
 /// A seed for group `g`'s stream, apart from the engine's (seeded with `seed` itself) and from
 /// every other group's: SplitMix64's finalizer over the pair (Steele, Lea & Flood, "Fast
 /// splittable pseudorandom number generators", OOPSLA 2014).
-fn stream_seed(seed: u64, g: u64) -> u64 {
+pub(super) fn stream_seed(seed: u64, g: u64) -> u64 {
     let mut z = seed ^ (g.wrapping_add(1)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -120,8 +122,8 @@ mod tests {
             let mut cfg = sc.layers[0].clone();
             cfg.balance = balance;
             assert!(cfg.hot_tasks > 0 && cfg.hot_share > 0.0);
-            let mut layer =
-                Layer::build(&cfg, true, false, &clock, origin, &mut rng).expect("builds");
+            let mut layer = Layer::build(&cfg, true, false, &clock, origin, &mut rng, Part::WHOLE)
+                .expect("builds");
             let mut picks = Picks::new(8, 0, &layer);
             let (mut close, mut near, mut far) = (Vec::new(), Vec::new(), Vec::new());
             let mut picked = Vec::new();

@@ -30,6 +30,9 @@ pub(crate) enum Phase {
     Transit,
     /// Answered; the answer is on its way to the caller (a layer with a network delay).
     Answering,
+    /// A stub: the attempt was sent to a task another shard simulates, where it is served;
+    /// the stub waits for the answer (or its caller's timer) on the caller's shard.
+    Remote,
 }
 
 /// What an attempt's caller learns.
@@ -113,7 +116,12 @@ pub(crate) struct Node {
     pub wait_ns: u64,
     /// The caller left while it was on a worker: finish the CPU work, then stop.
     pub cancelled: bool,
+    /// The shard simulating this attempt's caller, when it is not this one ([`LOCAL`]: here).
+    pub from: u8,
 }
+
+/// [`Node::from`] of an attempt whose caller is on the same shard.
+pub(crate) const LOCAL: u8 = u8::MAX;
 
 // A node stays within 96 bytes (a line and a half), the slab's footprint per request in flight.
 const _: () = assert!(std::mem::size_of::<Node>() <= 96);
@@ -152,6 +160,7 @@ impl Node {
             work_ns: 0,
             wait_ns: 0,
             cancelled: false,
+            from: LOCAL,
         }
     }
 }

@@ -1,0 +1,372 @@
+//! What crosses between the shards of a fleet simulated in parts (`sim::sharded`): attempts to
+//! tasks another shard simulates, their answers and cancellations, and finished top-level
+//! requests on their way to the one recorder.
+//!
+//! Why stubs: an attempt's caller keeps a child node for it — the attempt's timer is keyed
+//! on it, a cancellation walks down through it, the answer comes back to it. When the task is
+//! on another shard, that node stays with the caller as a *stub* ([`Phase::Remote`]) and the
+//! task's shard makes a node of its own that serves the attempt and names the stub as its
+//! parent (with the caller's shard in [`Node::from`](crate::sim::model::Node)). The two are
+//! joined by three messages, each sent at least one network delay ahead of when it acts —
+//! `Deliver` (the attempt), `Answer` (result, queue and service time, to the stub) and
+//! `Cancel` (named by the stub, found through [`Links::serving`]) — which is what lets every
+//! shard simulate a window of one delay before it hears from the others: whatever arrives at
+//! a window's end is due in the next window or later. Everything else — timers, admission,
+//! retries — runs as it does on one shard.
+//!
+//! Messages go through a [`Mail`] with a slot per (window parity, sender, receiver): a shard
+//! posts what it sent in window `k` to parity `k % 2` before the barrier, and takes what was
+//! posted to it at the start of window `k + 1`, while the others post window `k + 1`'s to the
+//! other parity. Each slot is a mutex taken once per window, never contended mid-window.
+//! Messages are taken sender by sender in shard order, each in the order sent, so a run is
+//! the same whatever the threads' timing.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use spillway_core::Criticality;
+
+use super::{Engine, Kind, Phase, Res, NONE};
+use crate::report::{Outcome as ReqOutcome, RequestRecord};
+use crate::sim::model::Part;
+
+/// A message from one shard to another, due at `at` (ns).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Msg {
+    /// An attempt for a task of the receiver, from stub `stub` of the sender.
+    Deliver {
+        at: u64,
+        stub: u32,
+        stub_gen: u32,
+        layer: u16,
+        crit: Criticality,
+        group: u16,
+        task: u32,
+        instance: u32,
+        attempt_in: u32,
+        deadline: u64,
+        give_up: u64,
+    },
+    /// The answer to stub `stub` of the receiver.
+    Answer {
+        at: u64,
+        stub: u32,
+        stub_gen: u32,
+        res: u32,
+        wait: u64,
+        served: u64,
+    },
+    /// The caller behind stub `stub` of the sender left: drop the attempt it sent.
+    Cancel { at: u64, stub: u32, stub_gen: u32 },
+}
+
+/// A finished top-level request, owned (a shard other than 0 sends it to shard 0's recorder).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TopDone {
+    pub offered_ns: u64,
+    pub crit: Criticality,
+    pub customer: u16,
+    pub attempts: u32,
+    pub outcome: ReqOutcome,
+    pub latency_ns: u64,
+    pub wait_ns: u64,
+    pub work_ns: u64,
+}
+
+impl TopDone {
+    fn record<'a>(&self, customers: &'a [String]) -> RequestRecord<'a> {
+        let ok = self.outcome == ReqOutcome::Success;
+        RequestRecord {
+            offered_at: Duration::from_nanos(self.offered_ns),
+            criticality: self.crit,
+            customer: customers
+                .get(usize::from(self.customer))
+                .map_or("", String::as_str),
+            attempts: self.attempts,
+            outcome: self.outcome,
+            latency: ok.then(|| Duration::from_nanos(self.latency_ns)),
+            queue_ms: ok.then(|| self.wait_ns as f64 / 1e6),
+            service_ms: ok.then(|| self.work_ns as f64 / 1e6),
+        }
+    }
+}
+
+/// The slots shards exchange through, shared by their threads.
+pub(crate) struct Mail {
+    shards: usize,
+    /// `[parity][from][to]`: messages sent in a window of that parity.
+    msgs: Vec<Mutex<Vec<Msg>>>,
+    /// `[parity][from]`: top-level requests finished in a window of that parity.
+    done: Vec<Mutex<Vec<TopDone>>>,
+    /// `[parity][from]`: the seconds before which that shard had no request open.
+    sealed: Vec<AtomicUsize>,
+}
+
+impl Mail {
+    /// Empty slots for `shards` shards.
+    pub fn new(shards: usize) -> Mail {
+        Mail {
+            shards,
+            msgs: (0..2 * shards * shards)
+                .map(|_| Mutex::new(Vec::new()))
+                .collect(),
+            done: (0..2 * shards).map(|_| Mutex::new(Vec::new())).collect(),
+            sealed: (0..2 * shards).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    fn msgs(&self, parity: usize, from: usize, to: usize) -> MutexGuard<'_, Vec<Msg>> {
+        lock(&self.msgs[(parity * self.shards + from) * self.shards + to])
+    }
+
+    fn done(&self, parity: usize, from: usize) -> MutexGuard<'_, Vec<TopDone>> {
+        lock(&self.done[parity * self.shards + from])
+    }
+
+    /// The seconds every shard had completed at the end of the last window of `parity`.
+    pub fn sealed_everywhere(&self, parity: usize) -> usize {
+        (0..self.shards)
+            .map(|s| self.sealed[parity * self.shards + s].load(Ordering::Acquire))
+            .min()
+            .unwrap_or(0)
+    }
+}
+
+/// A slot's lock. A slot holds plain data that is consistent between any two calls, so a lock
+/// poisoned by another shard's panic (which `sim::sharded` re-raises anyway) is still usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A shard's side of the exchange.
+pub(super) struct Links {
+    /// Messages for each shard, sent this window.
+    out: Vec<Vec<Msg>>,
+    /// Per sending shard, by its stub's index: the node here serving that stub's attempt,
+    /// its generation, and the stub's generation (how a `Cancel` finds its attempt).
+    serving: Vec<Vec<(u32, u32, u32)>>,
+    /// Top-level requests finished here this window (shards other than 0).
+    done: Vec<TopDone>,
+    /// The seconds sealed in the recorder (shard 0 of several).
+    recorded_upto: usize,
+    /// Messages being taken (kept for its allocation).
+    scratch: Vec<Msg>,
+    scratch_done: Vec<TopDone>,
+}
+
+impl Links {
+    pub fn new(part: Part) -> Links {
+        let n = part.shards as usize;
+        Links {
+            out: (0..n).map(|_| Vec::new()).collect(),
+            serving: (0..n).map(|_| Vec::new()).collect(),
+            done: Vec::new(),
+            recorded_upto: 0,
+            scratch: Vec::new(),
+            scratch_done: Vec::new(),
+        }
+    }
+}
+
+/// The seed shard `part.shard` draws its streams from: the scenario's own for shard 0 (one
+/// shard is exactly the unsharded engine), a SplitMix64 mix of it for the others.
+pub(super) fn seed(seed: u64, part: Part) -> u64 {
+    if part.shard == 0 {
+        seed
+    } else {
+        super::stream_seed(seed, (1 << 40) | u64::from(part.shard))
+    }
+}
+
+impl Engine {
+    /// Attempt `cid`'s task is on another shard: the node stays here as its stub, the attempt
+    /// goes there, due at `at`.
+    pub(super) fn send_remote(&mut self, cid: u32, at: u64) {
+        let n = &mut self.slab.nodes[cid as usize];
+        n.phase = Phase::Remote;
+        let to = (n.task % self.part.shards) as usize;
+        self.links.out[to].push(Msg::Deliver {
+            at,
+            stub: cid,
+            stub_gen: n.gen,
+            layer: n.layer,
+            crit: n.crit,
+            group: n.group,
+            task: n.task,
+            instance: n.instance,
+            attempt_in: n.attempt_in,
+            deadline: n.deadline,
+            give_up: n.give_up,
+        });
+    }
+
+    /// Node `cid`, whose caller is on another shard, answers `res` there at `at`, and goes.
+    pub(super) fn answer_remote(&mut self, cid: u32, res: Res, at: u64, wait: u64, served: u64) {
+        let n = &self.slab.nodes[cid as usize];
+        let to = usize::from(n.from);
+        if let Some(out) = self.links.out.get_mut(to) {
+            out.push(Msg::Answer {
+                at,
+                stub: n.parent,
+                stub_gen: n.parent_gen,
+                res: res.to_word(),
+                wait,
+                served,
+            });
+        }
+        self.slab.free(cid);
+    }
+
+    /// The caller of stub `c` stops waiting: a protected task's shard is told, one delay
+    /// later (an unprotected task finishes the work for nobody); the stub goes, and an answer
+    /// already on its way finds no stub.
+    pub(super) fn leave_remote(&mut self, c: u32) {
+        let n = &self.slab.nodes[c as usize];
+        let layer = &self.layers[n.layer as usize];
+        if layer.protected {
+            let to = (n.task % self.part.shards) as usize;
+            self.links.out[to].push(Msg::Cancel {
+                at: self.now.saturating_add(layer.net_ns),
+                stub: c,
+                stub_gen: n.gen,
+            });
+        }
+        self.slab.free(c);
+    }
+
+    /// Takes what the other shards sent in the last window (of `parity`) into this shard's
+    /// queue, sender by sender.
+    pub fn take_mail(&mut self, mail: &Mail, parity: usize) {
+        let me = self.part.shard as usize;
+        let mut msgs = std::mem::take(&mut self.links.scratch);
+        for from in 0..mail.shards {
+            if from == me {
+                continue;
+            }
+            std::mem::swap(&mut *mail.msgs(parity, from, me), &mut msgs);
+            for m in msgs.drain(..) {
+                self.take(from, m);
+            }
+        }
+        self.links.scratch = msgs;
+    }
+
+    fn take(&mut self, from: usize, m: Msg) {
+        match m {
+            Msg::Deliver {
+                at,
+                stub,
+                stub_gen,
+                layer,
+                crit,
+                group,
+                task,
+                instance,
+                attempt_in,
+                deadline,
+                give_up,
+            } => {
+                let id = self.alloc_node();
+                let n = &mut self.slab.nodes[id as usize];
+                n.phase = Phase::Transit;
+                n.parent = stub;
+                n.parent_gen = stub_gen;
+                n.from = from as u8;
+                n.layer = layer;
+                n.crit = crit;
+                n.group = group;
+                n.task = task;
+                n.instance = instance;
+                n.attempt_in = attempt_in;
+                n.deadline = deadline;
+                n.give_up = give_up;
+                n.since = at;
+                let gen = n.gen;
+                self.push(at, Kind::Deliver, id, gen);
+                let serving = &mut self.links.serving[from];
+                let i = stub as usize;
+                if serving.len() <= i {
+                    serving.resize(i + 1, (NONE, 0, 0));
+                }
+                serving[i] = (id, gen, stub_gen);
+            }
+            Msg::Answer {
+                at,
+                stub,
+                stub_gen,
+                res,
+                wait,
+                served,
+            } => {
+                // The stub is gone if its caller stopped waiting meanwhile.
+                if self.slab.is(stub, stub_gen) && self.node(stub).phase == Phase::Remote {
+                    let n = &mut self.slab.nodes[stub as usize];
+                    n.phase = Phase::Answering;
+                    n.wait_ns = wait;
+                    n.work_ns = served;
+                    self.push(at, Kind::Answer, stub, res);
+                }
+            }
+            Msg::Cancel { at, stub, stub_gen } => {
+                let serving = self.links.serving[from].get(stub as usize).copied();
+                if let Some((id, gen, sg)) = serving {
+                    if sg == stub_gen && self.slab.is(id, gen) {
+                        self.push(at, Kind::Cancel, id, gen);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A top-level request finished: into the recorder (shard 0), or on its way there.
+    pub(super) fn record_top(&mut self, done: TopDone) {
+        if self.part.shard == 0 {
+            self.recorder.record(&done.record(&self.customers));
+        } else {
+            self.links.done.push(done);
+        }
+    }
+
+    /// End of the window of `parity`, which ran to `until` (ns): posts what this shard sent,
+    /// the requests it finished (for shard 0) and how far its seconds are complete.
+    pub fn post_mail(&mut self, mail: &Mail, parity: usize, until: u64) {
+        let me = self.part.shard as usize;
+        for to in 0..mail.shards {
+            let out = &mut self.links.out[to];
+            if to != me && !out.is_empty() {
+                mail.msgs(parity, me, to).append(out);
+            }
+        }
+        if me != 0 && !self.links.done.is_empty() {
+            mail.done(parity, me).append(&mut self.links.done);
+        }
+        self.advance_sealed(until);
+        mail.sealed[parity * mail.shards + me].store(self.sealed_upto, Ordering::Release);
+    }
+
+    /// Shard 0, at the start of a window: records the requests the other shards finished in
+    /// the last window (of `parity`), in shard order, then seals the seconds every shard had
+    /// completed by then.
+    pub fn take_records(&mut self, mail: &Mail, parity: usize) {
+        let mut done = std::mem::take(&mut self.links.scratch_done);
+        for from in 1..mail.shards {
+            std::mem::swap(&mut *mail.done(parity, from), &mut done);
+            for d in done.drain(..) {
+                self.recorder.record(&d.record(&self.customers));
+            }
+        }
+        self.links.scratch_done = done;
+        let upto = mail.sealed_everywhere(parity);
+        while self.links.recorded_upto < upto {
+            self.recorder.seal(self.links.recorded_upto);
+            self.links.recorded_upto += 1;
+        }
+    }
+
+    /// Whether this shard still offers or waits on a top-level request (beyond the one it
+    /// holds open until the run is over).
+    pub fn busy(&self) -> bool {
+        self.arrivals_open > 0 || self.open_top > u64::from(self.part.shards > 1)
+    }
+}

@@ -1,0 +1,126 @@
+//! One run of a fleet split into shards, one thread each, advancing together in windows of
+//! simulated time.
+//!
+//! Why windows of the smallest network delay: a shard can simulate its part of the fleet
+//! alone for as long as nothing from another shard can reach it, and nothing can in less than
+//! one network delay (an attempt, an answer and a cancellation each cross one). So every shard
+//! runs the events of `[kL, (k + 1)L)`, posts what it sent to the others, waits at a barrier,
+//! and takes what it was sent — all due at `(k + 1)L` or later — before the next window
+//! (conservative synchronous simulation: Chandy & Misra, "Distributed simulation: a case study
+//! in design and verification of distributed programs", IEEE TSE 5(5), 1979; here with a fixed
+//! lookahead and a barrier per window, as Lubachevsky's bounded-lag method). Measured before
+//! the engine existed: windows of 0.5–1 ms cost nothing resolvable on this project's 2-core
+//! host (bench/results/sim-speed.md, "Lockstep windows, measured").
+//!
+//! Every shard builds every task's slot but only its own tasks' controllers and client
+//! instances ([`Part`]); attempts to other shards' tasks go through stubs (`engine::shard`).
+//! The report's recorder is shard 0's: the others send it their finished top-level requests
+//! each window, and it seals a second once every shard has completed it. The run ends at the
+//! first window after which no shard offers or waits on anything. Everything a shard does
+//! depends only on the scenario and the messages it takes, which it takes in a fixed order:
+//! the result depends on the shard count (a scenario key), never on the threads' timing.
+
+use std::time::Duration;
+
+use super::engine::{Engine, Finished, Mail};
+use super::lockstep::SpinBarrier;
+use super::model::Part;
+use super::{Scenario, SimError};
+
+/// The window: the smallest one-way network delay of any layer, ns (validated > 0 when the
+/// scenario has several shards).
+fn window_ns(sc: &Scenario) -> u64 {
+    sc.layers
+        .iter()
+        .map(|l| u64::try_from(Duration::from_secs_f64(l.network_ms / 1e3).as_nanos()))
+        .map(|r| r.unwrap_or(u64::MAX))
+        .min()
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Runs `sc` (validated, `shards > 1`) in its shards, titled `title`; the shards' results
+/// merged.
+pub(crate) fn run(sc: &Scenario, title: &str) -> Result<Finished, SimError> {
+    let shards = sc.shards.max(1) as usize;
+    let window = window_ns(sc);
+    let mail = Mail::new(shards);
+    let built = SpinBarrier::new(shards);
+    let windows = SpinBarrier::new(shards);
+    let results: Vec<Result<Option<Finished>, SimError>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..shards)
+            .map(|shard| {
+                let (mail, built, windows) = (&mail, &built, &windows);
+                scope.spawn(move || {
+                    let part = Part {
+                        shard: shard as u32,
+                        shards: shards as u32,
+                    };
+                    let engine =
+                        Engine::new_part(sc, title, part).map_err(|source| SimError::Core {
+                            scenario: sc.name.clone(),
+                            source,
+                        });
+                    // Every shard reaches the barrier, built or not, so that none waits forever.
+                    let failed = built.wait(engine.is_err());
+                    let mut engine = match engine {
+                        Ok(e) if !failed => e,
+                        Ok(_) => return Ok(None),
+                        Err(e) => return Err(e),
+                    };
+                    // Shard 0 moves the whole process's memory onto huge pages while no
+                    // shard runs (a collapse beside another thread's page faults cost 8 s of
+                    // kernel time, not 0.5, on `fleet-million-clients`).
+                    engine.built();
+                    built.wait(false);
+                    let mut k = 0u64;
+                    loop {
+                        let parity = (k & 1) as usize;
+                        if k > 0 {
+                            engine.take_mail(mail, parity ^ 1);
+                            if shard == 0 {
+                                engine.take_records(mail, parity ^ 1);
+                            }
+                        }
+                        let until = (k + 1).saturating_mul(window);
+                        engine.run_until(until);
+                        engine.post_mail(mail, parity, until);
+                        if !windows.wait(engine.busy()) {
+                            if shard == 0 {
+                                engine.take_records(mail, parity);
+                            }
+                            break;
+                        }
+                        k += 1;
+                    }
+                    Ok(Some(engine.finish()))
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let mut merged: Option<Finished> = None;
+    for r in results {
+        let Some(f) = r? else { continue };
+        match &mut merged {
+            None => merged = Some(f),
+            Some(m) => {
+                for (a, b) in m.stats.iter_mut().zip(&f.stats) {
+                    a.add(b);
+                }
+                m.events += f.events;
+                m.offered += f.offered;
+                m.attempts += f.attempts;
+                m.peak_in_flight += f.peak_in_flight;
+            }
+        }
+    }
+    // Every shard built (else an error above), and shard 0's comes first.
+    Ok(merged.expect("at least one shard"))
+}
+
+#[cfg(test)]
+mod tests;
