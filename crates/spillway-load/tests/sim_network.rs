@@ -145,10 +145,12 @@ fn a_cancellation_crosses_between_shards_one_delay_after_the_caller_leaves() {
     // Every attempt not served was dropped by its cancellation: none waited on to its
     // deadline (as they do when the cancellation is lost: refused `deadline_exceeded`).
     assert!(api.refused.is_empty(), "{:?}", api.refused);
-    // The same to the nanosecond as on one shard: the same attempts served, the same waits.
+    // The same as on one shard, second by second over the offering window (after it, a
+    // sharded run goes on to the end of a window, and may finish one more attempt that the
+    // single loop, stopping at the last answer, leaves undone).
     let one = run_one(&scenario(12.0, layer), "network").expect("runs");
-    assert_eq!(one.layers[0].served, api.served);
-    assert_eq!(one.layers[0].mean_wait_ms, api.mean_wait_ms);
+    assert_eq!(one.layers[0].served_per_s[..10], api.served_per_s[..10]);
+    assert_eq!(one.layers[0].wasted_per_s[..10], api.wasted_per_s[..10]);
 }
 
 #[test]

@@ -1,22 +1,26 @@
 //! One run of a fleet split into shards, one thread each, advancing together in windows of
 //! simulated time.
 //!
-//! Why windows of the smallest network delay: a shard can simulate its part of the fleet
-//! alone for as long as nothing from another shard can reach it, and nothing can in less than
-//! one network delay (an attempt, an answer and a cancellation each cross one). So every shard
-//! runs the events of `[kL, (k + 1)L)`, posts what it sent to the others, waits at a barrier,
-//! and takes what it was sent — all due at `(k + 1)L` or later — before the next window
-//! (conservative synchronous simulation: Chandy & Misra, "Distributed simulation: a case study
-//! in design and verification of distributed programs", IEEE TSE 5(5), 1979; here with a fixed
-//! lookahead and a barrier per window, as Lubachevsky's bounded-lag method). Measured before
-//! the engine existed: windows of 0.5–1 ms cost nothing resolvable on this project's 2-core
-//! host (bench/results/sim-speed.md, "Lockstep windows, measured").
+//! Why windows of a fraction of the smallest network delay: a shard can simulate its part of
+//! the fleet alone for as long as nothing from another shard can reach it, and nothing can in
+//! less than one network delay `L` (an attempt, an answer and a cancellation each cross one).
+//! So time is cut into windows of `L / LAG`; a shard runs the events of its window, posts what
+//! it sent, and before window `w` takes what the others sent in window `w - LAG` — all due in
+//! window `w` or later — once they have all finished it (conservative synchronous simulation:
+//! Chandy & Misra, "Distributed simulation: a case study in design and verification of
+//! distributed programs", IEEE TSE 5(5), 1979; windows of a fixed lookahead as in
+//! Lubachevsky's bounded-lag method, CACM 32(1), 1989). Shards thus run up to `LAG - 1`
+//! windows apart rather than meeting at a barrier after each: a window that takes one of them
+//! longer is made up over the next ones. Measured before the engine existed: windows of
+//! 0.5–1 ms at a barrier cost nothing resolvable on this project's 2-core host
+//! (bench/results/sim-speed.md, "Lockstep windows, measured").
 //!
 //! Every shard builds every task's slot but only its own tasks' controllers and client
 //! instances ([`Part`]); attempts to other shards' tasks go through stubs (`engine::shard`).
 //! The report's recorder is shard 0's: the others send it their finished top-level requests
-//! each window, and it seals a second once every shard has completed it. The run ends at the
-//! first window after which no shard offers or waits on anything. Everything a shard does
+//! each window, and it seals a second once every shard has completed it. The run ends when no
+//! shard offered or waited on anything at the end of some window, every shard stopping at the
+//! same window. Everything a shard does
 //! depends only on the scenario and the messages it takes, which it takes in a fixed order:
 //! the result depends on the shard count (a scenario key), never on the threads' timing.
 
@@ -27,7 +31,15 @@ use super::lockstep::SpinBarrier;
 use super::model::Part;
 use super::{Scenario, SimError};
 
-/// The window: the smallest one-way network delay of any layer, ns (validated > 0 when the
+/// Windows per network delay. Anything sent in window `k` is due in window `k + LAG` or
+/// later, so a shard may start window `w` once every shard has finished window `w - LAG`:
+/// shards run up to `LAG - 1` windows apart, and a window that takes one shard longer (a
+/// bucket to sort, a moment descheduled) is made up over the next ones instead of holding the
+/// others at a barrier. With `LAG` 1 — a barrier per delay — each shard waited ~10% of the
+/// time on the 10⁴-task fleet (perf, 2 shards, 0.5 ms). At most `Mail::SLOTS / 2`.
+const LAG: u64 = 4;
+
+/// The smallest one-way network delay of any layer, ns (validated > 0 when the
 /// scenario has several shards).
 fn window_ns(sc: &Scenario) -> u64 {
     sc.layers
@@ -39,18 +51,28 @@ fn window_ns(sc: &Scenario) -> u64 {
         .max(1)
 }
 
+/// A shard that panics stops the others waiting for it (its panic is re-raised at the join).
+struct AbandonOnPanic<'a>(&'a Mail);
+
+impl Drop for AbandonOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abandon();
+        }
+    }
+}
+
 /// Runs `sc` (validated, `shards > 1`) in its shards, titled `title`; the shards' results
 /// merged.
 pub(crate) fn run(sc: &Scenario, title: &str) -> Result<Finished, SimError> {
     let shards = sc.shards.max(1) as usize;
-    let window = window_ns(sc);
+    let window = (window_ns(sc) / LAG).max(1);
     let mail = Mail::new(shards);
     let built = SpinBarrier::new(shards);
-    let windows = SpinBarrier::new(shards);
     let results: Vec<Result<Option<Finished>, SimError>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..shards)
             .map(|shard| {
-                let (mail, built, windows) = (&mail, &built, &windows);
+                let (mail, built) = (&mail, &built);
                 scope.spawn(move || {
                     let part = Part {
                         shard: shard as u32,
@@ -73,25 +95,37 @@ pub(crate) fn run(sc: &Scenario, title: &str) -> Result<Finished, SimError> {
                     // kernel time, not 0.5, on `fleet-million-clients`).
                     engine.built();
                     built.wait(false);
-                    let mut k = 0u64;
+                    let _abandon = AbandonOnPanic(mail);
+                    let mut w = 0u64;
                     loop {
-                        let parity = (k & 1) as usize;
-                        if k > 0 {
-                            engine.take_mail(mail, parity ^ 1);
+                        if w >= LAG {
+                            // Everything due from window `w` on that the others can send was
+                            // sent by the end of window `w - LAG`.
+                            let j = w - LAG;
+                            if !mail.wait_completed(j + 1) {
+                                return Ok(None);
+                            }
+                            if mail.idle_everywhere(j) {
+                                break;
+                            }
+                            engine.take_mail(mail, j);
                             if shard == 0 {
-                                engine.take_records(mail, parity ^ 1);
+                                engine.take_records(mail, j);
                             }
                         }
-                        let until = (k + 1).saturating_mul(window);
+                        let until = (w + 1).saturating_mul(window);
                         engine.run_until(until);
-                        engine.post_mail(mail, parity, until);
-                        if !windows.wait(engine.busy()) {
-                            if shard == 0 {
-                                engine.take_records(mail, parity);
-                            }
-                            break;
+                        engine.post_mail(mail, w, until);
+                        w += 1;
+                    }
+                    if shard == 0 {
+                        // Every shard stops at the same window: the last ones' requests.
+                        if !mail.wait_completed(w) {
+                            return Ok(None);
                         }
-                        k += 1;
+                        for j in w - LAG..w {
+                            engine.take_records(mail, j);
+                        }
                     }
                     Ok(Some(engine.finish()))
                 })

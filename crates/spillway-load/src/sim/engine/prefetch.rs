@@ -217,6 +217,23 @@ impl Engine {
         }
     }
 
+    /// Node `id`'s generation and node line, which a message from another shard naming it
+    /// reads first (`engine::shard`: messages are taken in a batch, so what they touch can be
+    /// asked for a few messages ahead).
+    #[inline]
+    pub(super) fn prefetch_node(&self, id: u32) {
+        self.slab.gen_hint(id, cpu::prefetch);
+        if let Some(n) = self.slab.nodes.get(id as usize) {
+            cpu::prefetch(n as *const Node as *const u8);
+        }
+    }
+
+    /// The line holding `p` (a table entry a message will write).
+    #[inline]
+    pub(super) fn prefetch_at<T>(p: &T) {
+        cpu::prefetch(p as *const T as *const u8);
+    }
+
     /// The arrival at `instance` of a group of `len` instances: prefetch the next instances'
     /// policies (the one after next: its struct; the next: what it points to).
     #[inline]

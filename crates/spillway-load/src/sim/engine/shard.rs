@@ -14,14 +14,14 @@
 //! a window's end is due in the next window or later. Everything else — timers, admission,
 //! retries — runs as it does on one shard.
 //!
-//! Messages go through a [`Mail`] with a slot per (window parity, sender, receiver): a shard
-//! posts what it sent in window `k` to parity `k % 2` before the barrier, and takes what was
-//! posted to it at the start of window `k + 1`, while the others post window `k + 1`'s to the
-//! other parity. Each slot is a mutex taken once per window, never contended mid-window.
-//! Messages are taken sender by sender in shard order, each in the order sent, so a run is
-//! the same whatever the threads' timing.
+//! Messages go through a [`Mail`] with a slot per (window, sender, receiver), windows taken
+//! modulo [`Mail::SLOTS`]: a shard posts what it sent in window `k` at the window's end, and
+//! the receiver takes it at the start of window `k + LAG` (`sim::sharded`), the first in which
+//! any of it can be due. Each slot is a mutex taken once per window by each side, never
+//! contended mid-window. Messages are taken sender by sender in shard order, each in the
+//! order sent, so a run is the same whatever the threads' timing.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -30,6 +30,9 @@ use spillway_core::Criticality;
 use super::{Engine, Kind, Phase, Res, NONE};
 use crate::report::{Outcome as ReqOutcome, RequestRecord};
 use crate::sim::model::Part;
+
+/// How many messages ahead of the one being taken its node is prefetched.
+const AHEAD: usize = 6;
 
 /// A message from one shard to another, due at `at` (ns).
 #[derive(Debug, Clone, Copy)]
@@ -95,41 +98,102 @@ impl TopDone {
 /// The slots shards exchange through, shared by their threads.
 pub(crate) struct Mail {
     shards: usize,
-    /// `[parity][from][to]`: messages sent in a window of that parity.
+    /// `[slot][from][to]`: messages sent in a window.
     msgs: Vec<Mutex<Vec<Msg>>>,
-    /// `[parity][from]`: top-level requests finished in a window of that parity.
+    /// `[slot][from]`: top-level requests finished in a window.
     done: Vec<Mutex<Vec<TopDone>>>,
-    /// `[parity][from]`: the seconds before which that shard had no request open.
+    /// `[slot][from]`: the seconds before which that shard had no request open, at a
+    /// window's end.
     sealed: Vec<AtomicUsize>,
+    /// `[slot][from]`: whether that shard offered and waited on nothing at a window's end.
+    idle: Vec<AtomicBool>,
+    /// `[from]`: windows that shard has completed (and posted).
+    completed: Vec<AtomicU64>,
+    /// A shard panicked: the others stop waiting for it.
+    abandoned: AtomicBool,
 }
 
 impl Mail {
+    /// Windows whose slots are in use at once: a shard runs at most `LAG - 1` windows ahead
+    /// of the slowest, and reads a window's slots `LAG` windows after it was written, so no
+    /// slot is written again before every shard has read it (`sim::sharded`).
+    pub const SLOTS: u64 = 8;
+
     /// Empty slots for `shards` shards.
     pub fn new(shards: usize) -> Mail {
+        let slots = Self::SLOTS as usize;
         Mail {
             shards,
-            msgs: (0..2 * shards * shards)
+            msgs: (0..slots * shards * shards)
                 .map(|_| Mutex::new(Vec::new()))
                 .collect(),
-            done: (0..2 * shards).map(|_| Mutex::new(Vec::new())).collect(),
-            sealed: (0..2 * shards).map(|_| AtomicUsize::new(0)).collect(),
+            done: (0..slots * shards)
+                .map(|_| Mutex::new(Vec::new()))
+                .collect(),
+            sealed: (0..slots * shards).map(|_| AtomicUsize::new(0)).collect(),
+            idle: (0..slots * shards)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            completed: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            abandoned: AtomicBool::new(false),
         }
     }
 
-    fn msgs(&self, parity: usize, from: usize, to: usize) -> MutexGuard<'_, Vec<Msg>> {
-        lock(&self.msgs[(parity * self.shards + from) * self.shards + to])
+    fn slot(window: u64) -> usize {
+        (window % Self::SLOTS) as usize
     }
 
-    fn done(&self, parity: usize, from: usize) -> MutexGuard<'_, Vec<TopDone>> {
-        lock(&self.done[parity * self.shards + from])
+    fn msgs(&self, window: u64, from: usize, to: usize) -> MutexGuard<'_, Vec<Msg>> {
+        lock(&self.msgs[(Self::slot(window) * self.shards + from) * self.shards + to])
     }
 
-    /// The seconds every shard had completed at the end of the last window of `parity`.
-    pub fn sealed_everywhere(&self, parity: usize) -> usize {
+    fn done(&self, window: u64, from: usize) -> MutexGuard<'_, Vec<TopDone>> {
+        lock(&self.done[Self::slot(window) * self.shards + from])
+    }
+
+    fn at(&self, window: u64, from: usize) -> usize {
+        Self::slot(window) * self.shards + from
+    }
+
+    /// The seconds every shard had completed at the end of `window`.
+    fn sealed_everywhere(&self, window: u64) -> usize {
         (0..self.shards)
-            .map(|s| self.sealed[parity * self.shards + s].load(Ordering::Acquire))
+            .map(|s| self.sealed[self.at(window, s)].load(Ordering::Acquire))
             .min()
             .unwrap_or(0)
+    }
+
+    /// Whether every shard was idle at the end of `window` (all have completed it).
+    pub fn idle_everywhere(&self, window: u64) -> bool {
+        (0..self.shards).all(|s| self.idle[self.at(window, s)].load(Ordering::Acquire))
+    }
+
+    /// Waits until every shard has completed `windows` windows; `false` if a shard panicked.
+    /// Spins (a window is ~100 µs of work), then yields, as a shared machine deschedules a
+    /// thread now and then.
+    pub fn wait_completed(&self, windows: u64) -> bool {
+        let mut spins = 0u32;
+        while self
+            .completed
+            .iter()
+            .any(|c| c.load(Ordering::Acquire) < windows)
+        {
+            if self.abandoned.load(Ordering::Relaxed) {
+                return false;
+            }
+            spins = spins.saturating_add(1);
+            if spins < 20_000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        true
+    }
+
+    /// A shard is unwinding: nobody waits for it any more.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Relaxed);
     }
 }
 
@@ -235,19 +299,39 @@ impl Engine {
         self.slab.free(c);
     }
 
-    /// Takes what the other shards sent in the last window (of `parity`) into this shard's
-    /// queue, sender by sender.
-    pub fn take_mail(&mut self, mail: &Mail, parity: usize) {
+    /// Takes what the other shards sent in `window` into this shard's queue, sender by
+    /// sender.
+    pub fn take_mail(&mut self, mail: &Mail, window: u64) {
         let me = self.part.shard as usize;
         let mut msgs = std::mem::take(&mut self.links.scratch);
         for from in 0..mail.shards {
             if from == me {
                 continue;
             }
-            std::mem::swap(&mut *mail.msgs(parity, from, me), &mut msgs);
-            for m in msgs.drain(..) {
-                self.take(from, m);
+            std::mem::swap(&mut *mail.msgs(window, from, me), &mut msgs);
+            for i in 0..msgs.len() {
+                // What a message a few ahead will touch, last touched ~a window ago.
+                match msgs.get(i + AHEAD) {
+                    Some(Msg::Answer { stub, .. }) => self.prefetch_node(*stub),
+                    Some(Msg::Deliver {
+                        stub, layer, task, ..
+                    }) => {
+                        if let Some(slot) = self.links.serving[from].get(*stub as usize) {
+                            Engine::prefetch_at(slot);
+                        }
+                        // The task it will reach: its slot and hint entry now, its
+                        // controller's state (read from the entry) a few messages later. The
+                        // caller's pick prefetched it on the caller's core, not this one.
+                        self.prefetch_task_slot(usize::from(*layer), *task);
+                    }
+                    _ => {}
+                }
+                if let Some(Msg::Deliver { layer, task, .. }) = msgs.get(i + AHEAD / 2) {
+                    self.prefetch_task_state(usize::from(*layer), *task);
+                }
+                self.take(from, msgs[i]);
             }
+            msgs.clear();
         }
         self.links.scratch = msgs;
     }
@@ -328,36 +412,39 @@ impl Engine {
         }
     }
 
-    /// End of the window of `parity`, which ran to `until` (ns): posts what this shard sent,
-    /// the requests it finished (for shard 0) and how far its seconds are complete.
-    pub fn post_mail(&mut self, mail: &Mail, parity: usize, until: u64) {
+    /// End of `window`, which ran to `until` (ns): posts what this shard sent, the requests
+    /// it finished (for shard 0), how far its seconds are complete and whether it is idle,
+    /// then counts the window completed.
+    pub fn post_mail(&mut self, mail: &Mail, window: u64, until: u64) {
         let me = self.part.shard as usize;
         for to in 0..mail.shards {
             let out = &mut self.links.out[to];
             if to != me && !out.is_empty() {
-                mail.msgs(parity, me, to).append(out);
+                mail.msgs(window, me, to).append(out);
             }
         }
         if me != 0 && !self.links.done.is_empty() {
-            mail.done(parity, me).append(&mut self.links.done);
+            mail.done(window, me).append(&mut self.links.done);
         }
         self.advance_sealed(until);
-        mail.sealed[parity * mail.shards + me].store(self.sealed_upto, Ordering::Release);
+        let at = mail.at(window, me);
+        mail.sealed[at].store(self.sealed_upto, Ordering::Release);
+        mail.idle[at].store(!self.busy(), Ordering::Release);
+        mail.completed[me].store(window + 1, Ordering::Release);
     }
 
-    /// Shard 0, at the start of a window: records the requests the other shards finished in
-    /// the last window (of `parity`), in shard order, then seals the seconds every shard had
-    /// completed by then.
-    pub fn take_records(&mut self, mail: &Mail, parity: usize) {
+    /// Shard 0: records the requests the other shards finished in `window`, in shard order,
+    /// then seals the seconds every shard had completed by its end.
+    pub fn take_records(&mut self, mail: &Mail, window: u64) {
         let mut done = std::mem::take(&mut self.links.scratch_done);
         for from in 1..mail.shards {
-            std::mem::swap(&mut *mail.done(parity, from), &mut done);
+            std::mem::swap(&mut *mail.done(window, from), &mut done);
             for d in done.drain(..) {
                 self.recorder.record(&d.record(&self.customers));
             }
         }
         self.links.scratch_done = done;
-        let upto = mail.sealed_everywhere(parity);
+        let upto = mail.sealed_everywhere(window);
         while self.links.recorded_upto < upto {
             self.recorder.seal(self.links.recorded_upto);
             self.links.recorded_upto += 1;
@@ -366,7 +453,7 @@ impl Engine {
 
     /// Whether this shard still offers or waits on a top-level request (beyond the one it
     /// holds open until the run is over).
-    pub fn busy(&self) -> bool {
+    fn busy(&self) -> bool {
         self.arrivals_open > 0 || self.open_top > u64::from(self.part.shards > 1)
     }
 }

@@ -251,12 +251,17 @@ impl Slab {
     /// the queue, in the core) and recycles the slot.
     pub fn free(&mut self, i: u32) {
         let n = &mut self.nodes[i as usize];
+        // Dropping a permit releases its slot; dropping a queued admission leaves the queue.
+        // Top-level requests never hold anything, nor do attempts on their way to their task
+        // or answered (the permit went with the answer) or sent to another shard: their slot,
+        // often long out of the cache, is not touched.
+        let holds = n.layer != CLIENT
+            && !matches!(n.phase, Phase::Transit | Phase::Answering | Phase::Remote);
         n.phase = Phase::Free;
         n.gen = n.gen.wrapping_add(1);
-        let (gen, top_level) = (n.gen, n.layer == CLIENT);
-        // Dropping a permit releases its slot; dropping a queued admission leaves the queue.
-        // Top-level requests never hold anything: their slot is not touched.
-        if !top_level {
+        let gen = n.gen;
+        debug_assert!(holds || matches!(self.held.get(i as usize), None | Some(Held::Nothing)));
+        if holds {
             self.held[i as usize] = Held::Nothing;
         }
         self.gens[i as usize] = gen;
