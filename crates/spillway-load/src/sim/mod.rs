@@ -71,7 +71,8 @@ pub struct SimRun {
     pub offered: u64,
     /// Attempts sent, at every layer.
     pub attempts: u64,
-    /// Most requests in flight at once (slab high-water mark, all layers).
+    /// Most requests in flight at once (slab high-water mark, all layers; in shards, the sum
+    /// of each shard's, an attempt that crossed counted on both sides).
     pub peak_in_flight: usize,
 }
 
@@ -173,6 +174,9 @@ pub fn run_one(sc: &Scenario, title: &str) -> Result<SimRun, SimError> {
     recorder.set_meta("seed", sc.seed);
     recorder.set_meta("protected", sc.protected);
     recorder.set_meta("simulated", true);
+    if sc.shards > 1 {
+        recorder.set_meta("shards", sc.shards);
+    }
     if let Some(c) = capacity_rps(sc) {
         recorder.set_meta("capacity_rps", c);
     }
