@@ -92,6 +92,12 @@ fn a_sharded_run_repeats_exactly() {
     );
 }
 
+fn variant<'a>(runs: &'a [SimRun], name: &str) -> &'a SimRun {
+    runs.iter()
+        .find(|r| r.report.title == name)
+        .unwrap_or_else(|| panic!("variant {name}"))
+}
+
 /// A shipped scenario with 0.5 ms each way, in two shards.
 fn shipped_in_shards(name: &str) -> Scenario {
     let mut sc = builtin::scenario(name).expect("shipped").expect("valid");
@@ -108,10 +114,7 @@ fn retry_amplification_in_shards_27x_naive_at_most_1_2x_gated() {
     sc.duration_s = 3.0;
     let runs = run_scenario(&sc).expect("runs");
     let bottom = |name: &str| {
-        let r = runs
-            .iter()
-            .find(|r| r.report.title == name)
-            .expect("variant");
+        let r = variant(&runs, name);
         r.layers.last().expect("layers").amplification
     };
     println!(
@@ -136,10 +139,7 @@ fn metastable_in_shards_unprotected_stays_collapsed_protected_recovers() {
     let sc = shipped_in_shards("metastable").scaled(0.5);
     let runs = run_scenario(&sc).expect("runs");
     let after = |name: &str| {
-        let r = runs
-            .iter()
-            .find(|r| r.report.title == name)
-            .expect("variant");
+        let r = variant(&runs, name);
         let mut c = spillway_load::report::Counts::default();
         for s in r.report.seconds.iter().filter(|s| s.t >= 40 && s.t < 90) {
             c.add(&s.counts);

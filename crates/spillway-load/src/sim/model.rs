@@ -26,7 +26,7 @@ use super::time::{SimClock, SimRandom};
 
 mod request;
 
-pub(crate) use request::{Held, Node, Phase, Res, Slab, LOCAL};
+pub(crate) use request::{Attempt, Held, Node, Phase, Res, Slab, LOCAL};
 
 /// "No node" in parent/child links.
 pub(crate) const NONE: u32 = u32::MAX;

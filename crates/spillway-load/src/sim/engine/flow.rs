@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 
 use super::shard::TopDone;
 use super::*;
-use crate::sim::model::{Held, Node};
+use crate::sim::model::{Attempt, Held, Node};
 
 impl Engine {
     #[inline]
@@ -100,14 +100,17 @@ impl Engine {
         c.phase = Phase::Queued;
         c.parent = pid;
         c.parent_gen = pgen;
-        c.layer = target as u16;
-        c.crit = crit;
-        c.group = group;
-        c.task = task;
-        c.instance = caller;
-        c.attempt_in = local;
-        c.deadline = if protected { give_up } else { NEVER };
-        c.give_up = give_up;
+        Attempt {
+            layer: target as u16,
+            crit,
+            group,
+            task,
+            instance: caller,
+            attempt_in: local,
+            deadline: if protected { give_up } else { NEVER },
+            give_up,
+        }
+        .write_to(c);
         c.since = now;
         let cgen = c.gen;
         let p = self.node_mut(pid);

@@ -29,7 +29,7 @@ use spillway_core::Criticality;
 
 use super::{Engine, Kind, Phase, Res, NONE};
 use crate::report::{Outcome as ReqOutcome, RequestRecord};
-use crate::sim::model::Part;
+use crate::sim::model::{Attempt, Part};
 
 /// How many messages ahead of the one being taken its node is prefetched.
 const AHEAD: usize = 6;
@@ -42,14 +42,7 @@ pub(super) enum Msg {
         at: u64,
         stub: u32,
         stub_gen: u32,
-        layer: u16,
-        crit: Criticality,
-        group: u16,
-        task: u32,
-        instance: u32,
-        attempt_in: u32,
-        deadline: u64,
-        give_up: u64,
+        attempt: Attempt,
     },
     /// The answer to stub `stub` of the receiver.
     Answer {
@@ -254,14 +247,7 @@ impl Engine {
             at,
             stub: cid,
             stub_gen: n.gen,
-            layer: n.layer,
-            crit: n.crit,
-            group: n.group,
-            task: n.task,
-            instance: n.instance,
-            attempt_in: n.attempt_in,
-            deadline: n.deadline,
-            give_up: n.give_up,
+            attempt: Attempt::of(n),
         });
     }
 
@@ -313,21 +299,19 @@ impl Engine {
                 // What a message a few ahead will touch, last touched ~a window ago.
                 match msgs.get(i + AHEAD) {
                     Some(Msg::Answer { stub, .. }) => self.prefetch_node(*stub),
-                    Some(Msg::Deliver {
-                        stub, layer, task, ..
-                    }) => {
+                    Some(Msg::Deliver { stub, attempt, .. }) => {
                         if let Some(slot) = self.links.serving[from].get(*stub as usize) {
                             Engine::prefetch_at(slot);
                         }
                         // The task it will reach: its slot and hint entry now, its
                         // controller's state (read from the entry) a few messages later. The
                         // caller's pick prefetched it on the caller's core, not this one.
-                        self.prefetch_task_slot(usize::from(*layer), *task);
+                        self.prefetch_task_slot(usize::from(attempt.layer), attempt.task);
                     }
                     _ => {}
                 }
-                if let Some(Msg::Deliver { layer, task, .. }) = msgs.get(i + AHEAD / 2) {
-                    self.prefetch_task_state(usize::from(*layer), *task);
+                if let Some(Msg::Deliver { attempt, .. }) = msgs.get(i + AHEAD / 2) {
+                    self.prefetch_task_state(usize::from(attempt.layer), attempt.task);
                 }
                 self.take(from, msgs[i]);
             }
@@ -342,14 +326,7 @@ impl Engine {
                 at,
                 stub,
                 stub_gen,
-                layer,
-                crit,
-                group,
-                task,
-                instance,
-                attempt_in,
-                deadline,
-                give_up,
+                attempt,
             } => {
                 let id = self.alloc_node();
                 let n = &mut self.slab.nodes[id as usize];
@@ -357,14 +334,7 @@ impl Engine {
                 n.parent = stub;
                 n.parent_gen = stub_gen;
                 n.from = from as u8;
-                n.layer = layer;
-                n.crit = crit;
-                n.group = group;
-                n.task = task;
-                n.instance = instance;
-                n.attempt_in = attempt_in;
-                n.deadline = deadline;
-                n.give_up = give_up;
+                attempt.write_to(n);
                 n.since = at;
                 let gen = n.gen;
                 self.push(at, Kind::Deliver, id, gen);

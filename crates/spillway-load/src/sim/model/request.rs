@@ -120,6 +120,50 @@ pub(crate) struct Node {
     pub from: u8,
 }
 
+/// What an attempt carries to its task: the fields its node there starts with (written by the
+/// caller's send, or, when the task is on another shard, carried there in a message).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attempt {
+    pub layer: u16,
+    pub crit: Criticality,
+    pub group: u16,
+    pub task: u32,
+    pub instance: u32,
+    pub attempt_in: u32,
+    pub deadline: u64,
+    pub give_up: u64,
+}
+
+impl Attempt {
+    /// The attempt node `n` was sent as.
+    #[inline]
+    pub fn of(n: &Node) -> Attempt {
+        Attempt {
+            layer: n.layer,
+            crit: n.crit,
+            group: n.group,
+            task: n.task,
+            instance: n.instance,
+            attempt_in: n.attempt_in,
+            deadline: n.deadline,
+            give_up: n.give_up,
+        }
+    }
+
+    /// Writes the attempt into node `n`.
+    #[inline]
+    pub fn write_to(self, n: &mut Node) {
+        n.layer = self.layer;
+        n.crit = self.crit;
+        n.group = self.group;
+        n.task = self.task;
+        n.instance = self.instance;
+        n.attempt_in = self.attempt_in;
+        n.deadline = self.deadline;
+        n.give_up = self.give_up;
+    }
+}
+
 /// [`Node::from`] of an attempt whose caller is on the same shard.
 pub(crate) const LOCAL: u8 = u8::MAX;
 
