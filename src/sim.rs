@@ -191,7 +191,13 @@ fn load(args: &SimArgs) -> Result<Scenario> {
         }
         sc.variants.retain(|x| args.variant.contains(&x.name));
     }
-    sc.validate().map_err(|e| UsageError(e.to_string()))?;
+    sc.validate().map_err(|e| {
+        let mut msg = e.to_string();
+        if sc.shards > 1 && args.network_ms.is_none() && msg.contains(".network_ms") {
+            msg.push_str(" (--network-ms MS gives every layer one)");
+        }
+        UsageError(msg)
+    })?;
     Ok(sc)
 }
 
