@@ -20,15 +20,14 @@
 //! The report's recorder is shard 0's: the others send it their finished top-level requests
 //! each window, and it seals a second once every shard has completed it. The run ends when no
 //! shard offered or waited on anything at the end of some window, every shard stopping at the
-//! same window. Everything a shard does
-//! depends only on the scenario and the messages it takes, which it takes in a fixed order:
-//! the result depends on the shard count (a scenario key), never on the threads' timing.
-
-use std::time::Duration;
+//! same window. Everything a shard does depends only on the scenario and the messages it
+//! takes, which it takes in a fixed order: the result depends on the shard count (a scenario
+//! key), never on the threads' timing.
 
 use super::engine::{Engine, Finished, Mail};
 use super::lockstep::SpinBarrier;
 use super::model::Part;
+use super::shape::ms_to_nanos;
 use super::{Scenario, SimError};
 
 /// Windows per network delay. Anything sent in window `k` is due in window `k + LAG` or
@@ -39,13 +38,13 @@ use super::{Scenario, SimError};
 /// time on the 10⁴-task fleet (perf, 2 shards, 0.5 ms). At most `Mail::SLOTS / 2`.
 const LAG: u64 = 4;
 
-/// The smallest one-way network delay of any layer, ns (validated > 0 when the
-/// scenario has several shards).
+/// The smallest one-way network delay of any layer, ns (validated > 0 when the scenario has
+/// several shards), converted as the engine converts each layer's, so that no window is ever
+/// longer than a delay.
 fn window_ns(sc: &Scenario) -> u64 {
     sc.layers
         .iter()
-        .map(|l| u64::try_from(Duration::from_secs_f64(l.network_ms / 1e3).as_nanos()))
-        .map(|r| r.unwrap_or(u64::MAX))
+        .map(|l| ms_to_nanos(l.network_ms))
         .min()
         .unwrap_or(1)
         .max(1)

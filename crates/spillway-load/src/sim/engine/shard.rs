@@ -57,6 +57,15 @@ pub(super) enum Msg {
     Cancel { at: u64, stub: u32, stub_gen: u32 },
 }
 
+impl Msg {
+    /// When it is due.
+    fn at(&self) -> u64 {
+        match *self {
+            Msg::Deliver { at, .. } | Msg::Answer { at, .. } | Msg::Cancel { at, .. } => at,
+        }
+    }
+}
+
 /// A finished top-level request, owned (a shard other than 0 sends it to shard 0's recorder).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct TopDone {
@@ -321,6 +330,9 @@ impl Engine {
     }
 
     fn take(&mut self, from: usize, m: Msg) {
+        // Sent at least one delay ahead, taken at most one delay after it was sent: never due
+        // in this shard's past (`sim::sharded`).
+        debug_assert!(m.at() >= self.now, "{m:?} taken at {}", self.now);
         match m {
             Msg::Deliver {
                 at,
