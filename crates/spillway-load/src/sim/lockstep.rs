@@ -45,7 +45,7 @@ pub fn lockstep(
         let threads: Vec<_> = (0..copies)
             .map(|_| {
                 scope.spawn(|| {
-                    let engine = super::build(sc, "lockstep");
+                    let engine = super::build(sc, "lockstep", super::model::Part::WHOLE);
                     // Every thread reaches the barrier, built or not, so none waits forever.
                     let ok = engine.is_ok();
                     let all_ok = !built.wait(!ok);

@@ -88,7 +88,8 @@ pub fn run_scenario(sc: &Scenario) -> Result<Vec<SimRun>, SimError> {
 /// Why variants, and one run across threads only when the scenario asks (`shards`): a run is
 /// one event loop whose every step may touch any task and any client at the same simulated
 /// instant, so splitting it needs a lookahead — a network delay on every layer — and a
-/// realisation of its own per shard count (`sim::sharded`). Variants share nothing — each builds its own fleet, clock and random streams from the
+/// realisation of its own per shard count (`sim::sharded`). Variants share nothing — each
+/// builds its own fleet, clock and random streams from the
 /// scenario — so running them side by side gives byte-identical results for any `jobs`, and
 /// a protected-versus-unprotected comparison takes the wall time of its slower half. Memory
 /// is that of the fleets being run at once (`jobs` 1 bounds it to one).
@@ -144,9 +145,9 @@ pub fn jobs_for(jobs: usize, runs: usize) -> usize {
     .min(runs)
 }
 
-/// Builds the fleet of `sc` (validated) for a run titled `title`.
-fn build(sc: &Scenario, title: &str) -> Result<engine::Engine, SimError> {
-    engine::Engine::new(sc, title).map_err(|source| SimError::Core {
+/// Builds part `part` of the fleet of `sc` (validated) for a run titled `title`.
+fn build(sc: &Scenario, title: &str, part: model::Part) -> Result<engine::Engine, SimError> {
+    engine::Engine::new(sc, title, part).map_err(|source| SimError::Core {
         scenario: sc.name.clone(),
         source,
     })
@@ -158,7 +159,7 @@ pub fn run_one(sc: &Scenario, title: &str) -> Result<SimRun, SimError> {
     let f = if sc.shards > 1 {
         sharded::run(sc, title)?
     } else {
-        build(sc, title)?.run()
+        build(sc, title, model::Part::WHOLE)?.run()
     };
     let mut recorder = f.recorder;
     let seconds = sc.duration_s.ceil() as usize;

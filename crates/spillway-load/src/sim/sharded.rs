@@ -24,7 +24,7 @@
 //! takes, which it takes in a fixed order: the result depends on the shard count (a scenario
 //! key), never on the threads' timing.
 
-use super::engine::{Engine, Finished, Mail};
+use super::engine::{Finished, Mail};
 use super::lockstep::SpinBarrier;
 use super::model::Part;
 use super::shape::ms_to_nanos;
@@ -77,11 +77,7 @@ pub(crate) fn run(sc: &Scenario, title: &str) -> Result<Finished, SimError> {
                         shard: shard as u32,
                         shards: shards as u32,
                     };
-                    let engine =
-                        Engine::new_part(sc, title, part).map_err(|source| SimError::Core {
-                            scenario: sc.name.clone(),
-                            source,
-                        });
+                    let engine = super::build(sc, title, part);
                     // Every shard reaches the barrier, built or not, so that none waits forever.
                     let failed = built.wait(engine.is_err());
                     let mut engine = match engine {

@@ -201,15 +201,12 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    /// Builds the fleet of `sc` (one variant, already applied). `title` names the run.
-    pub fn new(sc: &Scenario, title: &str) -> Result<Engine, spillway_core::ConfigError> {
-        Engine::new_part(sc, title, Part::WHOLE)
-    }
-
-    /// Builds shard `part` of the fleet of `sc` (`sim::sharded`): every task's slot, its own
-    /// tasks' controllers and callers, its own client instances with their groups' load in
-    /// proportion, and random streams of its own (shard 0's are the whole fleet's).
-    pub fn new_part(
+    /// Builds part `part` of the fleet of `sc` (one variant, already applied; `Part::WHOLE`
+    /// for all of it), for a run titled `title`. A shard (`sim::sharded`) gets every task's
+    /// slot, its own tasks' controllers and callers, its own client instances with their
+    /// groups' load in proportion, and random streams of its own (shard 0's are the whole
+    /// fleet's).
+    pub fn new(
         sc: &Scenario,
         title: &str,
         part: Part,
@@ -573,7 +570,7 @@ impl Engine {
 
     /// Seals, in order, every second before `now` (ns) that has no top-level request left
     /// open, so the recorder drops its latency histogram. (Sharded, shard 0 seals what all
-    /// shards have completed: `Engine::seal_below`.)
+    /// shards have completed, in `Engine::take_records`.)
     fn advance_sealed(&mut self, now: u64) {
         let now_s = (now / 1_000_000_000) as usize;
         while self.sealed_upto < now_s
