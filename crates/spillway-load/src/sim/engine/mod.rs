@@ -193,6 +193,8 @@ pub(crate) struct Engine {
     pages: HugePages,
     arrivals_open: usize,
     events: u64,
+    /// The wheel's current bucket's length when the look-ahead last ran (`prefetch.rs`).
+    ahead_left: usize,
     offered: u64,
     attempts: u64,
     /// The part of the fleet simulated here, and what crosses to the other parts.
@@ -375,6 +377,7 @@ impl Engine {
             },
             arrivals_open: 0,
             events: 0,
+            ahead_left: usize::MAX,
             offered: 0,
             attempts: 0,
             links: Links::new(part),

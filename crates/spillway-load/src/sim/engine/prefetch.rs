@@ -80,8 +80,23 @@ fn lines_of<T>(v: &T) {
 
 impl Engine {
     /// Starts loading what the events a few places ahead will touch (see the module docs).
+    /// The wheel's stages run only when its current bucket has moved since they last ran: an
+    /// event taken from a lane (or from the current millisecond's heap) leaves the bucket's
+    /// events where they were, and running the stages again would fetch the same lines again
+    /// (10.6% of the 10⁴-task fleet's instructions, 15% with a network delay).
     #[inline]
-    pub(super) fn prefetch_ahead(&self) {
+    pub(super) fn prefetch_ahead(&mut self) {
+        self.prefetch_lanes();
+        let left = self.q.current_len();
+        if left != self.ahead_left {
+            self.ahead_left = left;
+            self.prefetch_wheel();
+        }
+    }
+
+    /// The timer lanes' stages (see the module docs).
+    #[inline]
+    fn prefetch_lanes(&self) {
         for (ev, next_line) in self.q.lanes_ahead(LANE_FAR) {
             if let Some(ev) = ev {
                 self.slab.gen_hint(ev.id, cpu::prefetch);
@@ -95,6 +110,11 @@ impl Engine {
                 self.slab.phase_hint(ev.id, ev.gen, cpu::prefetch);
             }
         }
+    }
+
+    /// The wheel's stages, by distance in its current bucket (see the module docs).
+    #[inline]
+    fn prefetch_wheel(&self) {
         if let Some((ev, i)) = self.live_ahead(CLOSE) {
             if let (Kind::WorkerDone, Some(n)) = (ev.kind(), self.slab.nodes.get(i)) {
                 self.prefetch_queue(n.layer as usize, n.task);

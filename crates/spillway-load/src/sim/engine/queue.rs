@@ -13,7 +13,10 @@
 //! Why lanes: almost every attempt arms a timeout that almost never fires (the answer comes
 //! first). A timer armed at `now + d` for a fixed `d` (a caller's timeout, a queue's maximum
 //! wait) arrives in time order because `now` never goes back, so each distinct `d` gets a FIFO
-//! lane, already sorted: push and pop are O(1).
+//! lane, already sorted: push and pop are O(1). A layer's network delay is such a `d` too: an
+//! attempt's delivery, its answer and a cancellation are each due one delay after they are
+//! sent, so they share the delay's lane (in the wheel, most would land in the current
+//! millisecond's heap or be sorted with their bucket).
 //!
 //! Pops take the smallest `(time, sequence)` over the wheel and the lane fronts, so the order is
 //! exactly the one a single heap would give: results do not depend on this structure (a test
@@ -42,10 +45,15 @@ pub(super) struct EventQueue {
 
 impl EventQueue {
     /// Schedules `kind` for `(id, gen)` at `at`; `now` is the current time (`at >= now`).
+    /// Timers and network crossings due a fixed delay after `now` go to that delay's lane.
     pub fn push(&mut self, now: u64, at: u64, kind: Kind, id: u32, gen: u32) {
         self.seq += 1;
         let ev = Ev::new(at, self.seq, kind, id, gen);
-        if matches!(kind, Kind::AttemptTimeout | Kind::QueueGiveUp) && at >= now {
+        let fixed_delay = matches!(
+            kind,
+            Kind::AttemptTimeout | Kind::QueueGiveUp | Kind::Deliver | Kind::Answer | Kind::Cancel
+        );
+        if fixed_delay && at >= now {
             let delay = at - now;
             if let Some((_, lane)) = self.lanes.iter_mut().find(|(d, _)| *d == delay) {
                 lane.push_back(ev);
@@ -57,6 +65,13 @@ impl EventQueue {
             }
         }
         self.wheel.push(ev);
+    }
+
+    /// Schedules `kind` for `(id, gen)` at `at`, a time not of the form `now + a fixed delay`
+    /// (a message from another shard: due one delay after the sender's time, not this one's).
+    pub fn push_unlaned(&mut self, at: u64, kind: Kind, id: u32, gen: u32) {
+        self.seq += 1;
+        self.wheel.push(Ev::new(at, self.seq, kind, id, gen));
     }
 
     /// The earliest event.
@@ -89,6 +104,13 @@ impl EventQueue {
     pub fn ahead(&self, k: usize) -> Option<Ev> {
         let c = &self.wheel.current;
         c.len().checked_sub(k + 1).map(|i| c[i])
+    }
+
+    /// Events left in the wheel's current bucket (it shrinks by one whenever the next event
+    /// comes from there).
+    #[inline]
+    pub fn current_len(&self) -> usize {
+        self.wheel.current.len()
     }
 
     /// Each fixed-delay lane's `k`-th event after its front, with the address of its slot
@@ -232,20 +254,29 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(seed);
         let mut popped = 0;
         for step in 0..steps {
-            let kind = match step % 3 {
+            let kind = match step % 5 {
                 0 => Kind::AttemptTimeout,
-                1 => Kind::WorkerDone,
-                _ => Kind::QueueGiveUp,
+                1 | 4 => Kind::WorkerDone,
+                2 => Kind::QueueGiveUp,
+                _ => Kind::Deliver,
             };
             let delay = match (kind, rng.u32(0..6)) {
                 (Kind::WorkerDone, 0) => 0,
                 (Kind::WorkerDone, 1) => rng.u64(0..WIDTH),
                 (Kind::WorkerDone, 2) => rng.u64(0..BUCKETS * WIDTH * 3),
                 (Kind::WorkerDone, _) => rng.u64(0..200 * WIDTH),
+                // A network delay's lane, shared with a timer of the same delay.
+                (Kind::Deliver, _) => [WIDTH / 2, 7 * WIDTH][rng.usize(0..2)],
                 // More distinct delays than lanes: some timers go to the wheel too.
                 _ => [100, 250, 7 * WIDTH, 5_000 * WIDTH][rng.usize(0..4)] + rng.u64(0..20),
             };
-            q.push(now, now + delay, kind, step, 0);
+            // Every fifth a message from another shard: due a delay after the sender's time.
+            let kind = if step % 5 == 4 { Kind::Answer } else { kind };
+            if kind == Kind::Answer {
+                q.push_unlaned(now + delay, kind, step, 0);
+            } else {
+                q.push(now, now + delay, kind, step, 0);
+            }
             seq += 1;
             reference.push(Ev::new(now + delay, seq, kind, step, 0));
             if step % 2 == 0 {

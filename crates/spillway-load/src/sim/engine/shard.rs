@@ -349,7 +349,7 @@ impl Engine {
                 attempt.write_to(n);
                 n.since = at;
                 let gen = n.gen;
-                self.push(at, Kind::Deliver, id, gen);
+                self.q.push_unlaned(at, Kind::Deliver, id, gen);
                 let serving = &mut self.links.serving[from];
                 let i = stub as usize;
                 if serving.len() <= i {
@@ -371,14 +371,14 @@ impl Engine {
                     n.phase = Phase::Answering;
                     n.wait_ns = wait;
                     n.work_ns = served;
-                    self.push(at, Kind::Answer, stub, res);
+                    self.q.push_unlaned(at, Kind::Answer, stub, res);
                 }
             }
             Msg::Cancel { at, stub, stub_gen } => {
                 let serving = self.links.serving[from].get(stub as usize).copied();
                 if let Some((id, gen, sg)) = serving {
                     if sg == stub_gen && self.slab.is(id, gen) {
-                        self.push(at, Kind::Cancel, id, gen);
+                        self.q.push_unlaned(at, Kind::Cancel, id, gen);
                     }
                 }
             }
