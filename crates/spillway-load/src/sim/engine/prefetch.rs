@@ -31,7 +31,11 @@
 //!   timer is stale (answered, granted), but the check itself missed: 6% of a 10⁴-task run
 //!   waited on the give-ups' phase reads. Stale timers' nodes (most attempt timeouts: the
 //!   node was freed) are not fetched — on this host one core's misses in flight are the bound,
-//!   so a line fetched for nothing delays the ones that are needed.
+//!   so a line fetched for nothing delays the ones that are needed. A network delay's lane
+//!   (deliveries, answers, cancellations) gets the same two hints; an answer's `gen` field is
+//!   the answer, not a generation, so its check fails and only the generation line is asked
+//!   for. (Staged hints for crossings — node, then task or caller, then their state — were
+//!   measured and gave nothing: bench/results/sim-speed.md, tenth round.)
 //! - wakes: a release that grants (or drops) a queued request names its node to the waker
 //!   ([`woken_node`]); the loop polls that node only after the release and the
 //!   answer it belongs to are done, so its phase and held slot load meanwhile (another 6–8%
