@@ -86,3 +86,71 @@ default_customer = {{ per_criticality = [0.0, 1e9, 1e9, 1e9] }}
     .await;
     refused_then_served(p.addr, "HTTP/1.1 429").await;
 }
+
+/// A refused upload much larger than what arrives with its head: the 503 comes back before the
+/// client has finished sending, the proxy reads the rest behind it, and the connection then
+/// serves the next request. (Dropped unread, hyper closed the connection with the rest in its
+/// receive buffer, and the kernel's reset could destroy the 503 before the client read it:
+/// `wrk` counted a socket error after every refusal of a 256 KB POST.)
+#[tokio::test]
+async fn a_large_refused_upload_is_read_behind_the_answer() {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[classify]\ntrusted = [\"127.0.0.0/8\"]\n",
+        b.addr
+    ))
+    .await;
+    p.state
+        .controls()
+        .set_shed_below(Some(Criticality::SheddablePlus));
+    const LEN: usize = 512 << 10;
+    let s = TcpStream::connect(p.addr).await.unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    let head = format!(
+        "POST /up HTTP/1.1\r\nhost: x\r\nx-spillway-criticality: SHEDDABLE\r\n\
+         content-length: {LEN}\r\n\r\n"
+    );
+    wr.write_all(head.as_bytes()).await.unwrap();
+    // The body goes in 16 KiB pieces while the answer is read: the refusal does not wait for
+    // the upload, and the upload is not cut short by a reset.
+    let upload = tokio::spawn(async move {
+        let piece = vec![b'x'; 16 << 10];
+        for _ in 0..LEN / piece.len() {
+            wr.write_all(&piece).await?;
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        Ok::<_, std::io::Error>(wr)
+    });
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).contains("\r\n\r\n") {
+        let n = rd.read(&mut buf).await.expect("the answer, not a reset");
+        assert!(n > 0, "the connection closed before the answer");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&answer).into_owned();
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    let wr = upload
+        .await
+        .unwrap()
+        .expect("the whole upload was taken, no reset");
+    let mut s = rd.reunite(wr).unwrap();
+    // The rest of the 503's body, then a request served on the same connection.
+    let at = head.find("\r\n\r\n").unwrap() + 4;
+    let len: usize = head[..at]
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .expect("a content-length");
+    let mut rest = vec![0u8; len - (answer.len() - at)];
+    s.read_exact(&mut rest).await.expect("the 503's body");
+    s.write_all(b"GET /next HTTP/1.1\r\nhost: x\r\nx-spillway-criticality: CRITICAL\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, body) = read_response(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.contains("b GET /next"), "{body}");
+}

@@ -12,6 +12,7 @@
 mod body;
 mod headers;
 mod send;
+mod unread;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -52,6 +53,8 @@ pub async fn handle(
     let protocol = Protocol::of(req.headers());
     let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
+    // Read behind the answer if it is not forwarded (a refusal keeps the client's connection).
+    let body = unread::Unread::new(body);
 
     let class = match rt
         .router
@@ -175,7 +178,15 @@ pub async fn handle(
     }
 
     let (res, upstream_upgrade) = send::forward(
-        state, rt, parts, body, protocol, &class, permit, labels, busy,
+        state,
+        rt,
+        parts,
+        body.take(),
+        protocol,
+        &class,
+        permit,
+        labels,
+        busy,
     )
     .await;
     // Without the client's side (it did not ask to upgrade) the hold is dropped here, which
