@@ -11,18 +11,21 @@ use spillway_core::Criticality;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Reads one response (head and a `content-length` body) from `s`; returns the head and body.
-async fn read_response(s: &mut TcpStream) -> (String, String) {
-    let head = read_head(s).await;
-    let len: usize = head
-        .lines()
+/// The `content-length` of a response head.
+fn content_length(head: &str) -> usize {
+    head.lines()
         .find_map(|l| {
             let (k, v) = l.split_once(':')?;
             k.eq_ignore_ascii_case("content-length")
                 .then(|| v.trim().parse().ok())?
         })
-        .expect("a content-length");
-    let mut body = vec![0u8; len];
+        .expect("a content-length")
+}
+
+/// Reads one response (head and a `content-length` body) from `s`; returns the head and body.
+async fn read_response(s: &mut TcpStream) -> (String, String) {
+    let head = read_head(s).await;
+    let mut body = vec![0u8; content_length(&head)];
     s.read_exact(&mut body).await.expect("the body");
     (head, String::from_utf8_lossy(&body).into_owned())
 }
@@ -46,16 +49,21 @@ async fn refused_then_served(addr: std::net::SocketAddr, status: &str) {
     );
     assert!(!body.is_empty(), "the refusal names its cause");
     // ... then a second request on the same connection is served.
+    next_request_is_served(&mut s).await;
+}
+
+/// A CRITICAL request on connection `s` is forwarded and answered 200.
+async fn next_request_is_served(s: &mut TcpStream) {
     s.write_all(b"GET /next HTTP/1.1\r\nhost: x\r\nx-spillway-criticality: CRITICAL\r\n\r\n")
         .await
         .unwrap();
-    let (head, body) = read_response(&mut s).await;
+    let (head, body) = read_response(s).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(body.contains("b GET /next"), "{body}");
 }
 
-#[tokio::test]
-async fn an_incident_control_refusal_keeps_the_connection() {
+/// A backend and a proxy in front of it whose incident control sheds below SHEDDABLE_PLUS.
+async fn shedding_below_sheddable_plus() -> (proxy_support::Backend, spillway_proxy::run::Running) {
     let b = backend("b").await;
     let p = proxy_toml(&format!(
         "[upstream]\naddresses = [\"{}\"]\n[classify]\ntrusted = [\"127.0.0.0/8\"]\n",
@@ -65,6 +73,12 @@ async fn an_incident_control_refusal_keeps_the_connection() {
     p.state
         .controls()
         .set_shed_below(Some(Criticality::SheddablePlus));
+    (b, p)
+}
+
+#[tokio::test]
+async fn an_incident_control_refusal_keeps_the_connection() {
+    let (_b, p) = shedding_below_sheddable_plus().await;
     refused_then_served(p.addr, "HTTP/1.1 503").await;
 }
 
@@ -94,15 +108,7 @@ default_customer = {{ per_criticality = [0.0, 1e9, 1e9, 1e9] }}
 /// `wrk` counted a socket error after every refusal of a 256 KB POST.)
 #[tokio::test]
 async fn a_large_refused_upload_is_read_behind_the_answer() {
-    let b = backend("b").await;
-    let p = proxy_toml(&format!(
-        "[upstream]\naddresses = [\"{}\"]\n[classify]\ntrusted = [\"127.0.0.0/8\"]\n",
-        b.addr
-    ))
-    .await;
-    p.state
-        .controls()
-        .set_shed_below(Some(Criticality::SheddablePlus));
+    let (_b, p) = shedding_below_sheddable_plus().await;
     const LEN: usize = 512 << 10;
     let s = TcpStream::connect(p.addr).await.unwrap();
     let (mut rd, mut wr) = s.into_split();
@@ -137,20 +143,7 @@ async fn a_large_refused_upload_is_read_behind_the_answer() {
     let mut s = rd.reunite(wr).unwrap();
     // The rest of the 503's body, then a request served on the same connection.
     let at = head.find("\r\n\r\n").unwrap() + 4;
-    let len: usize = head[..at]
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .expect("a content-length");
-    let mut rest = vec![0u8; len - (answer.len() - at)];
+    let mut rest = vec![0u8; content_length(&head[..at]) - (answer.len() - at)];
     s.read_exact(&mut rest).await.expect("the 503's body");
-    s.write_all(b"GET /next HTTP/1.1\r\nhost: x\r\nx-spillway-criticality: CRITICAL\r\n\r\n")
-        .await
-        .unwrap();
-    let (head, body) = read_response(&mut s).await;
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(body.contains("b GET /next"), "{body}");
+    next_request_is_served(&mut s).await;
 }
