@@ -1,19 +1,15 @@
 //! A request body the proxy answers without forwarding (a refusal, a bad header, a static
 //! degraded response): read and discarded behind the answer, within bounds.
 //!
-//! Why: hyper closes an HTTP/1.1 connection whose request body is dropped unread (unless the
-//! rest is already in its buffer), and closing a socket with data still unread makes the kernel
-//! send a reset — which can destroy the answer in the client's receive buffer before the client
-//! reads it. A client that sees "connection reset" instead of a 503 with `Retry-After` retries
-//! at once, the opposite of what a refusal asks under overload. Reading the rest (what nginx
-//! calls a lingering close) lets the answer arrive and keeps the connection for the next
-//! request. Bounded, because a refusal must stay cheap: at most [`LIMIT`] bytes within
-//! [`WITHIN`]; past either the body is dropped and the connection closes as before.
+//! Why: a body dropped unread costs the client its connection and can cost it the answer
+//! ([`spillway_tower::server::drain`] says how); a client that sees "connection reset" instead
+//! of a 503 with `Retry-After` retries at once, the opposite of what a refusal asks under
+//! overload. Reading the rest behind the answer keeps both. Bounded, because a refusal must
+//! stay cheap: at most [`LIMIT`] bytes within [`WITHIN`]; past either the body is dropped and
+//! the connection closes as before.
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 /// The most of an unforwarded body read before giving the connection up.
@@ -46,19 +42,9 @@ impl Drop for Unread {
         // Outside a runtime (never on the data plane) the body is just dropped.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let _ = tokio::time::timeout(WITHIN, drain(body)).await;
+                let drain = spillway_tower::server::drain(body, LIMIT);
+                let _ = tokio::time::timeout(WITHIN, drain).await;
             });
-        }
-    }
-}
-
-/// Reads `body` to its end or past [`LIMIT`] bytes, discarding it.
-async fn drain(mut body: Incoming) {
-    let mut read = 0usize;
-    while let Some(Ok(frame)) = body.frame().await {
-        read += frame.data_ref().map_or(0, Bytes::len);
-        if read > LIMIT {
-            return;
         }
     }
 }

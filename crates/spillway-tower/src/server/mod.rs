@@ -25,6 +25,7 @@
 mod body;
 mod classify;
 mod cpu;
+mod drain;
 mod future;
 mod layer;
 pub mod reject;
@@ -36,6 +37,7 @@ pub use classify::{
     OperationFn, OperationSource, PeerFn, RequestView, Route,
 };
 pub use cpu::{CpuMeter, Measured};
+pub use drain::drain;
 pub use future::ResponseFuture;
 pub use layer::SpillwayLayer;
 pub use service::Spillway;
