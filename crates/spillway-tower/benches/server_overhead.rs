@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use divan::Bencher;
 use http::{Request, Response};
-use http_body_util::Full;
+use http_body_util::{Empty, Full};
 use spillway_core::controller::{AdmissionConfig, AdmissionController};
 use spillway_core::limit::{FixedConfig, LimitConfig};
 use spillway_core::signal::ManualSignal;
@@ -30,15 +30,15 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-fn request() -> Request<()> {
+fn request() -> Request<Empty<Bytes>> {
     Request::builder()
         .uri("/api/items")
         .header("x-spillway-criticality", "CRITICAL")
-        .body(())
+        .body(Empty::new())
         .expect("request")
 }
 
-async fn handler(_r: Request<()>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handler(_r: Request<Empty<Bytes>>) -> Result<Response<Full<Bytes>>, Infallible> {
     Ok(Response::new(Full::new(Bytes::from_static(b"ok"))))
 }
 
@@ -106,7 +106,7 @@ fn spillway_refused_shed(b: Bencher) {
     let req = || {
         Request::builder()
             .uri("/api/items")
-            .body(())
+            .body(Empty::new())
             .expect("request")
     };
     b.bench_local(|| rt.block_on(svc.clone().oneshot(req())));

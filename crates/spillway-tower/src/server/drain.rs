@@ -4,11 +4,22 @@
 //! rest is already in its buffer), and closing a socket with data still unread makes the kernel
 //! send a reset — which can destroy the answer in the client's receive buffer before the client
 //! reads it (what nginx avoids with its "lingering close"). A refusal that reaches the client as
-//! "connection reset" rather than a 503 with `Retry-After` invites an immediate retry.
+//! "connection reset" rather than a 503 with `Retry-After` invites an immediate retry. So a
+//! refused request's body is read and discarded behind the answer ([`drain_behind`]: the layer's
+//! refusals, and `spillway proxy`'s), within bounds, because a refusal must stay cheap.
+
+use std::time::Duration;
 
 use bytes::Buf;
 use http_body::Body;
 use http_body_util::BodyExt;
+
+/// The most of a refused request's body [`drain_behind`] reads before giving the connection up.
+pub const DRAIN_LIMIT: usize = 1 << 20;
+
+/// How long [`drain_behind`] reads a refused request's body before giving the connection up
+/// (nginx's `lingering_timeout` default).
+pub const DRAIN_WITHIN: Duration = Duration::from_secs(5);
 
 /// Reads `body` to its end and discards it, stopping early (returning `false`) once more than
 /// `limit` bytes have been read or the stream fails; `true` if it ended.
@@ -25,6 +36,26 @@ where
         }
     }
     true
+}
+
+/// Reads the rest of a body that will not be used (a refused request's) in a task of its own,
+/// up to [`DRAIN_LIMIT`] bytes within [`DRAIN_WITHIN`]; past either it is dropped and the
+/// connection closes. Does nothing for a body already at its end (most GETs), and outside a
+/// Tokio runtime, where the body is just dropped.
+pub fn drain_behind<B>(body: B)
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Send,
+{
+    if body.is_end_stream() {
+        return;
+    }
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let _ = tokio::time::timeout(DRAIN_WITHIN, drain(Box::pin(body), DRAIN_LIMIT)).await;
+        });
+    }
 }
 
 #[cfg(test)]

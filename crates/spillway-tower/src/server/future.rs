@@ -20,6 +20,7 @@ use tower_service::Service;
 use super::body::{Guard, SpillwayBody};
 use super::classify::Classified;
 use super::cpu::Measured;
+use super::drain::drain_behind;
 use super::layer::Shared;
 use super::reject;
 use crate::context::{self, RequestContext};
@@ -62,10 +63,13 @@ pin_project_lite::pin_project! {
 impl<S, ReqB, ResB> ResponseFuture<S, ReqB, ResB>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ReqB: Body + Send + 'static,
+    ReqB::Data: Send,
+    ReqB::Error: Send,
     ResB: Body<Data = bytes::Bytes>,
 {
     /// Classifies and asks the controller — synchronously, inside `call`, so a refusal costs
-    /// no task wake-up.
+    /// no task wake-up. A refused request's body is read behind the answer ([`drain_behind`]).
     pub(crate) fn start(shared: Arc<Shared>, svc: S, req: Request<ReqB>) -> Self {
         let now = shared.controller.now();
         let protocol = wire::Protocol::of(req.headers());
@@ -79,7 +83,8 @@ where
         let c: Classified = match classified {
             Ok(c) => c,
             Err(e) => {
-                return ResponseFuture::ready(shared, protocol, reject::bad_header(&e, protocol))
+                drain_behind(req.into_body());
+                return ResponseFuture::ready(shared, protocol, reject::bad_header(&e, protocol));
             }
         };
         let admission = shared.controller.admit(&AdmissionRequest {
@@ -111,9 +116,12 @@ where
                 queued: Some(q),
                 pending: Some((svc, req, ctx, labels)),
             },
-            Admission::Refused(r) => State::Ready {
-                response: Some(refuse(&shared, &r, protocol, &labels)),
-            },
+            Admission::Refused(r) => {
+                drain_behind(req.into_body());
+                State::Ready {
+                    response: Some(refuse(&shared, &r, protocol, &labels)),
+                }
+            }
         };
         ResponseFuture {
             state,
@@ -265,6 +273,9 @@ impl<S, ReqB, ResB> Future for ResponseFuture<S, ReqB, ResB>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
     S::Error: 'static,
+    ReqB: Body + Send + 'static,
+    ReqB::Data: Send,
+    ReqB::Error: Send,
     ResB: Body<Data = bytes::Bytes>,
 {
     type Output = Result<Response<SpillwayBody<ResB>>, S::Error>;
@@ -304,9 +315,17 @@ where
                     };
                     match result {
                         Ok(permit) => serve(this.shared, svc, req, permit, ctx, labels),
-                        Err(refusal) => State::Ready {
-                            response: Some(refuse(this.shared, &refusal, *this.protocol, &labels)),
-                        },
+                        Err(refusal) => {
+                            drain_behind(req.into_body());
+                            State::Ready {
+                                response: Some(refuse(
+                                    this.shared,
+                                    &refusal,
+                                    *this.protocol,
+                                    &labels,
+                                )),
+                            }
+                        }
                     }
                 }
                 StateProj::Serving { fut, guard } => {

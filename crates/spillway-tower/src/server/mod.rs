@@ -6,7 +6,9 @@
 //! hyper and tonic: one `.layer(...)` and every route is protected. All decisions are made by
 //! `spillway_core::controller::AdmissionController`; this module classifies requests, carries
 //! them to it, maps its answer to HTTP/gRPC at the edge ([`reject`]), and keeps the permit
-//! until the response body has ended ([`body`]).
+//! until the response body has ended ([`body`]). A refused request's body is read and
+//! discarded behind the refusal ([`drain_behind`]), so that the client gets the answer and keeps
+//! its connection.
 //!
 //! ```no_run
 //! # fn demo(controller: spillway_core::controller::AdmissionController) -> Result<(), spillway_core::ConfigError> {
@@ -37,7 +39,7 @@ pub use classify::{
     OperationFn, OperationSource, PeerFn, RequestView, Route,
 };
 pub use cpu::{CpuMeter, Measured};
-pub use drain::drain;
+pub use drain::{drain, drain_behind, DRAIN_LIMIT, DRAIN_WITHIN};
 pub use future::ResponseFuture;
 pub use layer::SpillwayLayer;
 pub use service::Spillway;

@@ -41,6 +41,12 @@ impl<S, ReqB, ResB> Service<Request<ReqB>> for Spillway<S>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     S::Error: 'static,
+    // A refused request's body is read behind the answer, in a task of its own
+    // (`server::drain_behind`): every server's body type (hyper's `Incoming`, axum's and
+    // tonic's `Body`) is one.
+    ReqB: Body + Send + 'static,
+    ReqB::Data: Send,
+    ReqB::Error: Send,
     ResB: Body<Data = bytes::Bytes>,
 {
     type Response = Response<SpillwayBody<ResB>>;
