@@ -109,16 +109,53 @@ default_customer = {{ per_criticality = [0.0, 1e9, 1e9, 1e9] }}
 #[tokio::test]
 async fn a_large_refused_upload_is_read_behind_the_answer() {
     let (_b, p) = shedding_below_sheddable_plus().await;
+    let (head, mut s) = answered_during_upload(p.addr, "SHEDDABLE").await;
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    next_request_is_served(&mut s).await;
+}
+
+/// The same for an upload that was admitted and streamed toward a task the proxy then could
+/// not reach (nothing listens at its address): the body was inside the upstream request when
+/// the connection attempt failed. The client gets the 502 naming the cause and keeps its
+/// connection, which answers the next request.
+#[tokio::test]
+async fn a_streamed_upload_that_reaches_no_task_is_read_behind_the_answer() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = dead.local_addr().unwrap();
+    drop(dead);
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{addr}\"]\n[classify]\ntrusted = [\"127.0.0.0/8\"]\n"
+    ))
+    .await;
+    let (head, mut s) = answered_during_upload(p.addr, "CRITICAL").await;
+    assert!(head.starts_with("HTTP/1.1 502"), "{head}");
+    s.write_all(b"GET /next HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (next, body) = read_response(&mut s).await;
+    assert!(
+        next.starts_with("HTTP/1.1 50"),
+        "answered on the same connection: {next}"
+    );
+    assert!(!body.is_empty(), "{next}");
+}
+
+/// Sends a 512 KiB POST of `criticality` to `addr` in 16 KiB pieces while reading the answer,
+/// which comes before the upload ends; checks the upload is taken whole (no reset) and reads
+/// the answer's body. Returns the answer's head and the connection.
+async fn answered_during_upload(
+    addr: std::net::SocketAddr,
+    criticality: &str,
+) -> (String, TcpStream) {
     const LEN: usize = 512 << 10;
-    let s = TcpStream::connect(p.addr).await.unwrap();
+    let s = TcpStream::connect(addr).await.unwrap();
     let (mut rd, mut wr) = s.into_split();
     let head = format!(
-        "POST /up HTTP/1.1\r\nhost: x\r\nx-spillway-criticality: SHEDDABLE\r\n\
+        "POST /up HTTP/1.1\r\nhost: x\r\nx-spillway-criticality: {criticality}\r\n\
          content-length: {LEN}\r\n\r\n"
     );
     wr.write_all(head.as_bytes()).await.unwrap();
-    // The body goes in 16 KiB pieces while the answer is read: the refusal does not wait for
-    // the upload, and the upload is not cut short by a reset.
+    // The answer does not wait for the upload, and the upload is not cut short by a reset.
     let upload = tokio::spawn(async move {
         let piece = vec![b'x'; 16 << 10];
         for _ in 0..LEN / piece.len() {
@@ -135,15 +172,14 @@ async fn a_large_refused_upload_is_read_behind_the_answer() {
         answer.extend_from_slice(&buf[..n]);
     }
     let head = String::from_utf8_lossy(&answer).into_owned();
-    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
     let wr = upload
         .await
         .unwrap()
-        .expect("the whole upload was taken, no reset");
+        .unwrap_or_else(|e| panic!("the whole upload was taken, no reset ({e}); answer: {head}"));
     let mut s = rd.reunite(wr).unwrap();
-    // The rest of the 503's body, then a request served on the same connection.
+    // The rest of the answer's body.
     let at = head.find("\r\n\r\n").unwrap() + 4;
-    let mut rest = vec![0u8; content_length(&head[..at]) - (answer.len() - at)];
-    s.read_exact(&mut rest).await.expect("the 503's body");
-    next_request_is_served(&mut s).await;
+    let mut rest = vec![0u8; content_length(&head[..at]).saturating_sub(answer.len() - at)];
+    s.read_exact(&mut rest).await.expect("the answer's body");
+    (head[..at].to_owned(), s)
 }

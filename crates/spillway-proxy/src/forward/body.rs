@@ -7,18 +7,18 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use spillway_core::controller::{Outcome, Permit};
 
 use spillway_tower::metrics::RequestLabels;
 
+use super::Unread;
 use crate::listener::head::Busy;
 use crate::upstream::{BoxError, InSlot, UpstreamBody};
 
 /// The request body: buffered (replayable on another task) or streamed (sent once).
 pub(super) enum ReqBody {
     Buffered(Bytes),
-    Streamed(Option<Incoming>),
+    Streamed(Option<Unread>),
 }
 
 /// Why a body meant for buffering could not be read.
@@ -32,7 +32,7 @@ pub(super) enum ReadError {
 /// Buffers a body with a known length up to `limit` (within `timeout`: a slow upload must not
 /// hold an admission permit forever); anything else is handed back to be streamed.
 pub(super) async fn read_body(
-    body: Incoming,
+    body: Unread,
     limit: usize,
     timeout: std::time::Duration,
 ) -> Result<ReqBody, ReadError> {

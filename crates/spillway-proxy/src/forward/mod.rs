@@ -36,6 +36,7 @@ use crate::upstream::ProxyBody;
 pub use body::Held;
 pub use headers::Peer;
 use headers::{append_forwarded_for, is_upgrade, strip_hop_by_hop};
+pub use unread::Unread;
 
 /// Handles one client request with `cur`, its thread's snapshot of the state
 /// ([`ProxyState::current`]). Never fails: every outcome is a response; the `Result` is the
@@ -53,8 +54,9 @@ pub async fn handle(
     let protocol = Protocol::of(req.headers());
     let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
-    // Read behind the answer if it is not forwarded (a refusal keeps the client's connection).
-    let body = unread::Unread::new(body);
+    // Read behind the answer if it is not forwarded, or not to its end (a refusal keeps the
+    // client's connection).
+    let body = Unread::new(body);
 
     let class = match rt
         .router
@@ -178,15 +180,7 @@ pub async fn handle(
     }
 
     let (res, upstream_upgrade) = send::forward(
-        state,
-        rt,
-        parts,
-        body.take(),
-        protocol,
-        &class,
-        permit,
-        labels,
-        busy,
+        state, rt, parts, body, protocol, &class, permit, labels, busy,
     )
     .await;
     // Without the client's side (it did not ask to upgrade) the hold is dropped here, which

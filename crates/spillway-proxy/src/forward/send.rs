@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
-use hyper::body::Incoming;
 use metrics::SharedString;
 use spillway_core::controller::{Outcome, Permit};
 use spillway_core::retry::{Failure, RetryDecision, RetryGate};
@@ -16,6 +15,7 @@ use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
 use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
 
 use super::body::{read_body, Guard, Held, ReadError, ReqBody, TunnelHold};
+use super::Unread;
 
 /// gRPC `CANCELLED`: the client's side of the stream failed.
 const GRPC_CANCELLED: u16 = 1;
@@ -38,7 +38,7 @@ pub(super) async fn forward(
     state: &Arc<ProxyState>,
     rt: &Arc<Runtime>,
     mut parts: http::request::Parts,
-    body: Incoming,
+    body: Unread,
     protocol: Protocol,
     class: &crate::route::Classified,
     mut permit: Permit,

@@ -1,50 +1,65 @@
-//! A request body the proxy answers without forwarding (a refusal, a bad header, a static
-//! degraded response): read and discarded behind the answer, within bounds.
+//! A client's request body that is read to its end or, if the proxy lets go of it early, read
+//! and discarded behind the answer, within bounds.
 //!
 //! Why: a body dropped unread costs the client its connection and can cost it the answer
 //! ([`spillway_tower::server::drain`] says how); a client that sees "connection reset" instead
 //! of a 503 with `Retry-After` retries at once, the opposite of what a refusal asks under
-//! overload. Reading the rest behind the answer keeps both. Bounded, because a refusal must
-//! stay cheap: at most [`LIMIT`] bytes within [`WITHIN`]; past either the body is dropped and
-//! the connection closes as before.
+//! overload. The proxy lets go of a body early in many places: a refusal, a bad header or a
+//! static degraded answer before forwarding; a streamed upload when no task can take it (none
+//! left, throttled, the pool full) or the connection to the task fails; an upstream that
+//! answers, or breaks, before reading all of it (hyper's client then drops what it was
+//! sending). So the guard is the body itself, from the client's connection to the upstream
+//! request: whoever drops it unfinished starts the drain
+//! ([`spillway_tower::server::drain_behind`], bounded in bytes and time, as the server layer's
+//! refusals are).
 
-use std::time::Duration;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-/// The most of an unforwarded body read before giving the connection up.
-const LIMIT: usize = 1 << 20;
-/// How long an unforwarded body is read before giving the connection up (nginx's
-/// `lingering_timeout` default).
-const WITHIN: Duration = Duration::from_secs(5);
-
-/// Owns a request body until it is forwarded ([`take`](Self::take)); dropped with the body
-/// unread, it reads the rest in a task of its own.
-pub(super) struct Unread(Option<Incoming>);
+/// A client's request body; dropped before its end, it reads the rest in a task of its own.
+#[derive(Debug)]
+pub struct Unread(Option<Incoming>);
 
 impl Unread {
-    pub(super) fn new(body: Incoming) -> Self {
+    /// Guards `body`.
+    pub fn new(body: Incoming) -> Self {
         Unread(Some(body))
     }
+}
 
-    /// The body, to forward.
-    pub(super) fn take(mut self) -> Incoming {
-        self.0.take().expect("an Unread holds its body until taken")
+impl Body for Unread {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.0.as_mut() {
+            Some(b) => Pin::new(b).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.as_ref().map_or(true, Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.0
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
     }
 }
 
 impl Drop for Unread {
     fn drop(&mut self) {
-        let Some(body) = self.0.take() else { return };
-        if http_body::Body::is_end_stream(&body) {
-            return;
-        }
-        // Outside a runtime (never on the data plane) the body is just dropped.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let drain = spillway_tower::server::drain(body, LIMIT);
-                let _ = tokio::time::timeout(WITHIN, drain).await;
-            });
+        if let Some(body) = self.0.take() {
+            spillway_tower::server::drain_behind(body);
         }
     }
 }

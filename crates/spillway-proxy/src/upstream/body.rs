@@ -10,10 +10,9 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 
 use super::BoxError;
-use crate::forward::Held;
+use crate::forward::{Held, Unread};
 
 /// A request or response body of the proxy.
 pub struct ProxyBody(Kind);
@@ -35,8 +34,9 @@ impl std::fmt::Debug for ProxyBody {
 enum Kind {
     /// Bytes known in full (a buffered request body, a refusal's text); `None` once sent.
     Full(Option<Bytes>),
-    /// A client's request body streamed upstream as it arrives.
-    Streamed(Incoming),
+    /// A client's request body streamed upstream as it arrives (read behind the answer if
+    /// dropped before its end: `forward::Unread`).
+    Streamed(Unread),
     /// An upstream's response, holding the admission permit until it ends.
     Upstream(Held),
 }
@@ -53,7 +53,7 @@ pub fn full_body(bytes: Bytes) -> ProxyBody {
 
 impl ProxyBody {
     /// A client's request body, streamed.
-    pub fn streamed(body: Incoming) -> Self {
+    pub fn streamed(body: Unread) -> Self {
         ProxyBody(Kind::Streamed(body))
     }
 
