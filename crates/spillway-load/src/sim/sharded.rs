@@ -35,8 +35,12 @@ use super::{Scenario, SimError};
 /// shards run up to `LAG - 1` windows apart, and a window that takes one shard longer (a
 /// bucket to sort, a moment descheduled) is made up over the next ones instead of holding the
 /// others at a barrier. With `LAG` 1 — a barrier per delay — each shard waited ~10% of the
-/// time on the 10⁴-task fleet (perf, 2 shards, 0.5 ms). At most `Mail::SLOTS / 2`.
-const LAG: u64 = 4;
+/// time on the 10⁴-task fleet (perf, 2 shards, 0.5 ms). Every window costs each shard a
+/// hand-over whatever it holds (slots locked, progress published and read across cores), so
+/// fewer, longer windows win as long as the lead stays: 3 (two thirds of a delay ahead) ran
+/// the fleet in 2 shards 1.05–1.18× faster than 4, as did 2, and 8 was slower than 4
+/// (bench/results/sim-speed.md, tenth and eleventh rounds). At most `Mail::SLOTS / 2`.
+const LAG: u64 = 3;
 
 /// The smallest one-way network delay of any layer, ns (validated > 0 when the scenario has
 /// several shards), converted as the engine converts each layer's, so that no window is ever
