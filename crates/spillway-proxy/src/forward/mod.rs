@@ -56,7 +56,7 @@ pub async fn handle(
     let (mut parts, body) = req.into_parts();
     // Read behind the answer if it is not forwarded, or not to its end (a refusal keeps the
     // client's connection).
-    let body = Unread::new(body);
+    let body = Unread::new(body, parts.version);
 
     let class = match rt
         .router

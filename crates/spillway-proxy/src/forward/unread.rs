@@ -20,14 +20,22 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-/// A client's request body; dropped before its end, it reads the rest in a task of its own.
+/// A client's request body; dropped before its end, it reads the rest in a task of its own
+/// if it came over HTTP/1.x (over HTTP/2 a dropped body resets only its own stream, after the
+/// answer: reading it would only spend the proxy's time under overload).
 #[derive(Debug)]
-pub struct Unread(Option<Incoming>);
+pub struct Unread {
+    body: Option<Incoming>,
+    drain: bool,
+}
 
 impl Unread {
-    /// Guards `body`.
-    pub fn new(body: Incoming) -> Self {
-        Unread(Some(body))
+    /// Guards `body`, which came over `version`.
+    pub fn new(body: Incoming, version: http::Version) -> Self {
+        Unread {
+            body: Some(body),
+            drain: version <= http::Version::HTTP_11,
+        }
     }
 }
 
@@ -39,18 +47,18 @@ impl Body for Unread {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.0.as_mut() {
+        match self.body.as_mut() {
             Some(b) => Pin::new(b).poll_frame(cx),
             None => Poll::Ready(None),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.0.as_ref().map_or(true, Body::is_end_stream)
+        self.body.as_ref().map_or(true, Body::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.0
+        self.body
             .as_ref()
             .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
     }
@@ -58,7 +66,7 @@ impl Body for Unread {
 
 impl Drop for Unread {
     fn drop(&mut self) {
-        if let Some(body) = self.0.take() {
+        if let (Some(body), true) = (self.body.take(), self.drain) {
             spillway_tower::server::drain_behind(body);
         }
     }

@@ -5,8 +5,9 @@
 //! send a reset — which can destroy the answer in the client's receive buffer before the client
 //! reads it (what nginx avoids with its "lingering close"). A refusal that reaches the client as
 //! "connection reset" rather than a 503 with `Retry-After` invites an immediate retry. So a
-//! refused request's body is read and discarded behind the answer ([`drain_behind`]: the layer's
-//! refusals, and `spillway proxy`'s), within bounds, because a refusal must stay cheap.
+//! refused HTTP/1.x request's body is read and discarded behind the answer ([`drain_behind`]:
+//! the layer's refusals, and `spillway proxy`'s), within bounds, because a refusal must stay
+//! cheap. (HTTP/2 needs none of this: a dropped body resets its own stream, after the answer.)
 
 use std::time::Duration;
 

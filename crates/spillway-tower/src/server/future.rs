@@ -69,7 +69,7 @@ where
     ResB: Body<Data = bytes::Bytes>,
 {
     /// Classifies and asks the controller — synchronously, inside `call`, so a refusal costs
-    /// no task wake-up. A refused request's body is read behind the answer ([`drain_behind`]).
+    /// no task wake-up. A refused request's body is read behind the answer ([`drain_refused`]).
     pub(crate) fn start(shared: Arc<Shared>, svc: S, req: Request<ReqB>) -> Self {
         let now = shared.controller.now();
         let protocol = wire::Protocol::of(req.headers());
@@ -83,7 +83,7 @@ where
         let c: Classified = match classified {
             Ok(c) => c,
             Err(e) => {
-                drain_behind(req.into_body());
+                drain_refused(req);
                 return ResponseFuture::ready(shared, protocol, reject::bad_header(&e, protocol));
             }
         };
@@ -117,7 +117,7 @@ where
                 pending: Some((svc, req, ctx, labels)),
             },
             Admission::Refused(r) => {
-                drain_behind(req.into_body());
+                drain_refused(req);
                 State::Ready {
                     response: Some(refuse(&shared, &r, protocol, &labels)),
                 }
@@ -138,6 +138,21 @@ where
             shared,
             protocol,
         }
+    }
+}
+
+/// A refused request's body, read behind the answer over HTTP/1.x ([`drain_behind`]). Over
+/// HTTP/2 a dropped body resets only its own stream, after the response (RFC 9113 §8.1: a
+/// server may answer before the request is complete and then ask the client to stop), so
+/// reading it would only spend the refusal's budget on bytes nobody needs.
+fn drain_refused<B>(req: Request<B>)
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Send,
+{
+    if req.version() <= http::Version::HTTP_11 {
+        drain_behind(req.into_body());
     }
 }
 
@@ -316,7 +331,7 @@ where
                     match result {
                         Ok(permit) => serve(this.shared, svc, req, permit, ctx, labels),
                         Err(refusal) => {
-                            drain_behind(req.into_body());
+                            drain_refused(req);
                             State::Ready {
                                 response: Some(refuse(
                                     this.shared,

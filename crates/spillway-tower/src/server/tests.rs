@@ -437,3 +437,61 @@ async fn cost_and_orca_headers() {
     assert_eq!(orca.application_utilization, Some(0.5));
     assert!(layer.estimated_cost(0.0).is_err());
 }
+
+/// A request body that never ends and counts how often it was read.
+struct Endless(Arc<AtomicUsize>);
+
+impl http_body::Body for Endless {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(
+            &[0; 4096],
+        )))))
+    }
+}
+
+/// A refused HTTP/1.1 request's body is read behind the refusal, up to the limit (then the
+/// connection may close); a refused HTTP/2 request's is not read at all (dropping it resets
+/// only its stream, after the answer).
+#[tokio::test]
+async fn a_refused_body_is_read_behind_the_answer_over_http1_only() {
+    let (c, signal) = controller(config(100, Some(0)));
+    signal.set(0.95);
+    let layer = SpillwayLayer::new(c).trust_all(true);
+    let svc = layered(
+        &layer,
+        service_fn(|_r: Request<Endless>| async {
+            Ok::<_, Infallible>(Response::new(Body::empty()))
+        }),
+    );
+    for (version, drained) in [
+        (http::Version::HTTP_11, true),
+        (http::Version::HTTP_2, false),
+    ] {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let r = Request::builder()
+            .version(version)
+            .header("x-spillway-criticality", "SHEDDABLE")
+            .body(Endless(Arc::clone(&polls)))
+            .unwrap();
+        let res = svc.clone().oneshot(r).await.unwrap();
+        assert_eq!(res.status(), 503, "{version:?}");
+        // The drain runs on its own task: give it the runtime.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let n = polls.load(Ordering::SeqCst);
+        if drained {
+            // 1 MiB in 4 KiB frames, then one frame past the limit.
+            assert_eq!(n, (super::DRAIN_LIMIT >> 12) + 1, "{version:?}");
+        } else {
+            assert_eq!(n, 0, "{version:?}");
+        }
+    }
+}
