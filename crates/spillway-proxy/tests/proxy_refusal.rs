@@ -5,22 +5,14 @@
 //! `spillway_tower::server::reject::refusal_response`) — with `Retry-After`.
 
 mod proxy_support;
+#[path = "../../spillway-tower/tests/upload_support/mod.rs"]
+mod upload_support;
 
 use proxy_support::{backend, proxy_toml, read_head};
 use spillway_core::Criticality;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// The `content-length` of a response head.
-fn content_length(head: &str) -> usize {
-    head.lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .expect("a content-length")
-}
+use upload_support::{answered_during_upload, content_length};
 
 /// Reads one response (head and a `content-length` body) from `s`; returns the head and body.
 async fn read_response(s: &mut TcpStream) -> (String, String) {
@@ -138,48 +130,4 @@ async fn a_streamed_upload_that_reaches_no_task_is_read_behind_the_answer() {
         "answered on the same connection: {next}"
     );
     assert!(!body.is_empty(), "{next}");
-}
-
-/// Sends a 512 KiB POST of `criticality` to `addr` in 16 KiB pieces while reading the answer,
-/// which comes before the upload ends; checks the upload is taken whole (no reset) and reads
-/// the answer's body. Returns the answer's head and the connection.
-async fn answered_during_upload(
-    addr: std::net::SocketAddr,
-    criticality: &str,
-) -> (String, TcpStream) {
-    const LEN: usize = 512 << 10;
-    let s = TcpStream::connect(addr).await.unwrap();
-    let (mut rd, mut wr) = s.into_split();
-    let head = format!(
-        "POST /up HTTP/1.1\r\nhost: x\r\nx-spillway-criticality: {criticality}\r\n\
-         content-length: {LEN}\r\n\r\n"
-    );
-    wr.write_all(head.as_bytes()).await.unwrap();
-    // The answer does not wait for the upload, and the upload is not cut short by a reset.
-    let upload = tokio::spawn(async move {
-        let piece = vec![b'x'; 16 << 10];
-        for _ in 0..LEN / piece.len() {
-            wr.write_all(&piece).await?;
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-        Ok::<_, std::io::Error>(wr)
-    });
-    let mut answer = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&answer).contains("\r\n\r\n") {
-        let n = rd.read(&mut buf).await.expect("the answer, not a reset");
-        assert!(n > 0, "the connection closed before the answer");
-        answer.extend_from_slice(&buf[..n]);
-    }
-    let head = String::from_utf8_lossy(&answer).into_owned();
-    let wr = upload
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("the whole upload was taken, no reset ({e}); answer: {head}"));
-    let mut s = rd.reunite(wr).unwrap();
-    // The rest of the answer's body.
-    let at = head.find("\r\n\r\n").unwrap() + 4;
-    let mut rest = vec![0u8; content_length(&head[..at]).saturating_sub(answer.len() - at)];
-    s.read_exact(&mut rest).await.expect("the answer's body");
-    (head[..at].to_owned(), s)
 }

@@ -1,6 +1,8 @@
 //! The server layer in an axum service over real loopback sockets (HTTP/1.1 and HTTP/2
 //! prior-knowledge for the gRPC wire format), with a hyper client.
 
+mod upload_support;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -357,7 +359,6 @@ async fn grpc_requests_get_trailers_only_refusals_with_pushback() {
 async fn a_large_refused_upload_is_read_behind_the_answer() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    const LEN: usize = 512 << 10;
     let (c, signal) = controller(100, QuotaConfig::default());
     let app = Router::new()
         .route("/", get(echo))
@@ -365,53 +366,17 @@ async fn a_large_refused_upload_is_read_behind_the_answer() {
         .layer(layer(c).trust("127.0.0.0/8").unwrap());
     let addr = serve(app).await;
     signal.set(0.95); // past SHEDDABLE's threshold
-    let s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut rd, mut wr) = s.into_split();
-    let head = format!(
-        "POST /up HTTP/1.1\r\nhost: x\r\nx-spillway-criticality: SHEDDABLE\r\n\
-         content-length: {LEN}\r\n\r\n"
-    );
-    wr.write_all(head.as_bytes()).await.unwrap();
-    // The upload goes in 16 KiB pieces while the answer is read.
-    let upload = tokio::spawn(async move {
-        let piece = vec![b'x'; 16 << 10];
-        for _ in 0..LEN / piece.len() {
-            wr.write_all(&piece).await?;
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-        Ok::<_, std::io::Error>(wr)
-    });
-    let mut answer = Vec::new();
-    let mut buf = [0u8; 4096];
-    let end = loop {
-        if let Some(at) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
-        }
-        let n = rd.read(&mut buf).await.expect("the answer, not a reset");
-        assert!(n > 0, "the connection closed before the answer");
-        answer.extend_from_slice(&buf[..n]);
-    };
-    let head = String::from_utf8_lossy(&answer[..end]).to_ascii_lowercase();
+    let (head, mut s) = upload_support::answered_during_upload(addr, "SHEDDABLE").await;
+    let head = head.to_ascii_lowercase();
     assert!(head.starts_with("http/1.1 503"), "{head}");
     assert!(head.contains("\r\nretry-after: "), "{head}");
-    let wr = upload
-        .await
-        .unwrap()
-        .expect("the whole upload was taken, no reset");
-    let mut s = rd.reunite(wr).unwrap();
-    // The rest of the 503's body, then a request served on the same connection.
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length: "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("a content-length");
-    let mut rest = vec![0u8; length.saturating_sub(answer.len() - end)];
-    s.read_exact(&mut rest).await.expect("the 503's body");
+    // A request served on the same connection.
     signal.set(0.0);
     s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nx-spillway-criticality: CRITICAL\r\n\r\n")
         .await
         .unwrap();
     let mut next = Vec::new();
+    let mut buf = [0u8; 4096];
     while !next.windows(4).any(|w| w == b"\r\n\r\n") {
         let n = s.read(&mut buf).await.expect("the next answer");
         assert!(n > 0, "the connection closed after the refusal");
