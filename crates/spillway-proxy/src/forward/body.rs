@@ -121,9 +121,9 @@ impl Body for Held {
                 if let Some(mut g) = this.guard.take() {
                     g.permit.set_outcome(Outcome::Ignore);
                 }
-                Poll::Ready(Some(Err(Box::new(e))))
+                Poll::Ready(Some(Err(e)))
             }
-            other => other.map(|o| o.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
+            other => other,
         }
     }
 

@@ -1,41 +1,46 @@
-//! The upstream response body: it drives its HTTP/1.1 connection while the body streams and
-//! puts the connection back on its thread's idle list when the body ends.
+//! The upstream response body: over HTTP/1.1 it reads and decodes its connection itself and puts
+//! the connection back on its thread's idle list when the exchange is complete.
 //!
 //! Why the body and not a task: see `super::http1` — the request's own task drives an HTTP/1.1
 //! connection, and after the response head the task polls the body, so the body is where the
-//! connection's reads happen and where the exchange is known to be complete. An HTTP/2
-//! connection keeps its own task (streams of many requests share it); its body only counts
-//! the stream out when it ends.
+//! connection's reads happen (and the rest of a request body the upstream answered before
+//! reading, written) and where the exchange is known to be complete. An HTTP/2 connection keeps
+//! its own task (streams of many requests share it), as does an upgraded one: their bodies are
+//! hyper's, and an HTTP/2 body only counts its stream out when it ends.
 
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use super::http1::{drive, put_back, with_noop, Home, Http1};
+use super::codec::{Decoded, Decoder, Framing, WireError};
+use super::http1::{Http1, Sending};
+use super::idle::{put_back, Home};
 use super::Lease;
+use crate::upstream::BoxError;
 
-/// What a response body holds of its connection.
-pub(super) enum Hold {
-    /// Nothing (an upgrade's connection runs on its own task; or already released).
-    Nothing,
-    /// An HTTP/1.1 connection this body drives (`None` once it has ended) and where it goes
-    /// back.
+/// An upstream response body; its end puts an HTTP/1.1 connection back on the idle list.
+pub struct UpstreamBody(Inner);
+
+enum Inner {
+    /// A body read from an HTTP/1.1 connection this body drives.
     Http1 {
+        /// `None` once released (ended, failed or put back).
         conn: Option<Http1>,
+        decoder: Decoder,
+        /// The rest of the request, when the upstream answered before it was all sent.
+        sending: Option<Box<Sending>>,
+        keep_alive: bool,
         home: Home,
         task: usize,
     },
-    /// A stream on an HTTP/2 connection (counted out when dropped).
-    Http2 { _stream: Lease },
-}
-
-/// An upstream response body; its end puts an HTTP/1.1 connection back on the idle list.
-pub struct UpstreamBody {
-    inner: Incoming,
-    hold: Hold,
+    /// hyper's body: an HTTP/2 stream (counted out when dropped) or an upgrade's response.
+    Hyper {
+        body: Incoming,
+        _stream: Option<Lease>,
+    },
 }
 
 impl std::fmt::Debug for UpstreamBody {
@@ -45,22 +50,62 @@ impl std::fmt::Debug for UpstreamBody {
 }
 
 impl UpstreamBody {
-    pub(super) fn new(inner: Incoming, hold: Hold) -> Self {
-        UpstreamBody { inner, hold }
-    }
-
-    /// Ends the hold: a complete HTTP/1.1 exchange's connection goes back, anything else is
-    /// dropped (a connection whose body was cut short is closed, never reused).
-    fn release(&mut self, complete: bool) {
-        if let Hold::Http1 {
-            conn: Some(c),
+    pub(super) fn http1(
+        conn: Http1,
+        framing: Framing,
+        keep_alive: bool,
+        sending: Option<Box<Sending>>,
+        home: Home,
+        task: usize,
+    ) -> Self {
+        let mut b = UpstreamBody(Inner::Http1 {
+            conn: Some(conn),
+            decoder: Decoder::new(framing),
+            sending,
+            keep_alive,
             home,
             task,
-        } = std::mem::replace(&mut self.hold, Hold::Nothing)
+        });
+        if b.is_end_stream() {
+            // No body (a 204, a HEAD's answer): the exchange may be complete already.
+            b.release(true);
+        }
+        b
+    }
+
+    pub(super) fn hyper(body: Incoming, stream: Option<Lease>) -> Self {
+        UpstreamBody(Inner::Hyper {
+            body,
+            _stream: stream,
+        })
+    }
+
+    /// Ends an HTTP/1.1 body's hold on its connection: back on the idle list when the exchange
+    /// is complete (the response read to its end, the request written whole) and the
+    /// connection may carry another, else dropped, which closes it.
+    fn release(&mut self, complete: bool) {
+        if let Inner::Http1 {
+            conn,
+            decoder,
+            sending,
+            keep_alive,
+            home,
+            task,
+        } = &mut self.0
         {
-            if complete {
-                put_back(&home, task, c);
+            if let Some(c) = conn.take() {
+                if complete
+                    && *keep_alive
+                    && decoder.is_done()
+                    && sending.as_ref().map_or(true, |s| s.is_done())
+                    && c.read_is_empty()
+                {
+                    put_back(home, *task, c);
+                }
             }
+            // The rest of a request body nobody will send (read behind the answer when it
+            // is a client's: `forward::Unread`).
+            *sending = None;
         }
     }
 }
@@ -69,48 +114,97 @@ impl Drop for UpstreamBody {
     fn drop(&mut self) {
         // A server sending a body of known length stops polling after the last byte (hyper
         // checks `is_end_stream`), so the end is often seen only here.
-        let ended = self.inner.is_end_stream();
-        self.release(ended);
+        self.release(true);
     }
+}
+
+fn boxed(e: impl Into<BoxError>) -> BoxError {
+    e.into()
 }
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        let r = match &mut this.hold {
-            Hold::Http1 { conn, .. } => {
-                // What the connection has already delivered first; then the connection (see
-                // `drive`: the task's waker only when it must wait). The body's only writer is
-                // that connection.
-                let inner = &mut this.inner;
-                match with_noop(|n| Pin::new(&mut *inner).poll_frame(n)) {
-                    Poll::Pending => drive(conn, cx, false, |_| {
-                        with_noop(|n| Pin::new(&mut *inner).poll_frame(n))
-                    }),
-                    ready => ready,
-                }
+        let (conn, decoder, sending, keep_alive) = match &mut this.0 {
+            Inner::Hyper { body, .. } => {
+                return Pin::new(body)
+                    .poll_frame(cx)
+                    .map(|f| f.map(|r| r.map_err(boxed)))
             }
-            _ => Pin::new(&mut this.inner).poll_frame(cx),
+            Inner::Http1 {
+                conn,
+                decoder,
+                sending,
+                keep_alive,
+                ..
+            } => (conn, decoder, sending, keep_alive),
         };
-        match &r {
-            Poll::Ready(None) => this.release(true),
-            Poll::Ready(Some(Err(_))) => this.release(false),
-            _ => {}
+        let Some(c) = conn.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Some(s) = sending.as_mut() {
+            match s.poll_send(c, cx) {
+                Poll::Ready(Ok(())) => {}
+                // The request cannot be completed: the connection cannot carry another
+                // exchange, but the response may still arrive whole.
+                Poll::Ready(Err(_)) => *keep_alive = false,
+                Poll::Pending => {}
+            }
+            if s.is_done() || !*keep_alive {
+                *sending = None;
+            }
         }
-        r
+        let out = loop {
+            match decoder.decode(c.read_buf()) {
+                Ok(Decoded::Data(b)) => return Poll::Ready(Some(Ok(Frame::data(b)))),
+                Ok(Decoded::Trailers(t)) => return Poll::Ready(Some(Ok(Frame::trailers(t)))),
+                Ok(Decoded::End) => break None,
+                Ok(Decoded::More) => {}
+                Err(e) => break Some(e),
+            }
+            match ready!(c.poll_read(cx)) {
+                Ok(0) if *decoder == Decoder::UntilClose => {
+                    *decoder = Decoder::Done;
+                    *keep_alive = false;
+                    break None;
+                }
+                Ok(0) => break Some(WireError::Closed("in the middle of the response body")),
+                Ok(_) => {}
+                Err(e) => break Some(e.into()),
+            }
+        };
+        match out {
+            None => {
+                this.release(true);
+                Poll::Ready(None)
+            }
+            Some(e) => {
+                this.release(false);
+                Poll::Ready(Some(Err(boxed(e))))
+            }
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.0 {
+            Inner::Http1 { decoder, .. } => decoder.is_done(),
+            Inner::Hyper { body, .. } => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.0 {
+            Inner::Http1 { decoder, .. } => match decoder.remaining() {
+                Some(n) => SizeHint::with_exact(n),
+                None => SizeHint::default(),
+            },
+            Inner::Hyper { body, .. } => body.size_hint(),
+        }
     }
 }

@@ -1,210 +1,350 @@
-//! An HTTP/1.1 upstream connection driven by the request that uses it, and the idle lists that
-//! keep such connections between requests.
+//! An HTTP/1.1 upstream connection, driven by the request that uses it: its socket and buffers,
+//! the request on its way out ([`Sending`]) and the exchange up to the response head
+//! ([`Exchange`]); the response body (`super::body`) drives it for the rest.
 //!
-//! Why not a task per connection (hyper's usual way, and this proxy's until the fifth round of
-//! issue #4): an HTTP/1.1 connection carries one exchange at a time, so a driver task only
-//! relays. A request was put on a channel to that task, the task was woken to write it, woken
-//! again by the upstream's answer, parsed it and woke the request's task through a oneshot; the
-//! response body crossed another channel the same way. Here the request's own task polls the
-//! connection (`hyper::client::conn::http1::Connection` is a future) next to its response
-//! future until the head is in, and its response body polls the connection for the rest: the
-//! upstream socket's readiness wakes the request's task directly, one task poll instead of two
-//! per event (bench/results/proxy-forwarding.md, fifth round).
+//! Why the request's own task and no task per connection: an HTTP/1.1 connection carries one
+//! exchange at a time, so a driver task would only relay — woken to write the request, woken
+//! again by the answer, then waking the request's task (bench/results/proxy-forwarding.md,
+//! fifth round). Here the upstream socket's readiness wakes the request's task directly, and
+//! only the socket holds the task's waker: nothing the task itself does wakes it again.
 //!
-//! The response future and the response body are polled with a no-op waker: they are only
-//! ever completed by the connection's dispatcher, inside `Connection::poll`, which this module
-//! calls just before. The connection itself is polled with the no-op waker first and with the
-//! task's waker only when the task must wait ([`drive`]): whatever it registers the task's
-//! waker with (its socket, the response body's channel) would otherwise wake the running task
-//! when the task takes what the connection delivered, and a task woken while it runs is polled
-//! again (callgrind: 3.03 task polls per request that way, 2.03 with [`drive`]).
-//!
-//! A connection nobody polls cannot notice on its own that the upstream closed it or that it
-//! has been idle too long, so the idle lists do it: a peer-closed connection is found by the
-//! first poll after checkout (hyper's dispatcher reads EOF before it writes, and hands the
-//! unsent request back, which `super::Connections::send` sends on another connection), and one
-//! sweeper task per thread (running only while that thread has idle connections) closes the
-//! connections idle for `idle_timeout_ms`, and those it finds ended, at each expiry and at
-//! least once a second ([`TICK`]).
+//! Why no channel: the framing is the proxy's own (`super::codec`), written from and parsed into
+//! the `http` types in place, where hyper's client moved each request and response through a
+//! channel to its connection and back (the twelfth round).
 
 use std::future::Future;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
 
-use http::{Request, Response};
-use hyper::body::Incoming;
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Method, Request};
+use http_body::Body;
 use hyper::client::conn::http1;
-use hyper::client::conn::TrySendError;
 use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 
-use super::Multiplexed;
+use super::codec::{self, Outgoing, ResponseHead, WireError};
 use crate::upstream::ProxyBody;
 
-type Conn = http1::Connection<TokioIo<TcpStream>, ProxyBody>;
+/// The first read buffer of a connection (hyper's, as before).
+const READ_FIRST: usize = 8192;
+/// The largest a read reserves: a body streaming at full speed is read in pieces this big.
+const READ_MOST: usize = 128 * 1024;
 
-/// An HTTP/1.1 connection: the handle requests are sent with and the connection itself, which
-/// whoever holds this polls. Boxed once per connection: the connection (buffers, state) is
-/// large and moves between the idle list, the send future and the response body.
-pub(crate) struct Http1 {
-    pub(super) tx: http1::SendRequest<ProxyBody>,
-    conn: Box<Conn>,
+/// An HTTP/1.1 connection between exchanges. Boxed once per connection, so that the request's
+/// future, the response body and the idle list move a pointer.
+pub(crate) struct Http1(Box<Conn>);
+
+struct Conn {
+    io: TcpStream,
+    /// Bytes read and not yet taken: a head being parsed, body bytes.
+    read: BytesMut,
+    /// How much the next read reserves: doubled after a read that filled it, back to the
+    /// start after one that did not.
+    read_size: usize,
+    /// Heads and chunk framing on their way out (kept for its capacity).
+    write: Vec<u8>,
 }
 
 impl Http1 {
-    pub(super) fn new(tx: http1::SendRequest<ProxyBody>, conn: Conn) -> Self {
-        Http1 {
-            tx,
-            conn: Box::new(conn),
+    pub(super) fn new(io: TcpStream) -> Self {
+        Http1(Box::new(Conn {
+            io,
+            read: BytesMut::with_capacity(READ_FIRST),
+            read_size: READ_FIRST,
+            write: Vec::with_capacity(512),
+        }))
+    }
+
+    /// Whether this idle connection can take a request: nothing unread and the upstream has not
+    /// closed it. No system call unless the socket has reported readiness since it was last
+    /// read to the end (then one non-blocking read tells end of stream from stale readiness).
+    pub(super) fn is_reusable(&mut self) -> bool {
+        let c = &mut *self.0;
+        if !c.read.is_empty() {
+            return false;
         }
-    }
-
-    /// Polls the connection (writes the request and its body, reads the response). `Ready`
-    /// when it has ended (closed by either side, or broken).
-    pub(super) fn poll_conn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        Pin::new(&mut *self.conn).poll(cx).map(|_| ())
-    }
-
-    /// Lets the connection finish an exchange whose response body has ended (it then waits
-    /// for the next request) and says whether it can take one.
-    pub(super) fn settle(&mut self) -> bool {
-        // Usually it already is (the dispatcher asks for the next request in the poll that
-        // reads the body's end): no poll then.
-        let ready = self.tx.is_ready()
-            || (with_noop(|cx| self.poll_conn(cx)).is_pending() && self.tx.is_ready());
-        ready && !self.is_closed()
-    }
-
-    pub(super) fn is_closed(&self) -> bool {
-        self.tx.is_closed()
-    }
-
-    /// The connection on its own task, for a request that may upgrade it (the upgraded
-    /// connection outlives the exchange); never reused afterwards.
-    pub(super) fn spawn_for_upgrade(self) -> http1::SendRequest<ProxyBody> {
-        let Http1 { tx, conn } = self;
-        tokio::spawn(async move {
-            let _ = (*conn).with_upgrades().await;
-        });
-        tx
-    }
-}
-
-/// What one exchange on a connection gave: the response head (or why not), and the connection
-/// if it is still open.
-pub(super) struct Exchanged {
-    pub(super) result: Result<Response<Incoming>, Failed>,
-    pub(super) conn: Option<Http1>,
-}
-
-/// Why an exchange gave no response head.
-// Returned once per failed exchange, never stored: boxing the request would cost an allocation.
-#[allow(clippy::large_enum_variant)]
-pub(super) enum Failed {
-    /// hyper's error, with the request when it was never sent.
-    Send(TrySendError<Request<ProxyBody>>),
-    /// The connection ended without answering (hyper answers first; kept rather than a hang).
-    Ended,
-}
-
-/// Sends `req` on `h` and drives the connection until the response head is in.
-///
-/// The request goes into hyper's queue here; the future ([`Exchange`]) is written out rather
-/// than an `async` block, which would keep a second copy of hyper's send future (and the
-/// request in it) in its state: 2,120 against 1,592 bytes for `Connections::send`'s future.
-pub(super) fn exchange(
-    mut h: Http1,
-    req: Request<ProxyBody>,
-) -> Exchange<impl Future<Output = Result<Response<Incoming>, SendError>>> {
-    let pending = h.tx.try_send_request(req);
-    Exchange {
-        pending,
-        conn: Some(h),
-        polled: false,
-    }
-}
-
-type SendError = TrySendError<Request<ProxyBody>>;
-
-pin_project_lite::pin_project! {
-    /// The future of [`exchange`].
-    pub(super) struct Exchange<F> {
-        #[pin]
-        pending: F,
-        conn: Option<Http1>,
-        // The first poll writes the request and cannot yet have an answer to read: the task's
-        // waker at once (one connection poll instead of two; see `drive`).
-        polled: bool,
-    }
-}
-
-impl<F: Future<Output = Result<Response<Incoming>, SendError>>> Future for Exchange<F> {
-    type Output = Exchanged;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Exchanged> {
-        let this = self.project();
-        let mut pending = this.pending;
-        let waker_first = !std::mem::replace(this.polled, true);
-        let result = ready!(drive(this.conn, cx, waker_first, |ended| {
-            match with_noop(|n| pending.as_mut().poll(n)) {
-                Poll::Ready(r) => Poll::Ready(r.map_err(Failed::Send)),
-                Poll::Pending if ended => Poll::Ready(Err(Failed::Ended)),
-                Poll::Pending => Poll::Pending,
+        with_noop(|cx| match c.io.poll_read_ready(cx) {
+            Poll::Pending => true,
+            Poll::Ready(Err(_)) => false,
+            Poll::Ready(Ok(())) => {
+                let mut probe = [0u8; 1];
+                matches!(c.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
             }
-        }));
-        Poll::Ready(Exchanged {
-            result,
-            conn: this.conn.take(),
         })
     }
+
+    /// Whether every byte read has been taken (a connection with more is not reused).
+    pub(super) fn read_is_empty(&self) -> bool {
+        self.0.read.is_empty()
+    }
+
+    /// The connection handed to hyper's client on a task of its own, for a request that may
+    /// upgrade it (the upgraded connection outlives the exchange); never reused afterwards.
+    pub(super) async fn into_upgrade_sender(
+        self,
+    ) -> Result<http1::SendRequest<ProxyBody>, hyper::Error> {
+        // Idle connections have nothing unread (checked at checkout), so nothing is lost.
+        let (tx, conn) = http1::handshake(TokioIo::new(self.0.io)).await?;
+        tokio::spawn(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        Ok(tx)
+    }
+
+    /// Reads what the socket has into the read buffer; `Ok(0)` at end of stream.
+    pub(super) fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let c = &mut *self.0;
+        if c.read.capacity() - c.read.len() < c.read_size / 4 {
+            c.read.reserve(c.read_size);
+        }
+        let room = c.read.capacity() - c.read.len();
+        loop {
+            ready!(c.io.poll_read_ready(cx))?;
+            match c.io.try_read_buf(&mut c.read) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Ok(n) => {
+                    c.read_size = if n == room {
+                        (c.read_size * 2).min(READ_MOST)
+                    } else {
+                        READ_FIRST
+                    };
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    pub(super) fn read_buf(&mut self) -> &mut BytesMut {
+        &mut self.0.read
+    }
 }
 
-/// Drives `conn` until `check` (which polls what the connection completes, with the no-op
-/// waker; its argument: the connection has ended) is ready: first with the no-op waker, and
-/// only when that is not enough, once more with the task's waker so that the socket wakes the
-/// task (`waker_first`: at once with the task's waker, when nothing can have arrived yet).
-///
-/// Why not the task's waker at once: whatever the connection registers it with is woken when
-/// the task then takes what the connection delivered — hyper's body channel wakes its writer
-/// on every chunk read — and a task woken while it runs is polled again: a whole extra poll of
-/// the client's connection per request (callgrind, bench/results/proxy-forwarding.md fifth
-/// round: 3.03 task polls per request instead of 2.03). A connection that ends is dropped
-/// (which answers a request still waiting on it with an error).
-pub(super) fn drive<R>(
-    conn: &mut Option<Http1>,
-    cx: &mut Context<'_>,
-    waker_first: bool,
-    mut check: impl FnMut(bool) -> Poll<R>,
-) -> Poll<R> {
-    if !waker_first {
-        if conn
-            .as_mut()
-            .is_some_and(|c| with_noop(|n| c.poll_conn(n)).is_ready())
-        {
-            *conn = None;
-        }
-        if let Poll::Ready(r) = check(conn.is_none()) {
-            return Poll::Ready(r);
-        }
-    }
-    if conn.as_mut().is_some_and(|c| c.poll_conn(cx).is_ready()) {
-        *conn = None;
-    }
-    let r = check(conn.is_none());
-    if r.is_ready()
-        && conn
-            .as_mut()
-            .is_some_and(|c| with_noop(|n| c.poll_conn(n)).is_ready())
-    {
-        // Rare (the answer came in between): the task's waker replaced, as above.
-        *conn = None;
-    }
-    r
+/// A request's body on its way out, and the head before it.
+pub(super) struct Sending {
+    /// `None` once it has ended.
+    body: Option<ProxyBody>,
+    outgoing: Outgoing,
+    /// Bytes still allowed by a `content-length`.
+    left: u64,
+    /// The data being written, after the connection's `write[written..]`.
+    data: Bytes,
+    written: usize,
+    /// A chunk's data has been sent (its CRLF goes before the next chunk-size line).
+    after_data: bool,
+    done: bool,
 }
 
-/// Polls with a waker that does nothing (see the module doc for when that is right).
+impl Sending {
+    /// Whether the whole request has been written.
+    pub(super) fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Writes the request as far as the socket and the body allow.
+    pub(super) fn poll_send(
+        &mut self,
+        conn: &mut Http1,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), WireError>> {
+        let c = &mut *conn.0;
+        loop {
+            while c.write.len() > self.written || !self.data.is_empty() {
+                let head = &c.write[self.written..];
+                let io = Pin::new(&mut c.io);
+                let n = ready!(if head.is_empty() {
+                    io.poll_write(cx, &self.data)
+                } else if self.data.is_empty() {
+                    io.poll_write(cx, head)
+                } else {
+                    io.poll_write_vectored(cx, &[IoSlice::new(head), IoSlice::new(&self.data)])
+                })?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::Error::from(io::ErrorKind::WriteZero).into()));
+                }
+                let from_head = head.len().min(n);
+                self.written += from_head;
+                self.data.advance(n - from_head);
+            }
+            c.write.clear();
+            self.written = 0;
+            if self.done {
+                return Poll::Ready(Ok(()));
+            }
+            let Some(body) = self.body.as_mut() else {
+                self.done = true;
+                continue;
+            };
+            let frame = match ready!(Pin::new(body).poll_frame(cx)) {
+                Some(Ok(f)) => f,
+                Some(Err(e)) => {
+                    self.body = None;
+                    return Poll::Ready(Err(WireError::RequestBody(e.to_string())));
+                }
+                None => {
+                    self.body = None;
+                    self.done = true;
+                    match self.outgoing {
+                        Outgoing::Chunked => {
+                            codec::chunked_end(&mut c.write, self.after_data, None)
+                        }
+                        Outgoing::Length(n) if self.left > 0 => {
+                            return Poll::Ready(Err(WireError::RequestBody(format!(
+                                "ended {} bytes short of its content-length of {n}",
+                                self.left
+                            ))));
+                        }
+                        _ => {}
+                    }
+                    continue;
+                }
+            };
+            match frame.into_data() {
+                Ok(data) if data.is_empty() => {}
+                Ok(data) => match self.outgoing {
+                    Outgoing::Length(n) => {
+                        if data.len() as u64 > self.left {
+                            self.body = None;
+                            return Poll::Ready(Err(WireError::RequestBody(format!(
+                                "longer than its content-length of {n}"
+                            ))));
+                        }
+                        self.left -= data.len() as u64;
+                        self.data = data;
+                    }
+                    Outgoing::Chunked => {
+                        codec::chunk_header(&mut c.write, self.after_data, data.len());
+                        self.after_data = true;
+                        self.data = data;
+                    }
+                    // Cannot happen (an ended body was not polled); not sent rather than
+                    // sent unframed.
+                    Outgoing::Empty => {}
+                },
+                Err(frame) => {
+                    // Trailers travel only in a chunked body (the end of the body either way).
+                    if let (Outgoing::Chunked, Ok(t)) = (self.outgoing, frame.into_trailers()) {
+                        codec::chunked_end(&mut c.write, self.after_data, Some(&t));
+                        self.body = None;
+                        self.done = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What an exchange gave: the response head, the connection for its body, and the request's
+/// body when the upstream answered before it was all sent (`None` when it was).
+pub(super) struct Exchanged {
+    pub(super) head: ResponseHead,
+    pub(super) conn: Http1,
+    pub(super) sending: Option<Box<Sending>>,
+}
+
+/// Writes `req` on `h` and reads until the response head is in.
+pub(super) fn exchange(mut h: Http1, req: Request<ProxyBody>) -> Exchange {
+    let c = &mut *h.0;
+    c.write.clear();
+    let outgoing = codec::encode_request(&req, &mut c.write);
+    let (parts, body) = req.into_parts();
+    let ended = outgoing == Outgoing::Empty;
+    Exchange {
+        conn: Some(h),
+        sending: Sending {
+            // An empty body is dropped at once (it holds nothing).
+            body: (!ended).then_some(body),
+            outgoing,
+            left: match outgoing {
+                Outgoing::Length(n) => n,
+                _ => 0,
+            },
+            data: Bytes::new(),
+            written: 0,
+            after_data: false,
+            done: false,
+        },
+        method: parts.method,
+        write_error: None,
+    }
+}
+
+/// The future of [`exchange`].
+pub(super) struct Exchange {
+    conn: Option<Http1>,
+    sending: Sending,
+    method: Method,
+    /// Writing failed; kept while the upstream may still have answered (it can answer and
+    /// close before reading everything), reported if it did not.
+    write_error: Option<WireError>,
+}
+
+impl Future for Exchange {
+    type Output = Result<Exchanged, WireError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let Some(conn) = this.conn.as_mut() else {
+            return Poll::Ready(Err(WireError::Closed("before the response head")));
+        };
+        if this.write_error.is_none() && !this.sending.done {
+            match this.sending.poll_send(conn, cx) {
+                // The client's body broke: nothing the upstream could answer.
+                Poll::Ready(Err(e @ WireError::RequestBody(_))) => return Poll::Ready(Err(e)),
+                Poll::Ready(Err(e)) => this.write_error = Some(e),
+                _ => {}
+            }
+        }
+        loop {
+            if !conn.read_buf().is_empty() {
+                if let Some(head) = codec::parse_response(conn.read_buf(), &this.method)? {
+                    let Some(conn) = this.conn.take() else {
+                        return Poll::Ready(Err(WireError::Closed("before the response head")));
+                    };
+                    let sending = (!this.sending.done).then(|| {
+                        Box::new(std::mem::replace(&mut this.sending, Sending::finished()))
+                    });
+                    return Poll::Ready(Ok(Exchanged {
+                        head,
+                        conn,
+                        sending,
+                    }));
+                }
+            }
+            match ready!(conn.poll_read(cx)) {
+                Ok(0) => {
+                    let e = this.write_error.take();
+                    return Poll::Ready(Err(
+                        e.unwrap_or(WireError::Closed("before the response head"))
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(this.write_error.take().unwrap_or(e.into()))),
+            }
+        }
+    }
+}
+
+impl Sending {
+    fn finished() -> Self {
+        Sending {
+            body: None,
+            outgoing: Outgoing::Empty,
+            left: 0,
+            data: Bytes::new(),
+            written: 0,
+            after_data: false,
+            done: true,
+        }
+    }
+}
+
+/// Polls with a waker that does nothing: for a look at an idle connection, which no task
+/// waits on.
 pub(super) fn with_noop<R>(f: impl FnOnce(&mut Context<'_>) -> R) -> R {
     struct Noop;
     impl Wake for Noop {
@@ -216,145 +356,4 @@ pub(super) fn with_noop<R>(f: impl FnOnce(&mut Context<'_>) -> R) -> R {
         static NOOP: Waker = Waker::from(Arc::new(Noop));
     }
     NOOP.with(|w| f(&mut Context::from_waker(w)))
-}
-
-struct Idle {
-    h: Http1,
-    since: Instant,
-}
-
-/// One thread's connections, indexed by task, with the limits that apply to them.
-pub(super) struct Local {
-    http1: Vec<Vec<Idle>>,
-    pub(super) http2: Vec<Option<Multiplexed>>,
-    max_idle: usize,
-    idle_timeout: Duration,
-    sweeping: bool,
-}
-
-/// One thread's [`Local`], shared with its sweeper and with response bodies that put
-/// connections back (a lock nobody else takes on the thread-per-core runtime).
-pub(crate) type Home = Arc<Mutex<Local>>;
-
-pub(super) fn home(tasks: usize, max_idle: usize, idle_timeout: Duration) -> Home {
-    Arc::new(Mutex::new(Local {
-        http1: (0..tasks).map(|_| Vec::new()).collect(),
-        http2: (0..tasks).map(|_| None).collect(),
-        max_idle,
-        idle_timeout,
-        sweeping: false,
-    }))
-}
-
-pub(super) fn lock(home: &Home) -> MutexGuard<'_, Local> {
-    // Nothing here panics while holding it; a poisoned list is still a list.
-    home.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Local {
-    /// Idle HTTP/1.1 connections to `task`.
-    pub(super) fn idle(&self, task: usize) -> usize {
-        self.http1.get(task).map_or(0, Vec::len)
-    }
-
-    /// The most recently used connection that can take a request (LIFO: the warmest, and the
-    /// older ones age out under the idle timeout when traffic falls). Closed ones are dropped.
-    pub(super) fn checkout(&mut self, task: usize) -> Option<Http1> {
-        let list = self.http1.get_mut(task)?;
-        while let Some(i) = list.pop() {
-            if i.h.tx.is_ready() && !i.h.is_closed() {
-                return Some(i.h);
-            }
-        }
-        None
-    }
-}
-
-/// Puts a connection whose exchange is complete back on `home`'s idle list for `task` (drops
-/// it, which closes it, when the list is full of live connections or when no runtime could run
-/// the sweeper that would close it later).
-pub(super) fn put_back(home: &Home, task: usize, mut h: Http1) {
-    if !h.settle() {
-        return;
-    }
-    let mut l = lock(home);
-    let spawn = if l.sweeping {
-        None
-    } else {
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => Some(rt),
-            Err(_) => return,
-        }
-    };
-    let max = l.max_idle;
-    let Some(list) = l.http1.get_mut(task) else {
-        return;
-    };
-    if list.len() >= max {
-        // Connections the upstream closed make room first.
-        list.retain(|i| !i.h.is_closed());
-    }
-    if list.len() >= max {
-        return;
-    }
-    list.push(Idle {
-        h,
-        since: Instant::now(),
-    });
-    if let Some(rt) = spawn {
-        l.sweeping = true;
-        let idle = l.idle_timeout;
-        drop(l);
-        rt.spawn(sweep(Arc::clone(home), idle));
-    }
-}
-
-/// The sweeper's longest sleep.
-///
-/// Why a tick and not only the next expiry: a peer-closed idle connection is closed within a
-/// second instead of at its idle timeout; and while a thread has idle connections (it does
-/// whenever it carries traffic) a timer at most this far ahead keeps tokio's time driver from
-/// waking its own thread for each per-request timer — hyper's header-read timer (10 s) and the
-/// request timeout (30 s) were the earliest deadline whenever the wheel had no other, and
-/// registering a timer earlier than the driver's next wake unparks the driver, an eventfd
-/// `write` and an early `epoll_wait` return (tokio 1.54 `runtime/time/mod.rs`, `reregister`:
-/// `when < next_wake` → `unpark`; 0.21–0.27 such writes per request, fourth round's strace).
-const TICK: Duration = Duration::from_secs(1);
-
-/// Closes `home`'s connections idle for `idle` or found ended, at each expiry and at least
-/// every [`TICK`], until none is left (a later `put_back` starts it again) or the pool is gone.
-async fn sweep(home: Home, idle: Duration) {
-    loop {
-        let next = {
-            let mut l = lock(&home);
-            // Only this task still holds the list: the pool was replaced or dropped.
-            let orphan = Arc::strong_count(&home) == 1;
-            let now = Instant::now();
-            let mut oldest: Option<Instant> = None;
-            for list in &mut l.http1 {
-                if orphan {
-                    list.clear();
-                    continue;
-                }
-                // Oldest first: entries are pushed as they become idle.
-                let expired = list
-                    .iter()
-                    .take_while(|i| now.saturating_duration_since(i.since) >= idle)
-                    .count();
-                list.drain(..expired);
-                list.retain_mut(|i| with_noop(|cx| i.h.poll_conn(cx)).is_pending());
-                if let Some(first) = list.first() {
-                    oldest = Some(oldest.map_or(first.since, |o| o.min(first.since)));
-                }
-            }
-            match oldest {
-                Some(o) => (o + idle).min(now + TICK),
-                None => {
-                    l.sweeping = false;
-                    return;
-                }
-            }
-        };
-        tokio::time::sleep_until(next.into()).await;
-    }
 }

@@ -1,15 +1,17 @@
-//! Upstream connections: hyper's connection API (`hyper::client::conn`) with an idle list per
-//! thread and task, instead of hyper-util's legacy pooled client.
+//! Upstream connections: an idle list per thread and task, HTTP/1.1 spoken by the proxy's own
+//! codec ([`codec`]) and HTTP/2 by hyper's connection API (`hyper::client::conn`), instead of
+//! hyper-util's legacy pooled client.
 //!
 //! Why: the data plane runs one single-threaded runtime per core (`crate::run`), so a connection
 //! is opened, used and reused by one thread, and the pool needs no shared lock, no shared map
 //! keyed by scheme and authority, and no task of its own; an HTTP/1.1 connection needs no task
-//! of its own either: the request using it drives it ([`http1`]). The legacy client cost, per forwarded request,
-//! a boxed response future, three allocations for the connection's info in the response's
-//! extensions, a locked pool checkout and (while the response body streamed) a task spawned to
-//! put the connection back (heaptrack and hyper-util 0.1 `client/legacy/client.rs`). Here a
-//! connection goes back to its thread's idle list when its response body ends, from the body
-//! itself ([`UpstreamBody`]).
+//! of its own either: the request using it drives it ([`http1`]). The legacy client cost, per
+//! forwarded request, a boxed response future, three allocations for the connection's info in
+//! the response's extensions, a locked pool checkout and (while the response body streamed) a
+//! task spawned to put the connection back (heaptrack and hyper-util 0.1
+//! `client/legacy/client.rs`); hyper's HTTP/1.1 connection API, a channel each way per request
+//! ([`codec`]). Here a connection goes back to its thread's idle list when its exchange is
+//! complete, from the response body itself ([`UpstreamBody`]).
 //!
 //! What still holds (the issue's "bounded pool of upstream connections, idle connections closed
 //! after a timeout"): requests in flight per task are bounded by the task's slots
@@ -17,12 +19,15 @@
 //! `max_idle_per_task` per thread (the legacy client's bound was per client, and each
 //! data-plane thread had its own); a connection idle for `idle_timeout_ms` is closed by its
 //! thread's sweeper (HTTP/1.1) or its own driver task (HTTP/2) whether or not traffic comes; a
-//! broken connection is dropped, never put back; a
-//! request that an idle connection refused before sending anything (the upstream closed it in
-//! the meantime) is sent again on another connection, as the legacy client's
-//! `retry_canceled_requests` did; a connection that cannot be made is a connect error, which the
-//! caller may retry on another task. HTTP/2 (prior knowledge) keeps one multiplexed connection
-//! per task and thread, closed after the same idle timeout once no stream is open on it.
+//! broken connection, or one whose exchange did not complete, is dropped, never put back; an
+//! idle HTTP/1.1 connection the upstream closed in the meantime is found at checkout, before
+//! anything is sent on it, and another is used (HTTP/2: a request the connection refused
+//! unsent is sent again, as the legacy client's `retry_canceled_requests` did); a connection
+//! that cannot be made is a connect error, which the caller may retry on another task. HTTP/2
+//! (prior knowledge) keeps one multiplexed connection per task and thread, closed after the
+//! same idle timeout once no stream is open on it. A request that may upgrade its connection
+//! goes through hyper's HTTP/1.1 client on a task of its own, which hands the connection over
+//! after a 101.
 //!
 //! The idle lists are per OS thread ([`ThreadLocal`], each behind a mutex only that thread's
 //! requests and its sweeper take), which is per data-plane thread in
@@ -30,7 +35,9 @@
 //! control runtime) each worker thread keeps its own, which is correct, only less shared.
 
 mod body;
+mod codec;
 mod http1;
+mod idle;
 
 use std::future::Future;
 use std::pin::pin;
@@ -40,13 +47,14 @@ use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 use hyper::client::conn::http2;
+use hyper::ext::ReasonPhrase;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use thread_local::ThreadLocal;
 use tokio::net::TcpStream;
 
-use self::body::Hold;
 pub use self::body::UpstreamBody;
-use self::http1::{exchange, lock, Exchanged, Failed, Home, Http1};
+use self::http1::{exchange, Exchanged, Http1};
+use self::idle::{lock, Home};
 use super::ProxyBody;
 
 /// Why a request could not be sent upstream or its response head not read.
@@ -186,7 +194,7 @@ impl Connections {
     /// This thread's connections.
     fn home(&self) -> &Home {
         self.local
-            .get_or(|| http1::home(self.targets.len(), self.max_idle, self.idle_timeout))
+            .get_or(|| idle::home(self.targets.len(), self.max_idle, self.idle_timeout))
     }
 
     /// Idle HTTP/1.1 connections to `task` on this thread (for tests and `/status`-style views).
@@ -233,9 +241,7 @@ impl Connections {
                 let lease = Lease::enter(self, state);
                 match tx.try_send_request(req).await {
                     Ok(res) => {
-                        return Ok(
-                            res.map(|b| UpstreamBody::new(b, Hold::Http2 { _stream: lease }))
-                        );
+                        return Ok(res.map(|b| UpstreamBody::hyper(b, Some(lease))));
                     }
                     Err(mut e) => match e.take_message() {
                         Some(r) if reused => req = r,
@@ -244,51 +250,50 @@ impl Connections {
                 }
             } else {
                 let idle = lock(self.home()).checkout(task);
-                let reused = idle.is_some();
                 let h = match idle {
                     Some(h) => h,
-                    // Boxed: the connect path (resolve, connect, timeout, handshake) was most of
-                    // this future's size and runs once per connection, while the future itself
-                    // is built, moved and polled for every request.
+                    // Boxed: the connect path (resolve, connect, timeout) runs once per
+                    // connection, while this future is built, moved and polled per request.
                     None => Box::pin(self.connect_http1(task)).await?,
                 };
-                let failed = if req.headers().contains_key(http::header::UPGRADE) {
-                    // The connection becomes the tunnel's after a 101: on its own task (which
-                    // hands it over), and never put back.
-                    let mut tx = h.spawn_for_upgrade();
-                    match tx.try_send_request(req).await {
-                        Ok(res) => return Ok(res.map(|b| UpstreamBody::new(b, Hold::Nothing))),
-                        Err(e) => Failed::Send(e),
-                    }
-                } else {
-                    let Exchanged { result, conn } = exchange(h, req).await;
-                    match result {
-                        Ok(res) => {
-                            let home = Arc::clone(self.home());
-                            let hold = Hold::Http1 { conn, home, task };
-                            return Ok(res.map(|b| UpstreamBody::new(b, hold)));
-                        }
-                        Err(f) => f,
-                    }
-                };
-                match failed {
-                    Failed::Send(mut e) => match e.take_message() {
-                        // Not sent: the idle connection had been closed meanwhile (its first
-                        // poll read the upstream's EOF). Another one.
-                        Some(r) if reused => req = r,
-                        _ => return Err(UpstreamError::request(e.into_error())),
-                    },
-                    Failed::Ended => {
-                        return Err(UpstreamError::request(
-                            "the upstream connection ended without a response",
-                        ))
-                    }
+                if req.headers().contains_key(http::header::UPGRADE) {
+                    // The connection becomes the tunnel's after a 101: hyper's client on a task
+                    // of its own (which hands it over), and never put back.
+                    let mut tx = h
+                        .into_upgrade_sender()
+                        .await
+                        .map_err(UpstreamError::request)?;
+                    return match tx.send_request(req).await {
+                        Ok(res) => Ok(res.map(|b| UpstreamBody::hyper(b, None))),
+                        Err(e) => Err(UpstreamError::request(e)),
+                    };
                 }
+                let Exchanged {
+                    head,
+                    conn,
+                    sending,
+                } = exchange(h, req).await.map_err(UpstreamError::request)?;
+                let body = UpstreamBody::http1(
+                    conn,
+                    head.framing,
+                    head.keep_alive,
+                    sending,
+                    Arc::clone(self.home()),
+                    task,
+                );
+                let mut res = Response::new(body);
+                *res.status_mut() = head.status;
+                *res.version_mut() = head.version;
+                *res.headers_mut() = head.headers;
+                if let Some(r) = head.reason.and_then(|r| ReasonPhrase::try_from(r).ok()) {
+                    res.extensions_mut().insert(r);
+                }
+                return Ok(res);
             }
         }
     }
 
-    async fn tcp(&self, task: usize) -> Result<TokioIo<TcpStream>, UpstreamError> {
+    async fn tcp(&self, task: usize) -> Result<TcpStream, UpstreamError> {
         let t = self
             .targets
             .get(task)
@@ -311,20 +316,15 @@ impl Connections {
         };
         // Requests and responses are small writes that must not wait for an ACK (Nagle).
         let _ = stream.set_nodelay(true);
-        Ok(TokioIo::new(stream))
+        Ok(stream)
     }
 
     async fn connect_http1(&self, task: usize) -> Result<Http1, UpstreamError> {
-        let io = self.tcp(task).await?;
-        let (tx, conn) = hyper::client::conn::http1::Builder::new()
-            .handshake(io)
-            .await
-            .map_err(UpstreamError::connect)?;
-        Ok(Http1::new(tx, conn))
+        Ok(Http1::new(self.tcp(task).await?))
     }
 
     async fn connect_http2(&self, task: usize) -> Result<Multiplexed, UpstreamError> {
-        let io = self.tcp(task).await?;
+        let io = TokioIo::new(self.tcp(task).await?);
         let (tx, conn) = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
             .handshake(io)

@@ -1,0 +1,502 @@
+//! HTTP/1.1 to an upstream, as bytes: the request head written straight from the `http` types,
+//! the response head parsed with `httparse` into them, and the body framing both ways
+//! (RFC 9112 §6–7).
+//!
+//! Why the proxy's own and not hyper's client: hyper's HTTP/1.1 client hands every request to
+//! its connection through a channel and the response back through a oneshot, and the response
+//! body through another channel, even when, as here, one task drives the connection
+//! (`super::http1`): moving `Request<ProxyBody>` and `Response` through them was ~1,430
+//! instructions of memcpy alone per forwarded request, and the client side as a whole 14,000 of
+//! the proxy's 39,000 (callgrind, bench/results/proxy-forwarding.md, twelfth round). What is left
+//! here is what the wire needs: write a head, parse a head, frame a body. Pure functions over
+//! buffers, no I/O, so every rule is tested on bytes (`tests.rs`).
+//!
+//! The rules follow RFC 9112 and, where the RFC leaves a choice, hyper 1.x's client, which the
+//! proxy used before: the same request framing (`content-length` kept when given, else the
+//! body's exact size, else chunked), the same limits (100 header fields; a head of at most
+//! 8 KiB + 100 × 4 KiB), informational (1xx) responses skipped, a non-canonical reason phrase
+//! kept for the client. Unlike hyper, a `GET` whose body has no known length is sent chunked
+//! rather than without its body: a proxy must not drop what a client sent.
+
+use std::io::Write as _;
+use std::mem::MaybeUninit;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, StatusCode, Version};
+use http_body::Body;
+use smallvec::SmallVec;
+
+#[cfg(test)]
+mod tests;
+
+/// Most header fields a response head (or a chunked body's trailer section) may have.
+const MAX_HEADERS: usize = 100;
+
+/// Largest response head, in bytes (hyper's default read-buffer limit, so the proxy accepts
+/// what it accepted before).
+pub(super) const MAX_HEAD: usize = 8192 + 4096 * 100;
+
+/// Longest chunk-size line (size and extensions) of a chunked body.
+const MAX_CHUNK_LINE: usize = 4096;
+
+/// Why a message from (or to) the upstream could not be framed.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The upstream sent bytes that are not HTTP/1.1.
+    #[error("invalid response from the upstream: {0}")]
+    Invalid(String),
+    /// The response head did not end within [`MAX_HEAD`] bytes.
+    #[error("the upstream's response head is larger than {MAX_HEAD} bytes")]
+    HeadTooLarge,
+    /// The connection ended before the message did.
+    #[error("the upstream closed the connection {0}")]
+    Closed(&'static str),
+    /// The request body broke or did not match its announced length.
+    #[error("request body: {0}")]
+    RequestBody(String),
+    /// The socket failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn invalid(what: impl Into<String>) -> WireError {
+    WireError::Invalid(what.into())
+}
+
+/// How a request's body goes on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Outgoing {
+    /// No body.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+}
+
+/// Writes `req`'s head (HTTP/1.1, the URI as given: origin form unless it is absolute) into
+/// `buf` and says how its body follows; a framing header the request lacks is added on the
+/// wire only, the request itself is not changed.
+pub(super) fn encode_request<B: Body>(req: &Request<B>, buf: &mut Vec<u8>) -> Outgoing {
+    let headers = req.headers();
+    let body = req.body();
+    let outgoing = if body.is_end_stream() {
+        Outgoing::Empty
+    } else if headers.contains_key(header::TRANSFER_ENCODING) {
+        Outgoing::Chunked
+    } else if let Some(n) = content_length(headers).ok().flatten() {
+        Outgoing::Length(n)
+    } else if let Some(n) = body.size_hint().exact() {
+        Outgoing::Length(n)
+    } else {
+        Outgoing::Chunked
+    };
+    buf.extend_from_slice(req.method().as_str().as_bytes());
+    buf.push(b' ');
+    let uri = req.uri();
+    if uri.scheme().is_some() {
+        buf.extend_from_slice(uri.to_string().as_bytes());
+    } else {
+        let pq = uri.path_and_query().map_or("/", |p| p.as_str());
+        buf.extend_from_slice(if pq.is_empty() { b"/" } else { pq.as_bytes() });
+    }
+    buf.extend_from_slice(b" HTTP/1.1\r\n");
+    // Chunked wins over a length (RFC 9112 §6.3): a `content-length` beside it is not sent,
+    // nor one that does not parse when the body's own size is used instead.
+    let keep_length = match outgoing {
+        Outgoing::Chunked => false,
+        Outgoing::Length(_) => content_length(headers).ok().flatten().is_some(),
+        Outgoing::Empty => true,
+    };
+    for (name, value) in headers {
+        if *name == header::CONTENT_LENGTH && !keep_length {
+            continue;
+        }
+        buf.extend_from_slice(name.as_str().as_bytes());
+        buf.extend_from_slice(b": ");
+        buf.extend_from_slice(value.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+    }
+    match outgoing {
+        Outgoing::Length(n) if !keep_length => {
+            let _ = write!(buf, "content-length: {n}\r\n");
+        }
+        Outgoing::Chunked if !is_chunked(headers) => {
+            // No coding given, or one not ending in chunked: chunked is added last.
+            buf.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        }
+        _ => {}
+    }
+    buf.extend_from_slice(b"\r\n");
+    outgoing
+}
+
+/// Appends the chunk-size line of a data chunk of `len` bytes (after the CRLF that ends the
+/// previous chunk's data, when there was one).
+pub(super) fn chunk_header(buf: &mut Vec<u8>, after_data: bool, len: usize) {
+    if after_data {
+        buf.extend_from_slice(b"\r\n");
+    }
+    let _ = write!(buf, "{len:x}\r\n");
+}
+
+/// Appends the last chunk and the trailer section.
+pub(super) fn chunked_end(buf: &mut Vec<u8>, after_data: bool, trailers: Option<&HeaderMap>) {
+    if after_data {
+        buf.extend_from_slice(b"\r\n");
+    }
+    buf.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers.into_iter().flatten() {
+        buf.extend_from_slice(name.as_str().as_bytes());
+        buf.extend_from_slice(b": ");
+        buf.extend_from_slice(value.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+    }
+    buf.extend_from_slice(b"\r\n");
+}
+
+/// How a response's body is delimited (RFC 9112 §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Framing {
+    /// No body (a `HEAD` request's response, 204, 304).
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Everything until the upstream closes the connection.
+    UntilClose,
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub(super) struct ResponseHead {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+    /// The reason phrase when it is not the status code's canonical one.
+    pub reason: Option<Bytes>,
+    pub framing: Framing,
+    /// The connection may carry another exchange after this one.
+    pub keep_alive: bool,
+}
+
+/// Parses a response head from the front of `buf` (removing it and any informational responses
+/// before it). `Ok(None)`: incomplete, read more.
+pub(super) fn parse_response(
+    buf: &mut BytesMut,
+    method: &Method,
+) -> Result<Option<ResponseHead>, WireError> {
+    loop {
+        let mut fields = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut res,
+            buf,
+            &mut fields,
+        );
+        let len = match parsed {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
+                return Err(WireError::HeadTooLarge)
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(invalid(format!(
+                    "more than {MAX_HEADERS} header fields in the response head"
+                )))
+            }
+            Err(e) => return Err(invalid(format!("response head: {e}"))),
+        };
+        if len > MAX_HEAD {
+            return Err(WireError::HeadTooLarge);
+        }
+        let code = res.code.unwrap_or(0);
+        let status = StatusCode::from_u16(code)
+            .map_err(|_| invalid(format!("status code {code} out of range")))?;
+        if status.is_informational() {
+            if status == StatusCode::SWITCHING_PROTOCOLS {
+                return Err(invalid(
+                    "101 Switching Protocols to a request without Upgrade",
+                ));
+            }
+            // 100 Continue, 103 Early Hints…: not the response (RFC 9110 §15.2).
+            buf.advance(len);
+            continue;
+        }
+        let version = if res.version == Some(1) {
+            Version::HTTP_11
+        } else {
+            Version::HTTP_10
+        };
+        let reason = res
+            .reason
+            .filter(|r| Some(*r) != status.canonical_reason())
+            .map(|r| Bytes::copy_from_slice(r.as_bytes()));
+        // Offsets into the head, so the values can share its bytes once it is frozen (kept on
+        // the stack and not zeroed first: 100 spans zeroed per response cost more than the
+        // parse).
+        let base = buf.as_ptr() as usize;
+        let spans: SmallVec<[(usize, usize, usize, usize); MAX_HEADERS]> = res
+            .headers
+            .iter()
+            .map(|h| {
+                let name = h.name.as_ptr() as usize - base;
+                let value = h.value.as_ptr() as usize - base;
+                (name, name + h.name.len(), value, value + h.value.len())
+            })
+            .collect();
+        let head = buf.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(spans.len());
+        for &(ns, ne, vs, ve) in &spans {
+            let name = HeaderName::from_bytes(&head[ns..ne])
+                .map_err(|_| invalid("a header field name that is not a token"))?;
+            // httparse accepted the value's bytes (visible ASCII, obs-text, SP, HTAB), which
+            // are exactly those a `HeaderValue` allows.
+            let value = HeaderValue::from_maybe_shared(head.slice(vs..ve))
+                .map_err(|_| invalid("a header field value with control characters"))?;
+            headers.append(name, value);
+        }
+        let (framing, keep_alive) = framing(method, status, version, &headers)?;
+        return Ok(Some(ResponseHead {
+            status,
+            version,
+            headers,
+            reason,
+            framing,
+            keep_alive,
+        }));
+    }
+}
+
+/// The body's framing and whether the connection stays open (RFC 9112 §6.3, §9.3).
+fn framing(
+    method: &Method,
+    status: StatusCode,
+    version: Version,
+    headers: &HeaderMap,
+) -> Result<(Framing, bool), WireError> {
+    let mut keep_alive = version == Version::HTTP_11;
+    for v in headers.get_all(header::CONNECTION) {
+        for t in v.as_bytes().split(|b| *b == b',') {
+            let t = t.trim_ascii();
+            if t.eq_ignore_ascii_case(b"close") {
+                keep_alive = false;
+            } else if t.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
+                keep_alive = true;
+            }
+        }
+    }
+    if *method == Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok((Framing::Empty, keep_alive));
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        if !is_chunked(headers) {
+            // A coding not ending in chunked: the body ends with the connection (§6.3 item 4).
+            return Ok((Framing::UntilClose, false));
+        }
+        // Both present: chunked wins, and the connection must not be reused (§6.3 item 3).
+        let both = headers.contains_key(header::CONTENT_LENGTH);
+        return Ok((Framing::Chunked, keep_alive && !both));
+    }
+    match content_length(headers) {
+        Ok(Some(0)) => Ok((Framing::Empty, keep_alive)),
+        Ok(Some(n)) => Ok((Framing::Length(n), keep_alive)),
+        Ok(None) => Ok((Framing::UntilClose, false)),
+        Err(()) => Err(invalid("an invalid or conflicting content-length")),
+    }
+}
+
+/// The `content-length`: `Ok(None)` when absent, `Err` when a value is not a number or the
+/// values disagree (RFC 9110 §8.6 allows the same number repeated, in one field or several).
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ()> {
+    let mut found = None;
+    for v in headers.get_all(header::CONTENT_LENGTH) {
+        for part in v.as_bytes().split(|b| *b == b',') {
+            let part = part.trim_ascii();
+            if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
+                return Err(());
+            }
+            let n = part.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+            if found.is_some_and(|f| f != n) {
+                return Err(());
+            }
+            found = Some(n);
+        }
+    }
+    Ok(found)
+}
+
+/// Whether the last transfer coding is `chunked`.
+fn is_chunked(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .and_then(|v| v.as_bytes().rsplit(|b| *b == b',').next())
+        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+}
+
+/// What a response body's decoder gives next.
+#[derive(Debug, PartialEq)]
+pub(super) enum Decoded {
+    /// Body bytes.
+    Data(Bytes),
+    /// The trailer section of a chunked body (then the end).
+    Trailers(HeaderMap),
+    /// The body is complete.
+    End,
+    /// More bytes are needed.
+    More,
+}
+
+/// A response body's decoder state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Decoder {
+    /// This many bytes left.
+    Length(u64),
+    /// A chunked body: expecting a chunk-size line.
+    ChunkSize,
+    /// A chunked body: this many bytes of the current chunk left.
+    ChunkData(u64),
+    /// A chunked body: the CRLF after a chunk's data.
+    ChunkEnd,
+    /// A chunked body: the trailer section after the last chunk.
+    Trailers,
+    /// Until the connection closes.
+    UntilClose,
+    /// Complete.
+    Done,
+}
+
+impl Decoder {
+    pub(super) fn new(framing: Framing) -> Self {
+        match framing {
+            Framing::Empty | Framing::Length(0) => Decoder::Done,
+            Framing::Length(n) => Decoder::Length(n),
+            Framing::Chunked => Decoder::ChunkSize,
+            Framing::UntilClose => Decoder::UntilClose,
+        }
+    }
+
+    /// Whether the body is complete.
+    pub(super) fn is_done(&self) -> bool {
+        *self == Decoder::Done
+    }
+
+    /// Bytes left when the body has a length.
+    pub(super) fn remaining(&self) -> Option<u64> {
+        match self {
+            Decoder::Length(n) => Some(*n),
+            Decoder::Done => Some(0),
+            _ => None,
+        }
+    }
+
+    /// Takes the next piece of the body from the front of `buf`.
+    pub(super) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
+        loop {
+            match *self {
+                Decoder::Done => return Ok(Decoded::End),
+                Decoder::Length(left) | Decoder::ChunkData(left) => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::More);
+                    }
+                    let take = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+                    let rest = left - take as u64;
+                    *self = match (*self, rest) {
+                        (Decoder::Length(_), 0) => Decoder::Done,
+                        (Decoder::Length(_), r) => Decoder::Length(r),
+                        (_, 0) => Decoder::ChunkEnd,
+                        (_, r) => Decoder::ChunkData(r),
+                    };
+                    return Ok(Decoded::Data(buf.split_to(take).freeze()));
+                }
+                Decoder::UntilClose => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::More);
+                    }
+                    return Ok(Decoded::Data(buf.split().freeze()));
+                }
+                Decoder::ChunkSize => {
+                    let Some(end) = buf.iter().position(|b| *b == b'\n') else {
+                        if buf.len() > MAX_CHUNK_LINE {
+                            return Err(invalid("a chunk-size line longer than 4 KiB"));
+                        }
+                        return Ok(Decoded::More);
+                    };
+                    let size = chunk_size(&buf[..end])?;
+                    buf.advance(end + 1);
+                    *self = if size == 0 {
+                        Decoder::Trailers
+                    } else {
+                        Decoder::ChunkData(size)
+                    };
+                }
+                Decoder::ChunkEnd => {
+                    if buf.len() < 2 {
+                        return Ok(Decoded::More);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(invalid("chunk data not followed by CRLF"));
+                    }
+                    buf.advance(2);
+                    *self = Decoder::ChunkSize;
+                }
+                Decoder::Trailers => {
+                    if buf.starts_with(b"\r\n") {
+                        buf.advance(2);
+                        *self = Decoder::Done;
+                        return Ok(Decoded::End);
+                    }
+                    if buf.len() < 2 {
+                        return Ok(Decoded::More);
+                    }
+                    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                    let (len, map) = match httparse::parse_headers(buf, &mut fields) {
+                        Ok(httparse::Status::Complete((len, fields))) => {
+                            let mut map = HeaderMap::with_capacity(fields.len());
+                            for f in fields.iter() {
+                                let name = HeaderName::from_bytes(f.name.as_bytes())
+                                    .map_err(|_| invalid("a trailer name that is not a token"))?;
+                                let value = HeaderValue::from_bytes(f.value).map_err(|_| {
+                                    invalid("a trailer value with control characters")
+                                })?;
+                                map.append(name, value);
+                            }
+                            (len, map)
+                        }
+                        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
+                            return Err(invalid("a trailer section larger than the head limit"))
+                        }
+                        Ok(httparse::Status::Partial) => return Ok(Decoded::More),
+                        Err(e) => return Err(invalid(format!("trailer section: {e}"))),
+                    };
+                    buf.advance(len);
+                    *self = Decoder::Done;
+                    return Ok(Decoded::Trailers(map));
+                }
+            }
+        }
+    }
+}
+
+/// The size on a chunk-size line (without its LF): hex digits, then optional extensions.
+fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    let rest = line[digits..].trim_ascii_start();
+    if digits == 0 || digits > 16 || !(rest.is_empty() || rest.starts_with(b";")) {
+        return Err(invalid("a chunk-size line that is not a hexadecimal size"));
+    }
+    let mut n = 0u64;
+    for d in &line[..digits] {
+        // Checked above: at most 16 hex digits fit in a u64.
+        n = n << 4 | u64::from(char::from(*d).to_digit(16).unwrap_or(0));
+    }
+    Ok(n)
+}
