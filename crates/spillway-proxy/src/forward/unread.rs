@@ -7,8 +7,8 @@
 //! overload. The proxy lets go of a body early in many places: a refusal, a bad header or a
 //! static degraded answer before forwarding; a streamed upload when no task can take it (none
 //! left, throttled, the pool full) or the connection to the task fails; an upstream that
-//! answers, or breaks, before reading all of it (hyper's client then drops what it was
-//! sending). So the guard is the body itself, from the client's connection to the upstream
+//! answers, or breaks, before reading all of it (the upstream connection then drops what it
+//! was sending). So the guard is the body itself, from the client's connection to the upstream
 //! request: whoever drops it unfinished starts the drain
 //! ([`spillway_tower::server::drain_behind`], bounded in bytes and time, as the server layer's
 //! refusals are).

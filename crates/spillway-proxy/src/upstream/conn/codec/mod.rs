@@ -182,11 +182,39 @@ pub(super) struct ResponseHead {
     pub keep_alive: bool,
 }
 
+/// The header names one connection's upstream has sent, so that a custom name (`x-…`) is
+/// checked, lower-cased and allocated once per connection rather than once per response
+/// (`HeaderName::from_bytes` does all three for a name that is not a standard one; a clone
+/// shares the bytes).
+#[derive(Debug, Default)]
+pub(super) struct NameCache(Vec<HeaderName>);
+
+impl NameCache {
+    /// Most names kept: an upstream inventing names cannot make the scan long.
+    const MAX: usize = 32;
+
+    fn name(&mut self, wire: &[u8]) -> Result<HeaderName, WireError> {
+        // A name matching a cached (lower-case, valid) one ignoring case is that name.
+        if let Some(n) = self.0.iter().find(|n| {
+            n.as_str().len() == wire.len() && n.as_str().as_bytes().eq_ignore_ascii_case(wire)
+        }) {
+            return Ok(n.clone());
+        }
+        let n = HeaderName::from_bytes(wire)
+            .map_err(|_| invalid("a header field name that is not a token"))?;
+        if self.0.len() < Self::MAX {
+            self.0.push(n.clone());
+        }
+        Ok(n)
+    }
+}
+
 /// Parses a response head from the front of `buf` (removing it and any informational responses
 /// before it). `Ok(None)`: incomplete, read more.
 pub(super) fn parse_response(
     buf: &mut BytesMut,
     method: &Method,
+    names: &mut NameCache,
 ) -> Result<Option<ResponseHead>, WireError> {
     loop {
         let mut fields = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
@@ -250,8 +278,7 @@ pub(super) fn parse_response(
         let head = buf.split_to(len).freeze();
         let mut headers = HeaderMap::with_capacity(spans.len());
         for &(ns, ne, vs, ve) in &spans {
-            let name = HeaderName::from_bytes(&head[ns..ne])
-                .map_err(|_| invalid("a header field name that is not a token"))?;
+            let name = names.name(&head[ns..ne])?;
             // httparse accepted the value's bytes (visible ASCII, obs-text, SP, HTAB), which
             // are exactly those a `HeaderValue` allows.
             let value = HeaderValue::from_maybe_shared(head.slice(vs..ve))

@@ -134,7 +134,11 @@ fn chunks_are_framed() {
 }
 
 fn parse(bytes: &[u8], method: Method) -> Result<Option<ResponseHead>, WireError> {
-    parse_response(&mut BytesMut::from(bytes), &method)
+    parse_response(
+        &mut BytesMut::from(bytes),
+        &method,
+        &mut NameCache::default(),
+    )
 }
 
 fn head(bytes: &[u8]) -> ResponseHead {
@@ -146,7 +150,9 @@ fn a_response_head_is_parsed_into_http_types() {
     let mut buf = BytesMut::from(
         &b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Spillway-Cost: 0.002\r\nx-a: 1\r\nx-a: 2\r\n\r\nokNEXT"[..],
     );
-    let h = parse_response(&mut buf, &Method::GET).unwrap().unwrap();
+    let h = parse_response(&mut buf, &Method::GET, &mut NameCache::default())
+        .unwrap()
+        .unwrap();
     assert_eq!(h.status, StatusCode::OK);
     assert_eq!(h.version, Version::HTTP_11);
     assert_eq!(h.headers["x-spillway-cost"], "0.002");
@@ -365,4 +371,37 @@ fn a_broken_chunked_body_is_an_error() {
     let mut long = b"5;".to_vec();
     long.resize(MAX_CHUNK_LINE + 2, b'x');
     assert!(decode_all(Framing::Chunked, &long, 64).is_err());
+}
+
+#[test]
+fn names_are_cached_per_connection_whatever_their_case() {
+    let mut names = NameCache::default();
+    for wire in [
+        &b"HTTP/1.1 200 OK\r\nX-Spillway-Cost: 1\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nx-spillway-cost: 2\r\nX-SPILLWAY-COST: 3\r\n\r\n",
+    ] {
+        let h = parse_response(&mut BytesMut::from(wire), &Method::GET, &mut names)
+            .unwrap()
+            .unwrap();
+        assert!(h.headers.get_all("x-spillway-cost").iter().count() >= 1);
+    }
+    assert_eq!(names.0.len(), 1, "one name, however spelt");
+    // A bad name is still refused when a cached one is near it.
+    let e = parse_response(
+        &mut BytesMut::from(&b"HTTP/1.1 200 OK\r\nx-spillway-cos(: 1\r\n\r\n"[..]),
+        &Method::GET,
+        &mut names,
+    );
+    assert!(e.is_err());
+    // The cache stops growing at its bound.
+    for i in 0..40 {
+        let wire = format!("HTTP/1.1 200 OK\r\nx-{i}: v\r\n\r\n");
+        parse_response(
+            &mut BytesMut::from(wire.as_bytes()),
+            &Method::GET,
+            &mut names,
+        )
+        .unwrap();
+    }
+    assert_eq!(names.0.len(), NameCache::MAX);
 }
