@@ -194,10 +194,20 @@ impl NameCache {
     const MAX: usize = 32;
 
     fn name(&mut self, wire: &[u8]) -> Result<HeaderName, WireError> {
-        // A name matching a cached (lower-case, valid) one ignoring case is that name.
-        if let Some(n) = self.0.iter().find(|n| {
-            n.as_str().len() == wire.len() && n.as_str().as_bytes().eq_ignore_ascii_case(wire)
-        }) {
+        // A name matching a cached (lower-case, valid) one ignoring case is that name. Most
+        // upstreams spell a name the same way every time, so an exact comparison (`memcmp`)
+        // first, byte-wise case folding only when none matches.
+        let cached = self
+            .0
+            .iter()
+            .find(|n| n.as_str().as_bytes() == wire)
+            .or_else(|| {
+                self.0.iter().find(|n| {
+                    n.as_str().len() == wire.len()
+                        && n.as_str().as_bytes().eq_ignore_ascii_case(wire)
+                })
+            });
+        if let Some(n) = cached {
             return Ok(n.clone());
         }
         let n = HeaderName::from_bytes(wire)
@@ -279,8 +289,9 @@ pub(super) fn parse_response(
         let mut headers = HeaderMap::with_capacity(spans.len());
         for &(ns, ne, vs, ve) in &spans {
             let name = names.name(&head[ns..ne])?;
-            // httparse accepted the value's bytes (visible ASCII, obs-text, SP, HTAB), which
-            // are exactly those a `HeaderValue` allows.
+            // httparse accepted the value's bytes (HTAB, SP, visible ASCII, obs-text), exactly
+            // those a `HeaderValue` allows; checked again all the same (the unchecked
+            // constructor is `unsafe`).
             let value = HeaderValue::from_maybe_shared(head.slice(vs..ve))
                 .map_err(|_| invalid("a header field value with control characters"))?;
             headers.append(name, value);

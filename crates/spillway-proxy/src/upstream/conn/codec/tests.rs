@@ -288,6 +288,9 @@ fn garbage_is_an_error_that_says_so() {
         &b"SSH-2.0-OpenSSH\r\n\r\n"[..],
         b"HTTP/1.1 2000 OK\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nbad name: v\r\n\r\n",
+        // Control characters in a value: refused by httparse, never a `HeaderValue`.
+        b"HTTP/1.1 200 OK\r\nx: a\x01b\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nx: a\x7fb\r\n\r\n",
     ] {
         let e = parse(bad, Method::GET).unwrap_err().to_string();
         assert!(e.starts_with("invalid response from the upstream"), "{e}");
