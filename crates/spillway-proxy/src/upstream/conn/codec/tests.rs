@@ -408,3 +408,58 @@ fn names_are_cached_per_connection_whatever_their_case() {
     }
     assert_eq!(names.0.len(), NameCache::MAX);
 }
+
+mod arbitrary_bytes {
+    //! Whatever an upstream sends, the codec answers with a head, "more", or an error — never a
+    //! panic (the offsets into the head, the chunk arithmetic and the debug-checked
+    //! `HeaderValue` constructor are where one could hide).
+
+    use bytes::BytesMut;
+    use http::Method;
+    use proptest::prelude::*;
+
+    use super::super::*;
+
+    /// Bytes that look like HTTP often enough to reach past the status line.
+    fn wire() -> impl Strategy<Value = Vec<u8>> {
+        let piece = prop_oneof![
+            Just(b"HTTP/1.1 200 OK\r\n".to_vec()),
+            Just(b"HTTP/1.0 100 Continue\r\n\r\n".to_vec()),
+            Just(b"content-length: 3\r\n".to_vec()),
+            Just(b"transfer-encoding: chunked\r\n".to_vec()),
+            Just(b"connection: close\r\n".to_vec()),
+            Just(b"\r\n".to_vec()),
+            Just(b"5\r\nhello\r\n0\r\n\r\n".to_vec()),
+            prop::collection::vec(any::<u8>(), 0..24),
+        ];
+        prop::collection::vec(piece, 0..10).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn no_input_panics_the_head_parser_or_the_body_decoders(bytes in wire(), head in any::<bool>()) {
+            let method = if head { Method::HEAD } else { Method::GET };
+            let mut buf = BytesMut::from(&bytes[..]);
+            let mut names = NameCache::default();
+            if let Ok(Some(h)) = parse_response(&mut buf, &method, &mut names) {
+                let mut d = Decoder::new(h.framing);
+                for _ in 0..64 {
+                    match d.decode(&mut buf) {
+                        Ok(Decoded::Data(_)) | Ok(Decoded::Trailers(_)) => {}
+                        Ok(Decoded::End) | Ok(Decoded::More) | Err(_) => break,
+                    }
+                }
+            }
+            for framing in [Framing::Chunked, Framing::Length(7), Framing::UntilClose] {
+                let mut d = Decoder::new(framing);
+                let mut b = BytesMut::from(&bytes[..]);
+                for _ in 0..64 {
+                    match d.decode(&mut b) {
+                        Ok(Decoded::Data(_)) | Ok(Decoded::Trailers(_)) => {}
+                        Ok(Decoded::End) | Ok(Decoded::More) | Err(_) => break,
+                    }
+                }
+            }
+        }
+    }
+}
