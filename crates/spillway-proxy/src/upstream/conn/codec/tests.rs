@@ -435,6 +435,17 @@ mod arbitrary_bytes {
         prop::collection::vec(piece, 0..10).prop_map(|v| v.concat())
     }
 
+    /// Decodes what `buf` holds as a body framed by `framing` until it ends, stalls or fails.
+    fn drain(framing: Framing, buf: &mut BytesMut) {
+        let mut d = Decoder::new(framing);
+        for _ in 0..64 {
+            match d.decode(buf) {
+                Ok(Decoded::Data(_)) | Ok(Decoded::Trailers(_)) => {}
+                Ok(Decoded::End) | Ok(Decoded::More) | Err(_) => break,
+            }
+        }
+    }
+
     proptest! {
         #[test]
         fn no_input_panics_the_head_parser_or_the_body_decoders(bytes in wire(), head in any::<bool>()) {
@@ -442,23 +453,10 @@ mod arbitrary_bytes {
             let mut buf = BytesMut::from(&bytes[..]);
             let mut names = NameCache::default();
             if let Ok(Some(h)) = parse_response(&mut buf, &method, &mut names) {
-                let mut d = Decoder::new(h.framing);
-                for _ in 0..64 {
-                    match d.decode(&mut buf) {
-                        Ok(Decoded::Data(_)) | Ok(Decoded::Trailers(_)) => {}
-                        Ok(Decoded::End) | Ok(Decoded::More) | Err(_) => break,
-                    }
-                }
+                drain(h.framing, &mut buf);
             }
             for framing in [Framing::Chunked, Framing::Length(7), Framing::UntilClose] {
-                let mut d = Decoder::new(framing);
-                let mut b = BytesMut::from(&bytes[..]);
-                for _ in 0..64 {
-                    match d.decode(&mut b) {
-                        Ok(Decoded::Data(_)) | Ok(Decoded::Trailers(_)) => {}
-                        Ok(Decoded::End) | Ok(Decoded::More) | Err(_) => break,
-                    }
-                }
+                drain(framing, &mut BytesMut::from(&bytes[..]));
             }
         }
     }
