@@ -322,3 +322,80 @@ async fn an_answer_before_the_upload_was_read_reaches_the_client() {
     let (status, _, _) = get(&c, p.addr, "/", &[]).await;
     assert_eq!(status, 413);
 }
+
+/// An upstream that answers the first request on each connection (keep-alive) and reads the
+/// second, then closes without a byte of answer: the keep-alive race, made certain.
+async fn closes_on_the_second_request() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let a = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            a.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let Some(end) = read_until(&mut s, &mut buf, b"\r\n\r\n").await else {
+                    return;
+                };
+                let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                buf.drain(..end);
+                if let Some(n) = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                {
+                    while buf.len() < n {
+                        let mut b = [0u8; 4096];
+                        match s.read(&mut b).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&b[..k]),
+                        }
+                    }
+                    buf.drain(..n);
+                }
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+                // The second request is read, and the connection closed under it.
+                let _ = read_until(&mut s, &mut buf, b"\r\n\r\n").await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn a_safe_request_caught_by_the_keep_alive_race_is_sent_again_an_unsafe_one_is_not() {
+    let (addr, accepted) = closes_on_the_second_request().await;
+    let p = proxy_toml(&upstream_toml(addr)).await;
+    let c = client();
+    for round in 1..=3 {
+        // The first GET opens a connection; the second goes out on it, is read and dropped
+        // unanswered, and is answered on a new connection.
+        let (status, _, body) = get(&c, p.addr, "/", &[]).await;
+        assert_eq!((status, body.as_str()), (200, "ok"), "round {round}");
+    }
+    assert!(accepted.load(Ordering::SeqCst) >= 3);
+    // A POST meeting the same race is not sent twice: the client gets the 502.
+    let mut saw_502 = false;
+    for _ in 0..3 {
+        let req = http::Request::post(format!("http://{}/", p.addr))
+            .body(Full::new(Bytes::from_static(b"once")))
+            .unwrap();
+        let res = c.request(req).await.expect("response");
+        if res.status() == 502 {
+            let body = res.into_body().collect().await.unwrap().to_bytes();
+            let text = String::from_utf8_lossy(&body);
+            assert!(
+                text.contains("closed the connection before the response head"),
+                "{text}"
+            );
+            saw_502 = true;
+        }
+    }
+    assert!(
+        saw_502,
+        "one of three POSTs goes out on a connection that is then closed"
+    );
+}

@@ -147,6 +147,8 @@ pub(super) struct Sending {
     /// A chunk's data has been sent (its CRLF goes before the next chunk-size line).
     after_data: bool,
     done: bool,
+    /// Leave the written head in the connection's buffer (a request that may be replayed).
+    keep: bool,
 }
 
 impl Sending {
@@ -180,8 +182,10 @@ impl Sending {
                 self.written += from_head;
                 self.data.advance(n - from_head);
             }
-            c.write.clear();
-            self.written = 0;
+            if !self.keep {
+                c.write.clear();
+                self.written = 0;
+            }
             if self.done {
                 return Poll::Ready(Ok(()));
             }
@@ -256,13 +260,23 @@ pub(super) struct Exchanged {
     pub(super) sending: Option<Box<Sending>>,
 }
 
-/// Writes `req` on `h` and reads until the response head is in.
-pub(super) fn exchange(mut h: Http1, req: Request<ProxyBody>) -> Exchange {
+/// Writes `req` on `h` and reads until the response head is in. `reused`: `h` carried an
+/// exchange before (so the upstream may have closed it just as this one began).
+pub(super) fn exchange(mut h: Http1, req: Request<ProxyBody>, reused: bool) -> Exchange {
     let c = &mut *h.0;
     c.write.clear();
     let outgoing = codec::encode_request(&req, &mut c.write);
     let (parts, body) = req.into_parts();
     let ended = outgoing == Outgoing::Empty;
+    // The keep-alive race (RFC 9112 §9.3.1): an upstream closing an idle connection as a
+    // request goes out on it. A request that may be sent again automatically — a safe method,
+    // no body — keeps its head for that.
+    let replayable = reused
+        && ended
+        && matches!(
+            parts.method,
+            Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+        );
     Exchange {
         conn: Some(h),
         sending: Sending {
@@ -277,9 +291,57 @@ pub(super) fn exchange(mut h: Http1, req: Request<ProxyBody>) -> Exchange {
             written: 0,
             after_data: false,
             done: false,
+            keep: replayable,
         },
         method: parts.method,
         write_error: None,
+        replayable,
+        answered: false,
+    }
+}
+
+/// Sends again, on `h`, the head of a request that met the keep-alive race ([`Failed::replay`]);
+/// never replayed twice.
+pub(super) fn replay(mut h: Http1, r: Replay) -> Exchange {
+    h.0.write = r.head;
+    Exchange {
+        conn: Some(h),
+        sending: Sending {
+            body: None,
+            outgoing: Outgoing::Empty,
+            left: 0,
+            data: Bytes::new(),
+            written: 0,
+            after_data: false,
+            done: false,
+            keep: false,
+        },
+        method: r.method,
+        write_error: None,
+        replayable: false,
+        answered: false,
+    }
+}
+
+/// Why an exchange gave no response head, and the request to send again on another connection
+/// when the upstream closed this one before answering any of it and the request may be replayed.
+pub(super) struct Failed {
+    pub(super) error: WireError,
+    pub(super) replay: Option<Replay>,
+}
+
+/// A request head written and never answered (see [`exchange`]).
+pub(super) struct Replay {
+    head: Vec<u8>,
+    method: Method,
+}
+
+impl From<WireError> for Failed {
+    fn from(error: WireError) -> Self {
+        Failed {
+            error,
+            replay: None,
+        }
     }
 }
 
@@ -291,20 +353,41 @@ pub(super) struct Exchange {
     /// Writing failed; kept while the upstream may still have answered (it can answer and
     /// close before reading everything), reported if it did not.
     write_error: Option<WireError>,
+    replayable: bool,
+    /// A byte of the response has been read (the request was answered, if only in part).
+    answered: bool,
+}
+
+impl Exchange {
+    /// The failure `error` (or the earlier write error), with the request to replay when the
+    /// upstream ended the connection without a byte of answer.
+    fn failed(&mut self, error: WireError) -> Failed {
+        let error = self.write_error.take().unwrap_or(error);
+        let replay = match self.conn.as_mut() {
+            Some(c) if self.replayable && !self.answered => Some(Replay {
+                head: std::mem::take(&mut c.0.write),
+                method: self.method.clone(),
+            }),
+            _ => None,
+        };
+        Failed { error, replay }
+    }
 }
 
 impl Future for Exchange {
-    type Output = Result<Exchanged, WireError>;
+    type Output = Result<Exchanged, Failed>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let Some(conn) = this.conn.as_mut() else {
-            return Poll::Ready(Err(WireError::Closed("before the response head")));
+            return Poll::Ready(Err(WireError::Closed("before the response head").into()));
         };
         if this.write_error.is_none() && !this.sending.done {
             match this.sending.poll_send(conn, cx) {
                 // The client's body broke: nothing the upstream could answer.
-                Poll::Ready(Err(e @ WireError::RequestBody(_))) => return Poll::Ready(Err(e)),
+                Poll::Ready(Err(e @ WireError::RequestBody(_))) => {
+                    return Poll::Ready(Err(e.into()))
+                }
                 Poll::Ready(Err(e)) => this.write_error = Some(e),
                 _ => {}
             }
@@ -313,7 +396,9 @@ impl Future for Exchange {
             if !conn.read_buf().is_empty() {
                 if let Some(head) = conn.parse_head(&this.method)? {
                     let Some(conn) = this.conn.take() else {
-                        return Poll::Ready(Err(WireError::Closed("before the response head")));
+                        return Poll::Ready(Err(
+                            WireError::Closed("before the response head").into()
+                        ));
                     };
                     let sending = (!this.sending.done).then(|| {
                         Box::new(std::mem::replace(&mut this.sending, Sending::finished()))
@@ -327,13 +412,11 @@ impl Future for Exchange {
             }
             match ready!(conn.poll_read(cx)) {
                 Ok(0) => {
-                    let e = this.write_error.take();
-                    return Poll::Ready(Err(
-                        e.unwrap_or(WireError::Closed("before the response head"))
-                    ));
+                    let e = WireError::Closed("before the response head");
+                    return Poll::Ready(Err(this.failed(e)));
                 }
-                Ok(_) => {}
-                Err(e) => return Poll::Ready(Err(this.write_error.take().unwrap_or(e.into()))),
+                Ok(_) => this.answered = true,
+                Err(e) => return Poll::Ready(Err(this.failed(e.into()))),
             }
         }
     }
@@ -349,6 +432,7 @@ impl Sending {
             written: 0,
             after_data: false,
             done: true,
+            keep: false,
         }
     }
 }

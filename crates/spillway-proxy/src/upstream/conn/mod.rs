@@ -21,8 +21,11 @@
 //! thread's sweeper (HTTP/1.1) or its own driver task (HTTP/2) whether or not traffic comes; a
 //! broken connection, or one whose exchange did not complete, is dropped, never put back; an
 //! idle HTTP/1.1 connection the upstream closed in the meantime is found at checkout, before
-//! anything is sent on it, and another is used (HTTP/2: a request the connection refused
-//! unsent is sent again, as the legacy client's `retry_canceled_requests` did); a connection
+//! anything is sent on it, and another is used; one the upstream closes just as a request
+//! goes out on it (the keep-alive race, RFC 9112 §9.3.1) costs a safe, bodiless request
+//! (GET, HEAD, OPTIONS, TRACE) nothing: it is sent once more on a new connection (HTTP/2: a
+//! request the connection refused unsent is sent again, as the legacy client's
+//! `retry_canceled_requests` did); a connection
 //! that cannot be made is a connect error, which the caller may retry on another task. HTTP/2
 //! (prior knowledge) keeps one multiplexed connection per task and thread, closed after the
 //! same idle timeout once no stream is open on it. A request that may upgrade its connection
@@ -53,7 +56,7 @@ use thread_local::ThreadLocal;
 use tokio::net::TcpStream;
 
 pub use self::body::UpstreamBody;
-use self::http1::{exchange, Exchanged, Http1};
+use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};
 use super::ProxyBody;
 
@@ -250,6 +253,7 @@ impl Connections {
                 }
             } else {
                 let idle = lock(self.home()).checkout(task);
+                let reused = idle.is_some();
                 let h = match idle {
                     Some(h) => h,
                     // Boxed: the connect path (resolve, connect, timeout) runs once per
@@ -268,11 +272,25 @@ impl Connections {
                         Err(e) => Err(UpstreamError::request(e)),
                     };
                 }
+                let exchanged = match exchange(h, req, reused).await {
+                    Ok(x) => x,
+                    // The upstream closed the reused connection as the request went out (the
+                    // keep-alive race): a safe, bodiless request goes once more, on a new one.
+                    Err(Failed {
+                        replay: Some(r), ..
+                    }) => {
+                        let h = Box::pin(self.connect_http1(task)).await?;
+                        replay(h, r)
+                            .await
+                            .map_err(|f| UpstreamError::request(f.error))?
+                    }
+                    Err(f) => return Err(UpstreamError::request(f.error)),
+                };
                 let Exchanged {
                     head,
                     conn,
                     sending,
-                } = exchange(h, req).await.map_err(UpstreamError::request)?;
+                } = exchanged;
                 let body = UpstreamBody::http1(
                     conn,
                     head.framing,
