@@ -19,15 +19,17 @@ use tokio::net::{TcpListener, TcpStream};
 /// What the scripted upstream saw: each request's head and body (de-chunked).
 type Seen = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
-/// An upstream answering each request with `answer(head)`: the bytes to write, and whether to
-/// close the connection after them. `read_body = false` answers without reading the body.
+/// An upstream answering each request with `answer(head, n)` (`n`: the request's number on its
+/// connection, from 0): the bytes to write, and whether to close the connection after them
+/// (nothing and close: the request read and left unanswered). `read_body = false` answers
+/// without reading the body.
 struct Scripted {
     addr: std::net::SocketAddr,
     accepted: Arc<AtomicUsize>,
     seen: Seen,
 }
 
-async fn scripted(answer: fn(&str) -> (Vec<u8>, bool), read_body: bool) -> Scripted {
+async fn scripted(answer: fn(&str, usize) -> (Vec<u8>, bool), read_body: bool) -> Scripted {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -39,7 +41,7 @@ async fn scripted(answer: fn(&str) -> (Vec<u8>, bool), read_body: bool) -> Scrip
             let seen = Arc::clone(&s2);
             tokio::spawn(async move {
                 let mut buf = Vec::new();
-                loop {
+                for n in 0.. {
                     let Some(end) = read_until(&mut s, &mut buf, b"\r\n\r\n").await else {
                         return;
                     };
@@ -68,7 +70,7 @@ async fn scripted(answer: fn(&str) -> (Vec<u8>, bool), read_body: bool) -> Scrip
                             body = buf.drain(..n).collect();
                         }
                     }
-                    let (out, close) = answer(&head);
+                    let (out, close) = answer(&head, n);
                     seen.lock().unwrap().push((head, body));
                     if s.write_all(&out).await.is_err() || close {
                         return;
@@ -132,7 +134,7 @@ async fn raw(proxy: std::net::SocketAddr, bytes: &[u8]) -> String {
 #[tokio::test]
 async fn a_chunked_upload_of_unknown_length_arrives_chunked_and_whole() {
     let up = scripted(
-        |_| {
+        |_, _| {
             (
                 b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
                 false,
@@ -160,7 +162,7 @@ async fn a_chunked_upload_of_unknown_length_arrives_chunked_and_whole() {
 #[tokio::test]
 async fn chunked_and_close_delimited_responses_pass_through() {
     let up = scripted(
-        |head| {
+        |head, _| {
             if head.starts_with("get /close ") {
                 (b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nuntil the end".to_vec(), true)
             } else {
@@ -196,7 +198,7 @@ async fn chunked_and_close_delimited_responses_pass_through() {
 #[tokio::test]
 async fn head_and_no_content_answers_have_no_body() {
     let up = scripted(
-        |head| {
+        |head, _| {
             if head.starts_with("head ") {
                 (
                     b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n".to_vec(),
@@ -237,7 +239,11 @@ async fn head_and_no_content_answers_have_no_body() {
 
 #[tokio::test]
 async fn an_upstream_speaking_garbage_gets_a_502_that_says_so() {
-    let up = scripted(|_| (b"SSH-2.0-OpenSSH_9.2\r\n\r\n".to_vec(), false), true).await;
+    let up = scripted(
+        |_, _| (b"SSH-2.0-OpenSSH_9.2\r\n\r\n".to_vec(), false),
+        true,
+    )
+    .await;
     let p = proxy_toml(&upstream_toml(up.addr)).await;
     let (status, _, body) = get(&client(), p.addr, "/", &[]).await;
     assert_eq!(status, 502, "{body}");
@@ -250,7 +256,7 @@ async fn an_upstream_speaking_garbage_gets_a_502_that_says_so() {
 #[tokio::test]
 async fn a_body_cut_short_is_an_error_and_its_connection_not_reused() {
     let up = scripted(
-        |head| {
+        |head, _| {
             if head.starts_with("get /cut ") {
                 (
                     b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello".to_vec(),
@@ -293,7 +299,7 @@ async fn a_body_cut_short_is_an_error_and_its_connection_not_reused() {
 async fn an_answer_before_the_upload_was_read_reaches_the_client() {
     // The upstream refuses a 256 KiB upload without reading it, and keeps the connection.
     let up = scripted(
-        |_| {
+        |_, _| {
             (
                 b"HTTP/1.1 413 Content Too Large\r\ncontent-length: 8\r\n\r\ntoo big!".to_vec(),
                 false,
@@ -323,52 +329,22 @@ async fn an_answer_before_the_upload_was_read_reaches_the_client() {
     assert_eq!(status, 413);
 }
 
-/// An upstream that answers the first request on each connection (keep-alive) and reads the
-/// second, then closes without a byte of answer: the keep-alive race, made certain.
-async fn closes_on_the_second_request() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let a = Arc::clone(&accepted);
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            a.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let Some(end) = read_until(&mut s, &mut buf, b"\r\n\r\n").await else {
-                    return;
-                };
-                let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                buf.drain(..end);
-                if let Some(n) = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length: "))
-                    .and_then(|v| v.trim().parse::<usize>().ok())
-                {
-                    while buf.len() < n {
-                        let mut b = [0u8; 4096];
-                        match s.read(&mut b).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(k) => buf.extend_from_slice(&b[..k]),
-                        }
-                    }
-                    buf.drain(..n);
-                }
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                    .await;
-                // The second request is read, and the connection closed under it.
-                let _ = read_until(&mut s, &mut buf, b"\r\n\r\n").await;
-            });
-        }
-    });
-    (addr, accepted)
-}
-
 #[tokio::test]
 async fn a_safe_request_caught_by_the_keep_alive_race_is_sent_again_an_unsafe_one_is_not() {
-    let (addr, accepted) = closes_on_the_second_request().await;
-    let p = proxy_toml(&upstream_toml(addr)).await;
+    // Each connection's first request is answered (keep-alive); its second is read and the
+    // connection closed under it without a byte of answer: the race, made certain.
+    let up = scripted(
+        |_, n| match n {
+            0 => (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
+                false,
+            ),
+            _ => (Vec::new(), true),
+        },
+        true,
+    )
+    .await;
+    let p = proxy_toml(&upstream_toml(up.addr)).await;
     let c = client();
     for round in 1..=3 {
         // The first GET opens a connection; the second goes out on it, is read and dropped
@@ -376,7 +352,7 @@ async fn a_safe_request_caught_by_the_keep_alive_race_is_sent_again_an_unsafe_on
         let (status, _, body) = get(&c, p.addr, "/", &[]).await;
         assert_eq!((status, body.as_str()), (200, "ok"), "round {round}");
     }
-    assert!(accepted.load(Ordering::SeqCst) >= 3);
+    assert!(up.accepted.load(Ordering::SeqCst) >= 3);
     // A POST meeting the same race is not sent twice: the client gets the 502.
     let mut saw_502 = false;
     for _ in 0..3 {

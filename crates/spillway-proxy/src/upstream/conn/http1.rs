@@ -306,16 +306,7 @@ pub(super) fn replay(mut h: Http1, r: Replay) -> Exchange {
     h.0.write = r.head;
     Exchange {
         conn: Some(h),
-        sending: Sending {
-            body: None,
-            outgoing: Outgoing::Empty,
-            left: 0,
-            data: Bytes::new(),
-            written: 0,
-            after_data: false,
-            done: false,
-            keep: false,
-        },
+        sending: Sending::without_body(false),
         method: r.method,
         write_error: None,
         replayable: false,
@@ -401,7 +392,10 @@ impl Future for Exchange {
                         ));
                     };
                     let sending = (!this.sending.done).then(|| {
-                        Box::new(std::mem::replace(&mut this.sending, Sending::finished()))
+                        Box::new(std::mem::replace(
+                            &mut this.sending,
+                            Sending::without_body(true),
+                        ))
                     });
                     return Poll::Ready(Ok(Exchanged {
                         head,
@@ -423,7 +417,9 @@ impl Future for Exchange {
 }
 
 impl Sending {
-    fn finished() -> Self {
+    /// A request without a body: its head (already in the connection's buffer) still to be
+    /// written, or (`done`) nothing left to write.
+    fn without_body(done: bool) -> Self {
         Sending {
             body: None,
             outgoing: Outgoing::Empty,
@@ -431,7 +427,7 @@ impl Sending {
             data: Bytes::new(),
             written: 0,
             after_data: false,
-            done: true,
+            done,
             keep: false,
         }
     }
