@@ -19,6 +19,11 @@ pub const DEGRADED: &str = "spillway_proxy_degraded_total";
 pub const UPSTREAM_REQUESTS: &str = "spillway_proxy_upstream_requests_total";
 /// Upstream tasks ejected (label `upstream`).
 pub const EJECTIONS: &str = "spillway_proxy_ejections_total";
+/// Requests sent again on a new connection because the upstream closed the reused one as they
+/// went out (the keep-alive race; label `upstream`). A steady rate says the proxy keeps idle
+/// connections longer than the upstream does: lower `upstream.idle_timeout_ms` below the
+/// upstream's own keep-alive timeout.
+pub const KEEPALIVE_RACES: &str = "spillway_proxy_upstream_keepalive_races_total";
 /// Open client connections.
 pub const CONNECTIONS: &str = "spillway_proxy_client_connections";
 /// Label: fault kind.

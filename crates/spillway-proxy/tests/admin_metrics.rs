@@ -142,3 +142,64 @@ async fn metrics_and_status_after_traffic() {
 
     s.shutdown().await;
 }
+
+/// An upstream that answers the first request on each connection (keep-alive) and closes the
+/// connection under the second without answering: every reuse meets the keep-alive race.
+async fn closes_under_the_second_request() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut b = [0u8; 1024];
+                for n in 0..2 {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut b).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&b[..k]),
+                        }
+                    }
+                    buf.clear();
+                    if n == 0 {
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if s.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_races_are_counted_per_upstream() {
+    let up = closes_under_the_second_request().await;
+    let s = stack(
+        &format!("[upstream]\naddresses = [\"{up}\"]\n"),
+        AdminConfig::default(),
+    )
+    .await;
+    for i in 0..6 {
+        let r = s.get_proxy("/", &[]).await;
+        assert_eq!(
+            (r.status, r.text.as_str()),
+            (StatusCode::OK, "ok"),
+            "GET {i}"
+        );
+    }
+    let m = s.admin_get("/metrics").await;
+    let dest = up.to_string();
+    let races = sample(
+        &m.text,
+        "spillway_proxy_upstream_keepalive_races_total",
+        &[("upstream", &dest)],
+    )
+    .unwrap_or(0.0);
+    // Every GET after the first on a thread's connection met the race and was sent again.
+    assert!(races >= 1.0, "races {races}\n{}", m.text);
+    s.shutdown().await;
+}

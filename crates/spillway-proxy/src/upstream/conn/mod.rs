@@ -279,6 +279,13 @@ impl Connections {
                     Err(Failed {
                         replay: Some(r), ..
                     }) => {
+                        if let Some(t) = self.targets.get(task) {
+                            metrics::counter!(
+                                crate::metrics::KEEPALIVE_RACES,
+                                crate::metrics::L_UPSTREAM => t.text.to_string()
+                            )
+                            .increment(1);
+                        }
                         let h = Box::pin(self.connect_http1(task)).await?;
                         replay(h, r)
                             .await
