@@ -48,6 +48,8 @@ pub enum Fault {
     UpstreamConnect,
     /// Upstream reset or broke the connection mid-request (502).
     UpstreamReset,
+    /// Upstream answered with something that is not a valid HTTP/1.1 response head (502).
+    UpstreamInvalid,
     /// No response head within `upstream.request_timeout_ms` (504).
     UpstreamTimeout,
     /// No upstream slot within `upstream.pool_wait_timeout_ms`, or no task available (503).
@@ -61,13 +63,14 @@ pub enum Fault {
 }
 
 impl Fault {
-    const ALL: [Fault; 11] = [
+    const ALL: [Fault; 12] = [
         Fault::BadRequest,
         Fault::HeadersTooLarge,
         Fault::HeaderTimeout,
         Fault::ConnectionCap,
         Fault::UpstreamConnect,
         Fault::UpstreamReset,
+        Fault::UpstreamInvalid,
         Fault::UpstreamTimeout,
         Fault::UpstreamUnavailable,
         Fault::NotRetriedLargeBody,
@@ -84,6 +87,7 @@ impl Fault {
             Fault::ConnectionCap => "connection_cap",
             Fault::UpstreamConnect => "upstream_connect",
             Fault::UpstreamReset => "upstream_reset",
+            Fault::UpstreamInvalid => "upstream_invalid",
             Fault::UpstreamTimeout => "upstream_timeout",
             Fault::UpstreamUnavailable => "upstream_unavailable",
             Fault::NotRetriedLargeBody => "not_retried_large_body",
@@ -95,7 +99,7 @@ impl Fault {
 
 /// Fault counters.
 #[derive(Debug, Default)]
-pub struct Faults([AtomicU64; 11]);
+pub struct Faults([AtomicU64; 12]);
 
 impl Faults {
     /// Counts one `f` (here and in the `metrics` facade).

@@ -245,11 +245,21 @@ async fn an_upstream_speaking_garbage_gets_a_502_that_says_so() {
     )
     .await;
     let p = proxy_toml(&upstream_toml(up.addr)).await;
-    let (status, _, body) = get(&client(), p.addr, "/", &[]).await;
+    let (status, headers, body) = get(&client(), p.addr, "/", &[]).await;
     assert_eq!(status, 502, "{body}");
+    assert_eq!(headers["x-spillway-reason"], "upstream_invalid", "{body}");
     assert!(
-        body.contains("invalid response from the upstream"),
+        body.contains(&format!(
+            "upstream {} sent an invalid response: response head",
+            up.addr
+        )),
         "{body}"
+    );
+    // Counted as the upstream's fault of its own kind, not as a broken connection.
+    let faults = p.state.status().faults.0;
+    assert_eq!(
+        (faults["upstream_invalid"], faults["upstream_reset"]),
+        (1, 0)
     );
 }
 

@@ -267,15 +267,23 @@ pub(super) async fn forward(
                 );
             }
             Ok(Err(e)) => {
-                state.faults.count(Fault::UpstreamReset);
+                // An invalid response is named by what was wrong with it (the error's own
+                // level would only repeat "invalid response").
+                let (fault, what, why) = match std::error::Error::source(&e) {
+                    Some(s) if e.is_invalid_response() => {
+                        (Fault::UpstreamInvalid, "sent an invalid response", cause(s))
+                    }
+                    _ => (Fault::UpstreamReset, "broke the connection", cause(&e)),
+                };
+                state.faults.count(fault);
                 pool.record_failure(&task, now);
                 retry.record_outcome(now, task.id, false);
                 permit.set_outcome(Outcome::Ignore);
                 return (
                     respond::bad_gateway(
                         protocol,
-                        "upstream_reset",
-                        format!("upstream {} broke the connection: {}", task.addr, cause(&e)),
+                        fault.as_str(),
+                        format!("upstream {} {what}: {why}", task.addr),
                     ),
                     None,
                 );

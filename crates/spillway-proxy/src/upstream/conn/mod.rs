@@ -56,6 +56,7 @@ use thread_local::ThreadLocal;
 use tokio::net::TcpStream;
 
 pub use self::body::UpstreamBody;
+use self::codec::WireError;
 use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};
 use super::ProxyBody;
@@ -63,26 +64,51 @@ use super::ProxyBody;
 /// Why a request could not be sent upstream or its response head not read.
 #[derive(Debug)]
 pub struct UpstreamError {
-    connect: bool,
+    kind: Kind,
     source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Connect,
+    Request,
+    Invalid,
 }
 
 impl UpstreamError {
     /// The connection could not be made (nothing reached the task: safe to send elsewhere).
     pub fn is_connect(&self) -> bool {
-        self.connect
+        self.kind == Kind::Connect
+    }
+
+    /// The upstream answered with something that is not an HTTP/1.1 response (or a head over
+    /// the limits): a fault of the upstream's, not of the network.
+    pub fn is_invalid_response(&self) -> bool {
+        self.kind == Kind::Invalid
     }
 
     fn connect(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         UpstreamError {
-            connect: true,
+            kind: Kind::Connect,
             source: e.into(),
         }
     }
 
     fn request(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         UpstreamError {
-            connect: false,
+            kind: Kind::Request,
+            source: e.into(),
+        }
+    }
+
+    /// An HTTP/1.1 exchange's failure, told apart by what broke.
+    fn wire(e: WireError) -> Self {
+        let kind = match e {
+            WireError::Invalid(_) | WireError::HeadTooLarge => Kind::Invalid,
+            _ => Kind::Request,
+        };
+        UpstreamError {
+            kind,
             source: e.into(),
         }
     }
@@ -90,10 +116,10 @@ impl UpstreamError {
 
 impl std::fmt::Display for UpstreamError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.connect {
-            "connection failed"
-        } else {
-            "request failed"
+        f.write_str(match self.kind {
+            Kind::Connect => "connection failed",
+            Kind::Request => "request failed",
+            Kind::Invalid => "invalid response",
         })
     }
 }
@@ -289,9 +315,9 @@ impl Connections {
                         let h = Box::pin(self.connect_http1(task)).await?;
                         replay(h, r)
                             .await
-                            .map_err(|f| UpstreamError::request(f.error))?
+                            .map_err(|f| UpstreamError::wire(f.error))?
                     }
-                    Err(f) => return Err(UpstreamError::request(f.error)),
+                    Err(f) => return Err(UpstreamError::wire(f.error)),
                 };
                 let Exchanged {
                     head,

@@ -43,8 +43,8 @@ const MAX_CHUNK_LINE: usize = 4096;
 /// Why a message from (or to) the upstream could not be framed.
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
-    /// The upstream sent bytes that are not HTTP/1.1.
-    #[error("invalid response from the upstream: {0}")]
+    /// The upstream sent bytes that are not HTTP/1.1 (what was wrong; the caller says whose).
+    #[error("{0}")]
     Invalid(String),
     /// The response head did not end within [`MAX_HEAD`] bytes.
     #[error("the upstream's response head is larger than {MAX_HEAD} bytes")]

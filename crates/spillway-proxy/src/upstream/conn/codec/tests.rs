@@ -292,8 +292,9 @@ fn garbage_is_an_error_that_says_so() {
         b"HTTP/1.1 200 OK\r\nx: a\x01b\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nx: a\x7fb\r\n\r\n",
     ] {
-        let e = parse(bad, Method::GET).unwrap_err().to_string();
-        assert!(e.starts_with("invalid response from the upstream"), "{e}");
+        let e = parse(bad, Method::GET).unwrap_err();
+        assert!(matches!(e, WireError::Invalid(_)), "{e:?}");
+        assert!(!e.to_string().is_empty());
     }
 }
 
@@ -366,10 +367,8 @@ fn a_broken_chunked_body_is_an_error() {
         b"11111111111111111\r\n",
         b"5 x\r\n",
     ] {
-        let e = decode_all(Framing::Chunked, bad, 64)
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("invalid response from the upstream"), "{e}");
+        let e = decode_all(Framing::Chunked, bad, 64).unwrap_err();
+        assert!(matches!(e, WireError::Invalid(_)), "{e:?}");
     }
     let mut long = b"5;".to_vec();
     long.resize(MAX_CHUNK_LINE + 2, b'x');
