@@ -118,10 +118,6 @@ impl Drop for UpstreamBody {
     }
 }
 
-fn boxed(e: impl Into<BoxError>) -> BoxError {
-    e.into()
-}
-
 impl Body for UpstreamBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -135,7 +131,7 @@ impl Body for UpstreamBody {
             Inner::Hyper { body, .. } => {
                 return Pin::new(body)
                     .poll_frame(cx)
-                    .map(|f| f.map(|r| r.map_err(boxed)))
+                    .map(|f| f.map(|r| r.map_err(BoxError::from)))
             }
             Inner::Http1 {
                 conn,
@@ -186,7 +182,7 @@ impl Body for UpstreamBody {
             }
             Some(e) => {
                 this.release(false);
-                Poll::Ready(Some(Err(boxed(e))))
+                Poll::Ready(Some(Err(BoxError::from(e))))
             }
         }
     }

@@ -81,11 +81,18 @@ pub(super) enum Outgoing {
 pub(super) fn encode_request<B: Body>(req: &Request<B>, buf: &mut Vec<u8>) -> Outgoing {
     let headers = req.headers();
     let body = req.body();
-    let outgoing = if body.is_end_stream() {
+    let ended = body.is_end_stream();
+    // The client's own length, when it has a body and a length that parses.
+    let declared = if ended {
+        None
+    } else {
+        content_length(headers).ok().flatten()
+    };
+    let outgoing = if ended {
         Outgoing::Empty
     } else if headers.contains_key(header::TRANSFER_ENCODING) {
         Outgoing::Chunked
-    } else if let Some(n) = content_length(headers).ok().flatten() {
+    } else if let Some(n) = declared {
         Outgoing::Length(n)
     } else if let Some(n) = body.size_hint().exact() {
         Outgoing::Length(n)
@@ -106,7 +113,7 @@ pub(super) fn encode_request<B: Body>(req: &Request<B>, buf: &mut Vec<u8>) -> Ou
     // nor one that does not parse when the body's own size is used instead.
     let keep_length = match outgoing {
         Outgoing::Chunked => false,
-        Outgoing::Length(_) => content_length(headers).ok().flatten().is_some(),
+        Outgoing::Length(_) => declared.is_some(),
         Outgoing::Empty => true,
     };
     for (name, value) in headers {
@@ -287,6 +294,7 @@ pub(super) fn parse_response(
             .collect();
         let head = buf.split_to(len).freeze();
         let mut headers = HeaderMap::with_capacity(spans.len());
+        let mut delimiters = Delimiters::new();
         for &(ns, ne, vs, ve) in &spans {
             let name = names.name(&head[ns..ne])?;
             // httparse accepted the value's bytes (HTAB, SP, visible ASCII, obs-text), exactly
@@ -294,9 +302,10 @@ pub(super) fn parse_response(
             // constructor is `unsafe`).
             let value = HeaderValue::from_maybe_shared(head.slice(vs..ve))
                 .map_err(|_| invalid("a header field value with control characters"))?;
+            delimiters.field(&name, value.as_bytes());
             headers.append(name, value);
         }
-        let (framing, keep_alive) = framing(method, status, version, &headers)?;
+        let (framing, keep_alive) = delimiters.framing(method, status, version)?;
         return Ok(Some(ResponseHead {
             status,
             version,
@@ -308,63 +317,100 @@ pub(super) fn parse_response(
     }
 }
 
-/// The body's framing and whether the connection stays open (RFC 9112 §6.3, §9.3).
-fn framing(
-    method: &Method,
-    status: StatusCode,
-    version: Version,
-    headers: &HeaderMap,
-) -> Result<(Framing, bool), WireError> {
-    let mut keep_alive = version == Version::HTTP_11;
-    for v in headers.get_all(header::CONNECTION) {
-        for t in v.as_bytes().split(|b| *b == b',') {
-            let t = t.trim_ascii();
-            if t.eq_ignore_ascii_case(b"close") {
-                keep_alive = false;
-            } else if t.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10 {
-                keep_alive = true;
+/// What in a response head decides its body's framing and the connection's reuse, gathered as
+/// the fields are read (a standard name compares as an enum tag) instead of looked up in the map
+/// afterwards, where each lookup hashes its name again.
+struct Delimiters {
+    close: bool,
+    keep_alive: bool,
+    /// Whether the last `transfer-encoding` field ends in `chunked` (`None`: no such field).
+    chunked: Option<bool>,
+    /// The `content-length` so far, as [`content_length`] reads it.
+    length: Result<Option<u64>, ()>,
+}
+
+impl Delimiters {
+    fn new() -> Self {
+        Delimiters {
+            close: false,
+            keep_alive: false,
+            chunked: None,
+            length: Ok(None),
+        }
+    }
+
+    fn field(&mut self, name: &HeaderName, value: &[u8]) {
+        if *name == header::CONNECTION {
+            for t in value.split(|b| *b == b',') {
+                let t = t.trim_ascii();
+                self.close |= t.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
             }
+        } else if *name == header::TRANSFER_ENCODING {
+            self.chunked = Some(ends_in_chunked(value));
+        } else if *name == header::CONTENT_LENGTH {
+            self.length = self.length.and_then(|found| add_length(found, value));
         }
     }
-    if *method == Method::HEAD
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED
-    {
-        return Ok((Framing::Empty, keep_alive));
-    }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
-        if !is_chunked(headers) {
+
+    /// The body's framing and whether the connection stays open (RFC 9112 §6.3, §9.3).
+    fn framing(
+        self,
+        method: &Method,
+        status: StatusCode,
+        version: Version,
+    ) -> Result<(Framing, bool), WireError> {
+        let keep_alive = if version == Version::HTTP_11 {
+            !self.close
+        } else {
+            self.keep_alive && !self.close
+        };
+        if *method == Method::HEAD
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED
+        {
+            return Ok((Framing::Empty, keep_alive));
+        }
+        match self.chunked {
             // A coding not ending in chunked: the body ends with the connection (§6.3 item 4).
-            return Ok((Framing::UntilClose, false));
+            Some(false) => return Ok((Framing::UntilClose, false)),
+            // Both present: chunked wins, and the connection must not be reused (§6.3 item 3).
+            Some(true) => {
+                let both = self.length != Ok(None);
+                return Ok((Framing::Chunked, keep_alive && !both));
+            }
+            None => {}
         }
-        // Both present: chunked wins, and the connection must not be reused (§6.3 item 3).
-        let both = headers.contains_key(header::CONTENT_LENGTH);
-        return Ok((Framing::Chunked, keep_alive && !both));
-    }
-    match content_length(headers) {
-        Ok(Some(0)) => Ok((Framing::Empty, keep_alive)),
-        Ok(Some(n)) => Ok((Framing::Length(n), keep_alive)),
-        Ok(None) => Ok((Framing::UntilClose, false)),
-        Err(()) => Err(invalid("an invalid or conflicting content-length")),
+        match self.length {
+            Ok(Some(0)) => Ok((Framing::Empty, keep_alive)),
+            Ok(Some(n)) => Ok((Framing::Length(n), keep_alive)),
+            Ok(None) => Ok((Framing::UntilClose, false)),
+            Err(()) => Err(invalid("an invalid or conflicting content-length")),
+        }
     }
 }
 
 /// The `content-length`: `Ok(None)` when absent, `Err` when a value is not a number or the
 /// values disagree (RFC 9110 §8.6 allows the same number repeated, in one field or several).
 fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ()> {
-    let mut found = None;
-    for v in headers.get_all(header::CONTENT_LENGTH) {
-        for part in v.as_bytes().split(|b| *b == b',') {
-            let part = part.trim_ascii();
-            if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
-                return Err(());
-            }
-            let n = part.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
-            if found.is_some_and(|f| f != n) {
-                return Err(());
-            }
-            found = Some(n);
+    headers
+        .get_all(header::CONTENT_LENGTH)
+        .iter()
+        .try_fold(None, |found, v| add_length(found, v.as_bytes()))
+}
+
+/// `found` with one more `content-length` field value (a list of numbers) taken in.
+fn add_length(mut found: Option<u64>, value: &[u8]) -> Result<Option<u64>, ()> {
+    for part in value.split(|b| *b == b',') {
+        let part = part.trim_ascii();
+        if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
+            return Err(());
         }
+        let n = part.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+        if found.is_some_and(|f| f != n) {
+            return Err(());
+        }
+        found = Some(n);
     }
     Ok(found)
 }
@@ -375,7 +421,14 @@ fn is_chunked(headers: &HeaderMap) -> bool {
         .get_all(header::TRANSFER_ENCODING)
         .iter()
         .next_back()
-        .and_then(|v| v.as_bytes().rsplit(|b| *b == b',').next())
+        .is_some_and(|v| ends_in_chunked(v.as_bytes()))
+}
+
+/// Whether a `transfer-encoding` field value's last coding is `chunked`.
+fn ends_in_chunked(value: &[u8]) -> bool {
+    value
+        .rsplit(|b| *b == b',')
+        .next()
         .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
 }
 
