@@ -42,21 +42,22 @@ pub use unread::Unread;
 /// ([`ProxyState::current`]). Never fails: every outcome is a response; the `Result` is the
 /// one hyper's service returns, so the listener hands this future over as it is instead of
 /// wrapping it in another (each wrapping level copies the whole future once more per request).
+///
+/// `client_upgrade` is the client connection's side of an upgrade the request asks for
+/// ([`upgrade_of`]); the body is read behind the answer if it is not forwarded, or not to its
+/// end (a refusal keeps the client's connection).
 pub async fn handle(
     cur: Arc<Current>,
     mut peer: Option<Peer>,
-    mut req: Request<Incoming>,
+    req: Request<Unread>,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let now = Instant::now();
     // Held until the response body ends when forwarded, else until the answer is returned.
     let busy = peer.as_mut().and_then(|p| p.busy.take());
     let (state, rt) = (&cur.state, &cur.rt);
     let protocol = Protocol::of(req.headers());
-    let client_upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
-    // Read behind the answer if it is not forwarded, or not to its end (a refusal keeps the
-    // client's connection).
-    let body = Unread::new(body, parts.version);
 
     let class = match rt
         .router
@@ -191,6 +192,16 @@ pub async fn handle(
     Ok(res)
 }
 
+/// A request from hyper's server made ready for [`handle`]: its body guarded ([`Unread`]) and,
+/// when it asks to upgrade the connection, the client's side of the upgrade taken.
+pub fn upgrade_of(
+    mut req: Request<Incoming>,
+) -> (Request<Unread>, Option<hyper::upgrade::OnUpgrade>) {
+    let upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
+    let version = req.version();
+    (req.map(|b| Unread::new(b, version)), upgrade)
+}
+
 /// Copies bytes both ways until both directions have closed (or either fails), holding the
 /// admission permit, the task's in-flight count and its slot until then (`send::Upgrade`).
 async fn tunnel(client: hyper::upgrade::OnUpgrade, up: send::Upgrade) {
@@ -207,7 +218,7 @@ async fn tunnel(client: hyper::upgrade::OnUpgrade, up: send::Upgrade) {
 #[cfg(test)]
 mod tests {
     /// The size of the future `f` returns, without calling it.
-    fn future_size<A, B, C, F: std::future::Future>(_: impl Fn(A, B, C) -> F) -> usize {
+    fn future_size<A, B, C, D, F: std::future::Future>(_: impl Fn(A, B, C, D) -> F) -> usize {
         std::mem::size_of::<F>()
     }
 

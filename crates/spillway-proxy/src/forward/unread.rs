@@ -37,6 +37,14 @@ impl Unread {
             drain: version <= http::Version::HTTP_11,
         }
     }
+
+    /// No body (a request that announced none).
+    pub fn empty() -> Self {
+        Unread {
+            body: None,
+            drain: false,
+        }
+    }
 }
 
 impl Body for Unread {

@@ -1,6 +1,11 @@
 //! The client-facing listener: accept with back-pressure, serve HTTP/1.1 and h2c on the same
 //! port, bound slow and oversized request heads, shut down gracefully.
 //!
+//! A cleartext connection starts on the proxy's own HTTP/1.1 fast path ([`http1`]: requests
+//! without a body), which hands it to hyper's server (HTTP/1.1 with bodies and upgrades, h2c,
+//! malformed heads) at the first request it does not serve; TLS connections go to hyper's server
+//! from the start.
+//!
 //! Why a connection cap that *stops accepting* rather than accepting and closing: open
 //! connections cost memory and file descriptors whether or not they carry requests
 //! ("connections are load too"); closing them after accept costs a handshake each and invites
@@ -20,6 +25,7 @@
 //! it) but wakes them all on each connection.
 
 pub mod head;
+pub mod http1;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -74,6 +80,7 @@ pub async fn serve_capped(
         .max_header_list_size(u32::try_from(listen.max_header_bytes).unwrap_or(u32::MAX));
     let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
+    let stop = tokio_util::sync::CancellationToken::new();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -104,51 +111,70 @@ pub async fn serve_capped(
         };
         let _ = stream.set_nodelay(true);
         metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
-        let state2 = Arc::clone(&state);
         let peer = crate::forward::Peer::new(peer);
         let progress = Arc::new(head::Progress::default());
-        let on_request = Arc::clone(&progress);
-        let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            let busy = on_request.begin(req.version());
-            crate::forward::handle(state2.current(), Some(peer.for_request(busy)), req)
-        });
         let watcher = graceful.watcher();
-        let (builder, state3, tls) = (Arc::clone(&builder), Arc::clone(&state), tls.clone());
+        let (builder, state, tls) = (Arc::clone(&builder), Arc::clone(&state), tls.clone());
+        let stop = stop.clone();
         let header_timeout = Duration::from_millis(listen.header_read_timeout_ms);
+        let max_head = listen.max_header_bytes;
         tokio::spawn(async move {
-            let ended = match tls {
+            match tls {
                 None => {
-                    let io = TokioIo::new(head::Watched::new(stream, Arc::clone(&progress)));
-                    let conn = builder.serve_connection_with_upgrades(io, svc);
-                    head::watch(watcher.watch(conn.into_owned()), &progress, header_timeout).await
+                    let io = head::Watched::new(stream, Arc::clone(&progress));
+                    let counts = Arc::clone(&state);
+                    let fast = http1::Settings {
+                        state,
+                        peer,
+                        progress: Arc::clone(&progress),
+                        max_head,
+                    };
+                    let conn = async move {
+                        match http1::serve(io, &fast, &stop).await {
+                            http1::Served::Closed => Ok(()),
+                            http1::Served::HandOff(io) => {
+                                let http1::Settings {
+                                    state,
+                                    peer,
+                                    progress,
+                                    ..
+                                } = fast;
+                                let svc = service(state, peer, progress);
+                                let io = TokioIo::new(io);
+                                let conn = builder.serve_connection_with_upgrades(io, svc);
+                                watcher.watch(conn.into_owned()).await
+                            }
+                        }
+                    };
+                    let ended = head::watch(conn, &progress, header_timeout).await;
+                    count_end(&counts, ended);
                 }
                 Some(acceptor) => {
                     #[cfg(feature = "tls")]
-                    match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let io = TokioIo::new(head::Watched::new(tls, Arc::clone(&progress)));
-                            let conn = builder.serve_connection_with_upgrades(io, svc);
-                            let conn = watcher.watch(conn.into_owned());
-                            head::watch(conn, &progress, header_timeout).await
-                        }
-                        Ok(Err(_)) => {
-                            state3.faults.count(Fault::TlsHandshake);
-                            head::Ended::Done(Ok(()))
-                        }
-                        Err(_) => head::Ended::TimedOut { counted: true },
+                    {
+                        let timed = tokio::time::timeout(header_timeout, acceptor.accept(stream));
+                        let ended = match timed.await {
+                            Ok(Ok(tls)) => {
+                                let io = head::Watched::new(tls, Arc::clone(&progress));
+                                let svc = service(Arc::clone(&state), peer, Arc::clone(&progress));
+                                let conn =
+                                    builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+                                let conn = watcher.watch(conn.into_owned());
+                                head::watch(conn, &progress, header_timeout).await
+                            }
+                            Ok(Err(_)) => {
+                                state.faults.count(Fault::TlsHandshake);
+                                head::Ended::Done(Ok(()))
+                            }
+                            Err(_) => head::Ended::TimedOut { counted: true },
+                        };
+                        count_end(&state, ended);
                     }
                     #[cfg(not(feature = "tls"))]
                     {
-                        let _ = (header_timeout, &watcher, &progress);
+                        let _ = (header_timeout, &watcher, &progress, &stop, &state, &peer);
                         match acceptor {}
                     }
-                }
-            };
-            match ended {
-                head::Ended::Done(Ok(())) | head::Ended::TimedOut { counted: false } => {}
-                head::Ended::Done(Err(e)) => count_connection_error(&state3, &*e),
-                head::Ended::TimedOut { counted: true } => {
-                    state3.faults.count(Fault::HeaderTimeout);
                 }
             }
             metrics::gauge!(crate::metrics::CONNECTIONS).decrement(1.0);
@@ -156,6 +182,8 @@ pub async fn serve_capped(
         });
     }
     drop(listener);
+    // Fast-path connections close at their next request boundary, hyper's on its signal.
+    stop.cancel();
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(drain) => {
@@ -163,6 +191,37 @@ pub async fn serve_capped(
         }
     }
 }
+
+/// The service hyper's server calls for a connection it serves: each request marks its
+/// connection's progress and is handled with the thread's current state.
+fn service(
+    state: Arc<ProxyState>,
+    peer: crate::forward::Peer,
+    progress: Arc<head::Progress>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = hyper::Response<crate::upstream::ProxyBody>,
+    Error = std::convert::Infallible,
+    Future: Send + 'static,
+> {
+    service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let busy = progress.begin(req.version());
+        let (req, upgrade) = crate::forward::upgrade_of(req);
+        crate::forward::handle(state.current(), Some(peer.for_request(busy)), req, upgrade)
+    })
+}
+
+/// Counts how a client connection ended.
+fn count_end(state: &ProxyState, ended: head::Ended<Result<(), BoxError>>) {
+    match ended {
+        head::Ended::Done(Ok(())) | head::Ended::TimedOut { counted: false } => {}
+        head::Ended::Done(Err(e)) => count_connection_error(state, &*e),
+        head::Ended::TimedOut { counted: true } => state.faults.count(Fault::HeaderTimeout),
+    }
+}
+
+/// The error a connection served by hyper ends with.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn count_connection_error(state: &ProxyState, e: &(dyn std::error::Error + 'static)) {
     let mut cur = Some(e);

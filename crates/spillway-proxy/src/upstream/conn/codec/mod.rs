@@ -141,7 +141,7 @@ pub(super) fn encode_request<B: Body>(req: &Request<B>, buf: &mut Vec<u8>) -> Ou
 
 /// Appends the chunk-size line of a data chunk of `len` bytes (after the CRLF that ends the
 /// previous chunk's data, when there was one).
-pub(super) fn chunk_header(buf: &mut Vec<u8>, after_data: bool, len: usize) {
+pub(crate) fn chunk_header(buf: &mut Vec<u8>, after_data: bool, len: usize) {
     if after_data {
         buf.extend_from_slice(b"\r\n");
     }
@@ -149,7 +149,7 @@ pub(super) fn chunk_header(buf: &mut Vec<u8>, after_data: bool, len: usize) {
 }
 
 /// Appends the last chunk and the trailer section.
-pub(super) fn chunked_end(buf: &mut Vec<u8>, after_data: bool, trailers: Option<&HeaderMap>) {
+pub(crate) fn chunked_end(buf: &mut Vec<u8>, after_data: bool, trailers: Option<&HeaderMap>) {
     if after_data {
         buf.extend_from_slice(b"\r\n");
     }
@@ -194,13 +194,13 @@ pub(super) struct ResponseHead {
 /// (`HeaderName::from_bytes` does all three for a name that is not a standard one; a clone
 /// shares the bytes).
 #[derive(Debug, Default)]
-pub(super) struct NameCache(Vec<HeaderName>);
+pub(crate) struct NameCache(Vec<HeaderName>);
 
 impl NameCache {
     /// Most names kept: an upstream inventing names cannot make the scan long.
     const MAX: usize = 32;
 
-    fn name(&mut self, wire: &[u8]) -> Result<HeaderName, WireError> {
+    pub(crate) fn name(&mut self, wire: &[u8]) -> Result<HeaderName, WireError> {
         // A name matching a cached (lower-case, valid) one ignoring case is that name. Most
         // upstreams spell a name the same way every time, so an exact comparison (`memcmp`)
         // first, byte-wise case folding only when none matches.
@@ -293,7 +293,9 @@ pub(super) fn parse_response(
             })
             .collect();
         let head = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(spans.len());
+        // Room for a few more: the map goes on to the client side, where it is emptied and
+        // reused for the connection's next request, which the proxy adds fields to.
+        let mut headers = HeaderMap::with_capacity(spans.len() + 8);
         let mut delimiters = Delimiters::new();
         for &(ns, ne, vs, ve) in &spans {
             let name = names.name(&head[ns..ne])?;
@@ -400,7 +402,7 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ()> {
 }
 
 /// `found` with one more `content-length` field value (a list of numbers) taken in.
-fn add_length(mut found: Option<u64>, value: &[u8]) -> Result<Option<u64>, ()> {
+pub(crate) fn add_length(mut found: Option<u64>, value: &[u8]) -> Result<Option<u64>, ()> {
     for part in value.split(|b| *b == b',') {
         let part = part.trim_ascii();
         if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {

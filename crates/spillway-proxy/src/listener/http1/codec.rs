@@ -1,0 +1,382 @@
+//! HTTP/1.1 from a client, as bytes: the request head parsed with `httparse` into the `http`
+//! types, the response head written straight from them, the response body framed
+//! (RFC 9112 §6–7, §9). Pure functions over buffers, tested on bytes (`tests.rs`).
+//!
+//! Only requests the fast path serves come out of [`parse_request`] — a complete, valid head
+//! with no body and no change of protocol; anything else is [`Parsed::Other`] and hyper's
+//! server takes the connection over (`super`). The response rules are those of hyper 1.x's
+//! server, which answered every request before: the status line in the client's version, a
+//! `content-length` from the response or its body's exact size, else chunked for HTTP/1.1 and
+//! close-delimited for HTTP/1.0; no body for `HEAD`, 204 and 304; `connection: close` when the
+//! connection closes after an HTTP/1.1 answer, `connection: keep-alive` when an HTTP/1.0 one
+//! stays open; a `date` when the response has none (RFC 9110 §6.6.1).
+
+use std::cell::RefCell;
+use std::io::Write as _;
+use std::mem::MaybeUninit;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{request, Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body;
+use smallvec::SmallVec;
+
+use crate::upstream::{add_length, NameCache};
+
+/// Most header fields a request head may have (hyper's server limit, as before).
+pub(super) const MAX_HEADERS: usize = 100;
+
+/// Fields the proxy may add to a request before forwarding it (criticality, customer, deadline,
+/// attempt, `x-forwarded-for`, a degraded mark, with some to spare).
+const ADDED_FIELDS: usize = 8;
+
+/// What the front of a connection's read buffer holds.
+// Not boxed: one is made per request and moved straight into the request; a box would be an
+// allocation per request.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(super) enum Parsed {
+    /// Not a whole head yet: read more.
+    Partial,
+    /// A request the fast path serves (its head removed from the buffer).
+    Request(RequestHead),
+    /// Anything else — a body, an upgrade, `Expect`, `CONNECT`, HTTP/2's preface, a malformed
+    /// or oversized head: left in the buffer for hyper's server, which answers it as before.
+    Other,
+}
+
+/// A parsed request head.
+#[derive(Debug)]
+pub(super) struct RequestHead {
+    pub parts: request::Parts,
+    /// The client lets the connection carry another request after this one.
+    pub keep_alive: bool,
+    /// The client takes a trailer section after a chunked body (`te: trailers`).
+    pub trailers: bool,
+}
+
+/// Parses the request head at the front of `buf`, at most `max_head` bytes long, into `spare`
+/// (an empty map whose room is reused: the connection's previous answer's).
+pub(super) fn parse_request(
+    buf: &mut BytesMut,
+    names: &mut NameCache,
+    max_head: usize,
+    spare: &mut HeaderMap,
+) -> Parsed {
+    if buf.starts_with(b"PRI ") {
+        return Parsed::Other;
+    }
+    let mut fields = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut req,
+        buf,
+        &mut fields,
+    ) {
+        Ok(httparse::Status::Complete(len)) if len <= max_head => len,
+        Ok(httparse::Status::Partial) if buf.len() < max_head => return Parsed::Partial,
+        _ => return Parsed::Other,
+    };
+    let version = match req.version {
+        Some(1) => Version::HTTP_11,
+        Some(0) => Version::HTTP_10,
+        _ => return Parsed::Other,
+    };
+    let method = match req.method.map(|m| Method::from_bytes(m.as_bytes())) {
+        Some(Ok(m)) if m != Method::CONNECT => m,
+        _ => return Parsed::Other,
+    };
+    // Every field is looked at before anything is taken from the buffer: a head the fast path
+    // does not serve stays whole for hyper.
+    let base = buf.as_ptr() as usize;
+    let span = |s: &[u8]| {
+        let start = s.as_ptr() as usize - base;
+        (start, start + s.len())
+    };
+    let target = span(req.path.unwrap_or_default().as_bytes());
+    let mut fields: SmallVec<[(HeaderName, (usize, usize)); 16]> = SmallVec::new();
+    let mut conn = Connection::default();
+    let mut trailers = false;
+    for h in req.headers.iter() {
+        let Ok(name) = names.name(h.name.as_bytes()) else {
+            return Parsed::Other;
+        };
+        if name == header::CONNECTION {
+            conn.tokens(h.value);
+        } else if name == header::TE {
+            trailers |= h
+                .value
+                .split(|b| *b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
+        } else if name == header::CONTENT_LENGTH {
+            // A body of zero bytes is no body; any other length (or one that does not parse,
+            // which hyper answers with a 400) is hyper's.
+            if add_length(None, h.value) != Ok(Some(0)) {
+                return Parsed::Other;
+            }
+        } else if name == header::TRANSFER_ENCODING
+            || name == header::UPGRADE
+            || name == header::EXPECT
+        {
+            return Parsed::Other;
+        }
+        fields.push((name, span(h.value)));
+    }
+    let head = buf.split_to(len).freeze();
+    let Ok(uri) = Uri::from_maybe_shared(head.slice(target.0..target.1)) else {
+        return put_back(buf, &head);
+    };
+    // Room for the fields the proxy adds before forwarding (the request's context, the
+    // forwarded-for list), so that none of them grows the map (three growths a request for a
+    // one-field head: ~2,000 instructions, callgrind).
+    let mut headers = std::mem::take(spare);
+    headers.reserve(fields.len() + ADDED_FIELDS);
+    for (name, (vs, ve)) in fields {
+        // httparse accepted the value's bytes, exactly those a `HeaderValue` allows; checked
+        // again all the same (the unchecked constructor is `unsafe`).
+        let Ok(value) = HeaderValue::from_maybe_shared(head.slice(vs..ve)) else {
+            return put_back(buf, &head);
+        };
+        headers.append(name, value);
+    }
+    let (mut parts, ()) = Request::new(()).into_parts();
+    parts.method = method;
+    parts.uri = uri;
+    parts.version = version;
+    parts.headers = headers;
+    let keep_alive = if version == Version::HTTP_11 {
+        !conn.close
+    } else {
+        conn.keep_alive && !conn.close
+    };
+    Parsed::Request(RequestHead {
+        parts,
+        keep_alive,
+        trailers,
+    })
+}
+
+/// Puts a head taken from the buffer back in front of it, for hyper (a target or value only
+/// found wrong once taken: rare, so copied).
+fn put_back(buf: &mut BytesMut, head: &[u8]) -> Parsed {
+    let mut whole = BytesMut::with_capacity(head.len() + buf.len());
+    whole.extend_from_slice(head);
+    whole.extend_from_slice(buf);
+    *buf = whole;
+    Parsed::Other
+}
+
+/// The tokens of `connection` fields that decide whether the connection stays open.
+#[derive(Debug, Default)]
+struct Connection {
+    close: bool,
+    keep_alive: bool,
+}
+
+impl Connection {
+    fn tokens(&mut self, value: &[u8]) {
+        for t in value.split(|b| *b == b',') {
+            let t = t.trim_ascii();
+            self.close |= t.eq_ignore_ascii_case(b"close");
+            self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+        }
+    }
+}
+
+/// How a response's body goes on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Framing {
+    /// No body (a `HEAD` request's response, 204, 304, or an empty body).
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Until the connection closes (an HTTP/1.0 client, a body of unknown length).
+    UntilClose,
+}
+
+/// The request a response answers, as far as its head depends on it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Answering {
+    pub version: Version,
+    pub head: bool,
+    /// The connection may carry another request after this answer.
+    pub keep_alive: bool,
+    /// The client takes trailers.
+    pub trailers: bool,
+}
+
+/// How the response's body follows its head.
+#[derive(Debug)]
+pub(super) struct Head {
+    pub framing: Framing,
+    /// The connection stays open after the body.
+    pub keep_alive: bool,
+    /// The trailer fields the response announced (`trailer`), when the client takes trailers
+    /// and the body is chunked: only those are sent (hyper's rule).
+    pub trailers: Option<Vec<HeaderName>>,
+}
+
+/// Writes `res`'s head into `buf`; returns how its body follows, and whether the connection
+/// stays open after it (`keep_alive` unless the framing or the response itself closes it).
+pub(super) fn encode_response<B: Body>(
+    res: &Response<B>,
+    req: Answering,
+    buf: &mut Vec<u8>,
+) -> Head {
+    let status = res.status();
+    let headers = res.headers();
+    let body = res.body();
+    buf.extend_from_slice(if req.version == Version::HTTP_10 {
+        b"HTTP/1.0 "
+    } else {
+        b"HTTP/1.1 "
+    });
+    buf.extend_from_slice(status.as_str().as_bytes());
+    buf.push(b' ');
+    match res.extensions().get::<hyper::ext::ReasonPhrase>() {
+        Some(r) => buf.extend_from_slice(r.as_bytes()),
+        None => buf.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
+    }
+    buf.extend_from_slice(b"\r\n");
+
+    let bodiless = status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+    let may_have_body = !req.head && !bodiless && !status.is_informational();
+    let mut keep_alive = req.keep_alive;
+    let mut length = None;
+    let mut has_date = false;
+    let mut announced: Option<Vec<HeaderName>> = None;
+    for (name, value) in headers {
+        if *name == header::TRANSFER_ENCODING {
+            // The framing is this server's to choose (a forwarded response had its hop-by-hop
+            // fields removed already).
+            continue;
+        }
+        if *name == header::CONTENT_LENGTH {
+            match add_length(length, value.as_bytes()) {
+                Ok(n) => length = n,
+                // Not a length: left out, the body's own size is used.
+                Err(()) => continue,
+            }
+        } else if *name == header::CONNECTION {
+            let mut c = Connection::default();
+            c.tokens(value.as_bytes());
+            keep_alive &= !c.close;
+        } else if *name == header::DATE {
+            has_date = true;
+        } else if *name == header::TRAILER && req.trailers {
+            let list = announced.get_or_insert_with(Vec::new);
+            for t in value.as_bytes().split(|b| *b == b',') {
+                if let Ok(n) = HeaderName::from_bytes(t.trim_ascii()) {
+                    if may_trail(&n) {
+                        list.push(n);
+                    }
+                }
+            }
+        }
+        buf.extend_from_slice(name.as_str().as_bytes());
+        buf.extend_from_slice(b": ");
+        buf.extend_from_slice(value.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+    }
+    let framing = if !may_have_body {
+        Framing::Empty
+    } else if let Some(n) = length {
+        if n == 0 {
+            Framing::Empty
+        } else {
+            Framing::Length(n)
+        }
+    } else if body.is_end_stream() {
+        buf.extend_from_slice(b"content-length: 0\r\n");
+        Framing::Empty
+    } else if let Some(n) = body.size_hint().exact() {
+        let _ = write!(buf, "content-length: {n}\r\n");
+        if n == 0 {
+            Framing::Empty
+        } else {
+            Framing::Length(n)
+        }
+    } else if req.version == Version::HTTP_11 {
+        buf.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        Framing::Chunked
+    } else {
+        keep_alive = false;
+        Framing::UntilClose
+    };
+    if req.version == Version::HTTP_10 {
+        if keep_alive {
+            buf.extend_from_slice(b"connection: keep-alive\r\n");
+        }
+    } else if !keep_alive {
+        buf.extend_from_slice(b"connection: close\r\n");
+    }
+    if !has_date {
+        buf.extend_from_slice(b"date: ");
+        now_imf_fixdate(buf);
+        buf.extend_from_slice(b"\r\n");
+    }
+    buf.extend_from_slice(b"\r\n");
+    Head {
+        framing,
+        keep_alive,
+        trailers: announced.filter(|_| framing == Framing::Chunked),
+    }
+}
+
+/// Whether a field may travel in a trailer section: not one that frames, routes, authenticates
+/// or controls the message (RFC 9110 §6.5.1; the list hyper's server applies).
+fn may_trail(name: &HeaderName) -> bool {
+    static NOT: [HeaderName; 18] = [
+        header::AUTHORIZATION,
+        header::CACHE_CONTROL,
+        header::CONTENT_ENCODING,
+        header::CONTENT_LENGTH,
+        header::CONTENT_RANGE,
+        header::CONTENT_TYPE,
+        header::EXPECT,
+        header::HOST,
+        header::MAX_FORWARDS,
+        header::PRAGMA,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::WWW_AUTHENTICATE,
+        header::CONNECTION,
+        header::UPGRADE,
+    ];
+    !NOT.contains(name)
+}
+
+/// The trailer fields of `all` that `allowed` lists.
+pub(super) fn allowed_trailers(all: HeaderMap, allowed: &[HeaderName]) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for name in allowed {
+        for v in all.get_all(name) {
+            out.append(name.clone(), v.clone());
+        }
+    }
+    out
+}
+
+thread_local! {
+    /// The current second and its IMF-fixdate, formatted once a second per thread.
+    static DATE: RefCell<(u64, Bytes)> = const { RefCell::new((u64::MAX, Bytes::new())) };
+}
+
+/// Appends the current time as an HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`).
+fn now_imf_fixdate(buf: &mut Vec<u8>) {
+    let now = SystemTime::now();
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    DATE.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.0 != secs {
+            *d = (secs, Bytes::from(httpdate::fmt_http_date(now)));
+        }
+        buf.extend_from_slice(&d.1);
+    });
+}

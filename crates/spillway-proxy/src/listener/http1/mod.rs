@@ -1,0 +1,319 @@
+//! The client side's HTTP/1.1 fast path: requests without a body read, handled and answered by
+//! the connection's own task, with hyper's server taking over the connection for anything else.
+//!
+//! Why the proxy's own: with the upstream side on the proxy's own codec, hyper's server was the
+//! largest part left of a forwarded request — ~8,900 of its ~31,000 user-space instructions
+//! (callgrind, bench/results/proxy-forwarding.md "Thirteenth round"): `hyper_util`'s protocol
+//! detection and `Rewind` on every read, the dispatcher's state machine, the request body's
+//! channel, a response written through two layers of buffers. A request without a body needs
+//! none of that: parse a head, call the handler, write a head and the body.
+//!
+//! Why a fast path and not a whole server: what it does not serve — a request body, an upgrade,
+//! `Expect: 100-continue`, `CONNECT`, HTTP/2's preface, a malformed or oversized head — hyper's
+//! server serves, as it did before, from the first byte the fast path did not consume
+//! ([`Prefixed`]): the same answers (400, 431), the same counters, the same body handling. A
+//! connection goes over to hyper at a request boundary and stays there. What the fast path
+//! keeps of hyper's server behaviour: pipelined requests answered in order; a client that
+//! closes its side while its request runs cancels the request (hyper's default, no half-close);
+//! the response framing and keep-alive rules (`codec`); on shutdown, a connection waiting for
+//! a request closes, one with a request in progress answers it with `connection: close`.
+
+mod codec;
+mod prefixed;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderMap, Method, Request};
+use http_body::Body;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::sync::CancellationToken;
+
+pub use prefixed::Prefixed;
+
+use self::codec::{Answering, Framing, Parsed, RequestHead};
+use super::head::Progress;
+use crate::forward::{Peer, Unread};
+use crate::state::ProxyState;
+use crate::upstream::{chunk_header, chunked_end, NameCache, ProxyBody};
+
+/// What a read reserves when the buffer is short of room (hyper's first read size).
+const READ_SIZE: usize = 8192;
+/// Body data up to this size is copied behind the head (one write for both); larger data is
+/// written from its own buffer.
+const COPY_MAX: usize = 16 * 1024;
+/// Buffered output is written out once it reaches this size, even if more body is ready.
+const FLUSH_AT: usize = 64 * 1024;
+
+/// A client connection's settings for the fast path.
+#[derive(Debug)]
+pub struct Settings {
+    /// The proxy.
+    pub state: Arc<ProxyState>,
+    /// The client.
+    pub peer: Peer,
+    /// The connection's header-read timer's counts.
+    pub progress: Arc<Progress>,
+    /// The largest request head (`listen.max_header_bytes`).
+    pub max_head: usize,
+}
+
+/// How the fast path left a connection.
+#[derive(Debug)]
+pub enum Served<S> {
+    /// Finished: either side closed it, it failed, or the proxy is shutting down.
+    Closed,
+    /// A request the fast path does not serve: hyper's server takes the connection, the bytes
+    /// read and not consumed first.
+    HandOff(Prefixed<S>),
+}
+
+/// Serves requests on `io` until the connection ends or needs hyper's server; `shutdown` ends
+/// it at the next request boundary.
+pub async fn serve<S>(mut io: S, set: &Settings, shutdown: &CancellationToken) -> Served<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut read = BytesMut::with_capacity(READ_SIZE);
+    let mut write: Vec<u8> = Vec::with_capacity(1024);
+    let mut names = NameCache::default();
+    // The last answer's header map, emptied: the next request's (no allocation per request
+    // once it has grown to fit).
+    let mut spare = HeaderMap::new();
+    let mut stop = pin!(shutdown.cancelled());
+    loop {
+        let head = loop {
+            if !read.is_empty() {
+                match codec::parse_request(&mut read, &mut names, set.max_head, &mut spare) {
+                    Parsed::Request(h) => break h,
+                    Parsed::Other => return Served::HandOff(Prefixed::new(read.freeze(), io)),
+                    Parsed::Partial => {}
+                }
+            }
+            // Between requests the connection closes on shutdown; within a head it waits for
+            // the rest (the header-read timeout bounds that).
+            let idle = read.is_empty();
+            let got = std::future::poll_fn(|cx| {
+                if let Poll::Ready(r) = poll_fill(&mut io, &mut read, cx) {
+                    return Poll::Ready(Some(r));
+                }
+                if idle && stop.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
+            })
+            .await;
+            match got {
+                Some(Ok(n)) if n > 0 => {}
+                // End of stream (a head cut short is dropped, as hyper drops it), a failed
+                // socket, or shutdown.
+                _ => return Served::Closed,
+            }
+        };
+        let RequestHead {
+            parts,
+            keep_alive,
+            trailers,
+        } = head;
+        let mut answering = Answering {
+            version: parts.version,
+            head: parts.method == Method::HEAD,
+            keep_alive,
+            trailers,
+        };
+        let busy = set.progress.begin(parts.version);
+        let req = Request::from_parts(parts, Unread::empty());
+        let mut handling = pin!(crate::forward::handle(
+            set.state.current(),
+            Some(set.peer.for_request(busy)),
+            req,
+            None,
+        ));
+        let res = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = handling.as_mut().poll(cx) {
+                return Poll::Ready(Some(match r {
+                    Ok(res) => res,
+                    Err(never) => match never {},
+                }));
+            }
+            // While the request runs, the client's next bytes are read (pipelining), and its
+            // closing the connection cancels the request.
+            while read.len() < set.max_head {
+                match poll_fill(&mut io, &mut read, cx) {
+                    Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                    Poll::Ready(Ok(_)) => {}
+                    Poll::Pending => break,
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        let Some(res) = res else {
+            return Served::Closed;
+        };
+        // Shutting down: this answer is the connection's last.
+        answering.keep_alive &= !shutdown.is_cancelled();
+        let head = codec::encode_response(&res, answering, &mut write);
+        let (parts, body) = res.into_parts();
+        spare = parts.headers;
+        spare.clear();
+        let whole = write_body(&mut io, &mut write, body, &head).await;
+        if write.capacity() > FLUSH_AT {
+            // A large answer's buffer is not kept for the connection's life.
+            write = Vec::with_capacity(1024);
+        }
+        if !(whole && head.keep_alive) {
+            let _ = std::future::poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx)).await;
+            return Served::Closed;
+        }
+    }
+}
+
+/// Reads what the socket has into `buf`; `Ok(0)` at end of stream.
+fn poll_fill<S: AsyncRead + Unpin>(
+    io: &mut S,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    if buf.capacity() - buf.len() < READ_SIZE / 8 {
+        buf.reserve(READ_SIZE);
+    }
+    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
+}
+
+/// What writing a body waits for next.
+enum Step {
+    /// A frame, or the end.
+    Frame(Option<Result<http_body::Frame<Bytes>, crate::upstream::BoxError>>),
+    /// The body has nothing yet: write out what is buffered meanwhile.
+    Flush,
+}
+
+/// Writes the head in `out` and `body` after it, framed as `head` says; whether the message
+/// went out whole (else the connection must close: the client cannot tell where it ends).
+async fn write_body<S: AsyncWrite + Unpin>(
+    io: &mut S,
+    out: &mut Vec<u8>,
+    mut body: ProxyBody,
+    head: &codec::Head,
+) -> bool {
+    if head.framing == Framing::Empty {
+        // Releases what the body holds (the admission permit) before the write.
+        drop(body);
+        return write_all(io, out, Bytes::new()).await.is_ok();
+    }
+    let mut left = match head.framing {
+        Framing::Length(n) => n,
+        _ => u64::MAX,
+    };
+    let mut after_data = false;
+    let mut trailers = None;
+    loop {
+        let step = std::future::poll_fn(|cx| match Pin::new(&mut body).poll_frame(cx) {
+            Poll::Ready(f) => Poll::Ready(Step::Frame(f)),
+            Poll::Pending if !out.is_empty() => Poll::Ready(Step::Flush),
+            Poll::Pending => Poll::Pending,
+        })
+        .await;
+        let frame = match step {
+            Step::Flush => {
+                if write_all(io, out, Bytes::new()).await.is_err() {
+                    return false;
+                }
+                continue;
+            }
+            Step::Frame(None) => break,
+            Step::Frame(Some(Ok(f))) => f,
+            // The body broke (the upstream failed mid-answer): what was sent stays cut short.
+            Step::Frame(Some(Err(_))) => {
+                let _ = write_all(io, out, Bytes::new()).await;
+                return false;
+            }
+        };
+        let mut data = match frame.into_data() {
+            Ok(d) => d,
+            Err(f) => {
+                if let (Ok(t), Some(allowed)) = (f.into_trailers(), &head.trailers) {
+                    trailers = Some(codec::allowed_trailers(t, allowed));
+                }
+                continue;
+            }
+        };
+        if data.is_empty() {
+            continue;
+        }
+        let overlong = data.len() as u64 > left;
+        if overlong {
+            // More than its `content-length`: the rest is not sent, and the connection closes.
+            data.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+        }
+        match head.framing {
+            Framing::Length(_) => left -= data.len() as u64,
+            Framing::Chunked => {
+                chunk_header(out, after_data, data.len());
+                after_data = true;
+            }
+            _ => {}
+        }
+        let sent = if data.len() <= COPY_MAX {
+            out.extend_from_slice(&data);
+            if out.len() >= FLUSH_AT {
+                write_all(io, out, Bytes::new()).await
+            } else {
+                Ok(())
+            }
+        } else {
+            write_all(io, out, data).await
+        };
+        if sent.is_err() || overlong {
+            return false;
+        }
+    }
+    let whole = match head.framing {
+        Framing::Length(_) => left == 0,
+        Framing::Chunked => {
+            chunked_end(out, after_data, trailers.as_ref());
+            true
+        }
+        // Ends with the connection.
+        _ => true,
+    };
+    write_all(io, out, Bytes::new()).await.is_ok() && whole
+}
+
+/// Writes `out` and then `data`, gathering both into one write where the stream can.
+async fn write_all<S: AsyncWrite + Unpin>(
+    io: &mut S,
+    out: &mut Vec<u8>,
+    mut data: Bytes,
+) -> io::Result<()> {
+    let mut done = 0;
+    while done < out.len() || !data.is_empty() {
+        let head = &out[done..];
+        let n = std::future::poll_fn(|cx| {
+            if head.is_empty() {
+                Pin::new(&mut *io).poll_write(cx, &data)
+            } else if data.is_empty() {
+                Pin::new(&mut *io).poll_write(cx, head)
+            } else {
+                Pin::new(&mut *io)
+                    .poll_write_vectored(cx, &[IoSlice::new(head), IoSlice::new(&data)])
+            }
+        })
+        .await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let from_head = n.min(head.len());
+        done += from_head;
+        data.advance(n - from_head);
+    }
+    out.clear();
+    Ok(())
+}

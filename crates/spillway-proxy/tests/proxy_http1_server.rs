@@ -1,0 +1,258 @@
+//! The proxy's client-facing HTTP/1.1 on the wire: requests without a body served by its own
+//! fast path (pipelined, HTTP/1.0 with and without keep-alive, `HEAD`), a request the fast path
+//! hands to hyper's server in the middle of a connection (a body, an upgrade) served there
+//! without a byte lost, and a client that leaves while its request runs cancelling it.
+
+mod proxy_support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proxy_support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+async fn echo_proxy() -> (Backend, spillway_proxy::run::Running) {
+    let b = backend("b").await;
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{}\"]\n", b.addr)).await;
+    (b, p)
+}
+
+/// Writes `bytes` on a new connection and reads until the proxy closes it.
+async fn exchange(proxy: std::net::SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("the proxy closes the connection after the last answer")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The answers in `wire`, each as (head, body) — bodies framed by `content-length`, none after
+/// the answers to `HEAD` requests (`head_at`: their positions).
+fn answers(wire: &str, head_at: &[usize]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = wire;
+    while let Some(end) = rest.find("\r\n\r\n") {
+        let head = &rest[..end];
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length: ")
+                    .map(str::to_string)
+            })
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no content-length in {head}"));
+        let len = if head_at.contains(&out.len()) { 0 } else { len };
+        let body = &rest[end + 4..end + 4 + len];
+        out.push((head.to_string(), body.to_string()));
+        rest = &rest[end + 4 + len..];
+    }
+    assert!(rest.is_empty(), "left over: {rest:?}");
+    out
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order_on_one_connection() {
+    let (b, p) = echo_proxy().await;
+    let wire = exchange(
+        p.addr,
+        b"GET /1 HTTP/1.1\r\nhost: x\r\n\r\n\
+          HEAD /2 HTTP/1.1\r\nhost: x\r\n\r\n\
+          GET /3 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let got = answers(&wire, &[1]);
+    assert_eq!(got.len(), 3, "{wire}");
+    assert!(
+        got.iter()
+            .all(|(h, _)| h.starts_with("HTTP/1.1 200 OK\r\n")),
+        "{got:?}"
+    );
+    assert!(got[0].1.starts_with("b GET /1 "), "{got:?}");
+    assert!(got[1].1.is_empty(), "{got:?}");
+    assert!(got[2].1.starts_with("b GET /3 "), "{got:?}");
+    assert!(got[2].0.contains("connection: close"), "{got:?}");
+    assert_eq!(
+        b.accepted.load(Ordering::SeqCst),
+        1,
+        "one upstream connection, reused"
+    );
+}
+
+#[tokio::test]
+async fn a_request_with_a_body_mid_connection_is_served_by_hyper_without_a_byte_lost() {
+    let (_b, p) = echo_proxy().await;
+    let wire = exchange(
+        p.addr,
+        b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n\
+          POST /b HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello\
+          GET /c HTTP/1.1\r\nhost: x\r\n\r\n\
+          DELETE /d HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let got = answers(&wire, &[]);
+    assert_eq!(got.len(), 4, "{wire}");
+    for (head, _) in &got {
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    }
+    assert!(
+        got[0].1.starts_with("b GET /a ") && got[0].1.ends_with("body=0"),
+        "{got:?}"
+    );
+    assert!(
+        got[1].1.starts_with("b POST /b ") && got[1].1.ends_with("body=5"),
+        "{got:?}"
+    );
+    assert!(got[2].1.starts_with("b GET /c "), "{got:?}");
+    assert!(got[3].1.starts_with("b DELETE /d "), "{got:?}");
+}
+
+#[tokio::test]
+async fn http_1_0_is_answered_in_1_0_and_closed_unless_it_asks_to_keep_alive() {
+    let (_b, p) = echo_proxy().await;
+    let wire = exchange(p.addr, b"GET /old HTTP/1.0\r\n\r\n").await;
+    let got = answers(&wire, &[]);
+    assert_eq!(got.len(), 1, "{wire}");
+    assert!(got[0].0.starts_with("HTTP/1.0 200 OK\r\n"), "{got:?}");
+    assert!(got[0].1.contains("GET /old"), "{got:?}");
+
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    for path in ["/one", "/two"] {
+        let req = format!("GET {path} HTTP/1.0\r\nconnection: keep-alive\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let head = read_head(&mut s).await;
+        assert!(head.starts_with("HTTP/1.0 200 OK\r\n"), "{head}");
+        assert!(head.contains("connection: keep-alive\r\n"), "{head}");
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap();
+        let mut body = vec![0; len];
+        s.read_exact(&mut body).await.unwrap();
+        assert!(String::from_utf8_lossy(&body).contains(path));
+    }
+}
+
+#[tokio::test]
+async fn an_upgrade_after_plain_requests_is_still_tunnelled() {
+    // An upstream that answers one GET, then switches protocols and echoes bytes.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut b = [0u8; 4096];
+                loop {
+                    let n = match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    buf.extend_from_slice(&b[..n]);
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                    buf.drain(..end + 4);
+                    if head.contains("upgrade: echo") {
+                        let _ = s
+                            .write_all(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\n")
+                            .await;
+                        loop {
+                            match s.read(&mut b).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => {
+                                    if s.write_all(&b[..n]).await.is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                }
+            });
+        }
+    });
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{up}\"]\n")).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /plain HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    let mut ok = [0u8; 2];
+    s.read_exact(&mut ok).await.unwrap();
+    assert_eq!(&ok, b"ok");
+    s.write_all(b"GET /tunnel HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: echo\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 101 "), "{head}");
+    s.write_all(b"ping through the tunnel").await.unwrap();
+    let mut back = [0u8; 23];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut back))
+        .await
+        .expect("echo in time")
+        .unwrap();
+    assert_eq!(&back, b"ping through the tunnel");
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_while_its_request_runs_cancels_it_upstream() {
+    // An upstream that never answers and reports when the proxy closes its connection.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    let (seen, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (seen2, closed2) = (Arc::clone(&seen), Arc::clone(&closed));
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let (seen, closed) = (Arc::clone(&seen2), Arc::clone(&closed2));
+            tokio::spawn(async move {
+                let mut b = [0u8; 4096];
+                let mut first = true;
+                loop {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) if first => {
+                            first = false;
+                            seen.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Ok(_) => {}
+                    }
+                }
+                closed.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{up}\"]\n")).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /never HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while seen.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the request never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(closed.load(Ordering::SeqCst), 0);
+    drop(s);
+    while closed.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the upstream request outlived its client"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
