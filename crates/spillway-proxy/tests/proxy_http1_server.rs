@@ -1,7 +1,8 @@
-//! The proxy's client-facing HTTP/1.1 on the wire: requests without a body served by its own
-//! fast path (pipelined, HTTP/1.0 with and without keep-alive, `HEAD`), a request the fast path
-//! hands to hyper's server in the middle of a connection (a body, an upgrade) served there
-//! without a byte lost, and a client that leaves while its request runs cancelling it.
+//! The proxy's client-facing HTTP/1.1 on the wire: requests served by its own fast path
+//! (pipelined, HTTP/1.0 with and without keep-alive, `HEAD`, bodies of a declared length — a
+//! large one whole, a refused one read past), a request the fast path hands to hyper's server
+//! in the middle of a connection (a chunked upload, an upgrade) served there without a byte
+//! lost, and a client that leaves while its request runs cancelling it.
 
 mod proxy_support;
 
@@ -85,18 +86,19 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
 }
 
 #[tokio::test]
-async fn a_request_with_a_body_mid_connection_is_served_by_hyper_without_a_byte_lost() {
+async fn a_chunked_upload_mid_connection_is_served_by_hyper_without_a_byte_lost() {
     let (_b, p) = echo_proxy().await;
     let wire = exchange(
         p.addr,
         b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n\
           POST /b HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello\
-          GET /c HTTP/1.1\r\nhost: x\r\n\r\n\
-          DELETE /d HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+          POST /c HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
+          GET /d HTTP/1.1\r\nhost: x\r\n\r\n\
+          DELETE /e HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
     )
     .await;
     let got = answers(&wire, &[]);
-    assert_eq!(got.len(), 4, "{wire}");
+    assert_eq!(got.len(), 5, "{wire}");
     for (head, _) in &got {
         assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
     }
@@ -108,8 +110,46 @@ async fn a_request_with_a_body_mid_connection_is_served_by_hyper_without_a_byte_
         got[1].1.starts_with("b POST /b ") && got[1].1.ends_with("body=5"),
         "{got:?}"
     );
-    assert!(got[2].1.starts_with("b GET /c "), "{got:?}");
-    assert!(got[3].1.starts_with("b DELETE /d "), "{got:?}");
+    assert!(
+        got[2].1.starts_with("b POST /c ") && got[2].1.ends_with("body=3"),
+        "{got:?}"
+    );
+    assert!(got[3].1.starts_with("b GET /d "), "{got:?}");
+    assert!(got[4].1.starts_with("b DELETE /e "), "{got:?}");
+}
+
+#[tokio::test]
+async fn bodies_of_a_declared_length_arrive_whole_and_a_refused_one_is_read_past() {
+    let (_b, p) = echo_proxy().await;
+    // 1 MiB: sixteen times what the fast path holds between the client and the upstream.
+    let big = vec![b'x'; 1 << 20];
+    let mut req = format!(
+        "POST /big HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        big.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&big);
+    // Refused before forwarding (a malformed deadline): its body is discarded, the connection
+    // kept.
+    req.extend_from_slice(
+        b"PUT /bad HTTP/1.1\r\nhost: x\r\nx-spillway-deadline-ms: soon\r\ncontent-length: 6\r\n\r\nignore",
+    );
+    req.extend_from_slice(
+        b"POST /after HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+    );
+    let wire = exchange(p.addr, &req).await;
+    let got = answers(&wire, &[]);
+    assert_eq!(got.len(), 3, "{wire}");
+    assert!(got[0].0.starts_with("HTTP/1.1 200 OK\r\n"), "{got:?}");
+    assert!(
+        got[0].1.starts_with("b POST /big ") && got[0].1.ends_with("body=1048576"),
+        "{got:?}"
+    );
+    assert!(got[1].0.starts_with("HTTP/1.1 400 "), "{got:?}");
+    assert!(
+        got[2].1.starts_with("b POST /after ") && got[2].1.ends_with("body=2"),
+        "{got:?}"
+    );
 }
 
 #[tokio::test]

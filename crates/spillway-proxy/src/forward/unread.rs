@@ -20,21 +20,39 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use crate::listener::http1::RequestBody;
+use crate::upstream::BoxError;
+
 /// A client's request body; dropped before its end, it reads the rest in a task of its own
-/// if it came over HTTP/1.x (over HTTP/2 a dropped body resets only its own stream, after the
-/// answer: reading it would only spend the proxy's time under overload).
+/// if it came over HTTP/1.x through hyper's server (over HTTP/2 a dropped body resets only its
+/// own stream, after the answer: reading it would only spend the proxy's time under overload;
+/// the HTTP/1.1 fast path's connection reads and discards the rest itself).
 #[derive(Debug)]
 pub struct Unread {
-    body: Option<Incoming>,
+    body: Option<Inner>,
     drain: bool,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Hyper(Incoming),
+    Fast(RequestBody),
 }
 
 impl Unread {
     /// Guards `body`, which came over `version`.
     pub fn new(body: Incoming, version: http::Version) -> Self {
         Unread {
-            body: Some(body),
+            body: Some(Inner::Hyper(body)),
             drain: version <= http::Version::HTTP_11,
+        }
+    }
+
+    /// A body the HTTP/1.1 fast path's connection fills (and drains if it is let go of).
+    pub fn fast(body: RequestBody) -> Self {
+        Unread {
+            body: Some(Inner::Fast(body)),
+            drain: false,
         }
     }
 
@@ -49,32 +67,39 @@ impl Unread {
 
 impl Body for Unread {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.body.as_mut() {
-            Some(b) => Pin::new(b).poll_frame(cx),
+            Some(Inner::Hyper(b)) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            Some(Inner::Fast(b)) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             None => Poll::Ready(None),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.as_ref().map_or(true, Body::is_end_stream)
+        match &self.body {
+            Some(Inner::Hyper(b)) => b.is_end_stream(),
+            Some(Inner::Fast(b)) => b.is_end_stream(),
+            None => true,
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body
-            .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+        match &self.body {
+            Some(Inner::Hyper(b)) => b.size_hint(),
+            Some(Inner::Fast(b)) => b.size_hint(),
+            None => SizeHint::with_exact(0),
+        }
     }
 }
 
 impl Drop for Unread {
     fn drop(&mut self) {
-        if let (Some(body), true) = (self.body.take(), self.drain) {
+        if let (Some(Inner::Hyper(body)), true) = (self.body.take(), self.drain) {
             spillway_tower::server::drain_behind(body);
         }
     }

@@ -62,10 +62,6 @@ impl ProxyBody {
     }
 }
 
-fn boxed(e: hyper::Error) -> BoxError {
-    Box::new(e)
-}
-
 impl Body for ProxyBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -76,9 +72,7 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match &mut self.get_mut().0 {
             Kind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Kind::Streamed(b) => Pin::new(b)
-                .poll_frame(cx)
-                .map(|f| f.map(|r| r.map_err(boxed))),
+            Kind::Streamed(b) => Pin::new(b).poll_frame(cx),
             Kind::Upstream(b) => Pin::new(b).poll_frame(cx),
         }
     }

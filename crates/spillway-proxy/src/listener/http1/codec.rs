@@ -3,7 +3,7 @@
 //! (RFC 9112 §6–7, §9). Pure functions over buffers, tested on bytes (`tests.rs`).
 //!
 //! Only requests the fast path serves come out of [`parse_request`] — a complete, valid head
-//! with no body and no change of protocol; anything else is [`Parsed::Other`] and hyper's
+//! with no body or one of a declared length, and no change of protocol; anything else is [`Parsed::Other`] and hyper's
 //! server takes the connection over (`super`). The response rules are those of hyper 1.x's
 //! server, which answered every request before: the status line in the client's version, a
 //! `content-length` from the response or its body's exact size, else chunked for HTTP/1.1 and
@@ -54,6 +54,8 @@ pub(super) struct RequestHead {
     pub keep_alive: bool,
     /// The client takes a trailer section after a chunked body (`te: trailers`).
     pub trailers: bool,
+    /// The body's length (`content-length`; 0: none).
+    pub body: u64,
 }
 
 /// Parses the request head at the front of `buf`, at most `max_head` bytes long, into `spare`
@@ -98,6 +100,7 @@ pub(super) fn parse_request(
     let mut fields: SmallVec<[(HeaderName, (usize, usize)); 16]> = SmallVec::new();
     let mut conn = Connection::default();
     let mut trailers = false;
+    let mut length = None;
     for h in req.headers.iter() {
         let Ok(name) = names.name(h.name.as_bytes()) else {
             return Parsed::Other;
@@ -110,10 +113,10 @@ pub(super) fn parse_request(
                 .split(|b| *b == b',')
                 .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
         } else if name == header::CONTENT_LENGTH {
-            // A body of zero bytes is no body; any other length (or one that does not parse,
-            // which hyper answers with a 400) is hyper's.
-            if add_length(None, h.value) != Ok(Some(0)) {
-                return Parsed::Other;
+            // One that does not parse, or lengths that disagree, hyper answers with a 400.
+            match add_length(length, h.value) {
+                Ok(n) => length = n,
+                Err(()) => return Parsed::Other,
             }
         } else if name == header::TRANSFER_ENCODING
             || name == header::UPGRADE
@@ -155,6 +158,7 @@ pub(super) fn parse_request(
         parts,
         keep_alive,
         trailers,
+        body: length.unwrap_or(0),
     })
 }
 

@@ -1,23 +1,28 @@
-//! The client side's HTTP/1.1 fast path: requests without a body read, handled and answered by
-//! the connection's own task, with hyper's server taking over the connection for anything else.
+//! The client side's HTTP/1.1 fast path: requests read, handled and answered by the
+//! connection's own task, with hyper's server taking over the connection for what the fast
+//! path does not serve.
 //!
 //! Why the proxy's own: with the upstream side on the proxy's own codec, hyper's server was the
-//! largest part left of a forwarded request — ~8,900 of its ~31,000 user-space instructions
+//! largest part left of a forwarded request — ~9,000 of its ~31,000 user-space instructions
 //! (callgrind, bench/results/proxy-forwarding.md "Thirteenth round"): `hyper_util`'s protocol
 //! detection and `Rewind` on every read, the dispatcher's state machine, the request body's
-//! channel, a response written through two layers of buffers. A request without a body needs
-//! none of that: parse a head, call the handler, write a head and the body.
+//! channel, a response written through two layers of buffers. A request needs less: parse a
+//! head, call the handler, write a head and the body — and, for a body of a declared length,
+//! hand its bytes to whoever reads it ([`body`]).
 //!
-//! Why a fast path and not a whole server: what it does not serve — a request body, an upgrade,
-//! `Expect: 100-continue`, `CONNECT`, HTTP/2's preface, a malformed or oversized head — hyper's
-//! server serves, as it did before, from the first byte the fast path did not consume
-//! ([`Prefixed`]): the same answers (400, 431), the same counters, the same body handling. A
-//! connection goes over to hyper at a request boundary and stays there. What the fast path
-//! keeps of hyper's server behaviour: pipelined requests answered in order; a client that
-//! closes its side while its request runs cancels the request (hyper's default, no half-close);
-//! the response framing and keep-alive rules (`codec`); on shutdown, a connection waiting for
-//! a request closes, one with a request in progress answers it with `connection: close`.
+//! Why a fast path and not a whole server: what it does not serve — a chunked upload, an
+//! upgrade, `Expect: 100-continue`, `CONNECT`, HTTP/2's preface, a malformed or oversized
+//! head — hyper's server serves, as it did before, from the first byte the fast path did not
+//! consume ([`Prefixed`]): the same answers (400, 431), the same counters, the same body
+//! handling. A connection goes over to hyper at a request boundary and stays there. What the
+//! fast path keeps of hyper's server behaviour: pipelined requests answered in order; a client
+//! that closes its side while its request runs cancels the request (hyper's default, no
+//! half-close); a request body read while the answer streams (an upstream may answer before the
+//! upload ends); the response framing and keep-alive rules (`codec`); on shutdown, a connection
+//! waiting for a request closes, one with a request in progress answers it with
+//! `connection: close`.
 
+mod body;
 mod codec;
 mod prefixed;
 #[cfg(test)]
@@ -35,8 +40,10 @@ use http_body::Body;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
+pub use body::{BodyCut, RequestBody};
 pub use prefixed::Prefixed;
 
+use self::body::{Filler, Need};
 use self::codec::{Answering, Framing, Parsed, RequestHead};
 use super::head::Progress;
 use crate::forward::{Peer, Unread};
@@ -120,6 +127,7 @@ where
             parts,
             keep_alive,
             trailers,
+            body,
         } = head;
         let mut answering = Answering {
             version: parts.version,
@@ -128,7 +136,13 @@ where
             trailers,
         };
         let busy = set.progress.begin(parts.version);
-        let req = Request::from_parts(parts, Unread::empty());
+        let (body, filler) = if body == 0 {
+            (Unread::empty(), None)
+        } else {
+            let (body, filler) = body::channel(body);
+            (Unread::fast(body), Some(filler))
+        };
+        let req = Request::from_parts(parts, body);
         let mut handling = pin!(crate::forward::handle(
             set.state.current(),
             Some(set.peer.for_request(busy)),
@@ -142,8 +156,18 @@ where
                     Err(never) => match never {},
                 }));
             }
-            // While the request runs, the client's next bytes are read (pipelining), and its
-            // closing the connection cancels the request.
+            // While the request runs, its body is read as its reader takes it; the client
+            // leaving before the body's end cancels the request.
+            if let Some(f) = &filler {
+                match poll_feed(f, &mut io, &mut read, cx) {
+                    Err(()) => return Poll::Ready(None),
+                    Ok(Need::Done) => {}
+                    // What follows in `read` is body, not another request.
+                    Ok(_) => return Poll::Pending,
+                }
+            }
+            // Then the client's next bytes are read (pipelining), and its closing the
+            // connection cancels the request.
             while read.len() < set.max_head {
                 match poll_fill(&mut io, &mut read, cx) {
                     Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
@@ -163,10 +187,21 @@ where
         let (parts, body) = res.into_parts();
         spare = parts.headers;
         spare.clear();
-        let whole = write_body(&mut io, &mut write, body, &head).await;
+        let feed = filler.as_ref().map(|f| (f, &mut read));
+        let mut whole = write_body(&mut io, &mut write, body, &head, feed).await;
         if write.capacity() > FLUSH_AT {
             // A large answer's buffer is not kept for the connection's life.
             write = Vec::with_capacity(1024);
+        }
+        if let (Some(f), true) = (&filler, whole && head.keep_alive) {
+            // The rest of the body (if the answer came first) is read before the next request
+            // can be: discarded once let go of, within `DISCARD_LIMIT`.
+            whole = std::future::poll_fn(|cx| match poll_feed(f, &mut io, &mut read, cx) {
+                Ok(Need::Done) => Poll::Ready(true),
+                Err(()) | Ok(Need::GiveUp) => Poll::Ready(false),
+                Ok(_) => Poll::Pending,
+            })
+            .await;
         }
         if !(whole && head.keep_alive) {
             let _ = std::future::poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx)).await;
@@ -187,21 +222,49 @@ fn poll_fill<S: AsyncRead + Unpin>(
     tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
 }
 
+/// Moves the request body from the client to its reader as far as the reader has room;
+/// `Err` when the client's side ended first (the body then fails).
+fn poll_feed<S: AsyncRead + Unpin>(
+    filler: &Filler,
+    io: &mut S,
+    read: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Result<Need, ()> {
+    loop {
+        match filler.take_from(read, cx) {
+            Need::Read => match poll_fill(io, read, cx) {
+                Poll::Ready(Ok(0) | Err(_)) => {
+                    filler.cut();
+                    return Err(());
+                }
+                Poll::Ready(Ok(_)) => {}
+                Poll::Pending => return Ok(Need::Read),
+            },
+            need => return Ok(need),
+        }
+    }
+}
+
 /// What writing a body waits for next.
 enum Step {
     /// A frame, or the end.
     Frame(Option<Result<http_body::Frame<Bytes>, crate::upstream::BoxError>>),
     /// The body has nothing yet: write out what is buffered meanwhile.
     Flush,
+    /// The client's side ended before its request body did.
+    ClientGone,
 }
 
-/// Writes the head in `out` and `body` after it, framed as `head` says; whether the message
-/// went out whole (else the connection must close: the client cannot tell where it ends).
-async fn write_body<S: AsyncWrite + Unpin>(
+/// Writes the head in `out` and `body` after it, framed as `head` says, while `feed` goes on
+/// reading the request's body (an upstream may stream its answer while it reads the upload);
+/// whether the message went out whole (else the connection must close: the client cannot
+/// tell where it ends).
+async fn write_body<S: AsyncRead + AsyncWrite + Unpin>(
     io: &mut S,
     out: &mut Vec<u8>,
     mut body: ProxyBody,
     head: &codec::Head,
+    mut feed: Option<(&Filler, &mut BytesMut)>,
 ) -> bool {
     if head.framing == Framing::Empty {
         // Releases what the body holds (the admission permit) before the write.
@@ -215,13 +278,24 @@ async fn write_body<S: AsyncWrite + Unpin>(
     let mut after_data = false;
     let mut trailers = None;
     loop {
-        let step = std::future::poll_fn(|cx| match Pin::new(&mut body).poll_frame(cx) {
-            Poll::Ready(f) => Poll::Ready(Step::Frame(f)),
-            Poll::Pending if !out.is_empty() => Poll::Ready(Step::Flush),
-            Poll::Pending => Poll::Pending,
+        let step = std::future::poll_fn(|cx| {
+            if let Poll::Ready(f) = Pin::new(&mut body).poll_frame(cx) {
+                return Poll::Ready(Step::Frame(f));
+            }
+            if let Some((f, read)) = feed.as_mut() {
+                if poll_feed(f, io, read, cx).is_err() {
+                    return Poll::Ready(Step::ClientGone);
+                }
+            }
+            if out.is_empty() {
+                Poll::Pending
+            } else {
+                Poll::Ready(Step::Flush)
+            }
         })
         .await;
         let frame = match step {
+            Step::ClientGone => return false,
             Step::Flush => {
                 if write_all(io, out, Bytes::new()).await.is_err() {
                     return false;

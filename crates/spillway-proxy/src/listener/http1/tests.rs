@@ -83,11 +83,21 @@ fn te_trailers_is_noticed_and_a_zero_length_is_no_body() {
     assert_eq!(h.parts.headers["content-length"], "0");
 }
 
+#[test]
+fn a_body_of_a_declared_length_is_announced_and_left_in_the_buffer() {
+    let (p, rest) = parse(b"POST /up HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\nhelloGET");
+    match p {
+        Parsed::Request(h) => assert_eq!(h.body, 5),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(&rest[..], b"helloGET");
+}
+
 /// What the fast path does not serve is left in the buffer byte for byte, for hyper.
 #[test]
 fn what_the_fast_path_does_not_serve_is_left_whole() {
     let cases: [&[u8]; 12] = [
-        b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+        b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
         b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
         b"GET /ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
         b"PUT / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n",
@@ -314,8 +324,8 @@ proptest! {
         }
     }
 
-    /// Heads built from plausible pieces: the fast path takes exactly those without a body or
-    /// a change of protocol.
+    /// Heads built from plausible pieces: the fast path takes exactly those without a chunked
+    /// body, conflicting lengths or a change of protocol.
     #[test]
     fn plausible_heads_are_taken_or_left_by_the_rules(
         method in prop::sample::select(vec!["GET", "HEAD", "POST", "DELETE", "OPTIONS", "CONNECT"]),
@@ -330,8 +340,11 @@ proptest! {
             bytes.push_str("\r\n");
         }
         bytes.push_str("\r\n");
-        let body_or_switch = method == "CONNECT" || fields.iter().any(|f| {
-            matches!(*f, "Content-Length: 3" | "Transfer-Encoding: chunked" | "Upgrade: h2c" | "Expect: 100-continue")
+        // Two different lengths disagree (hyper's 400); one length, repeated or not, is a body
+        // the fast path reads.
+        let lengths = fields.iter().filter(|f| f.starts_with("Content-Length")).collect::<std::collections::BTreeSet<_>>();
+        let body_or_switch = method == "CONNECT" || lengths.len() > 1 || fields.iter().any(|f| {
+            matches!(*f, "Transfer-Encoding: chunked" | "Upgrade: h2c" | "Expect: 100-continue")
         });
         let (p, rest) = parse(bytes.as_bytes());
         match p {
@@ -339,12 +352,129 @@ proptest! {
                 prop_assert!(!body_or_switch);
                 prop_assert!(rest.is_empty());
                 prop_assert_eq!(h.parts.headers.len(), fields.len());
+                let declared = if lengths.iter().any(|f| f.ends_with(" 3")) { 3 } else { 0 };
+                prop_assert_eq!(h.body, declared);
             }
             Parsed::Other => {
                 prop_assert!(body_or_switch);
                 prop_assert_eq!(rest.len(), bytes.len());
             }
             Parsed::Partial => prop_assert!(false, "a whole head is not partial"),
+        }
+    }
+}
+
+mod request_body {
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use bytes::BytesMut;
+    use http_body::Body;
+
+    use super::super::body::{channel, Need, BUFFERED, DISCARD_LIMIT};
+
+    /// A waker that counts its wakes.
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    fn waker() -> (Arc<Count>, Waker) {
+        let c = Arc::new(Count(AtomicUsize::new(0)));
+        (Arc::clone(&c), Waker::from(c))
+    }
+
+    #[test]
+    fn bytes_move_from_the_connection_to_the_reader_and_the_rest_stays() {
+        let (mut body, filler) = channel(5);
+        let (reader_wakes, rw) = waker();
+        let (_, cw) = waker();
+        let mut rcx = Context::from_waker(&rw);
+        let mut ccx = Context::from_waker(&cw);
+        assert_eq!(body.size_hint().exact(), Some(5));
+        assert!(Pin::new(&mut body).poll_frame(&mut rcx).is_pending());
+
+        let mut read = BytesMut::from(&b"hel"[..]);
+        assert_eq!(filler.take_from(&mut read, &mut ccx), Need::Read);
+        assert_eq!(
+            reader_wakes.0.load(SeqCst),
+            1,
+            "the waiting reader is woken"
+        );
+        let mut read = BytesMut::from(&b"loGET / HTTP/1.1\r\n\r\n"[..]);
+        assert_eq!(filler.take_from(&mut read, &mut ccx), Need::Done);
+        assert_eq!(
+            &read[..],
+            b"GET / HTTP/1.1\r\n\r\n",
+            "the next request stays"
+        );
+        assert_eq!(body.size_hint().exact(), Some(5));
+        assert!(!body.is_end_stream());
+
+        let mut got = Vec::new();
+        while let Poll::Ready(Some(f)) = Pin::new(&mut body).poll_frame(&mut rcx) {
+            got.extend_from_slice(&f.unwrap().into_data().unwrap());
+        }
+        assert_eq!(got, b"hello");
+        assert!(body.is_end_stream());
+    }
+
+    #[test]
+    fn the_connection_waits_for_room_and_the_reader_makes_it() {
+        let (mut body, filler) = channel(10 * BUFFERED as u64);
+        let (conn_wakes, cw) = waker();
+        let (_, rw) = waker();
+        let mut ccx = Context::from_waker(&cw);
+        let mut read = BytesMut::from(&vec![0u8; BUFFERED][..]);
+        assert_eq!(filler.take_from(&mut read, &mut ccx), Need::Room);
+        assert_eq!(conn_wakes.0.load(SeqCst), 0);
+        let frame = Pin::new(&mut body).poll_frame(&mut Context::from_waker(&rw));
+        assert!(matches!(frame, Poll::Ready(Some(Ok(_)))));
+        assert_eq!(
+            conn_wakes.0.load(SeqCst),
+            1,
+            "taking bytes wakes the connection"
+        );
+        assert_eq!(filler.take_from(&mut read, &mut ccx), Need::Read);
+    }
+
+    #[test]
+    fn a_dropped_body_is_discarded_within_the_limit_and_given_up_beyond() {
+        let (body, filler) = channel(100);
+        let (_, cw) = waker();
+        let mut ccx = Context::from_waker(&cw);
+        drop(body);
+        let mut read = BytesMut::from(&vec![1u8; 150][..]);
+        assert_eq!(filler.take_from(&mut read, &mut ccx), Need::Done);
+        assert_eq!(read.len(), 50, "only the body's bytes are discarded");
+
+        let (body, filler) = channel(DISCARD_LIMIT + 1);
+        drop(body);
+        let mut read = BytesMut::from(&[1u8; 10][..]);
+        assert_eq!(filler.take_from(&mut read, &mut ccx), Need::GiveUp);
+        assert_eq!(read.len(), 10);
+    }
+
+    #[test]
+    fn a_body_cut_short_by_the_client_fails_and_says_how_much_was_missing() {
+        let (mut body, filler) = channel(8);
+        let (_, w) = waker();
+        let mut cx = Context::from_waker(&w);
+        let mut read = BytesMut::from(&b"abc"[..]);
+        assert_eq!(filler.take_from(&mut read, &mut cx), Need::Read);
+        filler.cut();
+        assert!(matches!(
+            Pin::new(&mut body).poll_frame(&mut cx),
+            Poll::Ready(Some(Ok(_)))
+        ));
+        match Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Err(e))) => assert_eq!(e.0, 5, "{e}"),
+            other => panic!("{other:?}"),
         }
     }
 }
