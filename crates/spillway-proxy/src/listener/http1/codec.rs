@@ -22,6 +22,7 @@ use http::{request, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 use smallvec::SmallVec;
 
+pub(super) use crate::upstream::Framing;
 use crate::upstream::{add_length, NameCache};
 
 /// Most header fields a request head may have (hyper's server limit, as before).
@@ -187,19 +188,6 @@ impl Connection {
             self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
         }
     }
-}
-
-/// How a response's body goes on the wire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Framing {
-    /// No body (a `HEAD` request's response, 204, 304, or an empty body).
-    Empty,
-    /// Exactly this many bytes.
-    Length(u64),
-    /// Chunked transfer coding.
-    Chunked,
-    /// Until the connection closes (an HTTP/1.0 client, a body of unknown length).
-    UntilClose,
 }
 
 /// The request a response answers, as far as its head depends on it.

@@ -58,7 +58,7 @@ use tokio::net::TcpStream;
 pub use self::body::UpstreamBody;
 use self::codec::WireError;
 /// The wire rules the client-facing HTTP/1.1 server shares with the upstream client.
-pub(crate) use self::codec::{add_length, chunk_header, chunked_end, NameCache};
+pub(crate) use self::codec::{add_length, chunk_header, chunked_end, Framing, NameCache};
 use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};
 use super::ProxyBody;

@@ -163,16 +163,17 @@ pub(crate) fn chunked_end(buf: &mut Vec<u8>, after_data: bool, trailers: Option<
     buf.extend_from_slice(b"\r\n");
 }
 
-/// How a response's body is delimited (RFC 9112 §6.3).
+/// How a response's body is delimited (RFC 9112 §6.3), read from an upstream or written to a
+/// client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Framing {
-    /// No body (a `HEAD` request's response, 204, 304).
+pub(crate) enum Framing {
+    /// No body (a `HEAD` request's response, 204, 304, a length of zero).
     Empty,
     /// Exactly this many bytes.
     Length(u64),
     /// Chunked transfer coding.
     Chunked,
-    /// Everything until the upstream closes the connection.
+    /// Everything until the sender closes the connection.
     UntilClose,
 }
 
