@@ -1,8 +1,9 @@
 //! The proxy's client-facing HTTP/1.1 on the wire: requests served by its own fast path
-//! (pipelined, HTTP/1.0 with and without keep-alive, `HEAD`, bodies of a declared length — a
-//! large one whole, a refused one read past), a request the fast path hands to hyper's server
-//! in the middle of a connection (a chunked upload, an upgrade) served there without a byte
-//! lost, and a client that leaves while its request runs cancelling it.
+//! (pipelined, HTTP/1.0 with and without keep-alive, `HEAD`, uploads of a declared length and
+//! chunked — a large one whole, a refused one read past, an invalid one refused without reading
+//! on), a request the fast path hands to hyper's server in the middle of a connection
+//! (`Expect: 100-continue`, an upgrade) served there without a byte lost, and a client that
+//! leaves while its request runs cancelling it.
 
 mod proxy_support;
 
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proxy_support::*;
+use spillway_proxy::metrics::Fault;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -86,13 +88,13 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
 }
 
 #[tokio::test]
-async fn a_chunked_upload_mid_connection_is_served_by_hyper_without_a_byte_lost() {
+async fn uploads_of_every_framing_mid_connection_arrive_whole() {
     let (_b, p) = echo_proxy().await;
     let wire = exchange(
         p.addr,
         b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n\
           POST /b HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello\
-          POST /c HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
+          POST /c HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n4;x=y\r\ndefg\r\n0\r\n\r\n\
           GET /d HTTP/1.1\r\nhost: x\r\n\r\n\
           DELETE /e HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
     )
@@ -111,11 +113,52 @@ async fn a_chunked_upload_mid_connection_is_served_by_hyper_without_a_byte_lost(
         "{got:?}"
     );
     assert!(
-        got[2].1.starts_with("b POST /c ") && got[2].1.ends_with("body=3"),
+        got[2].1.starts_with("b POST /c ") && got[2].1.ends_with("body=7"),
         "{got:?}"
     );
     assert!(got[3].1.starts_with("b GET /d "), "{got:?}");
     assert!(got[4].1.starts_with("b DELETE /e "), "{got:?}");
+}
+
+#[tokio::test]
+async fn an_expect_continue_upload_mid_connection_is_served_by_hyper_without_a_byte_lost() {
+    let (_b, p) = echo_proxy().await;
+    let wire = exchange(
+        p.addr,
+        b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n\
+          PUT /b HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 4\r\n\r\nwxyz\
+          GET /c HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    // hyper's server answers the expectation first.
+    let wire = wire.replacen("HTTP/1.1 100 Continue\r\n\r\n", "", 1);
+    let got = answers(&wire, &[]);
+    assert_eq!(got.len(), 3, "{wire}");
+    assert!(got[0].1.starts_with("b GET /a "), "{got:?}");
+    assert!(
+        got[1].1.starts_with("b PUT /b ") && got[1].1.ends_with("body=4"),
+        "{got:?}"
+    );
+    assert!(got[2].1.starts_with("b GET /c "), "{got:?}");
+}
+
+#[tokio::test]
+async fn an_upload_with_invalid_chunked_coding_fails_and_its_connection_closes() {
+    let (_b, p) = echo_proxy().await;
+    // What follows the bad chunk must never be taken for a request of its own.
+    let wire = exchange(
+        p.addr,
+        b"POST /bad HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n\
+          GET /smuggled HTTP/1.1\r\nhost: x\r\n\r\n",
+    )
+    .await;
+    assert!(!wire.contains("/smuggled"), "{wire}");
+    // The client's fault, answered and counted as such; the upstream is not blamed.
+    assert!(wire.starts_with("HTTP/1.1 400 "), "{wire}");
+    assert!(wire.contains("x-spillway-reason: bad_body"), "{wire}");
+    assert!(wire.contains("chunked coding is invalid"), "{wire}");
+    assert_eq!(p.state.faults.get(Fault::BadRequest), 1);
+    assert_eq!(p.state.faults.get(Fault::UpstreamReset), 0);
 }
 
 #[tokio::test]

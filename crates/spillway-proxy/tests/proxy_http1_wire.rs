@@ -118,19 +118,6 @@ fn upstream_toml(addr: std::net::SocketAddr) -> String {
     format!("[upstream]\naddresses = [\"{addr}\"]\nmax_idle_per_task = 4\n")
 }
 
-/// Sends raw `bytes` to the proxy and reads the whole answer (the proxy's connection closes
-/// after it: `connection: close`).
-async fn raw(proxy: std::net::SocketAddr, bytes: &[u8]) -> String {
-    let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.write_all(bytes).await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("answer in time")
-        .unwrap();
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[tokio::test]
 async fn a_chunked_upload_of_unknown_length_arrives_chunked_and_whole() {
     let up = scripted(
@@ -144,11 +131,23 @@ async fn a_chunked_upload_of_unknown_length_arrives_chunked_and_whole() {
     )
     .await;
     let p = proxy_toml(&upstream_toml(up.addr)).await;
-    let answer = raw(
-        p.addr,
-        b"POST /up HTTP/1.1\r\nhost: x\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n",
-    )
-    .await;
+    // The rest of the body only after a pause: while the proxy decides where the request goes
+    // its length is unknown (a body already whole when it looks is buffered and sent with its
+    // length instead, which is also right).
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"POST /up HTTP/1.1\r\nhost: x\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.write_all(b"6;ext=1\r\n world\r\n0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("answer in time")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.ends_with("ok"), "{answer}");
     let seen = up.seen.lock().unwrap();

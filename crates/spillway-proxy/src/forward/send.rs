@@ -266,6 +266,23 @@ pub(super) async fn forward(
                     None,
                 );
             }
+            Ok(Err(e)) if e.is_client_body() => {
+                // The client's upload broke (cut short, invalid chunked coding): nothing about
+                // the task, which must not be marked failing for it.
+                state.faults.count(Fault::BadRequest);
+                permit.set_outcome(Outcome::Ignore);
+                let why = std::error::Error::source(&e).map_or_else(|| cause(&e), cause);
+                return (
+                    respond::error(
+                        protocol,
+                        StatusCode::BAD_REQUEST,
+                        GRPC_CANCELLED,
+                        "bad_body",
+                        format!("the request body could not be read: {why}"),
+                    ),
+                    None,
+                );
+            }
             Ok(Err(e)) => {
                 // An invalid response is named by what was wrong with it (the error's own
                 // level would only repeat "invalid response").

@@ -40,7 +40,9 @@ use spillway_core::{Criticality, PerCriticality};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use body::{empty_body, full_body, ProxyBody};
-pub(crate) use conn::{add_length, chunk_header, chunked_end, Framing, NameCache};
+pub(crate) use conn::{
+    add_length, chunk_header, chunked_end, Decoded, Decoder, Framing, NameCache,
+};
 pub use conn::{Connections, UpstreamBody, UpstreamError};
 pub use eject::{max_ejected, Ejection};
 

@@ -1,14 +1,15 @@
-//! A request body on the fast path (`content-length`): read from the client by the connection's
-//! own task, taken by whoever holds the request — the proxy's upstream request, in this task or
-//! in an HTTP/2 connection's.
+//! A request body on the fast path (`content-length` or chunked): read from the client and
+//! decoded by the connection's own task, taken by whoever holds the request — the proxy's
+//! upstream request, in this task or in an HTTP/2 connection's.
 //!
 //! Why a shared slot and not the socket in the body: the connection's task must go on watching
 //! the socket while the request runs (pipelined bytes, the client leaving) and own it again
 //! after the answer, while the body may be read from another task (an HTTP/2 upstream's
-//! connection task). So the task reads, the body takes; at most [`BUFFERED`] bytes wait between
+//! connection task). So the task reads and decodes (the upstream codec's decoder: the same
+//! chunked rules and limits both ways), the body takes; at most [`BUFFERED`] bytes wait between
 //! them, and the task reads no further until the body has taken them (back-pressure to the
 //! client). A body let go of early is read and discarded by the connection's task, within
-//! bounds (`super::serve`), as `forward::Unread` drains hyper's bodies.
+//! [`DISCARD_LIMIT`] (`super::serve`), as `forward::Unread` drains hyper's bodies.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -18,6 +19,8 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 
+use crate::upstream::{Decoded, Decoder, Framing};
+
 /// Most body bytes read from the client and not yet taken.
 pub const BUFFERED: usize = 64 * 1024;
 
@@ -25,10 +28,20 @@ pub const BUFFERED: usize = 64 * 1024;
 /// connection (as `spillway_tower::server::DRAIN_LIMIT` for hyper's bodies); beyond, it closes.
 pub const DISCARD_LIMIT: u64 = spillway_tower::server::DRAIN_LIMIT as u64;
 
-/// Why a body did not arrive whole.
-#[derive(Debug, thiserror::Error)]
-#[error("the client's connection ended {0} bytes before the end of the request body")]
-pub struct BodyCut(pub u64);
+/// Why a request body did not arrive whole.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum BodyError {
+    /// The client's side of the connection ended first (the bytes missing, when known).
+    #[error("the client's connection ended before the end of the request body{}", missing_text(.0))]
+    Cut(Option<u64>),
+    /// The chunked coding was not valid.
+    #[error("the request body's chunked coding is invalid: {0}")]
+    Invalid(String),
+}
+
+fn missing_text(missing: &Option<u64>) -> String {
+    missing.map_or_else(String::new, |n| format!(" ({n} bytes missing)"))
+}
 
 /// A request body the connection's task fills.
 #[derive(Debug)]
@@ -39,13 +52,16 @@ struct Shared(Mutex<State>);
 
 #[derive(Debug)]
 struct State {
-    /// Read and not yet taken.
-    ready: VecDeque<Bytes>,
+    /// Decoded and not yet taken: data, then perhaps a trailer section.
+    ready: VecDeque<Frame<Bytes>>,
     buffered: usize,
-    /// Not yet read from the client.
-    left: u64,
-    /// The client's side ended before the body did.
-    cut: bool,
+    decoder: Decoder,
+    /// Bytes discarded after the body was dropped.
+    discarded: u64,
+    /// Why the body cannot complete, once known (kept: the connection must not read on).
+    failed: Option<BodyError>,
+    /// The failure has been given to the reader.
+    reported: bool,
     /// The body was dropped: what is left is the connection's to discard.
     dropped: bool,
     /// The body's reader, waiting for bytes.
@@ -58,13 +74,16 @@ struct State {
 #[derive(Debug)]
 pub struct Filler(Arc<Shared>);
 
-/// A body of `len` bytes (not zero), and the connection's handle to fill it.
-pub fn channel(len: u64) -> (RequestBody, Filler) {
+/// A body framed as `framing` (a length that is not zero, or chunked), and the connection's
+/// handle to fill it.
+pub fn channel(framing: Framing) -> (RequestBody, Filler) {
     let shared = Arc::new(Shared(Mutex::new(State {
         ready: VecDeque::new(),
         buffered: 0,
-        left: len,
-        cut: false,
+        decoder: Decoder::new(framing),
+        discarded: 0,
+        failed: None,
+        reported: false,
         dropped: false,
         reader: None,
         conn: None,
@@ -74,9 +93,24 @@ pub fn channel(len: u64) -> (RequestBody, Filler) {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock cannot leave the counts half-updated in a way that
-        // matters more than losing the request; carry on with what is there.
+        // Nothing here panics while holding the lock; if something did, the state is still
+        // whole enough to finish the request with.
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl State {
+    fn wake_reader(&mut self) {
+        if let Some(w) = self.reader.take() {
+            w.wake();
+        }
+    }
+
+    /// A dropped body with more left than is worth discarding.
+    fn not_worth_discarding(&self) -> bool {
+        self.dropped
+            && (self.discarded > DISCARD_LIMIT
+                || self.decoder.remaining().is_some_and(|n| n > DISCARD_LIMIT))
     }
 }
 
@@ -89,76 +123,86 @@ pub enum Need {
     Read,
     /// The reader has not taken what is there: wait (the task is woken when it does).
     Room,
-    /// The body was let go of with more left than is worth discarding: the connection must
-    /// close after the answer.
+    /// Read no more of it: the connection closes after the answer (a body let go of with more
+    /// left than is worth discarding, or chunked coding that is not valid).
     GiveUp,
 }
 
 impl Filler {
-    /// Moves what `read` holds of the body into it (or discards it, if the body was dropped);
-    /// says what is needed next.
+    /// Decodes what `read` holds of the body into it (or discards it, if the body was dropped);
+    /// says what is needed next. What follows the body's end stays in `read`.
     pub fn take_from(&self, read: &mut BytesMut, cx: &mut Context<'_>) -> Need {
         let mut st = self.0.lock();
-        if st.dropped && st.left > DISCARD_LIMIT {
-            return Need::GiveUp;
-        }
-        if st.left > 0 && !read.is_empty() {
-            let n = usize::try_from(st.left).map_or(read.len(), |l| l.min(read.len()));
-            let chunk = read.split_to(n);
-            st.left -= n as u64;
-            if st.dropped {
-                drop(chunk);
-            } else {
-                st.buffered += n;
-                st.ready.push_back(chunk.freeze());
-                if let Some(w) = st.reader.take() {
-                    w.wake();
+        loop {
+            if st.failed.is_some() || st.not_worth_discarding() {
+                return Need::GiveUp;
+            }
+            if st.decoder.is_done() {
+                return Need::Done;
+            }
+            if !st.dropped && st.buffered >= BUFFERED {
+                st.conn = Some(cx.waker().clone());
+                return Need::Room;
+            }
+            match st.decoder.decode(read) {
+                Ok(Decoded::Data(b)) if st.dropped => st.discarded += b.len() as u64,
+                Ok(Decoded::Data(b)) => {
+                    st.buffered += b.len();
+                    st.ready.push_back(Frame::data(b));
+                    st.wake_reader();
+                }
+                Ok(Decoded::Trailers(t)) => {
+                    if !st.dropped {
+                        st.ready.push_back(Frame::trailers(t));
+                    }
+                    st.wake_reader();
+                }
+                Ok(Decoded::End) => st.wake_reader(),
+                Ok(Decoded::More) => return Need::Read,
+                Err(e) => {
+                    st.failed = Some(BodyError::Invalid(e.to_string()));
+                    st.wake_reader();
+                    return Need::GiveUp;
                 }
             }
         }
-        if st.left == 0 {
-            Need::Done
-        } else if st.dropped && st.left > DISCARD_LIMIT {
-            Need::GiveUp
-        } else if !st.dropped && st.buffered >= BUFFERED {
-            st.conn = Some(cx.waker().clone());
-            Need::Room
-        } else {
-            Need::Read
-        }
     }
 
-    /// The client's side ended: the body fails with [`BodyCut`].
+    /// The client's side ended: the body fails with [`BodyError::Cut`].
     pub fn cut(&self) {
         let mut st = self.0.lock();
-        st.cut = true;
-        if let Some(w) = st.reader.take() {
-            w.wake();
+        if st.failed.is_none() {
+            st.failed = Some(BodyError::Cut(st.decoder.remaining()));
         }
+        st.wake_reader();
     }
 }
 
 impl Body for RequestBody {
     type Data = Bytes;
-    type Error = BodyCut;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyCut>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let mut st = self.0.lock();
-        if let Some(b) = st.ready.pop_front() {
-            st.buffered -= b.len();
+        if let Some(f) = st.ready.pop_front() {
+            if let Some(d) = f.data_ref() {
+                st.buffered -= d.len();
+            }
             if let Some(w) = st.conn.take() {
                 w.wake();
             }
-            return Poll::Ready(Some(Ok(Frame::data(b))));
+            return Poll::Ready(Some(Ok(f)));
         }
-        if st.left == 0 {
+        if let Some(e) = st.failed.clone() {
+            // Reported once; the body ends after it.
+            let first = !std::mem::replace(&mut st.reported, true);
+            return Poll::Ready(first.then_some(Err(e)));
+        }
+        if st.decoder.is_done() {
             return Poll::Ready(None);
-        }
-        if st.cut {
-            return Poll::Ready(Some(Err(BodyCut(st.left))));
         }
         st.reader = Some(cx.waker().clone());
         Poll::Pending
@@ -166,12 +210,20 @@ impl Body for RequestBody {
 
     fn is_end_stream(&self) -> bool {
         let st = self.0.lock();
-        st.left == 0 && st.ready.is_empty()
+        st.decoder.is_done() && st.ready.is_empty() && st.failed.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
         let st = self.0.lock();
-        SizeHint::with_exact(st.left + st.buffered as u64)
+        let buffered = st.buffered as u64;
+        match st.decoder.remaining() {
+            Some(n) => SizeHint::with_exact(n + buffered),
+            None => {
+                let mut h = SizeHint::new();
+                h.set_lower(buffered);
+                h
+            }
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! (RFC 9112 §6–7, §9). Pure functions over buffers, tested on bytes (`tests.rs`).
 //!
 //! Only requests the fast path serves come out of [`parse_request`] — a complete, valid head
-//! with no body or one of a declared length, and no change of protocol; anything else is [`Parsed::Other`] and hyper's
+//! with no body, one of a declared length or a chunked one, and no change of protocol; anything else is [`Parsed::Other`] and hyper's
 //! server takes the connection over (`super`). The response rules are those of hyper 1.x's
 //! server, which answered every request before: the status line in the client's version, a
 //! `content-length` from the response or its body's exact size, else chunked for HTTP/1.1 and
@@ -55,8 +55,8 @@ pub(super) struct RequestHead {
     pub keep_alive: bool,
     /// The client takes a trailer section after a chunked body (`te: trailers`).
     pub trailers: bool,
-    /// The body's length (`content-length`; 0: none).
-    pub body: u64,
+    /// How the body follows the head (`None`: no body).
+    pub body: Option<Framing>,
 }
 
 /// Parses the request head at the front of `buf`, at most `max_head` bytes long, into `spare`
@@ -102,6 +102,7 @@ pub(super) fn parse_request(
     let mut conn = Connection::default();
     let mut trailers = false;
     let mut length = None;
+    let mut chunked = false;
     for h in req.headers.iter() {
         let Ok(name) = names.name(h.name.as_bytes()) else {
             return Parsed::Other;
@@ -119,14 +120,27 @@ pub(super) fn parse_request(
                 Ok(n) => length = n,
                 Err(()) => return Parsed::Other,
             }
-        } else if name == header::TRANSFER_ENCODING
-            || name == header::UPGRADE
-            || name == header::EXPECT
-        {
+        } else if name == header::TRANSFER_ENCODING {
+            // Chunked alone, once; any other coding (or a list) is hyper's to refuse.
+            if chunked || !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                return Parsed::Other;
+            }
+            chunked = true;
+        } else if name == header::UPGRADE || name == header::EXPECT {
             return Parsed::Other;
         }
         fields.push((name, span(h.value)));
     }
+    // Both framings (a smuggling pattern, RFC 9112 §6.3), or chunked from HTTP/1.0: hyper's
+    // to refuse.
+    if chunked && (length.is_some() || version == Version::HTTP_10) {
+        return Parsed::Other;
+    }
+    let body = match (chunked, length) {
+        (true, _) => Some(Framing::Chunked),
+        (false, Some(n)) if n > 0 => Some(Framing::Length(n)),
+        _ => None,
+    };
     let head = buf.split_to(len).freeze();
     let Ok(uri) = Uri::from_maybe_shared(head.slice(target.0..target.1)) else {
         return put_back(buf, &head);
@@ -159,7 +173,7 @@ pub(super) fn parse_request(
         parts,
         keep_alive,
         trailers,
-        body: length.unwrap_or(0),
+        body,
     })
 }
 

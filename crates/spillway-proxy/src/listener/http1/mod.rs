@@ -7,12 +7,12 @@
 //! (callgrind, bench/results/proxy-forwarding.md "Thirteenth round"): `hyper_util`'s protocol
 //! detection and `Rewind` on every read, the dispatcher's state machine, the request body's
 //! channel, a response written through two layers of buffers. A request needs less: parse a
-//! head, call the handler, write a head and the body — and, for a body of a declared length,
-//! hand its bytes to whoever reads it ([`body`]).
+//! head, call the handler, write a head and the body — and, for an upload (a declared length
+//! or chunked), decode its bytes for whoever reads it ([`body`]).
 //!
-//! Why a fast path and not a whole server: what it does not serve — a chunked upload, an
-//! upgrade, `Expect: 100-continue`, `CONNECT`, HTTP/2's preface, a malformed or oversized
-//! head — hyper's server serves, as it did before, from the first byte the fast path did not
+//! Why a fast path and not a whole server: what it does not serve — an upgrade,
+//! `Expect: 100-continue`, `CONNECT`, HTTP/2's preface, a transfer coding other than chunked,
+//! a malformed or oversized head — hyper's server serves, as it did before, from the first byte the fast path did not
 //! consume ([`Prefixed`]): the same answers (400, 431), the same counters, the same body
 //! handling. A connection goes over to hyper at a request boundary and stays there. What the
 //! fast path keeps of hyper's server behaviour: pipelined requests answered in order; a client
@@ -40,7 +40,7 @@ use http_body::Body;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
-pub use body::{BodyCut, RequestBody};
+pub use body::{BodyError, RequestBody};
 pub use prefixed::Prefixed;
 
 use self::body::{Filler, Need};
@@ -136,11 +136,12 @@ where
             trailers,
         };
         let busy = set.progress.begin(parts.version);
-        let (body, filler) = if body == 0 {
-            (Unread::empty(), None)
-        } else {
-            let (body, filler) = body::channel(body);
-            (Unread::fast(body), Some(filler))
+        let (body, filler) = match body {
+            None => (Unread::empty(), None),
+            Some(framing) => {
+                let (body, filler) = body::channel(framing);
+                (Unread::fast(body), Some(filler))
+            }
         };
         let req = Request::from_parts(parts, body);
         let mut handling = pin!(crate::forward::handle(

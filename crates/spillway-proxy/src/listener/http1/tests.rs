@@ -87,7 +87,7 @@ fn te_trailers_is_noticed_and_a_zero_length_is_no_body() {
 fn a_body_of_a_declared_length_is_announced_and_left_in_the_buffer() {
     let (p, rest) = parse(b"POST /up HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\nhelloGET");
     match p {
-        Parsed::Request(h) => assert_eq!(h.body, 5),
+        Parsed::Request(h) => assert_eq!(h.body, Some(Framing::Length(5))),
         other => panic!("{other:?}"),
     }
     assert_eq!(&rest[..], b"helloGET");
@@ -98,14 +98,14 @@ fn a_body_of_a_declared_length_is_announced_and_left_in_the_buffer() {
 fn what_the_fast_path_does_not_serve_is_left_whole() {
     let cases: [&[u8]; 12] = [
         b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
         b"GET /ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
         b"PUT / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n",
         b"CONNECT example:443 HTTP/1.1\r\nHost: example:443\r\n\r\n",
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
         b"GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
-        b"GET / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 1\r\n\r\n",
-        b"GET / HTTP/2.0\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n",
+        b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
         b"GET / HTTP/1.1\r\nbad header\r\n\r\n",
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
         b"GET http://[::1 HTTP/1.1\r\n\r\n",
@@ -324,8 +324,8 @@ proptest! {
         }
     }
 
-    /// Heads built from plausible pieces: the fast path takes exactly those without a chunked
-    /// body, conflicting lengths or a change of protocol.
+    /// Heads built from plausible pieces: the fast path takes exactly those without both
+    /// framings, conflicting ones or a change of protocol.
     #[test]
     fn plausible_heads_are_taken_or_left_by_the_rules(
         method in prop::sample::select(vec!["GET", "HEAD", "POST", "DELETE", "OPTIONS", "CONNECT"]),
@@ -343,17 +343,26 @@ proptest! {
         // Two different lengths disagree (hyper's 400); one length, repeated or not, is a body
         // the fast path reads.
         let lengths = fields.iter().filter(|f| f.starts_with("Content-Length")).collect::<std::collections::BTreeSet<_>>();
-        let body_or_switch = method == "CONNECT" || lengths.len() > 1 || fields.iter().any(|f| {
-            matches!(*f, "Transfer-Encoding: chunked" | "Upgrade: h2c" | "Expect: 100-continue")
-        });
+        let te = fields.iter().filter(|f| f.starts_with("Transfer-Encoding")).count();
+        let body_or_switch = method == "CONNECT"
+            || lengths.len() > 1
+            || te > 1
+            || (te == 1 && !lengths.is_empty())
+            || fields.iter().any(|f| matches!(*f, "Upgrade: h2c" | "Expect: 100-continue"));
         let (p, rest) = parse(bytes.as_bytes());
         match p {
             Parsed::Request(h) => {
                 prop_assert!(!body_or_switch);
                 prop_assert!(rest.is_empty());
                 prop_assert_eq!(h.parts.headers.len(), fields.len());
-                let declared = if lengths.iter().any(|f| f.ends_with(" 3")) { 3 } else { 0 };
-                prop_assert_eq!(h.body, declared);
+                let expected = if te == 1 {
+                    Some(Framing::Chunked)
+                } else if lengths.iter().any(|f| f.ends_with(" 3")) {
+                    Some(Framing::Length(3))
+                } else {
+                    None
+                };
+                prop_assert_eq!(h.body, expected);
             }
             Parsed::Other => {
                 prop_assert!(body_or_switch);
@@ -373,7 +382,8 @@ mod request_body {
     use bytes::BytesMut;
     use http_body::Body;
 
-    use super::super::body::{channel, Need, BUFFERED, DISCARD_LIMIT};
+    use super::super::body::{channel, BodyError, Need, BUFFERED, DISCARD_LIMIT};
+    use crate::upstream::Framing;
 
     /// A waker that counts its wakes.
     struct Count(AtomicUsize);
@@ -391,7 +401,7 @@ mod request_body {
 
     #[test]
     fn bytes_move_from_the_connection_to_the_reader_and_the_rest_stays() {
-        let (mut body, filler) = channel(5);
+        let (mut body, filler) = channel(Framing::Length(5));
         let (reader_wakes, rw) = waker();
         let (_, cw) = waker();
         let mut rcx = Context::from_waker(&rw);
@@ -426,7 +436,7 @@ mod request_body {
 
     #[test]
     fn the_connection_waits_for_room_and_the_reader_makes_it() {
-        let (mut body, filler) = channel(10 * BUFFERED as u64);
+        let (mut body, filler) = channel(Framing::Length(10 * BUFFERED as u64));
         let (conn_wakes, cw) = waker();
         let (_, rw) = waker();
         let mut ccx = Context::from_waker(&cw);
@@ -445,7 +455,7 @@ mod request_body {
 
     #[test]
     fn a_dropped_body_is_discarded_within_the_limit_and_given_up_beyond() {
-        let (body, filler) = channel(100);
+        let (body, filler) = channel(Framing::Length(100));
         let (_, cw) = waker();
         let mut ccx = Context::from_waker(&cw);
         drop(body);
@@ -453,7 +463,7 @@ mod request_body {
         assert_eq!(filler.take_from(&mut read, &mut ccx), Need::Done);
         assert_eq!(read.len(), 50, "only the body's bytes are discarded");
 
-        let (body, filler) = channel(DISCARD_LIMIT + 1);
+        let (body, filler) = channel(Framing::Length(DISCARD_LIMIT + 1));
         drop(body);
         let mut read = BytesMut::from(&[1u8; 10][..]);
         assert_eq!(filler.take_from(&mut read, &mut ccx), Need::GiveUp);
@@ -462,7 +472,7 @@ mod request_body {
 
     #[test]
     fn a_body_cut_short_by_the_client_fails_and_says_how_much_was_missing() {
-        let (mut body, filler) = channel(8);
+        let (mut body, filler) = channel(Framing::Length(8));
         let (_, w) = waker();
         let mut cx = Context::from_waker(&w);
         let mut read = BytesMut::from(&b"abc"[..]);
@@ -473,8 +483,70 @@ mod request_body {
             Poll::Ready(Some(Ok(_)))
         ));
         match Pin::new(&mut body).poll_frame(&mut cx) {
-            Poll::Ready(Some(Err(e))) => assert_eq!(e.0, 5, "{e}"),
+            Poll::Ready(Some(Err(BodyError::Cut(Some(5))))) => {}
             other => panic!("{other:?}"),
         }
+        assert!(matches!(
+            Pin::new(&mut body).poll_frame(&mut cx),
+            Poll::Ready(None)
+        ));
+        assert_eq!(filler.take_from(&mut read, &mut cx), Need::GiveUp);
+    }
+
+    #[test]
+    fn a_chunked_body_is_decoded_with_its_trailers_and_the_next_request_stays() {
+        let (mut body, filler) = channel(Framing::Chunked);
+        let (_, w) = waker();
+        let mut cx = Context::from_waker(&w);
+        assert_eq!(body.size_hint().exact(), None);
+        let mut read =
+            BytesMut::from(&b"3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\nx-sum: 5\r\n\r\nGET /"[..]);
+        assert_eq!(filler.take_from(&mut read, &mut cx), Need::Done);
+        assert_eq!(&read[..], b"GET /");
+        let mut data = Vec::new();
+        let mut trailers = None;
+        while let Poll::Ready(Some(f)) = Pin::new(&mut body).poll_frame(&mut cx) {
+            match f.unwrap().into_data() {
+                Ok(d) => data.extend_from_slice(&d),
+                Err(f) => trailers = f.into_trailers().ok(),
+            }
+        }
+        assert_eq!(data, b"abcde");
+        assert_eq!(trailers.expect("trailers")["x-sum"], "5");
+        assert!(body.is_end_stream());
+    }
+
+    #[test]
+    fn invalid_chunked_coding_fails_the_body_once_and_stops_the_connection_reading() {
+        let (mut body, filler) = channel(Framing::Chunked);
+        let (_, w) = waker();
+        let mut cx = Context::from_waker(&w);
+        let mut read = BytesMut::from(&b"zz\r\nGET / HTTP/1.1\r\n\r\n"[..]);
+        assert_eq!(filler.take_from(&mut read, &mut cx), Need::GiveUp);
+        match Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Err(e @ BodyError::Invalid(_)))) => {
+                assert!(e.to_string().contains("chunked coding is invalid"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            Pin::new(&mut body).poll_frame(&mut cx),
+            Poll::Ready(None)
+        ));
+        // Never `Done`: what follows must not be taken for a request.
+        assert_eq!(filler.take_from(&mut read, &mut cx), Need::GiveUp);
+    }
+
+    #[test]
+    fn a_dropped_chunked_body_is_discarded_to_its_end() {
+        let (body, filler) = channel(Framing::Chunked);
+        let (_, w) = waker();
+        let mut cx = Context::from_waker(&w);
+        drop(body);
+        let mut read = BytesMut::from(&b"4\r\nabcd\r\n"[..]);
+        assert_eq!(filler.take_from(&mut read, &mut cx), Need::Read);
+        let mut read = BytesMut::from(&b"0\r\n\r\nNEXT"[..]);
+        assert_eq!(filler.take_from(&mut read, &mut cx), Need::Done);
+        assert_eq!(&read[..], b"NEXT");
     }
 }

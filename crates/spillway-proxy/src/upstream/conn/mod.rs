@@ -58,7 +58,9 @@ use tokio::net::TcpStream;
 pub use self::body::UpstreamBody;
 use self::codec::WireError;
 /// The wire rules the client-facing HTTP/1.1 server shares with the upstream client.
-pub(crate) use self::codec::{add_length, chunk_header, chunked_end, Framing, NameCache};
+pub(crate) use self::codec::{
+    add_length, chunk_header, chunked_end, Decoded, Decoder, Framing, NameCache,
+};
 use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};
 use super::ProxyBody;
@@ -75,6 +77,7 @@ enum Kind {
     Connect,
     Request,
     Invalid,
+    ClientBody,
 }
 
 impl UpstreamError {
@@ -87,6 +90,12 @@ impl UpstreamError {
     /// the limits): a fault of the upstream's, not of the network.
     pub fn is_invalid_response(&self) -> bool {
         self.kind == Kind::Invalid
+    }
+
+    /// The client's request body broke while it was being sent (cut short, invalid chunked
+    /// coding): the client's fault, not the upstream's.
+    pub fn is_client_body(&self) -> bool {
+        self.kind == Kind::ClientBody
     }
 
     fn connect(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
@@ -107,6 +116,7 @@ impl UpstreamError {
     fn wire(e: WireError) -> Self {
         let kind = match e {
             WireError::Invalid(_) | WireError::HeadTooLarge => Kind::Invalid,
+            WireError::RequestBody(_) => Kind::ClientBody,
             _ => Kind::Request,
         };
         UpstreamError {
@@ -122,6 +132,7 @@ impl std::fmt::Display for UpstreamError {
             Kind::Connect => "connection failed",
             Kind::Request => "request failed",
             Kind::Invalid => "invalid response",
+            Kind::ClientBody => "the client's request body broke",
         })
     }
 }

@@ -434,9 +434,9 @@ fn ends_in_chunked(value: &[u8]) -> bool {
         .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
 }
 
-/// What a response body's decoder gives next.
+/// What a body's decoder gives next (a response's from an upstream, a request's from a client).
 #[derive(Debug, PartialEq)]
-pub(super) enum Decoded {
+pub(crate) enum Decoded {
     /// Body bytes.
     Data(Bytes),
     /// The trailer section of a chunked body (then the end).
@@ -447,9 +447,9 @@ pub(super) enum Decoded {
     More,
 }
 
-/// A response body's decoder state.
+/// A body's decoder state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Decoder {
+pub(crate) enum Decoder {
     /// This many bytes left.
     Length(u64),
     /// A chunked body: expecting a chunk-size line.
@@ -467,7 +467,7 @@ pub(super) enum Decoder {
 }
 
 impl Decoder {
-    pub(super) fn new(framing: Framing) -> Self {
+    pub(crate) fn new(framing: Framing) -> Self {
         match framing {
             Framing::Empty | Framing::Length(0) => Decoder::Done,
             Framing::Length(n) => Decoder::Length(n),
@@ -477,12 +477,12 @@ impl Decoder {
     }
 
     /// Whether the body is complete.
-    pub(super) fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         *self == Decoder::Done
     }
 
     /// Bytes left when the body has a length.
-    pub(super) fn remaining(&self) -> Option<u64> {
+    pub(crate) fn remaining(&self) -> Option<u64> {
         match self {
             Decoder::Length(n) => Some(*n),
             Decoder::Done => Some(0),
@@ -491,7 +491,7 @@ impl Decoder {
     }
 
     /// Takes the next piece of the body from the front of `buf`.
-    pub(super) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
         loop {
             match *self {
                 Decoder::Done => return Ok(Decoded::End),
