@@ -32,7 +32,7 @@ use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, Method, Request};
@@ -52,6 +52,9 @@ use crate::upstream::{chunk_header, chunked_end, NameCache, ProxyBody};
 
 /// What a read reserves when the buffer is short of room (hyper's first read size).
 const READ_SIZE: usize = 8192;
+/// The most a read reserves: an upload streaming at full speed is read in pieces this big (as
+/// the upstream side reads answers).
+const READ_MOST: usize = 128 * 1024;
 /// Body data up to this size is copied behind the head (one write for both); larger data is
 /// written from its own buffer.
 const COPY_MAX: usize = 16 * 1024;
@@ -87,7 +90,7 @@ pub async fn serve<S>(mut io: S, set: &Settings, shutdown: &CancellationToken) -
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut read = BytesMut::with_capacity(READ_SIZE);
+    let mut read = Reader::new();
     let mut write: Vec<u8> = Vec::with_capacity(1024);
     let mut names = NameCache::default();
     // The last answer's header map, emptied: the next request's (no allocation per request
@@ -96,18 +99,18 @@ where
     let mut stop = pin!(shutdown.cancelled());
     loop {
         let head = loop {
-            if !read.is_empty() {
-                match codec::parse_request(&mut read, &mut names, set.max_head, &mut spare) {
+            if !read.buf.is_empty() {
+                match codec::parse_request(&mut read.buf, &mut names, set.max_head, &mut spare) {
                     Parsed::Request(h) => break h,
-                    Parsed::Other => return Served::HandOff(Prefixed::new(read.freeze(), io)),
+                    Parsed::Other => return Served::HandOff(Prefixed::new(read.buf.freeze(), io)),
                     Parsed::Partial => {}
                 }
             }
             // Between requests the connection closes on shutdown; within a head it waits for
             // the rest (the header-read timeout bounds that).
-            let idle = read.is_empty();
+            let idle = read.buf.is_empty();
             let got = std::future::poll_fn(|cx| {
-                if let Poll::Ready(r) = poll_fill(&mut io, &mut read, cx) {
+                if let Poll::Ready(r) = read.poll_fill(&mut io, cx) {
                     return Poll::Ready(Some(r));
                 }
                 if idle && stop.as_mut().poll(cx).is_ready() {
@@ -169,8 +172,8 @@ where
             }
             // Then the client's next bytes are read (pipelining), and its closing the
             // connection cancels the request.
-            while read.len() < set.max_head {
-                match poll_fill(&mut io, &mut read, cx) {
+            while read.buf.len() < set.max_head {
+                match read.poll_fill(&mut io, cx) {
                     Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
                     Poll::Ready(Ok(_)) => {}
                     Poll::Pending => break,
@@ -211,16 +214,40 @@ where
     }
 }
 
-/// Reads what the socket has into `buf`; `Ok(0)` at end of stream.
-fn poll_fill<S: AsyncRead + Unpin>(
-    io: &mut S,
-    buf: &mut BytesMut,
-    cx: &mut Context<'_>,
-) -> Poll<io::Result<usize>> {
-    if buf.capacity() - buf.len() < READ_SIZE / 8 {
-        buf.reserve(READ_SIZE);
+/// A connection's read buffer and how much its next read asks for.
+struct Reader {
+    buf: BytesMut,
+    /// Doubled after a read that filled what it asked for (an upload streaming in), back to
+    /// [`READ_SIZE`] after one that did not.
+    size: usize,
+}
+
+impl Reader {
+    fn new() -> Self {
+        Reader {
+            buf: BytesMut::with_capacity(READ_SIZE),
+            size: READ_SIZE,
+        }
     }
-    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
+
+    /// Reads what the socket has; `Ok(0)` at end of stream.
+    fn poll_fill<S: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut S,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < self.size / 4 {
+            self.buf.reserve(self.size);
+        }
+        let room = self.buf.capacity() - self.buf.len();
+        let n = ready!(tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut self.buf))?;
+        self.size = if n == room {
+            (self.size * 2).min(READ_MOST)
+        } else {
+            READ_SIZE
+        };
+        Poll::Ready(Ok(n))
+    }
 }
 
 /// Moves the request body from the client to its reader as far as the reader has room;
@@ -228,12 +255,12 @@ fn poll_fill<S: AsyncRead + Unpin>(
 fn poll_feed<S: AsyncRead + Unpin>(
     filler: &Filler,
     io: &mut S,
-    read: &mut BytesMut,
+    read: &mut Reader,
     cx: &mut Context<'_>,
 ) -> Result<Need, ()> {
     loop {
-        match filler.take_from(read, cx) {
-            Need::Read => match poll_fill(io, read, cx) {
+        match filler.take_from(&mut read.buf, cx) {
+            Need::Read => match read.poll_fill(io, cx) {
                 Poll::Ready(Ok(0) | Err(_)) => {
                     filler.cut();
                     return Err(());
@@ -265,7 +292,7 @@ async fn write_body<S: AsyncRead + AsyncWrite + Unpin>(
     out: &mut Vec<u8>,
     mut body: ProxyBody,
     head: &codec::Head,
-    mut feed: Option<(&Filler, &mut BytesMut)>,
+    mut feed: Option<(&Filler, &mut Reader)>,
 ) -> bool {
     if head.framing == Framing::Empty {
         // Releases what the body holds (the admission permit) before the write.
