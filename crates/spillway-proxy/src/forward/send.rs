@@ -68,16 +68,7 @@ pub(super) async fn forward(
                         ),
                     )
                 }
-                ReadError::Broken(why) => {
-                    state.faults.count(Fault::BadRequest);
-                    respond::error(
-                        protocol,
-                        StatusCode::BAD_REQUEST,
-                        GRPC_CANCELLED,
-                        "bad_body",
-                        format!("the request body could not be read: {why}"),
-                    )
-                }
+                ReadError::Broken(why) => bad_body(state, protocol, &why),
             };
             return (res, None);
         }
@@ -269,19 +260,9 @@ pub(super) async fn forward(
             Ok(Err(e)) if e.is_client_body() => {
                 // The client's upload broke (cut short, invalid chunked coding): nothing about
                 // the task, which must not be marked failing for it.
-                state.faults.count(Fault::BadRequest);
                 permit.set_outcome(Outcome::Ignore);
                 let why = std::error::Error::source(&e).map_or_else(|| cause(&e), cause);
-                return (
-                    respond::error(
-                        protocol,
-                        StatusCode::BAD_REQUEST,
-                        GRPC_CANCELLED,
-                        "bad_body",
-                        format!("the request body could not be read: {why}"),
-                    ),
-                    None,
-                );
+                return (bad_body(state, protocol, &why), None);
             }
             Ok(Err(e)) => {
                 // An invalid response is named by what was wrong with it (the error's own
@@ -409,6 +390,18 @@ fn dest(task: &Task) -> SharedString {
 
 fn more_tasks(pool: &Pool, tried: u64, now: Instant) -> bool {
     pool.pick(tried, now).is_some()
+}
+
+/// The client's request body could not be read (400 / `CANCELLED`), counted `bad_request`.
+fn bad_body(state: &ProxyState, protocol: Protocol, why: &str) -> Response<ProxyBody> {
+    state.faults.count(Fault::BadRequest);
+    respond::error(
+        protocol,
+        StatusCode::BAD_REQUEST,
+        GRPC_CANCELLED,
+        "bad_body",
+        format!("the request body could not be read: {why}"),
+    )
 }
 
 fn cause(e: &(dyn std::error::Error + 'static)) -> String {

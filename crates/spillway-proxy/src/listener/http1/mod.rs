@@ -240,7 +240,11 @@ impl Reader {
             self.buf.reserve(self.size);
         }
         let room = self.buf.capacity() - self.buf.len();
-        let n = ready!(tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut self.buf))?;
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(io),
+            cx,
+            &mut self.buf
+        ))?;
         self.size = if n == room {
             (self.size * 2).min(READ_MOST)
         } else {
