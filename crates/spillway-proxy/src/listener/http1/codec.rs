@@ -3,13 +3,14 @@
 //! (RFC 9112 §6–7, §9). Pure functions over buffers, tested on bytes (`tests.rs`).
 //!
 //! Only requests the fast path serves come out of [`parse_request`] — a complete, valid head
-//! with no body, one of a declared length or a chunked one, and no change of protocol; anything else is [`Parsed::Other`] and hyper's
-//! server takes the connection over (`super`). The response rules are those of hyper 1.x's
-//! server, which answered every request before: the status line in the client's version, a
-//! `content-length` from the response or its body's exact size, else chunked for HTTP/1.1 and
-//! close-delimited for HTTP/1.0; no body for `HEAD`, 204 and 304; `connection: close` when the
-//! connection closes after an HTTP/1.1 answer, `connection: keep-alive` when an HTTP/1.0 one
-//! stays open; a `date` when the response has none (RFC 9110 §6.6.1).
+//! with no body, one of a declared length or a chunked one, and no change of protocol; anything
+//! else is [`Parsed::Other`] and hyper's server takes the connection over (`super`). The
+//! response rules are those of hyper 1.x's server, which answered every request before: the
+//! status line in the client's version, a `content-length` from the response or its body's
+//! exact size, else chunked for HTTP/1.1 and close-delimited for HTTP/1.0; no body for `HEAD`,
+//! 204 and 304; `connection: close` when the connection closes after an HTTP/1.1 answer,
+//! `connection: keep-alive` when an HTTP/1.0 one stays open; a `date` when the response has none
+//! (RFC 9110 §6.6.1).
 
 use std::cell::RefCell;
 use std::io::Write as _;
@@ -42,8 +43,9 @@ pub(super) enum Parsed {
     Partial,
     /// A request the fast path serves (its head removed from the buffer).
     Request(RequestHead),
-    /// Anything else — a body, an upgrade, `Expect`, `CONNECT`, HTTP/2's preface, a malformed
-    /// or oversized head: left in the buffer for hyper's server, which answers it as before.
+    /// Anything else — an upgrade, `Expect`, `CONNECT`, HTTP/2's preface, a transfer coding
+    /// other than chunked, both framings, a malformed or oversized head: left in the buffer for
+    /// hyper's server, which answers it as before.
     Other,
 }
 
