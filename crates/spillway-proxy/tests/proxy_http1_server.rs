@@ -339,3 +339,35 @@ async fn a_client_that_leaves_while_its_request_runs_cancels_it_upstream() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test]
+async fn uploads_reach_an_http2_upstream_whole() {
+    // The body is then read by the HTTP/2 connection's task, not the client connection's.
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\nprotocol = \"http2\"\n",
+        b.addr
+    ))
+    .await;
+    let big = vec![b'y'; 300 * 1024];
+    let mut req = format!(
+        "POST /big HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        big.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&big);
+    req.extend_from_slice(
+        b"POST /chunked HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    );
+    let wire = exchange(p.addr, &req).await;
+    let got = answers(&wire, &[]);
+    assert_eq!(got.len(), 2, "{wire}");
+    assert!(
+        got[0].1.starts_with("b POST /big v=HTTP/2.0") && got[0].1.ends_with("body=307200"),
+        "{got:?}"
+    );
+    assert!(
+        got[1].1.starts_with("b POST /chunked v=HTTP/2.0") && got[1].1.ends_with("body=5"),
+        "{got:?}"
+    );
+}
