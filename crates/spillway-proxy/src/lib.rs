@@ -33,6 +33,7 @@ pub mod forward;
 pub mod hostcpu;
 pub mod listener;
 pub mod metrics;
+mod read_buffer;
 pub mod respond;
 pub mod route;
 pub mod run;

@@ -34,6 +34,14 @@ async fn exchange(proxy: std::net::SocketAddr, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A POST to `path` with a body of `len` bytes and its `content-length`, head and body.
+fn post(path: &str, len: usize) -> Vec<u8> {
+    let mut req =
+        format!("POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {len}\r\n\r\n").into_bytes();
+    req.resize(req.len() + len, b'x');
+    req
+}
+
 /// The answers in `wire`, each as (head, body) — bodies framed by `content-length`, none after
 /// the answers to `HEAD` requests (`head_at`: their positions).
 fn answers(wire: &str, head_at: &[usize]) -> Vec<(String, String)> {
@@ -165,13 +173,7 @@ async fn an_upload_with_invalid_chunked_coding_fails_and_its_connection_closes()
 async fn bodies_of_a_declared_length_arrive_whole_and_a_refused_one_is_read_past() {
     let (_b, p) = echo_proxy().await;
     // 1 MiB: sixteen times what the fast path holds between the client and the upstream.
-    let big = vec![b'x'; 1 << 20];
-    let mut req = format!(
-        "POST /big HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
-        big.len()
-    )
-    .into_bytes();
-    req.extend_from_slice(&big);
+    let mut req = post("/big", 1 << 20);
     // Refused before forwarding (a malformed deadline): its body is discarded, the connection
     // kept.
     req.extend_from_slice(
@@ -349,13 +351,7 @@ async fn uploads_reach_an_http2_upstream_whole() {
         b.addr
     ))
     .await;
-    let big = vec![b'y'; 300 * 1024];
-    let mut req = format!(
-        "POST /big HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
-        big.len()
-    )
-    .into_bytes();
-    req.extend_from_slice(&big);
+    let mut req = post("/big", 300 * 1024);
     req.extend_from_slice(
         b"POST /chunked HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
     );

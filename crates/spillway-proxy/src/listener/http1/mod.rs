@@ -32,9 +32,9 @@ use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use http::{HeaderMap, Method, Request};
 use http_body::Body;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -47,14 +47,10 @@ use self::body::{Filler, Need};
 use self::codec::{Answering, Framing, Parsed, RequestHead};
 use super::head::Progress;
 use crate::forward::{Peer, Unread};
+use crate::read_buffer::ReadBuffer;
 use crate::state::ProxyState;
 use crate::upstream::{chunk_header, chunked_end, NameCache, ProxyBody};
 
-/// What a read reserves when the buffer is short of room (hyper's first read size).
-const READ_SIZE: usize = 8192;
-/// The most a read reserves: an upload streaming at full speed is read in pieces this big (as
-/// the upstream side reads answers).
-const READ_MOST: usize = 128 * 1024;
 /// Body data up to this size is copied behind the head (one write for both); larger data is
 /// written from its own buffer.
 const COPY_MAX: usize = 16 * 1024;
@@ -90,7 +86,7 @@ pub async fn serve<S>(mut io: S, set: &Settings, shutdown: &CancellationToken) -
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut read = Reader::new();
+    let mut read = ReadBuffer::new();
     let mut write: Vec<u8> = Vec::with_capacity(1024);
     let mut names = NameCache::default();
     // The last answer's header map, emptied: the next request's (no allocation per request
@@ -214,52 +210,12 @@ where
     }
 }
 
-/// A connection's read buffer and how much its next read asks for.
-struct Reader {
-    buf: BytesMut,
-    /// Doubled after a read that filled what it asked for (an upload streaming in), back to
-    /// [`READ_SIZE`] after one that did not.
-    size: usize,
-}
-
-impl Reader {
-    fn new() -> Self {
-        Reader {
-            buf: BytesMut::with_capacity(READ_SIZE),
-            size: READ_SIZE,
-        }
-    }
-
-    /// Reads what the socket has; `Ok(0)` at end of stream.
-    fn poll_fill<S: AsyncRead + Unpin>(
-        &mut self,
-        io: &mut S,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<usize>> {
-        if self.buf.capacity() - self.buf.len() < self.size / 4 {
-            self.buf.reserve(self.size);
-        }
-        let room = self.buf.capacity() - self.buf.len();
-        let n = ready!(tokio_util::io::poll_read_buf(
-            Pin::new(io),
-            cx,
-            &mut self.buf
-        ))?;
-        self.size = if n == room {
-            (self.size * 2).min(READ_MOST)
-        } else {
-            READ_SIZE
-        };
-        Poll::Ready(Ok(n))
-    }
-}
-
 /// Moves the request body from the client to its reader as far as the reader has room;
 /// `Err` when the client's side ended first (the body then fails).
 fn poll_feed<S: AsyncRead + Unpin>(
     filler: &Filler,
     io: &mut S,
-    read: &mut Reader,
+    read: &mut ReadBuffer,
     cx: &mut Context<'_>,
 ) -> Result<Need, ()> {
     loop {
@@ -296,7 +252,7 @@ async fn write_body<S: AsyncRead + AsyncWrite + Unpin>(
     out: &mut Vec<u8>,
     mut body: ProxyBody,
     head: &codec::Head,
-    mut feed: Option<(&Filler, &mut Reader)>,
+    mut feed: Option<(&Filler, &mut ReadBuffer)>,
 ) -> bool {
     if head.framing == Framing::Empty {
         // Releases what the body holds (the admission permit) before the write.

@@ -27,12 +27,8 @@ use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 
 use super::codec::{self, NameCache, Outgoing, ResponseHead, WireError};
+use crate::read_buffer::ReadBuffer;
 use crate::upstream::ProxyBody;
-
-/// The first read buffer of a connection (hyper's, as before).
-const READ_FIRST: usize = 8192;
-/// The largest a read reserves: a body streaming at full speed is read in pieces this big.
-const READ_MOST: usize = 128 * 1024;
 
 /// An HTTP/1.1 connection between exchanges. Boxed once per connection, so that the request's
 /// future, the response body and the idle list move a pointer.
@@ -41,10 +37,7 @@ pub(crate) struct Http1(Box<Conn>);
 struct Conn {
     io: TcpStream,
     /// Bytes read and not yet taken: a head being parsed, body bytes.
-    read: BytesMut,
-    /// How much the next read reserves: doubled after a read that filled it, back to the
-    /// start after one that did not.
-    read_size: usize,
+    read: ReadBuffer,
     /// Heads and chunk framing on their way out (kept for its capacity).
     write: Vec<u8>,
     names: NameCache,
@@ -54,8 +47,7 @@ impl Http1 {
     pub(super) fn new(io: TcpStream) -> Self {
         Http1(Box::new(Conn {
             io,
-            read: BytesMut::with_capacity(READ_FIRST),
-            read_size: READ_FIRST,
+            read: ReadBuffer::new(),
             write: Vec::with_capacity(512),
             names: NameCache::default(),
         }))
@@ -66,7 +58,7 @@ impl Http1 {
     /// read to the end (then one non-blocking read tells end of stream from stale readiness).
     pub(super) fn is_reusable(&mut self) -> bool {
         let c = &mut *self.0;
-        if !c.read.is_empty() {
+        if !c.read.buf.is_empty() {
             return false;
         }
         with_noop(|cx| match c.io.poll_read_ready(cx) {
@@ -81,7 +73,7 @@ impl Http1 {
 
     /// Whether every byte read has been taken (a connection with more is not reused).
     pub(super) fn read_is_empty(&self) -> bool {
-        self.0.read.is_empty()
+        self.0.read.buf.is_empty()
     }
 
     /// The connection handed to hyper's client on a task of its own, for a request that may
@@ -97,40 +89,22 @@ impl Http1 {
         Ok(tx)
     }
 
-    /// Reads what the socket has into the read buffer; `Ok(0)` at end of stream.
-    ///
-    /// Through `AsyncRead` (tokio-util's `poll_read_buf`), not `try_read_buf`: a read that
-    /// returns less than it had room for tells tokio the socket is drained, so its readiness is
-    /// cleared without a read that fails with `EAGAIN` — and [`Self::is_reusable`] then costs no
-    /// system call at checkout (strace: 3 `recvfrom` per forwarded request the other way, 2
-    /// this way).
+    /// Reads what the socket has into the read buffer; `Ok(0)` at end of stream. (Its
+    /// readiness is cleared by a short read, so [`Self::is_reusable`] then costs no system
+    /// call at checkout: `ReadBuffer`.)
     pub(super) fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let c = &mut *self.0;
-        if c.read.capacity() - c.read.len() < c.read_size / 4 {
-            c.read.reserve(c.read_size);
-        }
-        let room = c.read.capacity() - c.read.len();
-        let n = ready!(tokio_util::io::poll_read_buf(
-            Pin::new(&mut c.io),
-            cx,
-            &mut c.read
-        ))?;
-        c.read_size = if n == room {
-            (c.read_size * 2).min(READ_MOST)
-        } else {
-            READ_FIRST
-        };
-        Poll::Ready(Ok(n))
+        c.read.poll_fill(&mut c.io, cx)
     }
 
     pub(super) fn read_buf(&mut self) -> &mut BytesMut {
-        &mut self.0.read
+        &mut self.0.read.buf
     }
 
     /// Parses a response head from what has been read (`Ok(None)`: read more).
     fn parse_head(&mut self, method: &Method) -> Result<Option<ResponseHead>, WireError> {
         let c = &mut *self.0;
-        codec::parse_response(&mut c.read, method, &mut c.names)
+        codec::parse_response(&mut c.read.buf, method, &mut c.names)
     }
 }
 
