@@ -24,7 +24,7 @@ use http_body::Body;
 use smallvec::SmallVec;
 
 pub(super) use crate::upstream::Framing;
-use crate::upstream::{add_length, NameCache};
+use crate::upstream::{add_length, ConnectionTokens, NameCache};
 
 /// Most header fields a request head may have (hyper's server limit, as before).
 pub(super) const MAX_HEADERS: usize = 100;
@@ -101,7 +101,7 @@ pub(super) fn parse_request(
     };
     let target = span(req.path.unwrap_or_default().as_bytes());
     let mut fields: SmallVec<[(HeaderName, (usize, usize)); 16]> = SmallVec::new();
-    let mut conn = Connection::default();
+    let mut conn = ConnectionTokens::default();
     let mut trailers = false;
     let mut length = None;
     let mut chunked = false;
@@ -110,7 +110,7 @@ pub(super) fn parse_request(
             return Parsed::Other;
         };
         if name == header::CONNECTION {
-            conn.tokens(h.value);
+            conn.add(h.value);
         } else if name == header::TE {
             trailers |= h
                 .value
@@ -166,14 +166,9 @@ pub(super) fn parse_request(
     parts.uri = uri;
     parts.version = version;
     parts.headers = headers;
-    let keep_alive = if version == Version::HTTP_11 {
-        !conn.close
-    } else {
-        conn.keep_alive && !conn.close
-    };
     Parsed::Request(RequestHead {
         parts,
-        keep_alive,
+        keep_alive: conn.keeps_open(version),
         trailers,
         body,
     })
@@ -187,23 +182,6 @@ fn put_back(buf: &mut BytesMut, head: &[u8]) -> Parsed {
     whole.extend_from_slice(buf);
     *buf = whole;
     Parsed::Other
-}
-
-/// The tokens of `connection` fields that decide whether the connection stays open.
-#[derive(Debug, Default)]
-struct Connection {
-    close: bool,
-    keep_alive: bool,
-}
-
-impl Connection {
-    fn tokens(&mut self, value: &[u8]) {
-        for t in value.split(|b| *b == b',') {
-            let t = t.trim_ascii();
-            self.close |= t.eq_ignore_ascii_case(b"close");
-            self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
-        }
-    }
 }
 
 /// The request a response answers, as far as its head depends on it.
@@ -270,9 +248,9 @@ pub(super) fn encode_response<B: Body>(
                 Err(()) => continue,
             }
         } else if *name == header::CONNECTION {
-            let mut c = Connection::default();
-            c.tokens(value.as_bytes());
-            keep_alive &= !c.close;
+            let mut c = ConnectionTokens::default();
+            c.add(value.as_bytes());
+            keep_alive &= !c.close();
         } else if *name == header::DATE {
             has_date = true;
         } else if *name == header::TRAILER && req.trailers {

@@ -319,12 +319,41 @@ pub(super) fn parse_response(
     }
 }
 
+/// The `connection` tokens of a message that decide whether its connection stays open, from
+/// every `connection` field (RFC 9112 §9.3; `close` wins over `keep-alive` in any order).
+#[derive(Debug, Default)]
+pub(crate) struct ConnectionTokens {
+    close: bool,
+    keep_alive: bool,
+}
+
+impl ConnectionTokens {
+    /// Takes in one `connection` field's value.
+    pub(crate) fn add(&mut self, value: &[u8]) {
+        for t in value.split(|b| *b == b',') {
+            let t = t.trim_ascii();
+            self.close |= t.eq_ignore_ascii_case(b"close");
+            self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+        }
+    }
+
+    /// Whether a message of `version` with these tokens leaves its connection open (HTTP/1.1
+    /// unless `close`; HTTP/1.0 only with `keep-alive`).
+    pub(crate) fn keeps_open(&self, version: Version) -> bool {
+        !self.close && (version == Version::HTTP_11 || self.keep_alive)
+    }
+
+    /// A `close` token was seen.
+    pub(crate) fn close(&self) -> bool {
+        self.close
+    }
+}
+
 /// What in a response head decides its body's framing and the connection's reuse, gathered as
 /// the fields are read (a standard name compares as an enum tag) instead of looked up in the map
 /// afterwards, where each lookup hashes its name again.
 struct Delimiters {
-    close: bool,
-    keep_alive: bool,
+    connection: ConnectionTokens,
     /// Whether the last `transfer-encoding` field ends in `chunked` (`None`: no such field).
     chunked: Option<bool>,
     /// The `content-length` so far, as [`content_length`] reads it.
@@ -334,8 +363,7 @@ struct Delimiters {
 impl Delimiters {
     fn new() -> Self {
         Delimiters {
-            close: false,
-            keep_alive: false,
+            connection: ConnectionTokens::default(),
             chunked: None,
             length: Ok(None),
         }
@@ -343,11 +371,7 @@ impl Delimiters {
 
     fn field(&mut self, name: &HeaderName, value: &[u8]) {
         if *name == header::CONNECTION {
-            for t in value.split(|b| *b == b',') {
-                let t = t.trim_ascii();
-                self.close |= t.eq_ignore_ascii_case(b"close");
-                self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
-            }
+            self.connection.add(value);
         } else if *name == header::TRANSFER_ENCODING {
             self.chunked = Some(ends_in_chunked(value));
         } else if *name == header::CONTENT_LENGTH {
@@ -362,11 +386,7 @@ impl Delimiters {
         status: StatusCode,
         version: Version,
     ) -> Result<(Framing, bool), WireError> {
-        let keep_alive = if version == Version::HTTP_11 {
-            !self.close
-        } else {
-            self.keep_alive && !self.close
-        };
+        let keep_alive = self.connection.keeps_open(version);
         if *method == Method::HEAD
             || status == StatusCode::NO_CONTENT
             || status == StatusCode::NOT_MODIFIED
