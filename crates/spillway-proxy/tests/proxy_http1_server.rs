@@ -3,7 +3,8 @@
 //! chunked — a large one whole, a refused one read past, an invalid one refused without reading
 //! on), a request the fast path hands to hyper's server in the middle of a connection
 //! (`Expect: 100-continue`, an upgrade) served there without a byte lost, and a client that
-//! leaves while its request runs cancelling it.
+//! leaves while its request runs cancelling it; a broken upload is the client's fault whichever
+//! protocol the upstream speaks.
 
 mod proxy_support;
 
@@ -366,4 +367,26 @@ async fn uploads_reach_an_http2_upstream_whole() {
         got[1].1.starts_with("b POST /chunked v=HTTP/2.0") && got[1].1.ends_with("body=5"),
         "{got:?}"
     );
+}
+
+#[tokio::test]
+async fn a_broken_upload_to_an_http2_upstream_is_the_clients_fault() {
+    // The body breaks inside hyper's HTTP/2 client (which resets the stream): still answered
+    // 400 and counted as a bad request, the healthy upstream not blamed.
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\nprotocol = \"http2\"\n",
+        b.addr
+    ))
+    .await;
+    let wire = exchange(
+        p.addr,
+        b"POST /bad HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n",
+    )
+    .await;
+    assert!(wire.starts_with("HTTP/1.1 400 "), "{wire}");
+    assert!(wire.contains("x-spillway-reason: bad_body"), "{wire}");
+    assert!(wire.contains("chunked coding is invalid"), "{wire}");
+    assert_eq!(p.state.faults.get(Fault::BadRequest), 1);
+    assert_eq!(p.state.faults.get(Fault::UpstreamReset), 0);
 }

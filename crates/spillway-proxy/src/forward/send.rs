@@ -90,7 +90,8 @@ pub(super) async fn forward(
     retry.record_request(start);
     let mut tried = 0u64;
     let mut attempt = class.attempt.max(1);
-    let mut streamed_once = false;
+    // A streamed body's failure, seen by whichever upstream connection read it.
+    let mut broke = None;
     // The first attempt starts at `start`; each retry reads the clock.
     let mut first_attempt = Some(start);
     loop {
@@ -167,10 +168,8 @@ pub(super) async fn forward(
         let send_body = match &mut body {
             ReqBody::Buffered(b) => full_body(b.clone()),
             ReqBody::Streamed(b) => match b.take() {
-                Some(b) => {
-                    if !streamed_once {
-                        streamed_once = true;
-                    }
+                Some(mut b) => {
+                    broke = Some(b.watch());
                     ProxyBody::streamed(b)
                 }
                 None => {
@@ -257,11 +256,18 @@ pub(super) async fn forward(
                     None,
                 );
             }
-            Ok(Err(e)) if e.is_client_body() => {
+            Ok(Err(e))
+                if e.is_client_body() || broke.as_ref().is_some_and(|b| b.get().is_some()) =>
+            {
                 // The client's upload broke (cut short, invalid chunked coding): nothing about
-                // the task, which must not be marked failing for it.
+                // the task, which must not be marked failing for it. An HTTP/1.1 upstream
+                // connection says so itself; hyper's HTTP/2 client only resets the stream, so
+                // the body's own record tells.
                 permit.set_outcome(Outcome::Ignore);
-                let why = std::error::Error::source(&e).map_or_else(|| cause(&e), cause);
+                let why = match broke.as_ref().and_then(|b| b.get()) {
+                    Some(why) => why.to_string(),
+                    None => std::error::Error::source(&e).map_or_else(|| cause(&e), cause),
+                };
                 return (bad_body(state, protocol, &why), None);
             }
             Ok(Err(e)) => {

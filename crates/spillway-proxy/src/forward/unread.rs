@@ -14,6 +14,7 @@
 //! refusals are).
 
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -31,6 +32,22 @@ use crate::upstream::BoxError;
 pub struct Unread {
     body: Option<Inner>,
     drain: bool,
+    broke: Option<BodyBreak>,
+}
+
+/// Whether a streamed body failed while an upstream connection was reading it, and why.
+///
+/// Why: a body that breaks inside hyper's HTTP/2 client (cut short, invalid chunked coding)
+/// comes back as a reset of the stream, which on its own reads like the upstream's fault; the
+/// proxy must answer it as the client's (400 `bad_body`) and not mark a healthy task failing.
+#[derive(Debug, Clone, Default)]
+pub struct BodyBreak(Arc<OnceLock<String>>);
+
+impl BodyBreak {
+    /// The body's error, if it failed.
+    pub fn get(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
 }
 
 #[derive(Debug)]
@@ -45,6 +62,7 @@ impl Unread {
         Unread {
             body: Some(Inner::Hyper(body)),
             drain: version <= http::Version::HTTP_11,
+            broke: None,
         }
     }
 
@@ -53,6 +71,7 @@ impl Unread {
         Unread {
             body: Some(Inner::Fast(body)),
             drain: false,
+            broke: None,
         }
     }
 
@@ -61,7 +80,13 @@ impl Unread {
         Unread {
             body: None,
             drain: false,
+            broke: None,
         }
+    }
+
+    /// From now on, the body's first error is kept where the returned handle can read it.
+    pub fn watch(&mut self) -> BodyBreak {
+        self.broke.get_or_insert_with(BodyBreak::default).clone()
     }
 }
 
@@ -73,11 +98,16 @@ impl Body for Unread {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.body.as_mut() {
+        let this = self.as_mut().get_mut();
+        let polled: Poll<Option<Result<Frame<Bytes>, BoxError>>> = match this.body.as_mut() {
             Some(Inner::Hyper(b)) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             Some(Inner::Fast(b)) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             None => Poll::Ready(None),
+        };
+        if let (Poll::Ready(Some(Err(e))), Some(broke)) = (&polled, &this.broke) {
+            let _ = broke.0.set(e.to_string());
         }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
