@@ -1,8 +1,9 @@
 //! The proxy's client-facing HTTP/1.1 on the wire: requests served by its own fast path
 //! (pipelined, HTTP/1.0 with and without keep-alive, `HEAD`, uploads of a declared length and
 //! chunked — a large one whole, a refused one read past, an invalid one refused without reading
-//! on), a request the fast path hands to hyper's server in the middle of a connection
-//! (`Expect: 100-continue`, an upgrade) served there without a byte lost, and a client that
+//! on), `Expect: 100-continue` (the client invited when its body is read, never when the
+//! request is refused first), a request the fast path hands to hyper's server in the middle of
+//! a connection (an upgrade) served there without a byte lost, and a client that
 //! leaves while its request runs cancelling it; a broken upload is the client's fault whichever
 //! protocol the upstream speaks.
 
@@ -130,7 +131,7 @@ async fn uploads_of_every_framing_mid_connection_arrive_whole() {
 }
 
 #[tokio::test]
-async fn an_expect_continue_upload_mid_connection_is_served_by_hyper_without_a_byte_lost() {
+async fn an_expect_continue_upload_sent_without_waiting_is_served_without_a_byte_lost() {
     let (_b, p) = echo_proxy().await;
     let wire = exchange(
         p.addr,
@@ -139,7 +140,7 @@ async fn an_expect_continue_upload_mid_connection_is_served_by_hyper_without_a_b
           GET /c HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
     )
     .await;
-    // hyper's server answers the expectation first.
+    // The body is asked for when its reader finds none yet: the invitation may come first.
     let wire = wire.replacen("HTTP/1.1 100 Continue\r\n\r\n", "", 1);
     let got = answers(&wire, &[]);
     assert_eq!(got.len(), 3, "{wire}");
@@ -149,6 +150,85 @@ async fn an_expect_continue_upload_mid_connection_is_served_by_hyper_without_a_b
         "{got:?}"
     );
     assert!(got[2].1.starts_with("b GET /c "), "{got:?}");
+}
+
+/// Reads from `s` until `out` ends with `end` (within 10 s).
+async fn read_until(s: &mut TcpStream, out: &mut Vec<u8>, end: &[u8]) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = [0u8; 4096];
+        while !out.ends_with(end) {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed early: {}", String::from_utf8_lossy(out));
+            out.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "no {:?} in {}",
+            String::from_utf8_lossy(end),
+            String::from_utf8_lossy(out)
+        )
+    });
+}
+
+/// A client that waits for `100 Continue` before its body, as curl does for larger uploads;
+/// the connection then carries the next request.
+async fn waits_to_be_invited(proxy: std::net::SocketAddr, version: &str) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(
+        b"PUT /up HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 5\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    read_until(&mut s, &mut got, b"\r\n\r\n").await;
+    assert_eq!(got, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(b"hello").await.unwrap();
+    let mut got = Vec::new();
+    read_until(&mut s, &mut got, b"body=5").await;
+    let wire = String::from_utf8_lossy(&got).into_owned();
+    assert!(wire.starts_with("HTTP/1.1 200 OK\r\n"), "{wire}");
+    assert!(wire.contains(&format!("b PUT /up v={version}")), "{wire}");
+    s.write_all(b"GET /next HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap();
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.contains("b GET /next "), "{rest}");
+}
+
+#[tokio::test]
+async fn a_client_waiting_for_100_continue_is_invited_and_its_connection_goes_on() {
+    let (_b, p) = echo_proxy().await;
+    waits_to_be_invited(p.addr, "HTTP/1.1").await;
+    // The body read by an HTTP/2 upstream connection's task, which asks from there.
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\nprotocol = \"http2\"\n",
+        b.addr
+    ))
+    .await;
+    waits_to_be_invited(p.addr, "HTTP/2.0").await;
+}
+
+#[tokio::test]
+async fn an_upload_refused_before_it_was_invited_is_answered_and_the_connection_closed() {
+    let (_b, p) = echo_proxy().await;
+    // Refused before forwarding (a malformed deadline): the body is never asked for, so the
+    // client is never invited and may never send it — the connection cannot go on.
+    let wire = exchange(
+        p.addr,
+        b"PUT /up HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 5\r\nx-spillway-deadline-ms: soon\r\n\r\n",
+    )
+    .await;
+    assert!(wire.starts_with("HTTP/1.1 400 "), "{wire}");
+    assert!(!wire.contains("100 Continue"), "{wire}");
+    assert!(wire.contains("connection: close"), "{wire}");
 }
 
 #[tokio::test]

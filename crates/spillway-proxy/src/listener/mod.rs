@@ -2,8 +2,9 @@
 //! port, bound slow and oversized request heads, shut down gracefully.
 //!
 //! A cleartext connection starts on the proxy's own HTTP/1.1 fast path ([`http1`]), which hands
-//! it to hyper's server (upgrades, `Expect`, h2c, malformed heads) at the first request it does
-//! not serve; TLS connections go to hyper's server from the start.
+//! it to hyper's server (upgrades, expectations other than `100-continue`, h2c, malformed
+//! heads) at the first request it does not serve; TLS connections go to hyper's server from
+//! the start.
 //!
 //! Why a connection cap that *stops accepting* rather than accepting and closing: open
 //! connections cost memory and file descriptors whether or not they carry requests

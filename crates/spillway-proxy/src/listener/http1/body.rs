@@ -10,6 +10,11 @@
 //! them, and the task reads no further until the body has taken them (back-pressure to the
 //! client). A body let go of early is read and discarded by the connection's task, within
 //! [`DISCARD_LIMIT`] (`super::serve`), as `forward::Unread` drains hyper's bodies.
+//!
+//! A client that sent `Expect: 100-continue` waits for `100 Continue` before its body: the
+//! body asks for it the first time its reader finds nothing to take (as hyper's server sends
+//! it on the first read of the body, so a request refused before forwarding never invites the
+//! upload), and the connection's task writes it ([`Filler::take_continue`]).
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -66,17 +71,31 @@ struct State {
     dropped: bool,
     /// The body's reader, waiting for bytes.
     reader: Option<Waker>,
-    /// The connection's task, waiting for room.
+    /// The connection's task, waiting for room (or for the reader to ask for the body).
     conn: Option<Waker>,
+    /// Where the client's `Expect: 100-continue` stands.
+    expect: Expect,
+}
+
+/// Where a client's `Expect: 100-continue` stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// No expectation left to answer: none was sent, `100 Continue` has been, or the final
+    /// answer came first.
+    Settled,
+    /// The client waits; nobody has asked for the body yet.
+    Waiting,
+    /// The reader asked for the body: the connection is to write `100 Continue`.
+    Asked,
 }
 
 /// The connection's side of a [`RequestBody`].
 #[derive(Debug)]
 pub struct Filler(Arc<Shared>);
 
-/// A body framed as `framing` (a length that is not zero, or chunked), and the connection's
-/// handle to fill it.
-pub fn channel(framing: Framing) -> (RequestBody, Filler) {
+/// A body framed as `framing` (a length that is not zero, or chunked), whose client waits for
+/// `100 Continue` if `expect_continue`, and the connection's handle to fill it.
+pub fn channel(framing: Framing, expect_continue: bool) -> (RequestBody, Filler) {
     let shared = Arc::new(Shared(Mutex::new(State {
         ready: VecDeque::new(),
         buffered: 0,
@@ -87,6 +106,11 @@ pub fn channel(framing: Framing) -> (RequestBody, Filler) {
         dropped: false,
         reader: None,
         conn: None,
+        expect: if expect_continue {
+            Expect::Waiting
+        } else {
+            Expect::Settled
+        },
     })));
     (RequestBody(Arc::clone(&shared)), Filler(shared))
 }
@@ -133,6 +157,10 @@ impl Filler {
     /// says what is needed next. What follows the body's end stays in `read`.
     pub fn take_from(&self, read: &mut BytesMut, cx: &mut Context<'_>) -> Need {
         let mut st = self.0.lock();
+        if st.expect == Expect::Waiting {
+            // Woken when the reader asks for the body (it may be in another task).
+            st.conn = Some(cx.waker().clone());
+        }
         loop {
             if st.failed.is_some() || st.not_worth_discarding() {
                 return Need::GiveUp;
@@ -176,6 +204,40 @@ impl Filler {
         }
         st.wake_reader();
     }
+
+    /// Whether `100 Continue` is to be written now (the reader asked for the body); it is
+    /// asked for once.
+    pub fn take_continue(&self) -> bool {
+        let mut st = self.0.lock();
+        let asked = st.expect == Expect::Asked;
+        if asked {
+            st.expect = Expect::Settled;
+        }
+        asked
+    }
+
+    /// The final answer is about to be written: no `100 Continue` after it. Returns whether the
+    /// connection may carry another request — not if its client still waits to be invited to
+    /// send a body it has not sent whole (it may never send it: the connection cannot tell
+    /// what its next bytes are, and closes, as hyper's server does).
+    pub fn answering(&self) -> bool {
+        let mut st = self.0.lock();
+        let waits = st.expect != Expect::Settled;
+        st.expect = Expect::Settled;
+        !waits || st.decoder.is_done()
+    }
+}
+
+impl Drop for Filler {
+    /// The connection is done with the request (closed, or handed over) before the body's end:
+    /// its reader, perhaps in another task, learns that no more is coming.
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        if !st.decoder.is_done() && st.failed.is_none() {
+            st.failed = Some(BodyError::Cut(st.decoder.remaining()));
+            st.wake_reader();
+        }
+    }
 }
 
 impl Body for RequestBody {
@@ -203,6 +265,12 @@ impl Body for RequestBody {
         }
         if st.decoder.is_done() {
             return Poll::Ready(None);
+        }
+        if st.expect == Expect::Waiting {
+            st.expect = Expect::Asked;
+            if let Some(w) = st.conn.take() {
+                w.wake();
+            }
         }
         st.reader = Some(cx.waker().clone());
         Poll::Pending

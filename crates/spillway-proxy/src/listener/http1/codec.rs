@@ -3,7 +3,8 @@
 //! (RFC 9112 §6–7, §9). Pure functions over buffers, tested on bytes (`tests.rs`).
 //!
 //! Only requests the fast path serves come out of [`parse_request`] — a complete, valid head
-//! with no body, one of a declared length or a chunked one, and no change of protocol; anything
+//! with no body, one of a declared length or a chunked one (with or without
+//! `Expect: 100-continue`), and no change of protocol; anything
 //! else is [`Parsed::Other`] and hyper's server takes the connection over (`super`). The
 //! response rules are those of hyper 1.x's server, which answered every request before: the
 //! status line in the client's version, a `content-length` from the response or its body's
@@ -43,7 +44,8 @@ pub(super) enum Parsed {
     Partial,
     /// A request the fast path serves (its head removed from the buffer).
     Request(RequestHead),
-    /// Anything else — an upgrade, `Expect`, `CONNECT`, HTTP/2's preface, a transfer coding
+    /// Anything else — an upgrade, an expectation other than `100-continue`, `CONNECT`,
+    /// HTTP/2's preface, a transfer coding
     /// other than chunked, both framings, a malformed or oversized head: left in the buffer for
     /// hyper's server, which answers it as before.
     Other,
@@ -59,6 +61,10 @@ pub(super) struct RequestHead {
     pub trailers: bool,
     /// How the body follows the head (`None`: no body).
     pub body: Option<Framing>,
+    /// The client waits for `100 Continue` before it sends the body (`Expect: 100-continue`
+    /// on an HTTP/1.1 request with a body; RFC 9110 §10.1.1 has a server ignore it from
+    /// HTTP/1.0).
+    pub expect_continue: bool,
 }
 
 /// Parses the request head at the front of `buf`, at most `max_head` bytes long, into `spare`
@@ -105,6 +111,7 @@ pub(super) fn parse_request(
     let mut trailers = false;
     let mut length = None;
     let mut chunked = false;
+    let mut expect = false;
     for h in req.headers.iter() {
         let Ok(name) = names.name(h.name.as_bytes()) else {
             return Parsed::Other;
@@ -128,7 +135,15 @@ pub(super) fn parse_request(
                 return Parsed::Other;
             }
             chunked = true;
-        } else if name == header::UPGRADE || name == header::EXPECT {
+        } else if name == header::EXPECT {
+            // `100-continue` is compared without case (RFC 9110 §10.1.1); any other
+            // expectation is hyper's, as before. The field itself is forwarded, as hyper's
+            // server leaves it in the request.
+            if !h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
+                return Parsed::Other;
+            }
+            expect = true;
+        } else if name == header::UPGRADE {
             return Parsed::Other;
         }
         fields.push((name, span(h.value)));
@@ -171,6 +186,7 @@ pub(super) fn parse_request(
         keep_alive: conn.keeps_open(version),
         trailers,
         body,
+        expect_continue: expect && version == Version::HTTP_11 && body.is_some(),
     })
 }
 

@@ -10,15 +10,18 @@
 //! head, call the handler, write a head and the body — and, for an upload (a declared length
 //! or chunked), decode its bytes for whoever reads it ([`body`]).
 //!
-//! Why a fast path and not a whole server: what it does not serve — an upgrade,
-//! `Expect: 100-continue`, `CONNECT`, HTTP/2's preface, a transfer coding other than chunked,
+//! Why a fast path and not a whole server: what it does not serve — an upgrade, an
+//! expectation other than `100-continue`, `CONNECT`, HTTP/2's preface, a transfer coding other
+//! than chunked,
 //! a malformed or oversized head — hyper's server serves, as it did before, from the first byte
 //! the fast path did not consume ([`Prefixed`]): the same answers (400, 431), the same counters,
 //! the same body handling. A connection goes over to hyper at a request boundary and stays
 //! there. What the fast path keeps of hyper's server behaviour: pipelined requests answered in
 //! order; a client that closes its side while its request runs cancels the request (hyper's
 //! default, no half-close); a request body read while the answer streams (an upstream may answer
-//! before the upload ends); the response framing and keep-alive rules (`codec`); on shutdown, a
+//! before the upload ends); `100 Continue` written when the body is first read, never after the
+//! final answer, and the connection closed after an answer that came before the client was
+//! invited to send its body; the response framing and keep-alive rules (`codec`); on shutdown, a
 //! connection waiting for a request closes, one with a request in progress answers it with
 //! `connection: close`.
 
@@ -56,6 +59,8 @@ use crate::upstream::{chunk_header, chunked_end, NameCache, ProxyBody};
 const COPY_MAX: usize = 16 * 1024;
 /// Buffered output is written out once it reaches this size, even if more body is ready.
 const FLUSH_AT: usize = 64 * 1024;
+/// The interim answer to `Expect: 100-continue` (always in HTTP/1.1: only 1.1 clients get it).
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// A client connection's settings for the fast path.
 #[derive(Debug)]
@@ -127,6 +132,7 @@ where
             keep_alive,
             trailers,
             body,
+            expect_continue,
         } = head;
         let mut answering = Answering {
             version: parts.version,
@@ -138,11 +144,13 @@ where
         let (body, filler) = match body {
             None => (Unread::empty(), None),
             Some(framing) => {
-                let (body, filler) = body::channel(framing);
+                let (body, filler) = body::channel(framing, expect_continue);
                 (Unread::fast(body), Some(filler))
             }
         };
         let req = Request::from_parts(parts, body);
+        // What is left to write of `100 Continue`.
+        let mut interim: &[u8] = &[];
         let mut handling = pin!(crate::forward::handle(
             set.state.current(),
             Some(set.peer.for_request(busy)),
@@ -156,9 +164,20 @@ where
                     Err(never) => match never {},
                 }));
             }
-            // While the request runs, its body is read as its reader takes it; the client
-            // leaving before the body's end cancels the request.
+            // While the request runs, its body is read as its reader takes it (the client
+            // invited first, if it waits to be); the client leaving before the body's end
+            // cancels the request.
             if let Some(f) = &filler {
+                if f.take_continue() {
+                    interim = CONTINUE;
+                }
+                while !interim.is_empty() {
+                    match Pin::new(&mut io).poll_write(cx, interim) {
+                        Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                        Poll::Ready(Ok(n)) => interim = &interim[n..],
+                        Poll::Pending => break,
+                    }
+                }
                 match poll_feed(f, &mut io, &mut read, cx) {
                     Err(()) => return Poll::Ready(None),
                     Ok(Need::Done) => {}
@@ -181,8 +200,14 @@ where
         let Some(res) = res else {
             return Served::Closed;
         };
-        // Shutting down: this answer is the connection's last.
+        // Shutting down: this answer is the connection's last; so is one whose client may
+        // still be waiting to be invited to send its body.
         answering.keep_alive &= !shutdown.is_cancelled();
+        if let Some(f) = &filler {
+            answering.keep_alive &= f.answering();
+        }
+        // The rest of a `100 Continue` already begun goes first.
+        write.extend_from_slice(interim);
         let head = codec::encode_response(&res, answering, &mut write);
         let (parts, body) = res.into_parts();
         spare = parts.headers;

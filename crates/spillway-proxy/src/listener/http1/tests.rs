@@ -2,7 +2,7 @@
 //! leaves whole for hyper, and the response heads it writes.
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode, Version};
 use http_body_util::{Empty, Full, StreamBody};
 use proptest::prelude::*;
@@ -100,7 +100,7 @@ fn what_the_fast_path_does_not_serve_is_left_whole() {
         b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
         b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
         b"GET /ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
-        b"PUT / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n",
+        b"PUT / HTTP/1.1\r\nExpect: something-else\r\nContent-Length: 4\r\n\r\nbody",
         b"CONNECT example:443 HTTP/1.1\r\nHost: example:443\r\n\r\n",
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
         b"GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
@@ -118,6 +118,43 @@ fn what_the_fast_path_does_not_serve_is_left_whole() {
             String::from_utf8_lossy(bytes)
         );
         assert_eq!(&rest[..], bytes, "the buffer must be left as it was");
+    }
+}
+
+#[test]
+fn expect_100_continue_is_taken_for_a_1_1_request_with_a_body() {
+    for (bytes, expects) in [
+        (
+            &b"PUT / HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 4\r\n\r\n"[..],
+            true,
+        ),
+        (
+            b"PUT / HTTP/1.1\r\nexpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n",
+            true,
+        ),
+        // No body to invite, or HTTP/1.0 (RFC 9110 §10.1.1: ignored).
+        (
+            b"PUT / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n",
+            false,
+        ),
+        (
+            b"PUT / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n",
+            false,
+        ),
+    ] {
+        match parse(bytes).0 {
+            Parsed::Request(h) => {
+                assert_eq!(
+                    h.expect_continue,
+                    expects,
+                    "{}",
+                    String::from_utf8_lossy(bytes)
+                );
+                // Forwarded as hyper's server forwarded it.
+                assert!(h.parts.headers.contains_key(header::EXPECT));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
 
@@ -332,6 +369,7 @@ proptest! {
         fields in proptest::collection::vec(prop::sample::select(vec![
             "Host: h", "Accept: */*", "Content-Length: 0", "Content-Length: 3",
             "Transfer-Encoding: chunked", "Upgrade: h2c", "Expect: 100-continue", "X-A: b",
+            "Expect: nothing",
         ]), 0..5),
     ) {
         let mut bytes = format!("{method} /x HTTP/1.1\r\n");
@@ -348,7 +386,7 @@ proptest! {
             || lengths.len() > 1
             || te > 1
             || (te == 1 && !lengths.is_empty())
-            || fields.iter().any(|f| matches!(*f, "Upgrade: h2c" | "Expect: 100-continue"));
+            || fields.iter().any(|f| matches!(*f, "Upgrade: h2c" | "Expect: nothing"));
         let (p, rest) = parse(bytes.as_bytes());
         match p {
             Parsed::Request(h) => {
@@ -363,6 +401,9 @@ proptest! {
                     None
                 };
                 prop_assert_eq!(h.body, expected);
+                // The client waits to be invited only if there is a body to send.
+                let expects = fields.contains(&"Expect: 100-continue");
+                prop_assert_eq!(h.expect_continue, expects && expected.is_some());
             }
             Parsed::Other => {
                 prop_assert!(body_or_switch);
@@ -401,7 +442,7 @@ mod request_body {
 
     #[test]
     fn bytes_move_from_the_connection_to_the_reader_and_the_rest_stays() {
-        let (mut body, filler) = channel(Framing::Length(5));
+        let (mut body, filler) = channel(Framing::Length(5), false);
         let (reader_wakes, rw) = waker();
         let (_, cw) = waker();
         let mut rcx = Context::from_waker(&rw);
@@ -436,7 +477,7 @@ mod request_body {
 
     #[test]
     fn the_connection_waits_for_room_and_the_reader_makes_it() {
-        let (mut body, filler) = channel(Framing::Length(10 * BUFFERED as u64));
+        let (mut body, filler) = channel(Framing::Length(10 * BUFFERED as u64), false);
         let (conn_wakes, cw) = waker();
         let (_, rw) = waker();
         let mut ccx = Context::from_waker(&cw);
@@ -455,7 +496,7 @@ mod request_body {
 
     #[test]
     fn a_dropped_body_is_discarded_within_the_limit_and_given_up_beyond() {
-        let (body, filler) = channel(Framing::Length(100));
+        let (body, filler) = channel(Framing::Length(100), false);
         let (_, cw) = waker();
         let mut ccx = Context::from_waker(&cw);
         drop(body);
@@ -463,7 +504,7 @@ mod request_body {
         assert_eq!(filler.take_from(&mut read, &mut ccx), Need::Done);
         assert_eq!(read.len(), 50, "only the body's bytes are discarded");
 
-        let (body, filler) = channel(Framing::Length(DISCARD_LIMIT + 1));
+        let (body, filler) = channel(Framing::Length(DISCARD_LIMIT + 1), false);
         drop(body);
         let mut read = BytesMut::from(&[1u8; 10][..]);
         assert_eq!(filler.take_from(&mut read, &mut ccx), Need::GiveUp);
@@ -472,7 +513,7 @@ mod request_body {
 
     #[test]
     fn a_body_cut_short_by_the_client_fails_and_says_how_much_was_missing() {
-        let (mut body, filler) = channel(Framing::Length(8));
+        let (mut body, filler) = channel(Framing::Length(8), false);
         let (_, w) = waker();
         let mut cx = Context::from_waker(&w);
         let mut read = BytesMut::from(&b"abc"[..]);
@@ -495,7 +536,7 @@ mod request_body {
 
     #[test]
     fn a_chunked_body_is_decoded_with_its_trailers_and_the_next_request_stays() {
-        let (mut body, filler) = channel(Framing::Chunked);
+        let (mut body, filler) = channel(Framing::Chunked, false);
         let (_, w) = waker();
         let mut cx = Context::from_waker(&w);
         assert_eq!(body.size_hint().exact(), None);
@@ -518,7 +559,7 @@ mod request_body {
 
     #[test]
     fn invalid_chunked_coding_fails_the_body_once_and_stops_the_connection_reading() {
-        let (mut body, filler) = channel(Framing::Chunked);
+        let (mut body, filler) = channel(Framing::Chunked, false);
         let (_, w) = waker();
         let mut cx = Context::from_waker(&w);
         let mut read = BytesMut::from(&b"zz\r\nGET / HTTP/1.1\r\n\r\n"[..]);
@@ -538,8 +579,69 @@ mod request_body {
     }
 
     #[test]
+    fn a_waiting_client_is_invited_once_when_the_reader_first_finds_nothing() {
+        let (mut body, filler) = channel(Framing::Length(3), true);
+        let (conn_wakes, cw) = waker();
+        let (_, rw) = waker();
+        let mut ccx = Context::from_waker(&cw);
+        let mut rcx = Context::from_waker(&rw);
+        // The connection looks first: nothing to invite yet, nothing read.
+        let mut read = BytesMut::new();
+        assert_eq!(filler.take_from(&mut read, &mut ccx), Need::Read);
+        assert!(!filler.take_continue());
+        // The reader asks: the connection (perhaps another task) is woken to invite.
+        assert!(Pin::new(&mut body).poll_frame(&mut rcx).is_pending());
+        assert_eq!(conn_wakes.0.load(SeqCst), 1);
+        assert!(filler.take_continue());
+        assert!(!filler.take_continue(), "invited once");
+        assert!(Pin::new(&mut body).poll_frame(&mut rcx).is_pending());
+        assert!(!filler.take_continue());
+        // Invited: the connection may carry the next request after the answer.
+        assert!(filler.answering());
+    }
+
+    #[test]
+    fn an_answer_before_the_invitation_closes_the_connection_unless_the_body_came_anyway() {
+        let (body, filler) = channel(Framing::Length(3), true);
+        assert!(!filler.answering(), "the client may never send the body");
+        drop(body);
+
+        let (_body, filler) = channel(Framing::Length(3), true);
+        let (_, w) = waker();
+        let mut read = BytesMut::from(&b"abc"[..]);
+        // A client that did not wait (allowed: RFC 9110 §10.1.1).
+        assert_eq!(
+            filler.take_from(&mut read, &mut Context::from_waker(&w)),
+            Need::Done
+        );
+        assert!(filler.answering());
+
+        let (mut body, filler) = channel(Framing::Length(3), true);
+        assert!(!filler.answering());
+        // After the final answer, no invitation.
+        assert!(Pin::new(&mut body)
+            .poll_frame(&mut Context::from_waker(&w))
+            .is_pending());
+        assert!(!filler.take_continue());
+    }
+
+    #[test]
+    fn a_connection_done_before_the_body_ends_fails_it_for_its_reader() {
+        let (mut body, filler) = channel(Framing::Length(8), false);
+        let (reader_wakes, rw) = waker();
+        let mut rcx = Context::from_waker(&rw);
+        assert!(Pin::new(&mut body).poll_frame(&mut rcx).is_pending());
+        drop(filler);
+        assert_eq!(reader_wakes.0.load(SeqCst), 1);
+        match Pin::new(&mut body).poll_frame(&mut rcx) {
+            Poll::Ready(Some(Err(BodyError::Cut(Some(8))))) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn a_dropped_chunked_body_is_discarded_to_its_end() {
-        let (body, filler) = channel(Framing::Chunked);
+        let (body, filler) = channel(Framing::Chunked, false);
         let (_, w) = waker();
         let mut cx = Context::from_waker(&w);
         drop(body);
