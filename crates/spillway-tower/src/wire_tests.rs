@@ -394,3 +394,61 @@ fn orca_values_at_the_fast_path_edges_parse_as_str_parse() {
         assert_eq!(orca::parse_f64(s.as_bytes()).map(f64::to_bits), want, "{s}");
     }
 }
+
+/// The ORCA `TEXT` form read the plain way — check the bytes, split at commas, trim, split at
+/// the first `=` — for [`parse_orca`]'s one-pass reading to be compared with.
+fn parse_orca_plainly(v: &HeaderValue) -> Option<OrcaReport> {
+    let s = v.to_str().ok()?.strip_prefix("TEXT")?;
+    let mut r = OrcaReport::default();
+    for pair in s.split(',').map(|p| p.trim_matches([' ', '\t'])) {
+        if pair.is_empty() {
+            continue;
+        }
+        let (k, val) = pair.split_once('=')?;
+        let x = val
+            .trim_matches([' ', '\t'])
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite())?;
+        match k.trim_matches([' ', '\t']) {
+            "cpu_utilization" => r.cpu_utilization = Some(x),
+            "mem_utilization" => r.mem_utilization = Some(x),
+            "application_utilization" => r.application_utilization = Some(x),
+            "rps_fractional" => r.rps_fractional = Some(x),
+            _ => {}
+        }
+    }
+    Some(r)
+}
+
+proptest::proptest! {
+    /// The one-pass ORCA reader accepts exactly what the plain reading accepts, with the same
+    /// figures: reports of pairs built from names, stray bytes (`obs-text` and controls
+    /// included, which a `HeaderValue` may hold and `to_str` refuses), `=` signs, numbers and
+    /// separators.
+    #[test]
+    fn orca_reports_parse_as_the_plain_reading(
+        prefix in proptest::sample::select(vec!["TEXT", "TEXT ", "JSON ", "TEX", ""]),
+        pairs in proptest::collection::vec((
+            proptest::sample::select(vec![
+                "cpu_utilization", "mem_utilization", "application_utilization",
+                "rps_fractional", "named_metrics.x", "eps", "", " cpu_utilization\t",
+            ]),
+            proptest::sample::select(vec!["", "", "", "\u{80}", "\u{1}", "\t", " ", "x"]),
+            proptest::sample::select(vec!["=", "=", " = ", "==", ""]),
+            proptest::sample::select(vec![
+                "0.25", "1e-1", "7", "12.5000", "NaN", "inf", "-0.5", "", " 3 ", "0.5x", "\u{80}",
+            ]),
+            proptest::sample::select(vec![",", ", ", ",,", " ,\t", ""]),
+        ), 0..6),
+    ) {
+        let mut text = prefix.to_string();
+        for (name, stray, eq, value, sep) in pairs {
+            text.push_str(&format!("{name}{stray}{eq}{value}{sep}"));
+        }
+        let Ok(v) = HeaderValue::from_bytes(text.as_bytes()) else {
+            return Ok(());
+        };
+        proptest::prop_assert_eq!(parse_orca(&v).ok(), parse_orca_plainly(&v), "{:?}", text);
+    }
+}

@@ -56,35 +56,54 @@ pub fn format_orca(r: &OrcaReport) -> HeaderValue {
 
 /// Parses the `TEXT` form; unknown names (e.g. `named_metrics.*`, `eps`) are skipped.
 ///
-/// On bytes: a value `to_str` accepts is visible ASCII, spaces and tabs, where ASCII trimming
-/// is exactly `str::trim` without its Unicode checks per character. A proxy parses this for
-/// every upstream response (1,856 instructions for two pairs with `str` splitting and
-/// trimming, callgrind; bench/results/proxy-forwarding.md).
+/// What is accepted: a value `to_str` accepts (visible ASCII, spaces, tabs), `TEXT` and then
+/// comma-separated `name=value` pairs, spaces and tabs around names, values and commas, empty
+/// pairs skipped, every value a finite number. Why one pass over the bytes: a proxy parses this
+/// for every upstream response, and checking the bytes, splitting at commas, trimming and
+/// finding each `=` as separate passes took ~1,300 instructions for a two-pair report
+/// (callgrind, bench/results/proxy-forwarding.md, "Fourteenth round").
 pub fn parse_orca(v: &HeaderValue) -> Result<OrcaReport, HeaderError> {
     let bad = || HeaderError::new(name::ENDPOINT_LOAD_METRICS, v.as_bytes(), accepts::ORCA);
-    let s = v.to_str().map_err(|_| bad())?.as_bytes();
-    let rest = s.strip_prefix(b"TEXT").ok_or_else(bad)?;
+    let mut pairs = v.as_bytes().strip_prefix(b"TEXT").ok_or_else(bad)?;
     let mut r = OrcaReport::default();
-    for pair in rest.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
-        if pair.is_empty() {
-            continue;
+    loop {
+        // One pair: up to the next comma, its first `=` noted on the way, each byte checked as
+        // `to_str` checks it.
+        let mut eq = None;
+        let mut end = pairs.len();
+        for (i, &c) in pairs.iter().enumerate() {
+            match c {
+                b',' => {
+                    end = i;
+                    break;
+                }
+                b'=' if eq.is_none() => eq = Some(i),
+                b'\t' | b' '..=b'~' => {}
+                _ => return Err(bad()),
+            }
         }
-        let at = pair.iter().position(|&c| c == b'=').ok_or_else(bad)?;
-        let (k, val) = pair.split_at(at);
-        let val = val.get(1..).unwrap_or_default().trim_ascii();
-        let x = parse_f64(val).ok_or_else(bad)?;
-        if !x.is_finite() {
-            return Err(bad());
+        let pair = &pairs[..end];
+        match eq {
+            Some(at) => {
+                let x = parse_f64(pair[at + 1..].trim_ascii())
+                    .filter(|x| x.is_finite())
+                    .ok_or_else(bad)?;
+                match pair[..at].trim_ascii() {
+                    b"cpu_utilization" => r.cpu_utilization = Some(x),
+                    b"mem_utilization" => r.mem_utilization = Some(x),
+                    b"application_utilization" => r.application_utilization = Some(x),
+                    b"rps_fractional" => r.rps_fractional = Some(x),
+                    _ => {}
+                }
+            }
+            None if pair.trim_ascii().is_empty() => {}
+            None => return Err(bad()),
         }
-        match k.trim_ascii() {
-            b"cpu_utilization" => r.cpu_utilization = Some(x),
-            b"mem_utilization" => r.mem_utilization = Some(x),
-            b"application_utilization" => r.application_utilization = Some(x),
-            b"rps_fractional" => r.rps_fractional = Some(x),
-            _ => {}
+        match pairs.get(end + 1..) {
+            Some(next) => pairs = next,
+            None => return Ok(r),
         }
     }
-    Ok(r)
 }
 
 /// `str::parse::<f64>` of `s`, with a fast path for plain decimals (`0.0003`, `12.5`, `7`).
