@@ -524,6 +524,17 @@ pub fn format_cost(cost: f64) -> HeaderValue {
     HeaderValue::from_str(&format!("{c:.6}")).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
+/// Reads a [`COST`] value: a finite, non-negative number (spaces and tabs around it allowed);
+/// `None` for anything else.
+///
+/// Why not `str::parse`: a proxy reads this from every upstream response, and core's general
+/// float parser takes ~180 instructions where the plain-decimal fast path the ORCA reader uses
+/// takes a few per digit, with the same answer (bench/results/proxy-forwarding.md,
+/// "Fourteenth round").
+pub fn parse_cost(v: &HeaderValue) -> Option<f64> {
+    orca::parse_f64(v.as_bytes().trim_ascii()).filter(|c| c.is_finite() && *c >= 0.0)
+}
+
 // ---------------------------------------------------------------------------------------------
 // "Gave up on overload" — from the client layers to this service's own server edge
 // ---------------------------------------------------------------------------------------------

@@ -452,3 +452,29 @@ proptest::proptest! {
         proptest::prop_assert_eq!(parse_orca(&v).ok(), parse_orca_plainly(&v), "{:?}", text);
     }
 }
+
+proptest::proptest! {
+    /// A cost reads as `str::parse` reads the trimmed text, finite and non-negative only.
+    #[test]
+    fn costs_parse_as_str_parse(text in "[ \t]{0,2}[-+0-9.eEinfa]{0,10}[ \t]{0,2}") {
+        let v = HeaderValue::from_str(&text).unwrap();
+        let want = text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|c| c.is_finite() && *c >= 0.0)
+            .map(f64::to_bits);
+        proptest::prop_assert_eq!(parse_cost(&v).map(f64::to_bits), want, "{:?}", text);
+    }
+}
+
+#[test]
+fn a_formatted_cost_reads_back() {
+    for c in [0.0, 0.002145, 1.5, 12345.678901] {
+        let back = parse_cost(&format_cost(c)).unwrap();
+        assert!((back - c).abs() < 1e-6, "{c} -> {back}");
+    }
+    assert_eq!(parse_cost(&HeaderValue::from_static("-1")), None);
+    assert_eq!(parse_cost(&HeaderValue::from_static("inf")), None);
+    assert_eq!(parse_cost(&HeaderValue::from_static("cheap")), None);
+}

@@ -432,11 +432,7 @@ fn read_reports<B>(
 ) {
     let _ = state;
     if pool_signals_cost(pool) {
-        if let Some(c) = wire::find(res.headers(), &wire::COST)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .filter(|c| c.is_finite() && *c >= 0.0)
-        {
+        if let Some(c) = wire::find(res.headers(), &wire::COST).and_then(wire::parse_cost) {
             permit.set_actual_cost(c);
         }
     }
