@@ -19,13 +19,13 @@ use std::mem::MaybeUninit;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName};
 use http::{request, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 use smallvec::SmallVec;
 
 pub(super) use crate::upstream::Framing;
-use crate::upstream::{add_length, ConnectionTokens, NameCache};
+use crate::upstream::{add_length, parsed_value, ConnectionTokens, NameCache};
 
 /// Most header fields a request head may have (hyper's server limit, as before).
 pub(super) const MAX_HEADERS: usize = 100;
@@ -113,7 +113,7 @@ pub(super) fn parse_request(
     let mut chunked = false;
     let mut expect = false;
     for h in req.headers.iter() {
-        let Ok(name) = names.name(h.name.as_bytes()) else {
+        let Some(name) = names.name(h.name.as_bytes()) else {
             return Parsed::Other;
         };
         if name == header::CONNECTION {
@@ -169,12 +169,7 @@ pub(super) fn parse_request(
     headers.reserve(fields.len() + ADDED_FIELDS);
     // Drained where it stands (moving it into an iterator would copy it whole).
     for (name, (vs, ve)) in fields.drain(..) {
-        // httparse accepted the value's bytes, exactly those a `HeaderValue` allows; checked
-        // again all the same (the unchecked constructor is `unsafe`).
-        let Ok(value) = HeaderValue::from_maybe_shared(head.slice(vs..ve)) else {
-            return put_back(buf, &head);
-        };
-        headers.append(name, value);
+        headers.append(name, parsed_value(&head, vs, ve));
     }
     let (mut parts, ()) = Request::new(()).into_parts();
     parts.method = method;

@@ -59,7 +59,8 @@ pub use self::body::UpstreamBody;
 use self::codec::WireError;
 /// The wire rules the client-facing HTTP/1.1 server shares with the upstream client.
 pub(crate) use self::codec::{
-    add_length, chunk_header, chunked_end, ConnectionTokens, Decoded, Decoder, Framing, NameCache,
+    add_length, chunk_header, chunked_end, parsed_value, ConnectionTokens, Decoded, Decoder,
+    Framing, NameCache,
 };
 use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};

@@ -27,8 +27,11 @@ use http::{Method, Request, StatusCode, Version};
 use http_body::Body;
 use smallvec::SmallVec;
 
+mod names;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use names::{parsed_value, NameCache};
 
 /// Most header fields a response head (or a chunked body's trailer section) may have.
 const MAX_HEADERS: usize = 100;
@@ -190,43 +193,6 @@ pub(super) struct ResponseHead {
     pub keep_alive: bool,
 }
 
-/// The header names one connection's upstream has sent, so that a custom name (`x-…`) is
-/// checked, lower-cased and allocated once per connection rather than once per response
-/// (`HeaderName::from_bytes` does all three for a name that is not a standard one; a clone
-/// shares the bytes).
-#[derive(Debug, Default)]
-pub(crate) struct NameCache(Vec<HeaderName>);
-
-impl NameCache {
-    /// Most names kept: an upstream inventing names cannot make the scan long.
-    const MAX: usize = 32;
-
-    pub(crate) fn name(&mut self, wire: &[u8]) -> Result<HeaderName, WireError> {
-        // A name matching a cached (lower-case, valid) one ignoring case is that name. Most
-        // upstreams spell a name the same way every time, so an exact comparison (`memcmp`)
-        // first, byte-wise case folding only when none matches.
-        let cached = self
-            .0
-            .iter()
-            .find(|n| n.as_str().as_bytes() == wire)
-            .or_else(|| {
-                self.0.iter().find(|n| {
-                    n.as_str().len() == wire.len()
-                        && n.as_str().as_bytes().eq_ignore_ascii_case(wire)
-                })
-            });
-        if let Some(n) = cached {
-            return Ok(n.clone());
-        }
-        let n = HeaderName::from_bytes(wire)
-            .map_err(|_| invalid("a header field name that is not a token"))?;
-        if self.0.len() < Self::MAX {
-            self.0.push(n.clone());
-        }
-        Ok(n)
-    }
-}
-
 /// Parses a response head from the front of `buf` (removing it and any informational responses
 /// before it). `Ok(None)`: incomplete, read more.
 pub(super) fn parse_response(
@@ -298,12 +264,10 @@ pub(super) fn parse_response(
         let mut headers = HeaderMap::with_capacity(spans.len() + 8);
         let mut delimiters = Delimiters::new();
         for &(ns, ne, vs, ve) in &spans {
-            let name = names.name(&head[ns..ne])?;
-            // httparse accepted the value's bytes (HTAB, SP, visible ASCII, obs-text), exactly
-            // those a `HeaderValue` allows; checked again all the same (the unchecked
-            // constructor is `unsafe`).
-            let value = HeaderValue::from_maybe_shared(head.slice(vs..ve))
-                .map_err(|_| invalid("a header field value with control characters"))?;
+            let name = names
+                .name(&head[ns..ne])
+                .ok_or_else(|| invalid("a header field name that is not a token"))?;
+            let value = parsed_value(&head, vs, ve);
             delimiters.field(&name, value.as_bytes());
             headers.append(name, value);
         }
