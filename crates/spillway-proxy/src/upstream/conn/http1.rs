@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll, Wake, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{Method, Request};
+use http::{HeaderMap, Method, Request};
 use http_body::Body;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -41,7 +41,15 @@ struct Conn {
     /// Heads and chunk framing on their way out (kept for its capacity).
     write: Vec<u8>,
     names: NameCache,
+    /// The last request's header map, emptied: the next response's (no allocation per
+    /// response: ~580 instructions with the map's drop, callgrind, proxy-forwarding.md
+    /// "Fourteenth round").
+    spare: HeaderMap,
 }
+
+/// The largest spare map kept (entries): one grown by a rare huge head is not held for the
+/// connection's life.
+const SPARE_MAX: usize = 64;
 
 impl Http1 {
     pub(super) fn new(io: TcpStream) -> Self {
@@ -50,6 +58,7 @@ impl Http1 {
             read: ReadBuffer::new(),
             write: Vec::with_capacity(512),
             names: NameCache::default(),
+            spare: HeaderMap::new(),
         }))
     }
 
@@ -104,7 +113,7 @@ impl Http1 {
     /// Parses a response head from what has been read (`Ok(None)`: read more).
     fn parse_head(&mut self, method: &Method) -> Result<Option<ResponseHead>, WireError> {
         let c = &mut *self.0;
-        codec::parse_response(&mut c.read.buf, method, &mut c.names)
+        codec::parse_response(&mut c.read.buf, method, &mut c.names, &mut c.spare)
     }
 }
 
@@ -240,7 +249,11 @@ pub(super) fn exchange(mut h: Http1, req: Request<ProxyBody>, reused: bool) -> E
     let c = &mut *h.0;
     c.write.clear();
     let outgoing = codec::encode_request(&req, &mut c.write);
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    if parts.headers.capacity() <= SPARE_MAX {
+        parts.headers.clear();
+        c.spare = std::mem::take(&mut parts.headers);
+    }
     let ended = outgoing == Outgoing::Empty;
     // The keep-alive race (RFC 9112 §9.3.1): an upstream closing an idle connection as a
     // request goes out on it. A request that may be sent again automatically — a safe method,

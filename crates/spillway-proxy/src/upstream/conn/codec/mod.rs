@@ -194,11 +194,13 @@ pub(super) struct ResponseHead {
 }
 
 /// Parses a response head from the front of `buf` (removing it and any informational responses
-/// before it). `Ok(None)`: incomplete, read more.
+/// before it) into `spare` (an empty map whose room is reused: the connection's last request's).
+/// `Ok(None)`: incomplete, read more.
 pub(super) fn parse_response(
     buf: &mut BytesMut,
     method: &Method,
     names: &mut NameCache,
+    spare: &mut HeaderMap,
 ) -> Result<Option<ResponseHead>, WireError> {
     loop {
         let mut fields = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
@@ -261,7 +263,8 @@ pub(super) fn parse_response(
         let head = buf.split_to(len).freeze();
         // Room for a few more: the map goes on to the client side, where it is emptied and
         // reused for the connection's next request, which the proxy adds fields to.
-        let mut headers = HeaderMap::with_capacity(spans.len() + 8);
+        let mut headers = std::mem::take(spare);
+        headers.reserve(spans.len() + 8);
         let mut delimiters = Delimiters::new();
         for &(ns, ne, vs, ve) in &spans {
             let name = names

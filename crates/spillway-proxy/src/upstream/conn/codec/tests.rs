@@ -138,6 +138,7 @@ fn parse(bytes: &[u8], method: Method) -> Result<Option<ResponseHead>, WireError
         &mut BytesMut::from(bytes),
         &method,
         &mut NameCache::default(),
+        &mut HeaderMap::new(),
     )
 }
 
@@ -150,9 +151,14 @@ fn a_response_head_is_parsed_into_http_types() {
     let mut buf = BytesMut::from(
         &b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Spillway-Cost: 0.002\r\nx-a: 1\r\nx-a: 2\r\n\r\nokNEXT"[..],
     );
-    let h = parse_response(&mut buf, &Method::GET, &mut NameCache::default())
-        .unwrap()
-        .unwrap();
+    let h = parse_response(
+        &mut buf,
+        &Method::GET,
+        &mut NameCache::default(),
+        &mut HeaderMap::new(),
+    )
+    .unwrap()
+    .unwrap();
     assert_eq!(h.status, StatusCode::OK);
     assert_eq!(h.version, Version::HTTP_11);
     assert_eq!(h.headers["x-spillway-cost"], "0.002");
@@ -382,9 +388,14 @@ fn names_are_cached_per_connection_whatever_their_case() {
         &b"HTTP/1.1 200 OK\r\nX-Spillway-Cost: 1\r\n\r\n"[..],
         b"HTTP/1.1 200 OK\r\nx-spillway-cost: 2\r\nX-SPILLWAY-COST: 3\r\n\r\n",
     ] {
-        let h = parse_response(&mut BytesMut::from(wire), &Method::GET, &mut names)
-            .unwrap()
-            .unwrap();
+        let h = parse_response(
+            &mut BytesMut::from(wire),
+            &Method::GET,
+            &mut names,
+            &mut HeaderMap::new(),
+        )
+        .unwrap()
+        .unwrap();
         assert!(h.headers.get_all("x-spillway-cost").iter().count() >= 1);
     }
     assert_eq!(names.len(), 1, "one name, however spelt");
@@ -393,6 +404,7 @@ fn names_are_cached_per_connection_whatever_their_case() {
         &mut BytesMut::from(&b"HTTP/1.1 200 OK\r\nx-spillway-cos(: 1\r\n\r\n"[..]),
         &Method::GET,
         &mut names,
+        &mut HeaderMap::new(),
     );
     assert!(e.is_err());
     // The cache stays within its bound, and names that share a set are still read right.
@@ -402,6 +414,7 @@ fn names_are_cached_per_connection_whatever_their_case() {
             &mut BytesMut::from(wire.as_bytes()),
             &Method::GET,
             &mut names,
+            &mut HeaderMap::new(),
         )
         .unwrap()
         .unwrap();
@@ -454,7 +467,7 @@ mod arbitrary_bytes {
             let method = if head { Method::HEAD } else { Method::GET };
             let mut buf = BytesMut::from(&bytes[..]);
             let mut names = NameCache::default();
-            if let Ok(Some(h)) = parse_response(&mut buf, &method, &mut names) {
+            if let Ok(Some(h)) = parse_response(&mut buf, &method, &mut names, &mut HeaderMap::new()) {
                 drain(h.framing, &mut buf);
             }
             for framing in [Framing::Chunked, Framing::Length(7), Framing::UntilClose] {
