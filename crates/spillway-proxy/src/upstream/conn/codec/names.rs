@@ -2,64 +2,53 @@
 //! through a per-connection cache, values sharing the head's bytes.
 //!
 //! Why a cache: a peer sends the same few names on every message, and `HeaderName::from_bytes`
-//! checks, lower-cases and allocates a name that is not a standard one every time. Why it is
-//! direct-mapped: a scan of the cached names compared each looked-up name with ~5 others,
-//! ~930 instructions a forwarded request for its ~8 names (callgrind,
-//! bench/results/proxy-forwarding.md "Fourteenth round"); a slot chosen from the name's length
-//! and three of its bytes, case folded, is one comparison.
+//! checks, lower-cases and allocates a name that is not a standard one every time. Why the
+//! search starts after the last name found: a peer sends its fields in the same order every
+//! time, so the name after the last one found is usually the next one asked for — one
+//! comparison, where a scan from the front compared each name with half the list (~930
+//! instructions a forwarded request for its ~8 names; a hashed two-way set, tried, was no
+//! cheaper: callgrind, bench/results/proxy-forwarding.md "Fourteenth round").
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 
-/// Slots of a [`NameCache`]: two per set.
-const SLOTS: usize = 64;
-
-/// The header names one connection's peer has sent (a clone shares the bytes).
+/// The header names one connection's peer has sent, in the order first seen (a clone shares
+/// the bytes).
 #[derive(Debug, Default)]
 pub(crate) struct NameCache {
-    /// Empty until the first name, then [`SLOTS`] long; slots `2k` and `2k + 1` form a set.
-    slots: Vec<Option<HeaderName>>,
-}
-
-/// The set a name goes in: from its length and its first, middle and last bytes, with ASCII
-/// letters folded to lower case (every spelling of a name lands in the same set).
-fn set_of(wire: &[u8]) -> usize {
-    let at = |i: usize| usize::from(wire.get(i).copied().unwrap_or(0) | 0x20);
-    let n = wire.len();
-    let h = n
-        .wrapping_mul(0x9e37)
-        .wrapping_add(at(0).wrapping_mul(0x3b))
-        .wrapping_add(at(n / 2).wrapping_mul(0x1f1))
-        .wrapping_add(at(n.wrapping_sub(1)).wrapping_mul(0x61));
-    (h ^ (h >> 7)) % (SLOTS / 2)
+    names: Vec<HeaderName>,
+    /// Where the next search starts: after the last name found.
+    next: usize,
 }
 
 impl NameCache {
+    /// Most names kept: a peer inventing names cannot make the search long.
+    pub(crate) const MAX: usize = 32;
+
     /// The name `wire` spells (any case), or `None` if it is not a valid field name.
     pub(crate) fn name(&mut self, wire: &[u8]) -> Option<HeaderName> {
-        let set = set_of(wire) * 2;
-        for n in self.slots.iter().skip(set).take(2).flatten() {
-            // A cached name is lower-case and valid, so matching it ignoring case makes `wire`
-            // that name. Most peers spell a name the same way every time: the exact comparison
-            // (`memcmp`) first.
+        let len = self.names.len();
+        let start = self.next.min(len);
+        let (before, after) = self.names.split_at(start);
+        // A cached name is lower-case and valid, so matching it ignoring case makes `wire` that
+        // name; the exact comparison (`memcmp`) first, as most peers spell a name one way.
+        let found = after.iter().chain(before).position(|n| {
             let s = n.as_str().as_bytes();
-            if s == wire || s.eq_ignore_ascii_case(wire) {
-                return Some(n.clone());
-            }
+            s == wire || s.eq_ignore_ascii_case(wire)
+        });
+        if let Some(p) = found {
+            let i = if start + p >= len {
+                start + p - len
+            } else {
+                start + p
+            };
+            self.next = i + 1;
+            return self.names.get(i).cloned();
         }
         let n = HeaderName::from_bytes(wire).ok()?;
-        if self.slots.is_empty() {
-            self.slots.resize(SLOTS, None);
-        }
-        // The set's first free slot, else its first (the newest name wins).
-        let taken = |i: usize| self.slots.get(i).is_some_and(Option::is_some);
-        let at = if taken(set) && !taken(set + 1) {
-            set + 1
-        } else {
-            set
-        };
-        if let Some(slot) = self.slots.get_mut(at) {
-            *slot = Some(n.clone());
+        if len < Self::MAX {
+            self.names.push(n.clone());
+            self.next = len + 1;
         }
         Some(n)
     }
@@ -67,12 +56,8 @@ impl NameCache {
     /// How many names are cached.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.slots.iter().flatten().count()
+        self.names.len()
     }
-
-    /// The most names the cache holds.
-    #[cfg(test)]
-    pub(crate) const MAX: usize = SLOTS;
 }
 
 /// The header value at `start..end` of `head`, sharing its bytes; the span is one `httparse`
