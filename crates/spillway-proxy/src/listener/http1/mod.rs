@@ -12,10 +12,9 @@
 //!
 //! Why a fast path and not a whole server: what it does not serve — an upgrade, an
 //! expectation other than `100-continue`, `CONNECT`, HTTP/2's preface, a transfer coding other
-//! than chunked,
-//! a malformed or oversized head — hyper's server serves, as it did before, from the first byte
-//! the fast path did not consume ([`Prefixed`]): the same answers (400, 431), the same counters,
-//! the same body handling. A connection goes over to hyper at a request boundary and stays
+//! than chunked, a malformed or oversized head — hyper's server serves, as it did before, from
+//! the first byte the fast path did not consume ([`Prefixed`]): the same answers (400, 431), the
+//! same counters, the same body handling. A connection goes over to hyper at a request boundary and stays
 //! there. What the fast path keeps of hyper's server behaviour: pipelined requests answered in
 //! order; a client that closes its side while its request runs cancels the request (hyper's
 //! default, no half-close); a request body read while the answer streams (an upstream may answer
