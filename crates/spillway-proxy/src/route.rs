@@ -190,18 +190,19 @@ impl Router {
         let mut criticality = route
             .as_ref()
             .map_or(self.default_criticality, |r| r.criticality);
+        let fields = wire::RequestFields::read(&parts.headers);
         if trusted {
-            if let Some(v) = wire::find(&parts.headers, &wire::CRITICALITY) {
+            if let Some(v) = fields.criticality {
                 criticality = wire::parse_criticality(v)?;
             }
         }
-        let deadline = wire::read_timeout(&parts.headers)?.map(|left| {
+        let deadline = fields.timeout()?.map(|left| {
             now.checked_add(left)
                 .unwrap_or(now + Duration::from_secs(86_400 * 365))
         });
-        let attempt = wire::read_attempt(&parts.headers)?;
+        let attempt = fields.attempt()?;
         let customer = match self.customer_from {
-            CustomerFrom::Header if trusted => match wire::find(&parts.headers, &wire::CUSTOMER) {
+            CustomerFrom::Header if trusted => match fields.customer {
                 Some(v) => Some(Arc::from(wire::parse_customer(v)?)),
                 None => None,
             },

@@ -392,27 +392,77 @@ pub fn find_each<'a>(
         .chain(hashed.into_iter().flatten())
 }
 
+/// The first value of each of the request fields a classifier reads, found in one pass over
+/// the map.
+///
+/// Why one pass: a classifier asks for six names, and six scans (or six hashed lookups) of a
+/// request's fields cost six times the walk; one walk that sorts each field by its name's
+/// length first costs one (bench/results/proxy-forwarding.md "Fourteenth round").
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RequestFields<'a> {
+    /// [`CRITICALITY`].
+    pub criticality: Option<&'a HeaderValue>,
+    /// [`CUSTOMER`].
+    pub customer: Option<&'a HeaderValue>,
+    /// [`DEADLINE_MS`].
+    pub deadline_ms: Option<&'a HeaderValue>,
+    /// [`GRPC_TIMEOUT`].
+    pub grpc_timeout: Option<&'a HeaderValue>,
+    /// [`ATTEMPT`].
+    pub attempt: Option<&'a HeaderValue>,
+    /// [`GRPC_PREVIOUS_RPC_ATTEMPTS`].
+    pub grpc_previous_attempts: Option<&'a HeaderValue>,
+}
+
+impl<'a> RequestFields<'a> {
+    /// Reads `headers` once.
+    pub fn read(headers: &'a HeaderMap) -> Self {
+        let mut f = RequestFields::default();
+        for (k, v) in headers {
+            let slot = match k.as_str() {
+                name::CRITICALITY => &mut f.criticality,
+                name::CUSTOMER => &mut f.customer,
+                name::DEADLINE_MS => &mut f.deadline_ms,
+                name::GRPC_TIMEOUT => &mut f.grpc_timeout,
+                name::ATTEMPT => &mut f.attempt,
+                name::GRPC_PREVIOUS_RPC_ATTEMPTS => &mut f.grpc_previous_attempts,
+                _ => continue,
+            };
+            // The first value wins, as `HeaderMap::get` has it.
+            slot.get_or_insert(v);
+        }
+        f
+    }
+
+    /// The attempt number from either field (HTTP form preferred); `Ok(1)` when absent.
+    pub fn attempt(&self) -> Result<u32, HeaderError> {
+        match (self.attempt, self.grpc_previous_attempts) {
+            (Some(v), _) => parse_attempt(v),
+            (None, Some(v)) => parse_previous_attempts(v),
+            (None, None) => Ok(1),
+        }
+    }
+
+    /// The remaining time from `grpc-timeout` (preferred: gRPC peers set it) or
+    /// `x-spillway-deadline-ms`; `Ok(None)` when neither is present.
+    pub fn timeout(&self) -> Result<Option<Duration>, HeaderError> {
+        match (self.grpc_timeout, self.deadline_ms) {
+            (Some(v), _) => parse_grpc_timeout(v).map(Some),
+            (None, Some(v)) => parse_deadline_ms(v).map(Some),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
 /// Reads the attempt number from either header (HTTP form preferred); `Ok(1)` when absent.
 pub fn read_attempt(headers: &HeaderMap) -> Result<u32, HeaderError> {
-    if let Some(v) = find(headers, &ATTEMPT) {
-        parse_attempt(v)
-    } else if let Some(v) = find(headers, &GRPC_PREVIOUS_RPC_ATTEMPTS) {
-        parse_previous_attempts(v)
-    } else {
-        Ok(1)
-    }
+    RequestFields::read(headers).attempt()
 }
 
 /// Reads the remaining time from `grpc-timeout` (preferred: gRPC peers set it) or
 /// `x-spillway-deadline-ms`; `Ok(None)` when neither is present.
 pub fn read_timeout(headers: &HeaderMap) -> Result<Option<Duration>, HeaderError> {
-    if let Some(v) = find(headers, &GRPC_TIMEOUT) {
-        parse_grpc_timeout(v).map(Some)
-    } else if let Some(v) = find(headers, &DEADLINE_MS) {
-        parse_deadline_ms(v).map(Some)
-    } else {
-        Ok(None)
-    }
+    RequestFields::read(headers).timeout()
 }
 
 /// Validates a customer header value and returns it as `&str` (no allocation).

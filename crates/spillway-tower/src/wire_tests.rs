@@ -478,3 +478,29 @@ fn a_formatted_cost_reads_back() {
     assert_eq!(parse_cost(&HeaderValue::from_static("inf")), None);
     assert_eq!(parse_cost(&HeaderValue::from_static("cheap")), None);
 }
+
+proptest::proptest! {
+    /// One pass finds what six lookups find: the first value of each field, whatever else the
+    /// map holds, in any order, repeated or not, on both sides of the scan limit.
+    #[test]
+    fn request_fields_are_what_get_finds(
+        fields in proptest::collection::vec((0usize..9, 0u8..3), 0..30),
+    ) {
+        let names = [
+            CRITICALITY, CUSTOMER, DEADLINE_MS, GRPC_TIMEOUT, ATTEMPT, GRPC_PREVIOUS_RPC_ATTEMPTS,
+            http::header::HOST, HeaderName::from_static("x-spillway-other"),
+            HeaderName::from_static("x-spillway-attemp"),
+        ];
+        let mut h = HeaderMap::new();
+        for (n, v) in fields {
+            h.append(names[n].clone(), HeaderValue::from(u16::from(v)));
+        }
+        let f = RequestFields::read(&h);
+        proptest::prop_assert_eq!(f.criticality, h.get(CRITICALITY));
+        proptest::prop_assert_eq!(f.customer, h.get(CUSTOMER));
+        proptest::prop_assert_eq!(f.deadline_ms, h.get(DEADLINE_MS));
+        proptest::prop_assert_eq!(f.grpc_timeout, h.get(GRPC_TIMEOUT));
+        proptest::prop_assert_eq!(f.attempt, h.get(ATTEMPT));
+        proptest::prop_assert_eq!(f.grpc_previous_attempts, h.get(GRPC_PREVIOUS_RPC_ATTEMPTS));
+    }
+}

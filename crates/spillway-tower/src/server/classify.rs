@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::{Extensions, HeaderMap, HeaderName, Method, Uri};
+use http::{Extensions, HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use ipnet::IpNet;
 use metrics::SharedString;
 use spillway_core::Criticality;
@@ -238,14 +238,15 @@ impl Classifier {
         let route = self.route(uri.path());
 
         let mut criticality = route.map_or(self.default_criticality, |r| r.criticality);
+        let fields = wire::RequestFields::read(headers);
         if trusted {
-            if let Some(v) = headers.get(wire::CRITICALITY) {
+            if let Some(v) = fields.criticality {
                 criticality = wire::parse_criticality(v)?;
             }
         }
-        let deadline = wire::read_timeout(headers)?.map(|left| add_saturating(now, left));
-        let attempt = wire::read_attempt(headers)?;
-        let customer = self.customer(&view)?;
+        let deadline = fields.timeout()?.map(|left| add_saturating(now, left));
+        let attempt = fields.attempt()?;
+        let customer = self.customer(&view, fields.customer)?;
         let operation = match &self.operation {
             OperationSource::Route => route.map_or(SharedString::const_str("other"), |r| {
                 SharedString::from(Arc::clone(&r.prefix))
@@ -267,9 +268,14 @@ impl Classifier {
         })
     }
 
-    fn customer(&self, view: &RequestView<'_>) -> Result<Arc<str>, HeaderError> {
+    /// The request's customer; `field`: its [`wire::CUSTOMER`] field, if any.
+    fn customer(
+        &self,
+        view: &RequestView<'_>,
+        field: Option<&HeaderValue>,
+    ) -> Result<Arc<str>, HeaderError> {
         let found = match &self.customer {
-            CustomerSource::Header if view.trusted => match view.headers.get(wire::CUSTOMER) {
+            CustomerSource::Header if view.trusted => match field {
                 Some(v) => Some(Arc::from(wire::parse_customer(v)?)),
                 None => None,
             },
