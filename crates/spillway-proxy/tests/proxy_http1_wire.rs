@@ -86,20 +86,6 @@ async fn scripted(answer: fn(&str, usize) -> (Vec<u8>, bool), read_body: bool) -
     }
 }
 
-/// Reads into `buf` until it holds `end`; the length up to and including it.
-async fn read_until(s: &mut TcpStream, buf: &mut Vec<u8>, end: &[u8]) -> Option<usize> {
-    loop {
-        if let Some(i) = buf.windows(end.len()).position(|w| w == end) {
-            return Some(i + end.len());
-        }
-        let mut b = [0u8; 4096];
-        match s.read(&mut b).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&b[..n]),
-        }
-    }
-}
-
 /// The data of a whole chunked body (sizes without extensions, as the proxy writes them).
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();

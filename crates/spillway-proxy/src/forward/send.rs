@@ -322,7 +322,7 @@ pub(super) async fn forward(
                         pool.record_success(&task);
                     }
                 }
-                read_reports(state, pool, &task, &res, &mut permit, now);
+                read_reports(pool, &task, &res, &mut permit, now);
                 if res.status() == StatusCode::SWITCHING_PROTOCOLS {
                     // The 101 ends the HTTP exchange but not the work: the permit, in-flight
                     // count and slot move to the tunnel and are held until it closes.
@@ -422,16 +422,8 @@ fn cause(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The service's own reports: actual cost (quota accounting) and ORCA utilisation.
-fn read_reports<B>(
-    state: &ProxyState,
-    pool: &Pool,
-    task: &Task,
-    res: &Response<B>,
-    permit: &mut Permit,
-    now: Instant,
-) {
-    let _ = state;
-    if pool_signals_cost(pool) {
+fn read_reports<B>(pool: &Pool, task: &Task, res: &Response<B>, permit: &mut Permit, now: Instant) {
+    if pool.cost_header {
         if let Some(c) = wire::find(res.headers(), &wire::COST).and_then(wire::parse_cost) {
             permit.set_actual_cost(c);
         }
@@ -443,10 +435,6 @@ fn read_reports<B>(
             }
         }
     }
-}
-
-fn pool_signals_cost(pool: &Pool) -> bool {
-    pool.cost_header
 }
 
 fn upstream_request(

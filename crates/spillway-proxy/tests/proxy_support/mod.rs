@@ -187,6 +187,25 @@ pub async fn get(
     (status, headers, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// Reads from `s` into `buf` until it holds `end`; the length up to and including it (`None`
+/// if the stream ends or fails first).
+pub async fn read_until(
+    s: &mut tokio::net::TcpStream,
+    buf: &mut Vec<u8>,
+    end: &[u8],
+) -> Option<usize> {
+    loop {
+        if let Some(i) = buf.windows(end.len()).position(|w| w == end) {
+            return Some(i + end.len());
+        }
+        let mut b = [0u8; 4096];
+        match tokio::io::AsyncReadExt::read(s, &mut b).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+        }
+    }
+}
+
 /// Reads a raw HTTP/1.1 response head (up to the blank line) from `s`, at most 5 s.
 pub async fn read_head(s: &mut tokio::net::TcpStream) -> String {
     let mut buf = Vec::new();
