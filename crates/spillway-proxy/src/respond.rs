@@ -139,6 +139,17 @@ pub fn bad_header(e: &HeaderError, protocol: Protocol) -> Response<ProxyBody> {
     )
 }
 
+/// A request whose `host` cannot be forwarded (400 / `INVALID_ARGUMENT`), saying why.
+pub fn bad_host(e: &crate::forward::HostError, protocol: Protocol) -> Response<ProxyBody> {
+    error(
+        protocol,
+        StatusCode::BAD_REQUEST,
+        GRPC_INVALID_ARGUMENT,
+        "bad_host",
+        e.to_string(),
+    )
+}
+
 /// The proxy gave up on overloaded upstreams (503, don't retry).
 pub fn give_up(g: &OverloadGiveUp, protocol: Protocol) -> Response<ProxyBody> {
     let mut res = error(

@@ -451,3 +451,57 @@ async fn a_broken_upload_to_an_http2_upstream_is_the_clients_fault() {
     assert_eq!(p.state.faults.get(Fault::BadRequest), 1);
     assert_eq!(p.state.faults.get(Fault::UpstreamReset), 0);
 }
+
+#[tokio::test]
+async fn a_request_with_two_hosts_or_none_is_refused_and_an_absolute_target_names_the_host() {
+    let (b, p) = echo_proxy().await;
+    // Two hosts: the upstream might read the other one than the routes did.
+    let wire = exchange(
+        p.addr,
+        b"GET /two HTTP/1.1\r\nhost: a.example\r\nhost: b.example\r\n\r\n\
+          GET /none HTTP/1.1\r\n\r\n\
+          GET /bad HTTP/1.1\r\nhost: a.example/evil\r\n\r\n\
+          GET http://target.example:81/abs HTTP/1.1\r\nhost: other.example\r\n\r\n\
+          GET /old HTTP/1.0\r\n\r\n",
+    )
+    .await;
+    let got = answers(&wire, &[]);
+    assert_eq!(got.len(), 5, "{wire}");
+    for (i, what) in [
+        (0, "more than one host"),
+        (1, "needs a host"),
+        (2, "host[:port]"),
+    ] {
+        assert!(got[i].0.starts_with("HTTP/1.1 400 "), "{got:?}");
+        assert!(got[i].0.contains("x-spillway-reason: bad_host"), "{got:?}");
+        assert!(got[i].1.contains(what), "{got:?}");
+    }
+    // The connection went on after each refusal (the framing was sound): the absolute target
+    // reached the upstream in origin form with its own authority as the host.
+    assert!(
+        got[3].1.starts_with("b GET /abs ") && got[3].1.contains(" host=target.example:81 "),
+        "{got:?}"
+    );
+    // HTTP/1.0 may leave the host out; the upstream gets the task's address.
+    let task = format!(" host={} ", b.addr);
+    assert!(
+        got[4].1.starts_with("b GET /old ") && got[4].1.contains(&task),
+        "{got:?}"
+    );
+    assert_eq!(p.state.faults.get(Fault::BadRequest), 3);
+}
+
+#[tokio::test]
+async fn an_http2_upstream_gets_the_host_the_client_asked_for() {
+    let (_b, p) = echo_proxy_h2().await;
+    let wire = exchange(
+        p.addr,
+        b"GET /h HTTP/1.1\r\nhost: svc.example:8080\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let got = answers(&wire, &[]);
+    assert!(
+        got[0].1.starts_with("b GET /h v=HTTP/2.0") && got[0].1.contains(" host=svc.example:8080 "),
+        "{got:?}"
+    );
+}

@@ -11,6 +11,7 @@
 
 mod body;
 mod headers;
+mod host;
 mod send;
 mod unread;
 
@@ -36,6 +37,7 @@ use crate::upstream::ProxyBody;
 pub use body::Held;
 pub use headers::Peer;
 use headers::{append_forwarded_for, is_upgrade, strip_hop_by_hop};
+pub use host::HostError;
 pub use unread::Unread;
 
 /// Handles one client request with `cur`, its thread's snapshot of the state
@@ -59,6 +61,10 @@ pub async fn handle(
     let protocol = Protocol::of(req.headers());
     let (mut parts, body) = req.into_parts();
 
+    if let Err(e) = host::check(&mut parts) {
+        state.faults.count(Fault::BadRequest);
+        return Ok(respond::bad_host(&e, protocol));
+    }
     let class = match rt
         .router
         .classify(&parts, peer.as_ref().map(|p| p.addr), now)

@@ -453,10 +453,16 @@ fn upstream_request(
         .cloned()
         .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     let uri = if http2 {
-        // HTTP/2 needs :scheme and :authority, which hyper takes from an absolute URI.
+        // HTTP/2 needs :scheme and :authority, which hyper takes from an absolute URI. The
+        // authority the client asked for (its checked `host`, or its own :authority), as an
+        // HTTP/1.1 upstream gets it in `host`; the task's when the client named none.
+        let asked = wire::find(&parts.headers, &header::HOST)
+            .filter(|h| !h.is_empty())
+            .and_then(|h| http::uri::Authority::try_from(h.as_bytes()).ok())
+            .or_else(|| parts.uri.authority().cloned());
         http::Uri::builder()
             .scheme("http")
-            .authority(task.authority.clone())
+            .authority(asked.unwrap_or_else(|| task.authority.clone()))
             .path_and_query(pq)
             .build()?
     } else {

@@ -17,7 +17,8 @@ use spillway_proxy::run::{start, Running};
 use spillway_proxy::{ProxyConfig, ProxyState};
 use tokio::net::TcpListener;
 
-/// A loopback backend: echoes what it saw; `/hang` answers after 30 s, `/slow` after 0.8 s;
+/// A loopback backend: echoes what it saw (method, path, version, the Spillway fields, the
+/// authority asked for, the body's length); `/hang` answers after 30 s, `/slow` after 0.8 s;
 /// `/busy` (or any path on a backend named `busy…`) answers 503; `/report` carries an ORCA report (utilisation 0.7) and a cost of 5.
 pub struct Backend {
     pub addr: SocketAddr,
@@ -65,8 +66,13 @@ async fn echo_inner(
             .unwrap_or("-")
             .to_string()
     };
+    // The authority asked for: `host` over HTTP/1.1, `:authority` over HTTP/2.
+    let host = req
+        .uri()
+        .authority()
+        .map_or_else(|| h("host"), |a| a.to_string());
     let line = format!(
-        "{name} {} {path} v={:?} crit={} cust={} attempt={} deadline={}",
+        "{name} {} {path} v={:?} crit={} cust={} attempt={} deadline={} host={host}",
         req.method(),
         req.version(),
         h("x-spillway-criticality"),
