@@ -1,5 +1,6 @@
 //! An upgraded (WebSocket-style) tunnel holds its admission permit until both directions close,
-//! so long-lived tunnels count toward the concurrency limit.
+//! so long-lived tunnels count toward the concurrency limit; an `h2c` upgrade is never tunnelled
+//! (through it a client would send the upstream HTTP/2 requests the proxy never sees).
 
 mod proxy_support;
 
@@ -100,4 +101,21 @@ async fn open_tunnel_holds_the_permit_until_it_closes() {
     assert!(freed, "the permit is released when the tunnel closes");
     let (status, _, _) = get(&c, p.addr, "/", &[]).await;
     assert_eq!(status, 200, "admitted once the tunnel is gone");
+}
+
+#[tokio::test]
+async fn an_h2c_upgrade_is_forwarded_as_a_plain_request() {
+    let up = upstream().await;
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{up}\"]\n")).await;
+    for upgrade in ["h2c", "H2C", "h2c/1", "echo, h2c"] {
+        let mut s = TcpStream::connect(p.addr).await.unwrap();
+        let req = format!(
+            "GET /h2c HTTP/1.1\r\nhost: x\r\nconnection: upgrade, http2-settings\r\n\
+             upgrade: {upgrade}\r\nhttp2-settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let head = read_head(&mut s).await;
+        // The upstream upgrades whatever carries `upgrade`: a 200 means it never saw one.
+        assert!(head.starts_with("HTTP/1.1 200"), "{upgrade}: {head}");
+    }
 }

@@ -8,9 +8,29 @@ use spillway_tower::wire;
 
 use crate::listener::head::Busy;
 
+/// Whether `req` asks to switch its connection to another protocol that the proxy tunnels (an
+/// HTTP/1.1 `upgrade` its `connection` names).
+///
+/// Never `h2c`: after the upstream's 101 the tunnel is opaque, and the client would speak
+/// HTTP/2 straight to the upstream — any number of requests, none classified, admitted or
+/// counted, through the one permit of the upgrade (and past every route's rules: "h2c
+/// smuggling"). RFC 9113 §3.1 deprecates the upgrade anyway, and RFC 9110 §7.8 lets a server
+/// ignore `upgrade`: such a request is forwarded as a plain one, its `upgrade` and what its
+/// `connection` names (`http2-settings`) removed as hop-by-hop.
 pub(super) fn is_upgrade<B>(req: &Request<B>) -> bool {
     req.version() == Version::HTTP_11
         && wire::find(req.headers(), &header::UPGRADE).is_some()
+        && !req
+            .headers()
+            .get_all(header::UPGRADE)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .any(|t| {
+                let t = t.trim_ascii();
+                // A protocol may carry a version (`h2c/1`, RFC 9110 §7.8): the name decides.
+                let name = t.split(|b| *b == b'/').next().unwrap_or(t);
+                name.eq_ignore_ascii_case(b"h2c")
+            })
         && req
             .headers()
             .get_all(header::CONNECTION)
