@@ -44,11 +44,12 @@ pub(super) fn is_upgrade<B>(req: &Request<B>) -> bool {
 
 /// The hop-by-hop headers [`strip_hop_by_hop`] always removes (besides those `connection`
 /// lists): RFC 9110 §7.6.1 and the older `keep-alive`/`proxy-connection`; `connection`,
-/// `upgrade` and `te` have rules of their own. A `static`, not a `const`: a `const` array is
-/// built and dropped again at every use.
-pub(super) static ALWAYS_REMOVED: [HeaderName; 6] = [
+/// `upgrade` and `te` have rules of their own. Not `trailer`: it is end-to-end (RFC 9110
+/// §6.6.2), and an HTTP/1.1 server sends a client only the trailer fields it announces, so
+/// without it every trailer on the way to an HTTP/1.1 client was dropped. A `static`, not a
+/// `const`: a `const` array is built and dropped again at every use.
+pub(super) static ALWAYS_REMOVED: [HeaderName; 5] = [
     header::TRANSFER_ENCODING,
-    header::TRAILER,
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     HeaderName::from_static("keep-alive"),
@@ -65,7 +66,7 @@ pub(super) fn is_hop_by_hop(n: &HeaderName) -> bool {
     let s = n.as_str();
     match s.len() {
         2 => s == "te",
-        7 => s == "upgrade" || s == "trailer",
+        7 => s == "upgrade",
         10 => s == "connection" || s == "keep-alive",
         16 => s == "proxy-connection",
         17 => s == "transfer-encoding",
@@ -271,7 +272,7 @@ mod tests {
             ("x-spillway-customer", "acme"),
         ]);
         strip_hop_by_hop(&mut h, false);
-        assert_eq!(names(&h), ["host", "x-spillway-customer"]);
+        assert_eq!(names(&h), ["host", "trailer", "x-spillway-customer"]);
 
         // gRPC's `te: trailers` stays; an upgrade keeps connection/upgrade.
         let mut h = map(&[

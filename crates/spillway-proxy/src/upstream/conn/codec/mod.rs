@@ -274,7 +274,14 @@ pub(super) fn parse_response(
             delimiters.field(&name, value.as_bytes());
             headers.append(name, value);
         }
+        let both = delimiters.both();
         let (framing, keep_alive) = delimiters.framing(method, status, version)?;
+        if both {
+            // The length is not the body's: sent on, it would make the client read the
+            // chunked body by it (RFC 9112 §6.3: "MUST first remove the received
+            // Content-Length field" before forwarding).
+            headers.remove(header::CONTENT_LENGTH);
+        }
         return Ok(Some(ResponseHead {
             status,
             version,
@@ -344,6 +351,11 @@ impl Delimiters {
         } else if *name == header::CONTENT_LENGTH {
             self.length = self.length.and_then(|found| add_length(found, value));
         }
+    }
+
+    /// Both a `transfer-encoding` and a `content-length` were seen (the coding wins).
+    fn both(&self) -> bool {
+        self.chunked.is_some() && self.length != Ok(None)
     }
 
     /// The body's framing and whether the connection stays open (RFC 9112 §6.3, §9.3).
