@@ -1,8 +1,9 @@
 //! The proxy's own HTTP/1.1 upstream client on the wire, against an upstream that writes its
 //! answers byte by byte as scripted: chunked and close-delimited responses, bodiless ones
 //! (HEAD, 204), a chunked upload of unknown length, garbage, a body cut short, an answer sent
-//! before the upload was read — each delivered (or refused) as RFC 9112 says, and a connection
-//! reused only after a complete exchange.
+//! before the upload was read, announced trailers, a response with both framings, an HTTP/2
+//! client's cookie fields — each delivered (or refused) as RFC 9112 and RFC 9113 say, and a
+//! connection reused only after a complete exchange.
 
 mod proxy_support;
 
@@ -436,4 +437,35 @@ async fn a_response_with_both_framings_is_sent_on_without_its_content_length() {
         2,
         "{wire}"
     );
+}
+
+#[tokio::test]
+async fn an_http2_clients_cookie_fields_reach_an_http1_upstream_as_one() {
+    let up = scripted(
+        |_, _| {
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
+                false,
+            )
+        },
+        true,
+    )
+    .await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\nprotocol = \"http1\"\n",
+        up.addr
+    ))
+    .await;
+    let (status, _, _) = get(
+        &h2_client(),
+        p.addr,
+        "/c",
+        &[("cookie", "a=1"), ("cookie", "b=2")],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let head = up.seen.lock().unwrap()[0].0.clone();
+    // RFC 9113 §8.2.3: one field, crumbs joined by "; ".
+    assert_eq!(head.matches("cookie:").count(), 1, "{head}");
+    assert!(head.contains("\r\ncookie: a=1; b=2\r\n"), "{head}");
 }

@@ -109,6 +109,29 @@ pub(super) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
+/// Joins the `cookie` fields of a request into one, separated by `"; "`, as RFC 9113 §8.2.3
+/// requires of a request passing from HTTP/2 — where a client may send each cookie as a field
+/// of its own, and browsers do — to HTTP/1.1, where many servers read only the first
+/// `cookie` line (or join them with commas, which breaks the cookies). Nothing is done for
+/// one field or none.
+pub(super) fn join_cookies(h: &mut HeaderMap) {
+    let mut all = h.get_all(header::COOKIE).iter();
+    if all.next().is_none() || all.next().is_none() {
+        return;
+    }
+    let mut joined: Vec<u8> = Vec::new();
+    for v in h.get_all(header::COOKIE) {
+        if !joined.is_empty() {
+            joined.extend_from_slice(b"; ");
+        }
+        joined.extend_from_slice(v.as_bytes());
+    }
+    // Made of valid values and "; ": always a valid value.
+    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+        h.insert(header::COOKIE, v);
+    }
+}
+
 /// `x-forwarded-for` (a static name: a `&str` name would be copied into a new one per request).
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
@@ -282,6 +305,19 @@ mod tests {
         ]);
         strip_hop_by_hop(&mut h, true);
         assert_eq!(names(&h), ["connection", "te", "upgrade"]);
+    }
+
+    #[test]
+    fn cookies_in_several_fields_are_joined_into_one() {
+        let mut h = map(&[("cookie", "a=1"), ("x-b", "2"), ("cookie", "b=2; c=3")]);
+        join_cookies(&mut h);
+        let all: Vec<_> = h.get_all("cookie").iter().collect();
+        assert_eq!(all, ["a=1; b=2; c=3"]);
+        assert_eq!(h["x-b"], "2");
+        let mut one = map(&[("cookie", "a=1")]);
+        let before = one.clone();
+        join_cookies(&mut one);
+        assert_eq!(one, before);
     }
 
     #[test]

@@ -482,6 +482,9 @@ fn upstream_request(
         req.headers_mut().remove(header::HOST);
     } else {
         *req.version_mut() = Version::HTTP_11;
+        if parts.version >= Version::HTTP_2 {
+            super::headers::join_cookies(req.headers_mut());
+        }
         if wire::find(req.headers(), &header::HOST).is_none() {
             // The client's authority (an HTTP/2 client's :authority), else the task's.
             let host = parts
