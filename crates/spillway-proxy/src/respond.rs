@@ -25,6 +25,8 @@ use crate::upstream::{empty_body, full_body, ProxyBody};
 const TEXT: &str = "text/plain; charset=utf-8";
 /// gRPC `INVALID_ARGUMENT`.
 const GRPC_INVALID_ARGUMENT: u16 = 3;
+/// gRPC's UNIMPLEMENTED.
+const GRPC_UNIMPLEMENTED: u16 = 12;
 /// gRPC `DEADLINE_EXCEEDED`.
 const GRPC_DEADLINE_EXCEEDED: u16 = 4;
 /// gRPC `INTERNAL`.
@@ -147,6 +149,21 @@ pub fn bad_host(e: &crate::forward::HostError, protocol: Protocol) -> Response<P
         GRPC_INVALID_ARGUMENT,
         "bad_host",
         e.to_string(),
+    )
+}
+
+/// A `CONNECT` (501 / `UNIMPLEMENTED`): a reverse proxy opens no tunnels to where a client
+/// names. 501 rather than 405, which would owe an `allow` list of the upstream's methods
+/// (RFC 9110 §15.5.6, §15.6.2).
+pub fn connect_unsupported(protocol: Protocol) -> Response<ProxyBody> {
+    error(
+        protocol,
+        StatusCode::NOT_IMPLEMENTED,
+        GRPC_UNIMPLEMENTED,
+        "connect_unsupported",
+        "CONNECT is not supported: spillway proxy forwards requests to its upstream, it opens \
+         no tunnels"
+            .to_string(),
     )
 }
 

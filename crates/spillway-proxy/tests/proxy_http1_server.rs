@@ -5,7 +5,8 @@
 //! request is refused first), a request the fast path hands to hyper's server in the middle of
 //! a connection (an upgrade) served there without a byte lost, and a client that
 //! leaves while its request runs cancelling it; a broken upload is the client's fault whichever
-//! protocol the upstream speaks.
+//! protocol the upstream speaks; a `host` that cannot be forwarded and a `CONNECT` refused with
+//! the connection kept, an absolute target's authority sent on as the host.
 
 mod proxy_support;
 
@@ -504,4 +505,25 @@ async fn an_http2_upstream_gets_the_host_the_client_asked_for() {
         got[0].1.starts_with("b GET /h v=HTTP/2.0") && got[0].1.contains(" host=svc.example:8080 "),
         "{got:?}"
     );
+}
+
+#[tokio::test]
+async fn a_connect_is_refused_and_never_reaches_the_upstream() {
+    let (_b, p) = echo_proxy().await;
+    let wire = exchange(
+        p.addr,
+        b"CONNECT evil.example:443 HTTP/1.1\r\nhost: evil.example:443\r\n\r\n\
+          GET /after HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let got = answers(&wire, &[]);
+    assert_eq!(got.len(), 2, "{wire}");
+    assert!(got[0].0.starts_with("HTTP/1.1 501 "), "{got:?}");
+    assert!(
+        got[0].0.contains("x-spillway-reason: connect_unsupported"),
+        "{got:?}"
+    );
+    // Not taken for a tunnel: the connection goes on with the next request.
+    assert!(got[1].1.starts_with("b GET /after "), "{got:?}");
+    assert_eq!(p.state.faults.get(Fault::BadRequest), 1);
 }

@@ -61,6 +61,11 @@ pub async fn handle(
     let protocol = Protocol::of(req.headers());
     let (mut parts, body) = req.into_parts();
 
+    if parts.method == http::Method::CONNECT {
+        // Before hyper's server would take a 2xx for an open tunnel and hold the connection.
+        state.faults.count(Fault::BadRequest);
+        return Ok(respond::connect_unsupported(protocol));
+    }
     if let Err(e) = host::check(&mut parts) {
         state.faults.count(Fault::BadRequest);
         return Ok(respond::bad_host(&e, protocol));
