@@ -130,7 +130,12 @@ pub fn check(cfg: &ProxyConfig, origin: &str) -> Result<(), ConfigError> {
 }
 
 fn first_line_message(m: &str) -> String {
-    m.trim().to_string()
+    let m = m.trim();
+    // The standard library's address parser says what is wrong, not what is accepted.
+    if m == "invalid socket address syntax" {
+        return format!("{m}: expected ip:port, e.g. 127.0.0.1:8080 or [::1]:8080");
+    }
+    m.to_string()
 }
 
 /// 1-based line number of byte `offset`.
@@ -286,11 +291,23 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
         return Err(bad("upstream.addresses", "[]", "at least one host:port"));
     }
     for (i, a) in u.addresses.iter().enumerate() {
-        if crate::upstream::parse_authority(a).is_none() {
+        let Some(this) = crate::upstream::parse_authority(a) else {
             return Err(bad(
                 format!("upstream.addresses[{i}]"),
                 format!("{a:?}"),
                 "host:port, e.g. 127.0.0.1:9000",
+            ));
+        };
+        // The same task twice would be two tasks to the balancer — twice the share of the
+        // traffic, two throttles and two ejection records for one process.
+        if let Some(j) = u.addresses[..i]
+            .iter()
+            .position(|b| crate::upstream::parse_authority(b).is_some_and(|b| b == this))
+        {
+            return Err(bad(
+                format!("upstream.addresses[{i}]"),
+                format!("{a:?}"),
+                &format!("an address not listed already (it is upstream.addresses[{j}])"),
             ));
         }
     }
@@ -522,6 +539,11 @@ mod tests {
     fn errors_name_key_and_line() {
         let e = parse("[listen]\naddress = \"nope\"\n", "c.toml").unwrap_err();
         assert_eq!((e.line, e.key.as_str()), (Some(2), "listen.address"), "{e}");
+        assert!(
+            e.message
+                .ends_with("expected ip:port, e.g. 127.0.0.1:8080 or [::1]:8080"),
+            "{e}"
+        );
         let e = parse(
             "[upstream]\naddresses = [\"127.0.0.1:1\", \"bad\"]\n",
             "c.toml",
@@ -530,6 +552,16 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "c.toml:2: upstream.addresses[1]: \"bad\": expected host:port, e.g. 127.0.0.1:9000"
+        );
+        let e = parse(
+            "[upstream]\naddresses = [\"127.0.0.1:1\", \"LOCALHOST:2\",\n  \"localhost:2\"]\n",
+            "c.toml",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "c.toml:3: upstream.addresses[2]: \"localhost:2\": expected an address not listed \
+             already (it is upstream.addresses[1])"
         );
         let e = parse("[listen]\nmax_conections = 3\n", "c.toml").unwrap_err();
         assert_eq!(e.line, Some(2), "{e}");
