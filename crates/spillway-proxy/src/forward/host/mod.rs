@@ -12,6 +12,7 @@
 
 use http::header::{self, HeaderValue};
 use http::request::Parts;
+use http::uri::Authority;
 use http::Version;
 
 #[cfg(test)]
@@ -53,7 +54,7 @@ pub(crate) fn check(parts: &mut Parts) -> Result<(), HostError> {
     let h1 = parts.version <= Version::HTTP_11;
     match (parts.uri.authority(), first) {
         (Some(a), Some(h)) if !h1 => {
-            if h.as_bytes().eq_ignore_ascii_case(a.as_str().as_bytes()) {
+            if same_authority(a, h.as_bytes(), parts.uri.scheme_str()) {
                 Ok(())
             } else {
                 Err(HostError::NotAuthority)
@@ -75,6 +76,18 @@ pub(crate) fn check(parts: &mut Parts) -> Result<(), HostError> {
         (None, None) if parts.version == Version::HTTP_11 => Err(HostError::Missing),
         _ => Ok(()),
     }
+}
+
+/// Whether `host` names the entity `authority` does: the same host without regard to case, the
+/// same port once the scheme's default fills in a missing one (`svc` and `svc:443` over
+/// `https` are one entity).
+fn same_authority(authority: &Authority, host: &[u8], scheme: Option<&str>) -> bool {
+    let Ok(h) = Authority::try_from(host) else {
+        return false;
+    };
+    let default = if scheme == Some("https") { 443 } else { 80 };
+    h.host().eq_ignore_ascii_case(authority.host())
+        && h.port_u16().unwrap_or(default) == authority.port_u16().unwrap_or(default)
 }
 
 /// Whether `v` can be a `host` value: `uri-host [ ":" port ]` (RFC 3986 §3.2.2) by its bytes —

@@ -115,6 +115,34 @@ fn an_http2_host_names_the_same_authority() {
         checked(Version::HTTP_2, uri, &["other.example"]).0,
         Err(HostError::NotAuthority)
     );
+    assert_eq!(
+        checked(Version::HTTP_2, uri, &["svc.example:8444"]).0,
+        Err(HostError::NotAuthority),
+        "another port"
+    );
+    // A port left out is the scheme's default.
+    assert_eq!(
+        checked(
+            Version::HTTP_2,
+            "https://svc.example/a",
+            &["svc.example:443"]
+        )
+        .0,
+        Ok(())
+    );
+    assert_eq!(
+        checked(Version::HTTP_2, "http://svc.example:80/a", &["svc.example"]).0,
+        Ok(())
+    );
+    assert_eq!(
+        checked(
+            Version::HTTP_2,
+            "http://svc.example/a",
+            &["svc.example:443"]
+        )
+        .0,
+        Err(HostError::NotAuthority)
+    );
     let (r, after) = checked(Version::HTTP_2, uri, &[]);
     assert_eq!((r, after.len()), (Ok(()), 0), "no host added for HTTP/2");
 }
