@@ -48,14 +48,24 @@ pub const LOOPBACK_ACCEPTS: &str = "a loopback address such as 127.0.0.1:8080, [
      localhost:8080 (Spillway's load tools refuse any other target so that no experiment can \
      flood a machine or network it was not meant for)";
 
-/// Resolves `host:port` (or an `http://host:port/...` URL) and accepts it only if every
-/// address it resolves to is loopback.
+/// Resolves `host:port` (or an `http://host:port` URL) and accepts it only if every address it
+/// resolves to is loopback. A path or an `https://` URL is refused rather than ignored: the
+/// tools speak cleartext HTTP, and the load generator's paths are its classes' routes.
 pub fn loopback_addr(s: &str) -> Result<SocketAddr, String> {
-    let rest = s
-        .strip_prefix("http://")
-        .or_else(|| s.strip_prefix("https://"))
-        .unwrap_or(s);
-    let authority = rest.split('/').next().unwrap_or(rest);
+    if s.starts_with("https://") {
+        return Err(format!(
+            "{s:?}: Spillway's load tools speak cleartext HTTP (no TLS); expected \
+             {LOOPBACK_ACCEPTS}"
+        ));
+    }
+    let rest = s.strip_prefix("http://").unwrap_or(s);
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    if !path.is_empty() && path != "/" {
+        return Err(format!(
+            "{s:?}: an address takes no path (the load generator's paths are set per class, \
+             e.g. --class route={path}); expected {LOOPBACK_ACCEPTS}"
+        ));
+    }
     let addrs: Vec<SocketAddr> = authority
         .to_socket_addrs()
         .map_err(|e| format!("invalid address {s:?} ({e}): expected {LOOPBACK_ACCEPTS}"))?
@@ -106,7 +116,13 @@ mod tests {
     fn only_loopback() {
         assert_eq!(loopback_addr("127.0.0.1:80").unwrap().port(), 80);
         assert!(loopback_addr("[::1]:81").unwrap().ip().is_loopback());
-        assert!(loopback_addr("http://127.0.0.1:82/path").is_ok());
+        assert!(loopback_addr("http://127.0.0.1:82/").is_ok());
+        assert!(loopback_addr("http://127.0.0.1:82").is_ok());
+        // Not ignored: a path would not be used, TLS would not be spoken.
+        let e = loopback_addr("http://127.0.0.1:82/path").unwrap_err();
+        assert!(e.contains("no path") && e.contains("route=/path"), "{e}");
+        let e = loopback_addr("https://127.0.0.1:443").unwrap_err();
+        assert!(e.contains("cleartext"), "{e}");
         assert!(loopback_addr("127.8.9.10:1").is_ok());
         let e = loopback_addr("10.0.0.1:80").unwrap_err();
         assert!(
