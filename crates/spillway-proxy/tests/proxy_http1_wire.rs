@@ -469,3 +469,31 @@ async fn an_http2_clients_cookie_fields_reach_an_http1_upstream_as_one() {
     assert_eq!(head.matches("cookie:").count(), 1, "{head}");
     assert!(head.contains("\r\ncookie: a=1; b=2\r\n"), "{head}");
 }
+
+#[tokio::test]
+async fn in_auto_mode_an_http2_client_reaches_an_upstream_that_speaks_only_http1() {
+    let up = scripted(
+        |_, _| {
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
+                false,
+            )
+        },
+        true,
+    )
+    .await;
+    // The default protocol, `auto`, as the zero-config form has it.
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{}\"]\n", up.addr)).await;
+    let c = h2_client();
+    for _ in 0..3 {
+        let (status, _, body) = get(&c, p.addr, "/x", &[]).await;
+        assert_eq!((status, body.as_str()), (200, "ok"));
+    }
+    let seen = up.seen.lock().unwrap().clone();
+    // Asked once (the HTTP/2 preface, which this upstream reads as two heads and answers),
+    // then every request over HTTP/1.1.
+    assert!(seen[0].0.starts_with("pri * http/2.0"), "{seen:?}");
+    let count = |p: &str| seen.iter().filter(|(h, _)| h.starts_with(p)).count();
+    assert_eq!(count("pri * http/2.0"), 1, "{seen:?}");
+    assert_eq!(count("get /x http/1.1"), 3, "{seen:?}");
+}

@@ -74,11 +74,14 @@ pub(super) async fn forward(
         }
     };
     let upgrade = wire::find(&parts.headers, &header::UPGRADE).is_some();
-    let http2 = match cfg.protocol {
+    let wants_http2 = match cfg.protocol {
         UpstreamProtocol::Http1 => false,
         UpstreamProtocol::Http2 => true,
         UpstreamProtocol::Auto => parts.version == Version::HTTP_2,
     } && !upgrade;
+    // `auto` asks each task once whether it speaks h2c (gRPC needs HTTP/2 whatever it says).
+    let ask_h2c =
+        wants_http2 && cfg.protocol == UpstreamProtocol::Auto && protocol != Protocol::Grpc;
     // Without a body to wait for, the grant's time is now to within microseconds: one clock
     // read fewer per request (two on the first attempt).
     let start = if body_was_empty {
@@ -182,6 +185,14 @@ pub(super) async fn forward(
                 }
             },
         };
+        let task_index = usize::try_from(task.id).unwrap_or(usize::MAX);
+        let http2 = wants_http2
+            && (!ask_h2c
+                || match pool.conns.h2c_known(task_index) {
+                    Some(known) => known,
+                    // Boxed: asked once per task, while this future is built per request.
+                    None => Box::pin(pool.conns.probe_h2c(task_index)).await,
+                });
         // With one task there is never a second attempt (retries go to *another* task), so the
         // headers can move into the upstream request instead of being copied for a retry.
         let last = pool.tasks().len() <= 1;
@@ -203,7 +214,6 @@ pub(super) async fn forward(
         if let Some(d) = class.deadline {
             timeout = timeout.min(d.saturating_duration_since(now));
         }
-        let task_index = usize::try_from(task.id).unwrap_or(usize::MAX);
         let result = tokio::time::timeout(timeout, pool.conns.send(task_index, req, http2)).await;
         let now = Instant::now();
         match result {

@@ -39,6 +39,7 @@
 
 mod body;
 mod codec;
+mod h2c;
 mod http1;
 mod idle;
 
@@ -194,6 +195,8 @@ pub struct Connections {
     max_idle: usize,
     origin: Instant,
     local: ThreadLocal<Home>,
+    /// Which tasks speak h2c, as far as asked (`upstream.protocol = "auto"`).
+    h2c: h2c::H2cSupport,
 }
 
 impl std::fmt::Debug for Connections {
@@ -227,7 +230,34 @@ impl Connections {
             max_idle,
             origin: Instant::now(),
             local: ThreadLocal::new(),
+            h2c: h2c::H2cSupport::new(addresses.len()),
         }
+    }
+
+    /// Whether task `task` speaks h2c, if known (see [`h2c`]); `None`: ask with
+    /// [`probe_h2c`](Self::probe_h2c).
+    pub fn h2c_known(&self, task: usize) -> Option<bool> {
+        self.h2c.known(task, self.now_ms())
+    }
+
+    /// Asks task `task` whether it speaks h2c, on a connection of its own (see [`h2c`]); a
+    /// connection that cannot be made is no answer, and says yes (the request's own connect
+    /// then fails as it would have).
+    pub async fn probe_h2c(&self, task: usize) -> bool {
+        let Ok(stream) = self.tcp(task).await else {
+            return true;
+        };
+        let answer = h2c::probe(stream, self.connect_timeout).await;
+        if answer != h2c::Answer::Yes {
+            if let Some(t) = self.targets.get(task) {
+                crate::metrics::log(&format!(
+                    "upstream {}: no HTTP/2 (h2c) answer ({answer:?}); HTTP/2 clients' \
+                     requests go to it over HTTP/1.1",
+                    t.text
+                ));
+            }
+        }
+        self.h2c.record(task, answer, self.now_ms())
     }
 
     fn now_ms(&self) -> u64 {
