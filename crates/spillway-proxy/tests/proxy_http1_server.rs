@@ -36,18 +36,6 @@ async fn echo_proxy_h2() -> (Backend, spillway_proxy::run::Running) {
     (b, p)
 }
 
-/// Writes `bytes` on a new connection and reads until the proxy closes it.
-async fn exchange(proxy: std::net::SocketAddr, bytes: &[u8]) -> String {
-    let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.write_all(bytes).await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("the proxy closes the connection after the last answer")
-        .unwrap();
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// A POST to `path` with a body of `len` bytes and its `content-length`, head and body.
 fn post(path: &str, len: usize) -> Vec<u8> {
     let mut req =

@@ -101,22 +101,21 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     }
 }
 
+/// A scripted upstream's answer to anything: `200 ok`, the connection kept.
+fn ok(_: &str, _: usize) -> (Vec<u8>, bool) {
+    (
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
+        false,
+    )
+}
+
 fn upstream_toml(addr: std::net::SocketAddr) -> String {
     format!("[upstream]\naddresses = [\"{addr}\"]\nmax_idle_per_task = 4\n")
 }
 
 #[tokio::test]
 async fn a_chunked_upload_of_unknown_length_arrives_chunked_and_whole() {
-    let up = scripted(
-        |_, _| {
-            (
-                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
-                false,
-            )
-        },
-        true,
-    )
-    .await;
+    let up = scripted(ok, true).await;
     let p = proxy_toml(&upstream_toml(up.addr)).await;
     // The rest of the body only after a pause: while the proxy decides where the request goes
     // its length is unknown (a body already whole when it looks is buffered and sent with its
@@ -372,32 +371,23 @@ async fn a_safe_request_caught_by_the_keep_alive_race_is_sent_again_an_unsafe_on
     );
 }
 
-/// Sends `req` on a new connection to `proxy` and reads until it closes (the request asks it to).
-async fn raw_exchange(proxy: std::net::SocketAddr, req: &[u8]) -> String {
-    let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.write_all(req).await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("the proxy closes the connection after its answer")
-        .unwrap();
-    String::from_utf8_lossy(&out).into_owned()
+/// `req`'s answers (read until the proxy closes the connection) through a proxy in front of an
+/// upstream answering every request with `answer`'s bytes; and what the upstream saw.
+async fn through(answer: fn(&str, usize) -> (Vec<u8>, bool), req: &[u8]) -> (Seen, String) {
+    let up = scripted(answer, true).await;
+    let p = proxy_toml(&upstream_toml(up.addr)).await;
+    let wire = exchange(p.addr, req).await;
+    (up.seen, wire)
 }
 
 #[tokio::test]
 async fn announced_trailers_reach_an_http1_client_that_takes_them() {
-    let up = scripted(
+    let (seen, wire) = through(
         |_, _| {
             let r = b"HTTP/1.1 200 OK\r\ntrailer: x-sum\r\ntransfer-encoding: chunked\r\n\r\n\
                       3\r\nabc\r\n0\r\nx-sum: 42\r\nx-other: 1\r\n\r\n";
             (r.to_vec(), false)
         },
-        true,
-    )
-    .await;
-    let p = proxy_toml(&upstream_toml(up.addr)).await;
-    let wire = raw_exchange(
-        p.addr,
         b"GET /t HTTP/1.1\r\nhost: x\r\nte: trailers\r\nconnection: close\r\n\r\n",
     )
     .await;
@@ -407,25 +397,19 @@ async fn announced_trailers_reach_an_http1_client_that_takes_them() {
     // server's rule, kept by the proxy's own).
     assert!(lower.ends_with("0\r\nx-sum: 42\r\n\r\n"), "{wire}");
     // The client's `te: trailers` reached the upstream.
-    assert!(up.seen.lock().unwrap()[0].0.contains("te: trailers"));
+    assert!(seen.lock().unwrap()[0].0.contains("te: trailers"));
 }
 
 #[tokio::test]
 async fn a_response_with_both_framings_is_sent_on_without_its_content_length() {
     // Chunked wins over a length (RFC 9112 §6.3); the length, left in, would make the client
     // read the chunked body's 2 bytes as a 5-byte one and take the next answer's start for it.
-    let up = scripted(
+    let (_, wire) = through(
         |_, _| {
             let r = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n\
                       2\r\nok\r\n0\r\n\r\n";
             (r.to_vec(), false)
         },
-        true,
-    )
-    .await;
-    let p = proxy_toml(&upstream_toml(up.addr)).await;
-    let wire = raw_exchange(
-        p.addr,
         b"GET /a HTTP/1.1\r\nhost: x\r\n\r\nGET /b HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
     )
     .await;
@@ -441,16 +425,7 @@ async fn a_response_with_both_framings_is_sent_on_without_its_content_length() {
 
 #[tokio::test]
 async fn an_http2_clients_cookie_fields_reach_an_http1_upstream_as_one() {
-    let up = scripted(
-        |_, _| {
-            (
-                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
-                false,
-            )
-        },
-        true,
-    )
-    .await;
+    let up = scripted(ok, true).await;
     let p = proxy_toml(&format!(
         "[upstream]\naddresses = [\"{}\"]\nprotocol = \"http1\"\n",
         up.addr
@@ -472,16 +447,7 @@ async fn an_http2_clients_cookie_fields_reach_an_http1_upstream_as_one() {
 
 #[tokio::test]
 async fn in_auto_mode_an_http2_client_reaches_an_upstream_that_speaks_only_http1() {
-    let up = scripted(
-        |_, _| {
-            (
-                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec(),
-                false,
-            )
-        },
-        true,
-    )
-    .await;
+    let up = scripted(ok, true).await;
     // The default protocol, `auto`, as the zero-config form has it.
     let p = proxy_toml(&format!("[upstream]\naddresses = [\"{}\"]\n", up.addr)).await;
     let c = h2_client();

@@ -231,3 +231,17 @@ pub async fn read_head(s: &mut tokio::net::TcpStream) -> String {
     }
     String::from_utf8_lossy(&buf).into_owned()
 }
+
+/// Writes `bytes` on a new connection to `proxy` and reads until the proxy closes it (the last
+/// request asks it to).
+pub async fn exchange(proxy: SocketAddr, bytes: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .expect("the proxy closes the connection after the last answer")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
