@@ -154,6 +154,50 @@ async fn an_idle_kept_alive_connection_is_closed_uncounted() {
 }
 
 #[tokio::test]
+async fn half_an_http2_preface_is_cut_and_counted() {
+    // The first bytes of the preface used to exempt the connection from the timeout for good.
+    let (_b, p) = with_header_timeout(200).await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    assert_eq!(header_timeouts_once_closed(&mut s, &p).await, 1);
+}
+
+#[tokio::test]
+async fn an_http2_connection_with_no_request_is_cut_and_an_idle_one_closed_uncounted() {
+    let (_b, p) = with_header_timeout(200).await;
+    // Preface and SETTINGS, then nothing: a slot held without a request.
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    assert_eq!(header_timeouts_once_closed(&mut s, &p).await, 1);
+    // A client that made a request and then went quiet: closed, not counted.
+    let io = hyper_util::rt::TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
+    let (mut tx, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = http::Request::get(format!("http://{}/", p.addr))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let res = tx.send_request(req).await.unwrap();
+    assert_eq!(res.status(), 200);
+    drop(res.into_body()); // the stream ends
+    tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("the proxy closes a quiet HTTP/2 connection")
+        .unwrap()
+        .ok();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        p.state.faults.get(Fault::HeaderTimeout),
+        1,
+        "idle is not slow"
+    );
+}
+
+#[tokio::test]
 async fn a_response_slower_than_the_header_timeout_is_not_cut() {
     // `/slow` answers after 800 ms, four header timeouts: the request is in progress, not a
     // client failing to send its head; the connection stays usable after it.

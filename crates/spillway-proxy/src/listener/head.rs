@@ -18,9 +18,13 @@
 //! hyper-util's protocol detection waited for those bytes without any timeout), or an idle
 //! keep-alive connection (closed silently, as hyper closed it). A request is in progress from
 //! its head until its response body ends (a [`Busy`] token travels with the response), so a slow
-//! upstream or a long streamed response is never cut. HTTP/2 connections are not watched once
-//! the client has shown it speaks h2 (its preface or an h2 request): they multiplex streams,
-//! whose heads hyper's HTTP/1.1 timeout never covered either.
+//! upstream or a long streamed response is never cut. HTTP/2 connections are watched by the same
+//! rule: one that sends its preface, or half of it, and no request within the timeout is closed
+//! and counted (it used to be left alone from its first bytes on: a client could hold a
+//! connection slot for ever with `PRI * HTTP/2.0` and nothing more); one with no stream open and
+//! none begun for the timeout is closed uncounted, as an idle HTTP/1.1 keep-alive connection is
+//! (an HTTP/2 client reconnects for its next request, as an HTTP/1.1 one does). Its control
+//! frames (PING, WINDOW_UPDATE) are not progress: only streams are.
 
 use std::future::Future;
 use std::io;
@@ -42,7 +46,7 @@ pub struct Progress {
     active: AtomicU64,
     /// Bytes were read since the last request ended (a head is under way, not an idle wait).
     read: AtomicBool,
-    /// The client speaks HTTP/2.
+    /// The client speaks HTTP/2 (its preface, or an h2 request): bytes read are not a head.
     h2: AtomicBool,
 }
 
@@ -117,9 +121,6 @@ pub async fn watch<F: Future>(conn: F, progress: &Progress, timeout: Duration) -
         if let Some(out) = fired {
             return Ended::Done(out);
         }
-        if progress.h2.load(Relaxed) {
-            return Ended::Done(conn.await);
-        }
         // `conn` was polled just before, so every head the client completed has been counted.
         let now = Instant::now();
         let (heads, active) = progress.snapshot();
@@ -128,8 +129,13 @@ pub async fn watch<F: Future>(conn: F, progress: &Progress, timeout: Duration) -
             quiet_from = now;
             seen = (heads, active);
         } else if now.saturating_duration_since(quiet_from) >= timeout {
-            let counted = heads == 0 || progress.read.load(Relaxed);
-            return Ended::TimedOut { counted };
+            // Bytes since the last request ended are a head under way over HTTP/1.1; over
+            // HTTP/2 they may be control frames only, so there only a connection that never
+            // began a stream counts as slow.
+            let partial = progress.read.load(Relaxed) && !progress.h2.load(Relaxed);
+            return Ended::TimedOut {
+                counted: heads == 0 || partial,
+            };
         }
         sleep
             .as_mut()

@@ -95,14 +95,31 @@ async fn the_connection_future_ends_the_watch() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_http2_connection_is_not_watched() {
+async fn an_http2_preface_without_a_request_is_cut_and_counted() {
     let p = Arc::new(Progress::default());
-    drop(p.begin(http::Version::HTTP_2));
-    let conn = async {
+    let mut s = Watched::new(&b"PRI * HTTP/2.0\r\n"[..], Arc::clone(&p));
+    let mut buf = [0u8; 64];
+    assert!(s.read(&mut buf).await.unwrap() > 0);
+    cut_and_counted(cut(&p).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_http2_connection_is_closed_uncounted_a_busy_one_never() {
+    let p = Arc::new(Progress::default());
+    p.h2.store(true, Relaxed);
+    // A stream open for ten timeouts (a long gRPC stream) is never cut…
+    let busy = p.begin(http::Version::HTTP_2);
+    let released = async {
         tokio::time::sleep(T * 10).await;
-        "ended by itself"
+        drop(busy);
+        p.read.store(true, Relaxed); // a PING or WINDOW_UPDATE since: not a head
+        Instant::now()
     };
-    assert_eq!(watch(conn, &p, T).await, Ended::Done("ended by itself"));
+    let (ended, released) = tokio::join!(watch(pending::<()>(), &p, T), released);
+    // …and once none is open for the timeout the connection is closed, uncounted.
+    assert_eq!(ended, Ended::TimedOut { counted: false });
+    let after = Instant::now() - released;
+    assert!(after >= T && after <= T + T / 4, "{after:?}");
 }
 
 #[tokio::test]
