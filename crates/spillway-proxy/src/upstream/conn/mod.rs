@@ -237,7 +237,7 @@ impl Connections {
     /// Whether task `task` speaks h2c, if known (see [`h2c`]); `None`: ask with
     /// [`probe_h2c`](Self::probe_h2c).
     pub fn h2c_known(&self, task: usize) -> Option<bool> {
-        self.h2c.known(task, self.now_ms())
+        self.h2c.known(task, || self.now_ms())
     }
 
     /// Asks task `task` whether it speaks h2c, on a connection of its own (see [`h2c`]); a

@@ -62,13 +62,14 @@ impl H2cSupport {
         }
     }
 
-    /// What is known of `task` at `now_ms`: `None` if it must be asked.
-    pub(super) fn known(&self, task: usize, now_ms: u64) -> Option<bool> {
+    /// What is known of `task` now (`now_ms` is read only for a no for want of an answer):
+    /// `None` if it must be asked.
+    pub(super) fn known(&self, task: usize, now_ms: impl FnOnce() -> u64) -> Option<bool> {
         let w = self.tasks.get(task)?.load(Ordering::Relaxed);
         match w & 3 {
             YES => Some(true),
             NO => Some(false),
-            NO_UNTIL if now_ms < w >> 2 => Some(false),
+            NO_UNTIL if now_ms() < w >> 2 => Some(false),
             _ => None,
         }
     }

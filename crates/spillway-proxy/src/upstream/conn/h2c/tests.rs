@@ -57,17 +57,17 @@ async fn an_http2_server_says_yes_an_http1_server_no_a_silent_one_nothing() {
 #[test]
 fn answers_are_kept_and_silence_only_for_a_while() {
     let s = H2cSupport::new(3);
-    assert_eq!(s.known(0, 0), None, "nothing asked yet");
+    assert_eq!(s.known(0, || 0), None, "nothing asked yet");
     assert!(s.record(0, Answer::Yes, 10));
     assert!(!s.record(1, Answer::No, 10));
     assert!(!s.record(2, Answer::Silent, 10));
     let later = 10 + RETRY_AFTER.as_millis() as u64;
-    assert_eq!(s.known(0, later * 100), Some(true), "kept for good");
-    assert_eq!(s.known(1, later * 100), Some(false), "kept for good");
-    assert_eq!(s.known(2, later - 1), Some(false));
-    assert_eq!(s.known(2, later), None, "asked again after the pause");
+    assert_eq!(s.known(0, || later * 100), Some(true), "kept for good");
+    assert_eq!(s.known(1, || later * 100), Some(false), "kept for good");
+    assert_eq!(s.known(2, || later - 1), Some(false));
+    assert_eq!(s.known(2, || later), None, "asked again after the pause");
     assert_eq!(
-        s.known(7, 0),
+        s.known(7, || 0),
         None,
         "no such task: asked (and the connect fails)"
     );
