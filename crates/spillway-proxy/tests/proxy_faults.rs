@@ -171,7 +171,7 @@ async fn an_http2_connection_with_no_request_is_cut_and_an_idle_one_closed_uncou
         .await
         .unwrap();
     assert_eq!(header_timeouts_once_closed(&mut s, &p).await, 1);
-    // A client that made a request and then went quiet: closed, not counted.
+    // A client that made a request and then went quiet: closed gracefully, not counted.
     let io = hyper_util::rt::TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
     let (mut tx, conn) =
         hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
@@ -184,11 +184,12 @@ async fn an_http2_connection_with_no_request_is_cut_and_an_idle_one_closed_uncou
     let res = tx.send_request(req).await.unwrap();
     assert_eq!(res.status(), 200);
     drop(res.into_body()); // the stream ends
-    tokio::time::timeout(Duration::from_secs(5), conn)
+    let ended = tokio::time::timeout(Duration::from_secs(5), conn)
         .await
         .expect("the proxy closes a quiet HTTP/2 connection")
-        .unwrap()
-        .ok();
+        .unwrap();
+    // With GOAWAY first: a connection dropped without one ends the client's in an error.
+    assert!(ended.is_ok(), "{ended:?}");
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
         p.state.faults.get(Fault::HeaderTimeout),

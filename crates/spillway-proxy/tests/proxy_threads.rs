@@ -188,6 +188,38 @@ async fn shutdown_drains_requests_in_flight() {
     stopping.await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_an_http2_stream_in_flight() {
+    // HTTP/2 connections are hyper's: told to close gracefully (GOAWAY), they finish the
+    // streams they have.
+    let b = backend("b").await;
+    let (_state, dp) = data_plane(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nthreads = 2\n",
+        b.addr
+    ));
+    let io = hyper_util::rt::TokioIo::new(TcpStream::connect(dp.addr).await.unwrap());
+    let (mut tx, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(format!("http://{}/slow", dp.addr))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let answer = tokio::spawn(tx.send_request(req));
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while b.max_active.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("request reached the backend");
+    let stopping = tokio::task::spawn_blocking(move || dp.shutdown());
+    let res = answer.await.unwrap().expect("drained, not cut");
+    assert_eq!(res.status(), 200);
+    stopping.await.unwrap();
+}
+
 #[test]
 fn threads_default_flag_and_validation() {
     let flags = |threads| Source::Flags {

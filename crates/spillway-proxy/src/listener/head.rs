@@ -23,8 +23,9 @@
 //! and counted (it used to be left alone from its first bytes on: a client could hold a
 //! connection slot for ever with `PRI * HTTP/2.0` and nothing more); one with no stream open and
 //! none begun for the timeout is closed uncounted, as an idle HTTP/1.1 keep-alive connection is
-//! (an HTTP/2 client reconnects for its next request, as an HTTP/1.1 one does). Its control
-//! frames (PING, WINDOW_UPDATE) are not progress: only streams are.
+//! (an HTTP/2 client reconnects for its next request, as an HTTP/1.1 one does) — gracefully,
+//! with GOAWAY, by [`Progress::close`]: a stream opened in the same instant is served, not lost.
+//! Its control frames (PING, WINDOW_UPDATE) are not progress: only streams are.
 
 use std::future::Future;
 use std::io;
@@ -48,6 +49,9 @@ pub struct Progress {
     read: AtomicBool,
     /// The client speaks HTTP/2 (its preface, or an h2 request): bytes read are not a head.
     h2: AtomicBool,
+    /// Cancelled to close the connection gracefully: an idle HTTP/2 connection's server sends
+    /// GOAWAY and closes once no stream is open (see [`watch`]).
+    pub(crate) close: tokio_util::sync::CancellationToken,
 }
 
 impl Progress {
@@ -129,6 +133,13 @@ pub async fn watch<F: Future>(conn: F, progress: &Progress, timeout: Duration) -
             quiet_from = now;
             seen = (heads, active);
         } else if now.saturating_duration_since(quiet_from) >= timeout {
+            if heads > 0 && progress.h2.load(Relaxed) {
+                // Idle HTTP/2: closed gracefully rather than dropped, so that a stream the
+                // client opens just now is served or cleanly refused (GOAWAY names the last
+                // one taken), never lost with the socket.
+                progress.close.cancel();
+                return Ended::Done(conn.await);
+            }
             // Bytes since the last request ended are a head under way over HTTP/1.1; over
             // HTTP/2 they may be control frames only, so there only a connection that never
             // began a stream counts as slow.

@@ -139,10 +139,14 @@ pub async fn serve_capped(
                                     progress,
                                     ..
                                 } = fast;
+                                let close = progress.close.clone();
                                 let svc = service(state, peer, progress);
                                 let io = TokioIo::new(io);
                                 let conn = builder.serve_connection_with_upgrades(io, svc);
-                                watcher.watch(conn.into_owned()).await
+                                let shut = |c: std::pin::Pin<&mut _>| {
+                                    auto::UpgradeableConnection::graceful_shutdown(c)
+                                };
+                                until_closed(conn.into_owned(), shut, &close, &stop, watcher).await
                             }
                         }
                     };
@@ -159,7 +163,12 @@ pub async fn serve_capped(
                                 let svc = service(Arc::clone(&state), peer, Arc::clone(&progress));
                                 let conn =
                                     builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-                                let conn = watcher.watch(conn.into_owned());
+                                let shut = |c: std::pin::Pin<&mut _>| {
+                                    auto::UpgradeableConnection::graceful_shutdown(c)
+                                };
+                                let close = progress.close.clone();
+                                let conn =
+                                    until_closed(conn.into_owned(), shut, &close, &stop, watcher);
                                 head::watch(conn, &progress, header_timeout).await
                             }
                             Ok(Err(_)) => {
@@ -209,6 +218,30 @@ fn service(
         let (req, upgrade) = crate::forward::upgrade_of(req);
         crate::forward::handle(state.current(), Some(peer.for_request(busy)), req, upgrade)
     })
+}
+
+/// Runs a connection served by hyper until it ends; on `close` (an idle HTTP/2 connection,
+/// `head::watch`) or `stop` (the proxy shutting down) it is shut down gracefully (`shut`: GOAWAY
+/// over HTTP/2, close after the response in progress over HTTP/1.1) and run to its end.
+/// `watcher` is held until then, so the shutdown's drain waits for the connection, as it did
+/// when hyper-util's watcher ran it.
+async fn until_closed<C: Future>(
+    conn: C,
+    shut: impl FnOnce(std::pin::Pin<&mut C>),
+    close: &tokio_util::sync::CancellationToken,
+    stop: &tokio_util::sync::CancellationToken,
+    watcher: hyper_util::server::graceful::Watcher,
+) -> C::Output {
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        out = conn.as_mut() => return out,
+        () = close.cancelled() => {}
+        () = stop.cancelled() => {}
+    }
+    shut(conn.as_mut());
+    let out = conn.await;
+    drop(watcher);
+    out
 }
 
 /// Counts how a client connection ended.

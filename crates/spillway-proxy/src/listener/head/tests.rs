@@ -104,7 +104,7 @@ async fn an_http2_preface_without_a_request_is_cut_and_counted() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_idle_http2_connection_is_closed_uncounted_a_busy_one_never() {
+async fn an_idle_http2_connection_is_closed_gracefully_a_busy_one_never() {
     let p = Arc::new(Progress::default());
     p.h2.store(true, Relaxed);
     // A stream open for ten timeouts (a long gRPC stream) is never cut…
@@ -115,9 +115,14 @@ async fn an_idle_http2_connection_is_closed_uncounted_a_busy_one_never() {
         p.read.store(true, Relaxed); // a PING or WINDOW_UPDATE since: not a head
         Instant::now()
     };
-    let (ended, released) = tokio::join!(watch(pending::<()>(), &p, T), released);
-    // …and once none is open for the timeout the connection is closed, uncounted.
-    assert_eq!(ended, Ended::TimedOut { counted: false });
+    // …and once none is open for the timeout the connection is asked to close (its server
+    // sends GOAWAY and ends), not dropped.
+    let conn = async {
+        p.close.cancelled().await;
+        "closed gracefully"
+    };
+    let (ended, released) = tokio::join!(watch(conn, &p, T), released);
+    assert_eq!(ended, Ended::Done("closed gracefully"));
     let after = Instant::now() - released;
     assert!(after >= T && after <= T + T / 4, "{after:?}");
 }
