@@ -172,16 +172,9 @@ async fn an_http2_connection_with_no_request_is_cut_and_an_idle_one_closed_uncou
         .unwrap();
     assert_eq!(header_timeouts_once_closed(&mut s, &p).await, 1);
     // A client that made a request and then went quiet: closed gracefully, not counted.
-    let io = hyper_util::rt::TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
-    let (mut tx, conn) =
-        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-            .await
-            .unwrap();
+    let (mut tx, conn) = h2_connection(p.addr).await;
     let conn = tokio::spawn(conn);
-    let req = http::Request::get(format!("http://{}/", p.addr))
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
-    let res = tx.send_request(req).await.unwrap();
+    let res = tx.send_request(empty_get(p.addr, "/")).await.unwrap();
     assert_eq!(res.status(), 200);
     drop(res.into_body()); // the stream ends
     let ended = tokio::time::timeout(Duration::from_secs(5), conn)

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use proxy_support::{backend, read_head};
+use proxy_support::{backend, empty_get, h2_connection, read_head, Backend};
 use spillway_proxy::listener::bind_per_thread;
 use spillway_proxy::run::{load, start_threads, DataPlane, Source};
 use spillway_proxy::ProxyState;
@@ -23,6 +23,27 @@ fn data_plane(toml: &str) -> (Arc<ProxyState>, DataPlane) {
     let state = ProxyState::new(cfg, "test", None).expect("state");
     let dp = start_threads(&state).expect("data plane");
     (state, dp)
+}
+
+/// A data plane of two threads in front of a loopback backend.
+async fn two_threads() -> (Backend, DataPlane) {
+    let b = backend("b").await;
+    let (_state, dp) = data_plane(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nthreads = 2\n",
+        b.addr
+    ));
+    (b, dp)
+}
+
+/// Waits until `b` has a request in progress.
+async fn until_the_backend_has_it(b: &Backend) {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while b.max_active.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("request reached the backend");
 }
 
 async fn shutdown(dp: DataPlane) {
@@ -55,11 +76,7 @@ fn one_port_for_all_threads_and_a_taken_port_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_thread_serves_with_its_own_upstream_connections() {
-    let b = backend("b").await;
-    let (_state, dp) = data_plane(&format!(
-        "[upstream]\naddresses = [\"{}\"]\n[listen]\nthreads = 2\n",
-        b.addr
-    ));
+    let (b, dp) = two_threads().await;
     assert_eq!(dp.threads(), 2);
     let addr = dp.addr;
     // A new client connection each time: the kernel spreads them over both sockets (by a
@@ -165,23 +182,13 @@ async fn the_connection_cap_is_one_for_all_threads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_drains_requests_in_flight() {
-    let b = backend("b").await;
-    let (_state, dp) = data_plane(&format!(
-        "[upstream]\naddresses = [\"{}\"]\n[listen]\nthreads = 2\n",
-        b.addr
-    ));
+    let (b, dp) = two_threads().await;
     let mut c = TcpStream::connect(dp.addr).await.unwrap();
     c.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    // Wait until the backend has the request, then stop the proxy.
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while b.max_active.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("request reached the backend");
+    // Once the backend has the request, stop the proxy.
+    until_the_backend_has_it(&b).await;
     let stopping = tokio::task::spawn_blocking(move || dp.shutdown());
     let head = read_head(&mut c).await;
     assert!(head.starts_with("HTTP/1.1 200"), "drained, not cut: {head}");
@@ -192,28 +199,11 @@ async fn shutdown_drains_requests_in_flight() {
 async fn shutdown_drains_an_http2_stream_in_flight() {
     // HTTP/2 connections are hyper's: told to close gracefully (GOAWAY), they finish the
     // streams they have.
-    let b = backend("b").await;
-    let (_state, dp) = data_plane(&format!(
-        "[upstream]\naddresses = [\"{}\"]\n[listen]\nthreads = 2\n",
-        b.addr
-    ));
-    let io = hyper_util::rt::TokioIo::new(TcpStream::connect(dp.addr).await.unwrap());
-    let (mut tx, conn) =
-        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-            .await
-            .unwrap();
+    let (b, dp) = two_threads().await;
+    let (mut tx, conn) = h2_connection(dp.addr).await;
     tokio::spawn(conn);
-    let req = http::Request::get(format!("http://{}/slow", dp.addr))
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
-    let answer = tokio::spawn(tx.send_request(req));
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while b.max_active.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("request reached the backend");
+    let answer = tokio::spawn(tx.send_request(empty_get(dp.addr, "/slow")));
+    until_the_backend_has_it(&b).await;
     let stopping = tokio::task::spawn_blocking(move || dp.shutdown());
     let res = answer.await.unwrap().expect("drained, not cut");
     assert_eq!(res.status(), 200);

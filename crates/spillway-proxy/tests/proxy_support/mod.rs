@@ -245,3 +245,28 @@ pub async fn exchange(proxy: SocketAddr, bytes: &[u8]) -> String {
         .unwrap();
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// One HTTP/2 connection to `addr` (prior knowledge): its sender and the connection's future,
+/// which the caller drives (spawns) and may watch end.
+pub async fn h2_connection(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<Bytes>>,
+    hyper::client::conn::http2::Connection<
+        TokioIo<tokio::net::TcpStream>,
+        http_body_util::Empty<Bytes>,
+        TokioExecutor,
+    >,
+) {
+    let io = TokioIo::new(tokio::net::TcpStream::connect(addr).await.unwrap());
+    hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+        .await
+        .unwrap()
+}
+
+/// `GET path` to `addr` with no body.
+pub fn empty_get(addr: SocketAddr, path: &str) -> Request<http_body_util::Empty<Bytes>> {
+    Request::get(format!("http://{addr}{path}"))
+        .body(http_body_util::Empty::new())
+        .unwrap()
+}
