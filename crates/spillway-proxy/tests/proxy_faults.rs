@@ -164,7 +164,13 @@ async fn half_an_http2_preface_is_cut_and_counted() {
 
 #[tokio::test]
 async fn an_http2_connection_with_no_request_is_cut_and_an_idle_one_closed_uncounted() {
-    let (_b, p) = with_header_timeout(200).await;
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\"]\n[listen]\nheader_read_timeout_ms = 200\n\
+         http2_idle_timeout_ms = 400\n",
+        b.addr
+    ))
+    .await;
     // Preface and SETTINGS, then nothing: a slot held without a request.
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")

@@ -271,6 +271,9 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
     if l.header_read_timeout_ms == 0 {
         return Err(bad("listen.header_read_timeout_ms", 0, "milliseconds >= 1"));
     }
+    if l.http2_idle_timeout_ms == 0 {
+        return Err(bad("listen.http2_idle_timeout_ms", 0, "milliseconds >= 1"));
+    }
     if !(8192..=16 * 1024 * 1024).contains(&l.max_header_bytes) {
         return Err(bad(
             "listen.max_header_bytes",

@@ -22,9 +22,11 @@
 //! rule: one that sends its preface, or half of it, and no request within the timeout is closed
 //! and counted (it used to be left alone from its first bytes on: a client could hold a
 //! connection slot for ever with `PRI * HTTP/2.0` and nothing more); one with no stream open and
-//! none begun for the timeout is closed uncounted, as an idle HTTP/1.1 keep-alive connection is
-//! (an HTTP/2 client reconnects for its next request, as an HTTP/1.1 one does) — gracefully,
-//! with GOAWAY, by [`Progress::close`]: a stream opened in the same instant is served, not lost.
+//! none begun for `listen.http2_idle_timeout_ms` is closed uncounted, as an idle HTTP/1.1
+//! keep-alive connection is after the header timeout (an HTTP/2 client reconnects for its next
+//! request) — gracefully, with GOAWAY, by [`Progress::close`]: a stream opened in the same
+//! instant is served, not lost. Longer than the header timeout by default, because one HTTP/2
+//! connection carries a whole client (a gRPC channel quiet between calls).
 //! Its control frames (PING, WINDOW_UPDATE) are not progress: only streams are.
 
 use std::future::Future;
@@ -95,8 +97,15 @@ pub enum Ended<T> {
 }
 
 /// Runs `conn` (a client connection's future) until it ends or the header-read `timeout`
-/// closes it (by dropping it, which closes the socket), as the module describes.
-pub async fn watch<F: Future>(conn: F, progress: &Progress, timeout: Duration) -> Ended<F::Output> {
+/// closes it (by dropping it, which closes the socket), as the module describes; an HTTP/2
+/// connection that has begun a stream is closed gracefully once none has been open for
+/// `h2_idle` instead.
+pub async fn watch<F: Future>(
+    conn: F,
+    progress: &Progress,
+    timeout: Duration,
+    h2_idle: Duration,
+) -> Ended<F::Output> {
     // A quarter: closing happens between 1 and 1.25 timeouts after the last progress.
     let period = (timeout / 4).max(Duration::from_millis(1));
     let mut quiet_from = Instant::now();
@@ -128,12 +137,15 @@ pub async fn watch<F: Future>(conn: F, progress: &Progress, timeout: Duration) -
         // `conn` was polled just before, so every head the client completed has been counted.
         let now = Instant::now();
         let (heads, active) = progress.snapshot();
+        // An HTTP/2 connection that has begun a stream waits for its next one up to `h2_idle`.
+        let h2_begun = heads > 0 && progress.h2.load(Relaxed);
+        let limit = if h2_begun { h2_idle } else { timeout };
         if active > 0 || (heads, active) != seen {
             // Busy, or something happened since the last check (at most one period ago).
             quiet_from = now;
             seen = (heads, active);
-        } else if now.saturating_duration_since(quiet_from) >= timeout {
-            if heads > 0 && progress.h2.load(Relaxed) {
+        } else if now.saturating_duration_since(quiet_from) >= limit {
+            if h2_begun {
                 // Idle HTTP/2: closed gracefully rather than dropped, so that a stream the
                 // client opens just now is served or cleanly refused (GOAWAY names the last
                 // one taken), never lost with the socket.
@@ -148,9 +160,7 @@ pub async fn watch<F: Future>(conn: F, progress: &Progress, timeout: Duration) -
                 counted: heads == 0 || partial,
             };
         }
-        sleep
-            .as_mut()
-            .reset((now + period).min(quiet_from + timeout));
+        sleep.as_mut().reset((now + period).min(quiet_from + limit));
     }
 }
 

@@ -117,6 +117,7 @@ pub async fn serve_capped(
         let (builder, state, tls) = (Arc::clone(&builder), Arc::clone(&state), tls.clone());
         let stop = stop.clone();
         let header_timeout = Duration::from_millis(listen.header_read_timeout_ms);
+        let h2_idle = Duration::from_millis(listen.http2_idle_timeout_ms);
         let max_head = listen.max_header_bytes;
         tokio::spawn(async move {
             match tls {
@@ -150,7 +151,7 @@ pub async fn serve_capped(
                             }
                         }
                     };
-                    let ended = head::watch(conn, &progress, header_timeout).await;
+                    let ended = head::watch(conn, &progress, header_timeout, h2_idle).await;
                     count_end(&counts, ended);
                 }
                 Some(acceptor) => {
@@ -169,7 +170,7 @@ pub async fn serve_capped(
                                 let close = progress.close.clone();
                                 let conn =
                                     until_closed(conn.into_owned(), shut, &close, &stop, watcher);
-                                head::watch(conn, &progress, header_timeout).await
+                                head::watch(conn, &progress, header_timeout, h2_idle).await
                             }
                             Ok(Err(_)) => {
                                 state.faults.count(Fault::TlsHandshake);
