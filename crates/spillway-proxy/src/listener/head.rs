@@ -51,9 +51,11 @@ pub struct Progress {
     read: AtomicBool,
     /// The client speaks HTTP/2 (its preface, or an h2 request): bytes read are not a head.
     h2: AtomicBool,
-    /// Cancelled to close the connection gracefully: an idle HTTP/2 connection's server sends
-    /// GOAWAY and closes once no stream is open (see [`watch`]).
-    pub(crate) close: tokio_util::sync::CancellationToken,
+    /// Notified to close the connection gracefully: an idle HTTP/2 connection's server sends
+    /// GOAWAY and closes once no stream is open (see [`watch`]). A `Notify` is inline (no
+    /// allocation per connection, as a cancellation token's node would be); its stored permit
+    /// reaches a waiter that comes later.
+    pub(crate) close: tokio::sync::Notify,
 }
 
 impl Progress {
@@ -149,7 +151,7 @@ pub async fn watch<F: Future>(
                 // Idle HTTP/2: closed gracefully rather than dropped, so that a stream the
                 // client opens just now is served or cleanly refused (GOAWAY names the last
                 // one taken), never lost with the socket.
-                progress.close.cancel();
+                progress.close.notify_one();
                 return Ended::Done(conn.await);
             }
             // Bytes since the last request ended are a head under way over HTTP/1.1; over

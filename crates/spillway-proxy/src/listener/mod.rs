@@ -140,14 +140,15 @@ pub async fn serve_capped(
                                     progress,
                                     ..
                                 } = fast;
-                                let close = progress.close.clone();
+                                let watched = Arc::clone(&progress);
                                 let svc = service(state, peer, progress);
                                 let io = TokioIo::new(io);
                                 let conn = builder.serve_connection_with_upgrades(io, svc);
                                 let shut = |c: std::pin::Pin<&mut _>| {
                                     auto::UpgradeableConnection::graceful_shutdown(c)
                                 };
-                                until_closed(conn.into_owned(), shut, &close, &stop, watcher).await
+                                let close = &watched.close;
+                                until_closed(conn.into_owned(), shut, close, &stop, watcher).await
                             }
                         }
                     };
@@ -167,9 +168,9 @@ pub async fn serve_capped(
                                 let shut = |c: std::pin::Pin<&mut _>| {
                                     auto::UpgradeableConnection::graceful_shutdown(c)
                                 };
-                                let close = progress.close.clone();
+                                let close = &progress.close;
                                 let conn =
-                                    until_closed(conn.into_owned(), shut, &close, &stop, watcher);
+                                    until_closed(conn.into_owned(), shut, close, &stop, watcher);
                                 head::watch(conn, &progress, header_timeout, h2_idle).await
                             }
                             Ok(Err(_)) => {
@@ -229,14 +230,14 @@ fn service(
 async fn until_closed<C: Future>(
     conn: C,
     shut: impl FnOnce(std::pin::Pin<&mut C>),
-    close: &tokio_util::sync::CancellationToken,
+    close: &tokio::sync::Notify,
     stop: &tokio_util::sync::CancellationToken,
     watcher: hyper_util::server::graceful::Watcher,
 ) -> C::Output {
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
         out = conn.as_mut() => return out,
-        () = close.cancelled() => {}
+        () = close.notified() => {}
         () = stop.cancelled() => {}
     }
     shut(conn.as_mut());

@@ -118,7 +118,7 @@ async fn an_idle_http2_connection_is_closed_gracefully_a_busy_one_never() {
     // …and once none is open for the timeout the connection is asked to close (its server
     // sends GOAWAY and ends), not dropped.
     let conn = async {
-        p.close.cancelled().await;
+        p.close.notified().await;
         "closed gracefully"
     };
     // Its own idle timeout, here three header timeouts.
