@@ -271,8 +271,8 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
     if l.header_read_timeout_ms == 0 {
         return Err(bad("listen.header_read_timeout_ms", 0, "milliseconds >= 1"));
     }
-    if l.http2_idle_timeout_ms == 0 {
-        return Err(bad("listen.http2_idle_timeout_ms", 0, "milliseconds >= 1"));
+    if l.idle_timeout_ms == 0 {
+        return Err(bad("listen.idle_timeout_ms", 0, "milliseconds >= 1"));
     }
     if !(8192..=16 * 1024 * 1024).contains(&l.max_header_bytes) {
         return Err(bad(

@@ -131,9 +131,12 @@ pub struct ListenConfig {
     pub max_connections: usize,
     /// A client must send its request head within this. Default 10 000 ms.
     pub header_read_timeout_ms: u64,
-    /// An HTTP/2 client connection with no stream open for this long is closed gracefully
-    /// (GOAWAY). Default 60 000 ms.
-    pub http2_idle_timeout_ms: u64,
+    /// A client connection between requests (HTTP/1.1 keep-alive, HTTP/2 with no stream open)
+    /// is closed after this long (HTTP/2 gracefully, with GOAWAY), or at once while the
+    /// connection cap is reached. Default 75 000 ms: longer than the upstream pool's
+    /// `idle_timeout_ms`, so that when one proxy sends to another, the sender (the side that
+    /// would reuse the connection) closes it first.
+    pub idle_timeout_ms: u64,
     /// Largest request head (HTTP/1.1 read buffer; HTTP/2 header list) in bytes; larger → 431.
     /// Default 65 536.
     pub max_header_bytes: usize,
@@ -157,7 +160,7 @@ impl Default for ListenConfig {
             address: SocketAddr::from(([127, 0, 0, 1], 8080)),
             max_connections: 10_000,
             header_read_timeout_ms: 10_000,
-            http2_idle_timeout_ms: 60_000,
+            idle_timeout_ms: 75_000,
             max_header_bytes: 65_536,
             tls: None,
             threads: default_threads(),

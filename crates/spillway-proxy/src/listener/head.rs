@@ -1,5 +1,5 @@
-//! The header-read timeout of a client connection: one timer per connection, re-armed a few
-//! times per timeout, instead of one per request head.
+//! The header-read and idle timeouts of a client connection: one timer per connection, re-armed a
+//! few times per timeout, instead of one per request head.
 //!
 //! Why not hyper's own `header_read_timeout`: hyper 1.x (`proto/h1/conn.rs`, `poll_read_head`)
 //! builds a boxed tokio `Sleep` for every request head and drops it once the head is in,
@@ -9,25 +9,30 @@
 //! wrk's requests that was ~1,400 of ~44,500 user-space instructions per forwarded request
 //! (cachegrind, bench/results/proxy-forwarding.md "Sixth round"). Here each request only counts
 //! itself (two relaxed atomic additions and a subtraction); the connection's one timer checks
-//! those counts every quarter of the timeout.
+//! those counts every quarter of the shorter timeout.
 //!
-//! What is enforced (the same protection, measured from a coarser clock): a connection is
-//! closed when, for at least the timeout and at most 1.25× it, it has had no request in
-//! progress and has completed no new request head — a slow or stalled head (counted as
-//! `header_timeout`, as hyper's was), a connection that sent nothing since it opened (counted:
-//! hyper-util's protocol detection waited for those bytes without any timeout), or an idle
-//! keep-alive connection (closed silently, as hyper closed it). A request is in progress from
-//! its head until its response body ends (a [`Busy`] token travels with the response), so a slow
-//! upstream or a long streamed response is never cut. HTTP/2 connections are watched by the same
-//! rule: one that sends its preface, or half of it, and no request within the timeout is closed
-//! and counted (it used to be left alone from its first bytes on: a client could hold a
-//! connection slot for ever with `PRI * HTTP/2.0` and nothing more); one with no stream open and
-//! none begun for `listen.http2_idle_timeout_ms` is closed uncounted, as an idle HTTP/1.1
-//! keep-alive connection is after the header timeout (an HTTP/2 client reconnects for its next
-//! request) — gracefully, with GOAWAY, by [`Progress::close`]: a stream opened in the same
-//! instant is served, not lost. Longer than the header timeout by default, because one HTTP/2
-//! connection carries a whole client (a gRPC channel quiet between calls).
-//! Its control frames (PING, WINDOW_UPDATE) are not progress: only streams are.
+//! What is enforced (measured from a coarser clock, so a limit `L` closes between `L` and
+//! 1.25 `L` after its start): a request is in progress from its head until its response body
+//! ends (a [`Busy`] token travels with the response), and a connection with one in progress is
+//! never cut, so a slow upstream or a long streamed response is not. Otherwise:
+//! - a connection that has sent no complete head since it opened, or (HTTP/1.1) has begun its
+//!   next head and not finished it, gets the header timeout: closed and counted as
+//!   `header_timeout` — a slow or stalled head, a client that sends nothing (hyper-util's
+//!   protocol detection used to wait for those bytes without any timeout), an HTTP/2 preface
+//!   (or half of one) with no request after it (it used to be exempt for good). The next head's
+//!   time starts when its first bytes are seen, not when the last response ended;
+//! - a connection between requests (an idle HTTP/1.1 keep-alive, an HTTP/2 connection with no
+//!   stream open; its control frames — PING, WINDOW_UPDATE — are not progress) gets the idle
+//!   timeout, `listen.idle_timeout_ms`: closed uncounted, an HTTP/2 one gracefully with GOAWAY
+//!   by [`Progress::close`], so a stream opened in the same instant is served, not lost. It is
+//!   longer than the header timeout by default because clients keep pooled connections for
+//!   their next request (closing one at the instant a client reuses it loses that request to
+//!   the race), and one HTTP/2 connection carries a whole client (a gRPC channel quiet between
+//!   calls);
+//! - while the connection cap is reached (new clients waiting in the kernel's backlog), a
+//!   connection found idle at a check is closed then, without waiting for its idle timeout:
+//!   the slot goes to a client with a request (nginx reuses its idle keep-alive connections
+//!   the same way when `worker_connections` run out).
 
 use std::future::Future;
 use std::io;
@@ -38,6 +43,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 /// What a connection's requests and reads tell its timer.
@@ -69,9 +75,25 @@ impl Progress {
         Busy(Arc::clone(self))
     }
 
-    fn snapshot(&self) -> (u64, u64) {
-        (self.heads.load(Relaxed), self.active.load(Relaxed))
+    fn snapshot(&self) -> Snapshot {
+        let heads = self.heads.load(Relaxed);
+        Snapshot {
+            heads,
+            active: self.active.load(Relaxed),
+            // Only after a request (a first head's time runs from the connection's opening),
+            // and never over HTTP/2, whose bytes between streams may be control frames only.
+            reading: heads > 0 && self.read.load(Relaxed) && !self.h2.load(Relaxed),
+        }
     }
+}
+
+/// What [`watch`] compares between its checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Snapshot {
+    heads: u64,
+    active: u64,
+    /// An HTTP/1.1 head is under way: bytes arrived since the last request ended.
+    reading: bool,
 }
 
 /// A request in progress on its connection, from its head until its response body ends.
@@ -90,29 +112,38 @@ impl Drop for Busy {
 pub enum Ended<T> {
     /// The connection's own future finished with this.
     Done(T),
-    /// Closed by the header-read timeout.
+    /// Dropped by a timeout, or while idle at the connection cap.
     TimedOut {
-        /// It cut a head under way or a connection that never sent one (not an idle
-        /// keep-alive wait): a slow client, counted as `header_timeout`.
+        /// It cut a head under way or a connection that never sent one (not one between
+        /// requests): a slow client, counted as `header_timeout`.
         counted: bool,
     },
 }
 
-/// Runs `conn` (a client connection's future) until it ends or the header-read `timeout`
-/// closes it (by dropping it, which closes the socket), as the module describes; an HTTP/2
-/// connection that has begun a stream is closed gracefully once none has been open for
-/// `h2_idle` instead.
+/// The two limits [`watch`] enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// For a head: `listen.header_read_timeout_ms`.
+    pub header: Duration,
+    /// Between requests: `listen.idle_timeout_ms`.
+    pub idle: Duration,
+}
+
+/// Runs `conn` (a client connection's future) until it ends or one of `limits` closes it, as
+/// the module describes: by dropping it (which closes the socket), or for an HTTP/2 connection
+/// between requests by asking it to close gracefully. `slots` is the connection cap: with no
+/// permit left, an idle connection is closed at the next check.
 pub async fn watch<F: Future>(
     conn: F,
     progress: &Progress,
-    timeout: Duration,
-    h2_idle: Duration,
+    limits: Timeouts,
+    slots: &Semaphore,
 ) -> Ended<F::Output> {
-    // A quarter: closing happens between 1 and 1.25 timeouts after the last progress.
-    let period = (timeout / 4).max(Duration::from_millis(1));
+    // A quarter: closing happens between 1 and 1.25 limits after the last progress.
+    let period = (limits.header.min(limits.idle) / 4).max(Duration::from_millis(1));
     let mut quiet_from = Instant::now();
     let mut seen = progress.snapshot();
-    let sleep = tokio::time::sleep_until(quiet_from + period.min(timeout));
+    let sleep = tokio::time::sleep_until(quiet_from + period);
     tokio::pin!(conn, sleep);
     loop {
         // The timer is polled once after each reset (which registers it with this task's
@@ -138,29 +169,32 @@ pub async fn watch<F: Future>(
         }
         // `conn` was polled just before, so every head the client completed has been counted.
         let now = Instant::now();
-        let (heads, active) = progress.snapshot();
-        // An HTTP/2 connection that has begun a stream waits for its next one up to `h2_idle`.
-        let h2_begun = heads > 0 && progress.h2.load(Relaxed);
-        let limit = if h2_begun { h2_idle } else { timeout };
-        if active > 0 || (heads, active) != seen {
-            // Busy, or something happened since the last check (at most one period ago).
+        let state = progress.snapshot();
+        let Snapshot {
+            heads,
+            active,
+            reading,
+        } = state;
+        // Between requests: a head was served and no next one is under way.
+        let between = heads > 0 && !reading;
+        let limit = if between { limits.idle } else { limits.header };
+        if active > 0 || state != seen {
+            // Busy, or something happened since the last check (at most one period ago): a
+            // head, a response's end, or the first bytes of the next head, whose own time
+            // starts here.
             quiet_from = now;
-            seen = (heads, active);
-        } else if now.saturating_duration_since(quiet_from) >= limit {
-            if h2_begun {
+            seen = state;
+        } else if now.saturating_duration_since(quiet_from) >= limit
+            || (between && slots.available_permits() == 0)
+        {
+            if between && progress.h2.load(Relaxed) {
                 // Idle HTTP/2: closed gracefully rather than dropped, so that a stream the
                 // client opens just now is served or cleanly refused (GOAWAY names the last
                 // one taken), never lost with the socket.
                 progress.close.notify_one();
                 return Ended::Done(conn.await);
             }
-            // Bytes since the last request ended are a head under way over HTTP/1.1; over
-            // HTTP/2 they may be control frames only, so there only a connection that never
-            // began a stream counts as slow.
-            let partial = progress.read.load(Relaxed) && !progress.h2.load(Relaxed);
-            return Ended::TimedOut {
-                counted: heads == 0 || partial,
-            };
+            return Ended::TimedOut { counted: !between };
         }
         sleep.as_mut().reset((now + period).min(quiet_from + limit));
     }

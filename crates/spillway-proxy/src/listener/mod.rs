@@ -117,7 +117,11 @@ pub async fn serve_capped(
         let (builder, state, tls) = (Arc::clone(&builder), Arc::clone(&state), tls.clone());
         let stop = stop.clone();
         let header_timeout = Duration::from_millis(listen.header_read_timeout_ms);
-        let h2_idle = Duration::from_millis(listen.http2_idle_timeout_ms);
+        let limits = head::Timeouts {
+            header: header_timeout,
+            idle: Duration::from_millis(listen.idle_timeout_ms),
+        };
+        let slots = Arc::clone(&cap);
         let max_head = listen.max_header_bytes;
         tokio::spawn(async move {
             match tls {
@@ -152,7 +156,7 @@ pub async fn serve_capped(
                             }
                         }
                     };
-                    let ended = head::watch(conn, &progress, header_timeout, h2_idle).await;
+                    let ended = head::watch(conn, &progress, limits, &slots).await;
                     count_end(&counts, ended);
                 }
                 Some(acceptor) => {
@@ -171,7 +175,7 @@ pub async fn serve_capped(
                                 let close = &progress.close;
                                 let conn =
                                     until_closed(conn.into_owned(), shut, close, &stop, watcher);
-                                head::watch(conn, &progress, header_timeout, h2_idle).await
+                                head::watch(conn, &progress, limits, &slots).await
                             }
                             Ok(Err(_)) => {
                                 state.faults.count(Fault::TlsHandshake);
@@ -183,7 +187,16 @@ pub async fn serve_capped(
                     }
                     #[cfg(not(feature = "tls"))]
                     {
-                        let _ = (header_timeout, &watcher, &progress, &stop, &state, &peer);
+                        let _ = (
+                            header_timeout,
+                            limits,
+                            &slots,
+                            &watcher,
+                            &progress,
+                            &stop,
+                            &state,
+                            &peer,
+                        );
                         match acceptor {}
                     }
                 }

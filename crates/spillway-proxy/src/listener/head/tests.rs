@@ -8,16 +8,31 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::{watch, Ended, Progress, Watched};
+use super::{watch, Ended, Progress, Timeouts, Watched};
 
 const T: Duration = Duration::from_millis(1_000);
 
+/// Both limits `T`.
+const SAME: Timeouts = Timeouts { header: T, idle: T };
+
+/// A connection cap with slots to spare.
+static ROOM: Semaphore = Semaphore::const_new(8);
+
 /// Runs the watch over a connection that never ends; returns how it ended and after how long.
 async fn cut(progress: &Progress) -> (Ended<()>, Duration) {
+    cut_with(progress, SAME, &ROOM).await
+}
+
+async fn cut_with(
+    progress: &Progress,
+    limits: Timeouts,
+    slots: &Semaphore,
+) -> (Ended<()>, Duration) {
     let start = Instant::now();
-    let ended = watch(pending::<()>(), progress, T, T).await;
+    let ended = watch(pending::<()>(), progress, limits, slots).await;
     (ended, start.elapsed())
 }
 
@@ -59,7 +74,7 @@ async fn a_request_in_progress_is_never_cut_and_the_wait_restarts_when_it_ends()
         drop(busy);
         Instant::now()
     };
-    let (ended, released) = tokio::join!(watch(pending::<()>(), &p, T, T), released);
+    let (ended, released) = tokio::join!(watch(pending::<()>(), &p, SAME, &ROOM), released);
     let after = Instant::now() - released;
     assert_eq!(ended, Ended::TimedOut { counted: false });
     assert!(released - start >= T * 10);
@@ -79,7 +94,7 @@ async fn heads_arriving_keep_the_connection_open() {
         }
     };
     tokio::select! {
-        e = watch(pending::<()>(), &p, T, T) => panic!("cut while requests arrived: {e:?}"),
+        e = watch(pending::<()>(), &p, SAME, &ROOM) => panic!("cut while requests arrived: {e:?}"),
         () = requests => {}
     }
 }
@@ -91,7 +106,7 @@ async fn the_connection_future_ends_the_watch() {
         tokio::time::sleep(T / 2).await;
         7
     };
-    assert_eq!(watch(conn, &p, T, T).await, Ended::Done(7));
+    assert_eq!(watch(conn, &p, SAME, &ROOM).await, Ended::Done(7));
 }
 
 #[tokio::test(start_paused = true)]
@@ -122,10 +137,86 @@ async fn an_idle_http2_connection_is_closed_gracefully_a_busy_one_never() {
         "closed gracefully"
     };
     // Its own idle timeout, here three header timeouts.
-    let (ended, released) = tokio::join!(watch(conn, &p, T, T * 3), released);
+    let limits = Timeouts {
+        header: T,
+        idle: T * 3,
+    };
+    let (ended, released) = tokio::join!(watch(conn, &p, limits, &ROOM), released);
     assert_eq!(ended, Ended::Done("closed gracefully"));
     let after = Instant::now() - released;
     assert!(after >= T * 3 && after <= T * 3 + T / 4, "{after:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kept_alive_connection_waits_for_its_idle_timeout_not_the_header_timeout() {
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_11));
+    let limits = Timeouts {
+        header: T,
+        idle: T * 6,
+    };
+    let (ended, after) = cut_with(&p, limits, &ROOM).await;
+    assert_eq!(ended, Ended::TimedOut { counted: false });
+    assert!(after >= T * 6 && after <= T * 6 + T / 4, "{after:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_next_heads_time_starts_at_its_first_bytes() {
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_11));
+    let limits = Timeouts {
+        header: T,
+        idle: T * 6,
+    };
+    // Idle for four header timeouts, then part of a head that never ends.
+    let start = Instant::now();
+    let partial = async {
+        tokio::time::sleep(T * 4).await;
+        p.read.store(true, Relaxed);
+    };
+    let (ended, ()) = tokio::join!(watch(pending::<()>(), &p, limits, &ROOM), partial);
+    let after = start.elapsed() - T * 4;
+    assert_eq!(ended, Ended::TimedOut { counted: true });
+    assert!(
+        after >= T && after <= T + T / 4,
+        "{after:?} after the head began"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_connection_cap_an_idle_connection_gives_its_slot_up_a_slow_head_does_not() {
+    let full = Semaphore::new(0);
+    let limits = Timeouts {
+        header: T,
+        idle: T * 60,
+    };
+    // Between requests: closed at the first check, long before its idle timeout.
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_11));
+    let (ended, after) = cut_with(&p, limits, &full).await;
+    assert_eq!(ended, Ended::TimedOut { counted: false });
+    assert!(after <= T / 4, "{after:?}");
+    // An idle HTTP/2 connection: asked to close gracefully.
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_2));
+    let conn = async {
+        p.close.notified().await;
+        "closed gracefully"
+    };
+    let ended = watch(conn, &p, limits, &full).await;
+    assert_eq!(ended, Ended::Done("closed gracefully"));
+    // A head under way, or a first one, keeps its header timeout: the cap reclaims only idle
+    // connections, never one whose client is sending a request.
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_11));
+    p.read.store(true, Relaxed);
+    cut_and_counted(cut_with(&p, limits, &full).await);
+    cut_and_counted(cut_with(&Progress::default(), limits, &full).await);
+    // With a slot free the same idle connection is left to its idle timeout.
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_11));
+    let (_, after) = cut_with(&p, limits, &ROOM).await;
+    assert!(after >= T * 60, "{after:?}");
 }
 
 #[tokio::test]
