@@ -424,6 +424,25 @@ async fn a_response_with_both_framings_is_sent_on_without_its_content_length() {
 }
 
 #[tokio::test]
+async fn a_transfer_coding_the_proxy_cannot_pass_on_gets_a_502_not_coded_bytes() {
+    // `gzip` as a transfer coding: the bytes used to reach the client with nothing saying
+    // they were coded (the field is hop-by-hop, and an HTTP/2 client has no transfer codings).
+    let up = scripted(
+        |_, _| {
+            let r = b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n\x1f\x8bcoded";
+            (r.to_vec(), true)
+        },
+        true,
+    )
+    .await;
+    let p = proxy_toml(&upstream_toml(up.addr)).await;
+    let (status, headers, body) = get(&client(), p.addr, "/", &[]).await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(headers["x-spillway-reason"], "upstream_invalid", "{body}");
+    assert!(body.contains("transfer-encoding other than chunked"), "{body}");
+}
+
+#[tokio::test]
 async fn an_http2_clients_cookie_fields_reach_an_http1_upstream_as_one() {
     let up = scripted(ok, true).await;
     let p = proxy_toml(&format!(

@@ -328,7 +328,7 @@ impl ConnectionTokens {
 /// afterwards, where each lookup hashes its name again.
 struct Delimiters {
     connection: ConnectionTokens,
-    /// Whether the last `transfer-encoding` field ends in `chunked` (`None`: no such field).
+    /// Whether the `transfer-encoding` fields name `chunked` alone (`None`: no such field).
     chunked: Option<bool>,
     /// The `content-length` so far, as [`content_length`] reads it.
     length: Result<Option<u64>, ()>,
@@ -347,7 +347,9 @@ impl Delimiters {
         if *name == header::CONNECTION {
             self.connection.add(value);
         } else if *name == header::TRANSFER_ENCODING {
-            self.chunked = Some(ends_in_chunked(value));
+            // A second field adds codings to the first: then it is not `chunked` alone.
+            self.chunked =
+                Some(self.chunked.is_none() && value.trim_ascii().eq_ignore_ascii_case(b"chunked"));
         } else if *name == header::CONTENT_LENGTH {
             self.length = self.length.and_then(|found| add_length(found, value));
         }
@@ -373,8 +375,17 @@ impl Delimiters {
             return Ok((Framing::Empty, keep_alive));
         }
         match self.chunked {
-            // A coding not ending in chunked: the body ends with the connection (§6.3 item 4).
-            Some(false) => return Ok((Framing::UntilClose, false)),
+            // Another coding (`gzip`, `gzip, chunked`): the proxy decodes only chunked, and
+            // the rest could not be passed on — not to an HTTP/2 client, which has no transfer
+            // codings, and not as a content coding, which it is not — so the client would get
+            // coded bytes unannounced. Refused as nginx refuses it ("upstream sent unknown
+            // Transfer-Encoding"); no known server sends one.
+            Some(false) => {
+                return Err(invalid(
+                    "a transfer-encoding other than chunked alone (only chunked can be decoded; \
+                     other transfer codings could not be passed on)",
+                ))
+            }
             // Both present: chunked wins, and the connection must not be reused (§6.3 item 3).
             Some(true) => {
                 let both = self.length != Ok(None);
