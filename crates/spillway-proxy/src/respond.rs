@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
-use spillway_core::controller::Refusal;
+use spillway_core::controller::{Refusal, RefusalReason};
 use spillway_core::Criticality;
 use spillway_tower::server::reject::{self, REASON};
 use spillway_tower::wire::{self, HeaderError, OverloadGiveUp, Protocol, Pushback};
@@ -85,6 +85,17 @@ const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The admission controller refused: spillway-tower's mapping, with the proxy's body type.
 pub fn refusal(r: &Refusal, protocol: Protocol) -> Response<ProxyBody> {
     reject::refusal_response(r, protocol, DEFAULT_RETRY_AFTER).map(full_body)
+}
+
+/// The request's deadline passed before the proxy could send it on: the answer the controller
+/// gives a deadline it sees at admission (the same reason, status and don't-retry marker).
+pub fn deadline_passed(criticality: Criticality, protocol: Protocol) -> Response<ProxyBody> {
+    let r = Refusal {
+        reason: RefusalReason::DeadlineExceeded,
+        criticality,
+        retry_after: None,
+    };
+    refusal(&r, protocol)
 }
 
 /// An incident control refused (never worth retrying elsewhere: the cut is fleet-wide).

@@ -439,7 +439,10 @@ async fn a_transfer_coding_the_proxy_cannot_pass_on_gets_a_502_not_coded_bytes()
     let (status, headers, body) = get(&client(), p.addr, "/", &[]).await;
     assert_eq!(status, 502, "{body}");
     assert_eq!(headers["x-spillway-reason"], "upstream_invalid", "{body}");
-    assert!(body.contains("transfer-encoding other than chunked"), "{body}");
+    assert!(
+        body.contains("transfer-encoding other than chunked"),
+        "{body}"
+    );
 }
 
 #[tokio::test]

@@ -2,10 +2,12 @@
 
 mod proxy_support;
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use proxy_support::*;
 use spillway_proxy::metrics::Fault;
+use tokio::io::AsyncWriteExt;
 
 #[tokio::test]
 async fn http1_and_h2c_pass_through() {
@@ -301,6 +303,33 @@ async fn caller_deadline_bounds_the_upstream_wait() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("{body}"));
     assert!((4000..=5000).contains(&left), "{body}");
+}
+
+#[tokio::test]
+async fn a_deadline_that_runs_out_before_sending_is_answered_not_sent() {
+    // The body arrives after the caller's deadline. It used to be sent on with the 0 ms left:
+    // work for a caller that had given up (a loopback upstream answers inside the timer's
+    // millisecond, so this test saw a 200), or, from a slower one, a 504 at once counted as
+    // the task's timeout (a failure for its balancing and ejection).
+    let b = backend("b").await;
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{}\"]\n", b.addr)).await;
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(
+        b"POST / HTTP/1.1\r\nhost: x\r\nx-spillway-deadline-ms: 100\r\ncontent-length: 4\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    s.write_all(b"late").await.unwrap();
+    let head = read_head(&mut s).await.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 503"), "{head}");
+    assert!(
+        head.contains("x-spillway-reason: deadline_exceeded"),
+        "{head}"
+    );
+    assert!(head.contains("x-spillway-dont-retry: 1"), "{head}");
+    assert_eq!(b.accepted.load(Ordering::SeqCst), 0, "never sent upstream");
+    assert_eq!(p.state.status().faults.0["upstream_timeout"], 0);
 }
 
 #[tokio::test]

@@ -99,6 +99,13 @@ pub(super) async fn forward(
     let mut first_attempt = Some(start);
     loop {
         let now = first_attempt.take().unwrap_or_else(Instant::now);
+        if class.deadline.is_some_and(|d| d <= now) {
+            // The caller's deadline ran out before this attempt could go (its body was slow, or
+            // an earlier attempt used the time): sending it would time out at once and count
+            // as the task's failure. Answered as the controller answers a deadline it sees.
+            permit.set_outcome(Outcome::Ignore);
+            return (respond::deadline_passed(class.criticality, protocol), None);
+        }
         let Some(task) = pool.pick(tried, now) else {
             state.faults.count(Fault::UpstreamUnavailable);
             permit.set_outcome(Outcome::Ignore);
@@ -210,10 +217,10 @@ pub(super) async fn forward(
                     );
                 }
             };
-        let mut timeout = Duration::from_millis(cfg.request_timeout_ms);
-        if let Some(d) = class.deadline {
-            timeout = timeout.min(d.saturating_duration_since(now));
-        }
+        let configured = Duration::from_millis(cfg.request_timeout_ms);
+        let timeout = class.deadline.map_or(configured, |d| {
+            configured.min(d.saturating_duration_since(now))
+        });
         let result = tokio::time::timeout(timeout, pool.conns.send(task_index, req, http2)).await;
         let now = Instant::now();
         match result {
@@ -226,9 +233,14 @@ pub(super) async fn forward(
                     respond::timeout(
                         protocol,
                         format!(
-                            "upstream {} sent no response head within {} ms",
+                            "upstream {} sent no response head within {} ms{}",
                             task.addr,
-                            timeout.as_millis()
+                            timeout.as_millis(),
+                            if timeout < configured {
+                                " (what was left of the request's deadline)"
+                            } else {
+                                ""
+                            }
                         ),
                     ),
                     None,
