@@ -25,7 +25,7 @@ use crate::listener::head::Busy;
 use crate::metrics::Fault;
 use crate::respond;
 use crate::state::{ProxyState, Runtime};
-use crate::upstream::{empty_body, full_body, Pool, ProxyBody, Task};
+use crate::upstream::{empty_body, full_body, Pool, ProxyBody, Task, Tried};
 
 /// An upstream's 101: its side of the tunnel, and what the tunnel holds until it closes.
 pub(super) struct Upgrade {
@@ -91,7 +91,7 @@ pub(super) async fn forward(
     };
     let retry = pool.retry_policy();
     retry.record_request(start);
-    let mut tried = 0u64;
+    let mut tried = Tried::default();
     let mut attempt = class.attempt.max(1);
     // A streamed body's failure, seen by whichever upstream connection read it.
     let mut broke = None;
@@ -106,7 +106,7 @@ pub(super) async fn forward(
             permit.set_outcome(Outcome::Ignore);
             return (respond::deadline_passed(class.criticality, protocol), None);
         }
-        let Some(task) = pool.pick(tried, now) else {
+        let Some(task) = pool.pick(&tried, now) else {
             state.faults.count(Fault::UpstreamUnavailable);
             permit.set_outcome(Outcome::Ignore);
             return (
@@ -118,16 +118,14 @@ pub(super) async fn forward(
                 None,
             );
         };
-        if task.id < 64 {
-            tried |= 1 << task.id;
-        }
+        tried.add(task.id);
         let replayable = matches!(body, ReqBody::Buffered(_)) && !upgrade;
 
         // Client-side throttle (SRE ch. 21): refused locally, counted as that task refusing.
         if task.throttle(class.criticality).try_acquire(now).is_err() {
             tower_metrics::throttled(&labels, dest(&task));
             retry.record_outcome(now, task.id, true);
-            match decide(state, pool, tried, now, attempt, false, replayable) {
+            match decide(state, pool, &tried, now, attempt, false, replayable) {
                 RetryDecision::Retry => {
                     attempt += 1;
                     continue;
@@ -217,10 +215,10 @@ pub(super) async fn forward(
                     );
                 }
             };
-        let configured = Duration::from_millis(cfg.request_timeout_ms);
-        let timeout = class.deadline.map_or(configured, |d| {
-            configured.min(d.saturating_duration_since(now))
-        });
+        let mut timeout = Duration::from_millis(cfg.request_timeout_ms);
+        if let Some(d) = class.deadline {
+            timeout = timeout.min(d.saturating_duration_since(now));
+        }
         let result = tokio::time::timeout(timeout, pool.conns.send(task_index, req, http2)).await;
         let now = Instant::now();
         match result {
@@ -236,7 +234,9 @@ pub(super) async fn forward(
                             "upstream {} sent no response head within {} ms{}",
                             task.addr,
                             timeout.as_millis(),
-                            if timeout < configured {
+                            // (`cfg` read again: a value kept across the wait would
+                            // grow every request's future.)
+                            if timeout < Duration::from_millis(cfg.request_timeout_ms) {
                                 " (what was left of the request's deadline)"
                             } else {
                                 ""
@@ -255,13 +255,13 @@ pub(super) async fn forward(
                 if replayable
                     && state.controls().retries_enabled()
                     && attempt < retry.max_attempts()
-                    && more_tasks(pool, tried, now)
+                    && more_tasks(pool, &tried, now)
                 {
                     tower_metrics::retried(&labels, dest(&task), "connect");
                     attempt += 1;
                     continue;
                 }
-                if !replayable && more_tasks(pool, tried, now) {
+                if !replayable && more_tasks(pool, &tried, now) {
                     state.faults.count(Fault::NotRetriedLargeBody);
                 }
                 permit.set_outcome(Outcome::Ignore);
@@ -320,7 +320,8 @@ pub(super) async fn forward(
                 retry.record_outcome(now, task.id, overload.is_some());
                 if let Some(dont_retry) = overload {
                     pool.record_failure(&task, now);
-                    let decision = decide(state, pool, tried, now, attempt, dont_retry, replayable);
+                    let decision =
+                        decide(state, pool, &tried, now, attempt, dont_retry, replayable);
                     if decision.is_retry() {
                         tower_metrics::retried(&labels, dest(&task), "overloaded");
                         attempt += 1;
@@ -383,7 +384,7 @@ pub(super) async fn forward(
 fn decide(
     state: &ProxyState,
     pool: &Pool,
-    tried: u64,
+    tried: &Tried,
     now: Instant,
     attempt: u32,
     dont_retry: bool,
@@ -416,7 +417,7 @@ fn dest(task: &Task) -> SharedString {
     SharedString::from(Arc::clone(&task.addr))
 }
 
-fn more_tasks(pool: &Pool, tried: u64, now: Instant) -> bool {
+fn more_tasks(pool: &Pool, tried: &Tried, now: Instant) -> bool {
     pool.pick(tried, now).is_some()
 }
 

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use smallvec::SmallVec;
 use spillway_core::retry::RetryPolicy;
 use spillway_core::signal::{LoadSignal, ManualSignal};
 use spillway_core::throttle::AdaptiveThrottle;
@@ -240,46 +241,32 @@ impl Pool {
         &self.retry
     }
 
-    /// Power of two choices among tasks not ejected and not in `tried` (a bit set of task
-    /// indexes); falls back to ejected tasks if every other is excluded (better an ejected
-    /// task than a certain failure).
-    pub fn pick(&self, tried: u64, now: Instant) -> Option<Arc<Task>> {
-        let eligible = |t: &&Arc<Task>, allow_ejected: bool| {
-            (t.id >= 64 || tried & (1 << t.id) == 0) && (allow_ejected || !t.is_ejected(now))
+    /// Power of two choices among tasks not ejected and not in `tried`; falls back to ejected
+    /// tasks if every other is excluded (better an ejected task than a certain failure).
+    ///
+    /// Why two draws from all tasks first: a gateway's tasks are seldom tried or ejected, so
+    /// the pair usually qualifies, and the pick costs two draws and two scores whatever the
+    /// pool's size (listing the eligible tasks first cost two passes over all of them per
+    /// request). A pair kept only when both qualify is uniform over the qualifying pairs, as
+    /// the draw among the eligible ones it falls back to is.
+    pub fn pick(&self, tried: &Tried, now: Instant) -> Option<Arc<Task>> {
+        let eligible = |t: &Task, allow_ejected: bool| {
+            !tried.has(t.id) && (allow_ejected || !t.is_ejected(now))
         };
+        if let Some((x, y)) = two_of(&self.tasks) {
+            if eligible(x, false) && eligible(y, false) {
+                return Some(Arc::clone(better(x, y, now)));
+            }
+        }
         for allow_ejected in [false, true] {
-            let n = self
+            let qualifying: SmallVec<[&Arc<Task>; 8]> = self
                 .tasks
                 .iter()
                 .filter(|t| eligible(t, allow_ejected))
-                .count();
-            if n == 0 {
-                continue;
+                .collect();
+            if let Some((x, y)) = two_of(&qualifying) {
+                return Some(Arc::clone(better(x, y, now)));
             }
-            let a = fastrand::usize(..n);
-            let mut b = fastrand::usize(..n);
-            if n > 1 {
-                while b == a {
-                    b = fastrand::usize(..n);
-                }
-            }
-            let mut it = self.tasks.iter().filter(|t| eligible(t, allow_ejected));
-            let (first, second) = if a < b { (a, b) } else { (b, a) };
-            let x = it.nth(first)?;
-            let y = if second == first {
-                x
-            } else {
-                it.nth(second - first - 1)?
-            };
-            // One candidate (a sidecar's single task, or one left eligible) is the pick: its
-            // score, a sum over the error window's buckets, is not needed twice (~430
-            // instructions a request, callgrind, proxy-forwarding.md "Fourteenth round").
-            let pick = if first == second || x.score(now) <= y.score(now) {
-                x
-            } else {
-                y
-            };
-            return Some(Arc::clone(pick));
         }
         None
     }
@@ -523,6 +510,65 @@ impl Drop for InSlot {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.0.slots.add_permits(1);
+    }
+}
+
+/// Two distinct entries of `items` drawn at random, in their order in `items` (the same one
+/// twice when there is only one); `None` when it is empty.
+fn two_of<T>(items: &[T]) -> Option<(&T, &T)> {
+    let n = items.len();
+    if n <= 1 {
+        return items.first().map(|x| (x, x));
+    }
+    let a = fastrand::usize(..n);
+    let b = fastrand::usize(..n - 1);
+    let b = if b >= a { b + 1 } else { b };
+    Some((items.get(a.min(b))?, items.get(a.max(b))?))
+}
+
+/// The less loaded of two candidates, the first on a tie. One candidate (a sidecar's single
+/// task, or one left eligible) is the pick without scoring: its score, a sum over the error
+/// window's buckets, is not needed twice (~430 instructions a request, callgrind,
+/// proxy-forwarding.md "Fourteenth round").
+fn better<'a>(x: &'a Arc<Task>, y: &'a Arc<Task>, now: Instant) -> &'a Arc<Task> {
+    if Arc::ptr_eq(x, y) || x.score(now) <= y.score(now) {
+        x
+    } else {
+        y
+    }
+}
+
+/// The tasks a request has been sent to (each attempt goes to another).
+///
+/// Why two parts: indexes below 64 (every sidecar's and most gateways' tasks) are bits of one
+/// word, and tasks past them go to a list allocated only when one of them is tried: this
+/// travels inside every request's future, whose every byte is copied when it moves.
+#[derive(Debug, Default, Clone)]
+pub struct Tried {
+    low: u64,
+    /// Boxed for a thin pointer: 8 bytes in every request's future (a `Vec` is 24, a boxed
+    /// slice 16).
+    #[allow(clippy::box_collection)]
+    high: Option<Box<Vec<u64>>>,
+}
+
+impl Tried {
+    /// Notes that an attempt went to task `id`.
+    pub fn add(&mut self, id: u64) {
+        if id < 64 {
+            self.low |= 1 << id;
+        } else if !self.has(id) {
+            self.high.get_or_insert_with(Box::default).push(id);
+        }
+    }
+
+    /// Whether an attempt went to task `id`.
+    pub fn has(&self, id: u64) -> bool {
+        if id < 64 {
+            self.low & (1 << id) != 0
+        } else {
+            self.high.as_ref().is_some_and(|h| h.contains(&id))
+        }
     }
 }
 

@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// A [`Tried`] holding `ids`.
+fn tried(ids: &[u64]) -> Tried {
+    let mut t = Tried::default();
+    for &id in ids {
+        t.add(id);
+    }
+    t
+}
+
 fn pool(n: usize) -> Pool {
     let cfg = UpstreamConfig {
         addresses: (0..n).map(|i| format!("127.0.0.1:{}", 9000 + i)).collect(),
@@ -39,19 +48,56 @@ fn p2c_prefers_less_loaded_and_avoids_erroring_tasks() {
     let now = Instant::now();
     let busy: Vec<_> = (0..3).map(|_| p.tasks[0].start(now)).collect();
     for _ in 0..20 {
-        assert_eq!(p.pick(0, now).unwrap().id, 1);
+        assert_eq!(p.pick(&tried(&[]), now).unwrap().id, 1);
     }
     drop(busy);
     // A task answering fast refusals: idle, but penalised for its errors.
     p.tasks[1].errors.add(now, 3);
     let _one = p.tasks[0].start(now);
     for _ in 0..20 {
-        assert_eq!(p.pick(0, now).unwrap().id, 0);
+        assert_eq!(p.pick(&tried(&[]), now).unwrap().id, 0);
     }
     // Excluding tried tasks.
-    assert_eq!(p.pick(0b01, now).unwrap().id, 1);
-    assert_eq!(p.pick(0b10, now).unwrap().id, 0);
-    assert!(p.pick(0b11, now).is_none());
+    assert_eq!(p.pick(&tried(&[0]), now).unwrap().id, 1);
+    assert_eq!(p.pick(&tried(&[1]), now).unwrap().id, 0);
+    assert!(p.pick(&tried(&[0, 1]), now).is_none());
+}
+
+#[test]
+fn a_tried_task_is_not_picked_again_in_a_pool_of_any_size() {
+    // Tried tasks used to be a 64-bit set: a task with an index of 64 or more could get a
+    // request's retry after refusing it, or its connection error, again.
+    let p = pool(100);
+    let now = Instant::now();
+    let all_but_77: Vec<u64> = (0..100).filter(|&i| i != 77).collect();
+    for _ in 0..50 {
+        assert_eq!(p.pick(&tried(&all_but_77), now).unwrap().id, 77);
+    }
+    let t = tried(&[70, 99, 3]);
+    for _ in 0..2_000 {
+        let id = p.pick(&t, now).unwrap().id;
+        assert!(!t.has(id), "picked task {id} again");
+    }
+    assert!(p.pick(&tried(&(0..100).collect::<Vec<_>>()), now).is_none());
+}
+
+#[test]
+fn two_draws_are_distinct_and_cover_the_pool() {
+    let items: Vec<usize> = (0..5).collect();
+    let mut seen = [0u32; 5];
+    for _ in 0..5_000 {
+        let (a, b) = two_of(&items).unwrap();
+        assert!(a < b, "distinct, in order: {a} {b}");
+        seen[*a] += 1;
+        seen[*b] += 1;
+    }
+    // Each of 5 items is in 2 of 5 pairs: ~2,000 of 10,000 slots each.
+    assert!(
+        seen.iter().all(|&c| (1_600..=2_400).contains(&c)),
+        "{seen:?}"
+    );
+    assert_eq!(two_of(&[7]), Some((&7, &7)));
+    assert_eq!(two_of::<u8>(&[]), None);
 }
 
 #[test]
@@ -82,10 +128,10 @@ fn ejection_respects_fleet_cap_and_fallback() {
     }
     assert!(!p.tasks[1].is_ejected(now), "at most 1 of 2 ejected");
     for _ in 0..10 {
-        assert_eq!(p.pick(0, now).unwrap().id, 1);
+        assert_eq!(p.pick(&tried(&[]), now).unwrap().id, 1);
     }
     // Only the ejected one left untried: still used rather than failing.
-    assert_eq!(p.pick(0b10, now).unwrap().id, 0);
+    assert_eq!(p.pick(&tried(&[1]), now).unwrap().id, 0);
 }
 
 #[test]
