@@ -47,14 +47,21 @@ impl Ejection {
         self.consecutive = 0;
     }
 
-    /// Records a failure; returns true if it ejects the task now. `may_eject` is false when
-    /// ejecting would exceed the configured fraction of the fleet.
-    pub fn failure(&mut self, now: Instant, cfg: &EjectionConfig, may_eject: bool) -> bool {
+    /// Records a failure; returns true if it ejects the task now. `may_eject` says false when
+    /// ejecting would exceed the configured fraction of the fleet; it is asked only when the
+    /// failure would eject (it counts the fleet's ejected tasks, and most failures — every
+    /// overload refusal counts as one — do not reach the threshold).
+    pub fn failure(
+        &mut self,
+        now: Instant,
+        cfg: &EjectionConfig,
+        may_eject: impl FnOnce() -> bool,
+    ) -> bool {
         self.consecutive = self.consecutive.saturating_add(1);
         if cfg.consecutive_failures == 0
             || self.consecutive < cfg.consecutive_failures
             || self.is_ejected(now)
-            || !may_eject
+            || !may_eject()
         {
             return false;
         }
@@ -96,22 +103,22 @@ mod tests {
         };
         let t0 = Instant::now();
         let mut e = Ejection::default();
-        assert!(!e.failure(t0, &cfg, true));
-        assert!(!e.failure(t0, &cfg, true));
-        assert!(e.failure(t0, &cfg, true));
+        assert!(!e.failure(t0, &cfg, || true));
+        assert!(!e.failure(t0, &cfg, || true));
+        assert!(e.failure(t0, &cfg, || true));
         assert!(e.is_ejected(t0 + Duration::from_millis(99)));
         assert!(!e.is_ejected(t0 + Duration::from_millis(100)));
         let t1 = t0 + Duration::from_millis(200);
         for _ in 0..2 {
-            assert!(!e.failure(t1, &cfg, true));
+            assert!(!e.failure(t1, &cfg, || true));
         }
-        assert!(e.failure(t1, &cfg, true));
+        assert!(e.failure(t1, &cfg, || true));
         assert_eq!(e.remaining(t1), Some(Duration::from_millis(200)));
         let t2 = t1 + Duration::from_secs(1);
         for _ in 0..2 {
-            e.failure(t2, &cfg, true);
+            e.failure(t2, &cfg, || true);
         }
-        assert!(e.failure(t2, &cfg, true));
+        assert!(e.failure(t2, &cfg, || true));
         assert_eq!(e.remaining(t2), Some(Duration::from_millis(250)), "capped");
     }
 
@@ -123,10 +130,11 @@ mod tests {
         };
         let t = Instant::now();
         let mut e = Ejection::default();
-        e.failure(t, &cfg, true);
+        e.failure(t, &cfg, || true);
         e.success();
-        assert!(!e.failure(t, &cfg, true));
-        assert!(!e.failure(t, &cfg, false), "fleet cap reached");
+        // The fleet is counted only for a failure that would eject.
+        assert!(!e.failure(t, &cfg, || unreachable!("asked below the threshold")));
+        assert!(!e.failure(t, &cfg, || false), "fleet cap reached");
         assert!(!e.is_ejected(t));
         assert_eq!(max_ejected(1, 0.5), 0);
         assert_eq!(max_ejected(2, 0.5), 1);

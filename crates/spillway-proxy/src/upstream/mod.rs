@@ -26,6 +26,7 @@ mod body;
 mod conn;
 mod eject;
 mod health;
+pub mod orca;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -276,8 +277,11 @@ impl Pool {
     pub fn record_failure(&self, task: &Task, now: Instant) {
         task.errors.add(now, 1);
         task.failures.fetch_add(1, Ordering::Relaxed);
-        let ejected_now = self.tasks.iter().filter(|t| t.is_ejected(now)).count();
-        let may = ejected_now < max_ejected(self.tasks.len(), self.cfg.ejection.max_fraction);
+        // A pass over the fleet, taken only for a failure that would eject.
+        let may = || {
+            let ejected_now = self.tasks.iter().filter(|t| t.is_ejected(now)).count();
+            ejected_now < max_ejected(self.tasks.len(), self.cfg.ejection.max_fraction)
+        };
         let ejected = {
             let mut e = task.lock_ejection();
             let ejected = e.failure(now, &self.cfg.ejection, may);
@@ -350,9 +354,13 @@ impl Pool {
     }
 
     /// A load signal: the mean ORCA utilisation the tasks reported recently (tasks without a
-    /// fresh report are left out; 0 when none has one).
+    /// fresh report are left out; 0 when none has one), read at most [`orca::REFRESH`] late.
     pub fn orca_signal(self: &Arc<Self>) -> Arc<dyn LoadSignal> {
-        Arc::new(OrcaSignal(Arc::downgrade(self)))
+        Arc::new(orca::OrcaSignal::new(
+            Arc::downgrade(self),
+            self.origin,
+            self.orca_max_age,
+        ))
     }
 
     fn orca_mean(&self, now: Instant) -> f64 {
@@ -380,18 +388,6 @@ impl Pool {
             spillway_core::clock::nanos_since(self.origin, now),
             Ordering::Relaxed,
         );
-    }
-}
-
-#[derive(Debug)]
-struct OrcaSignal(std::sync::Weak<Pool>);
-
-impl LoadSignal for OrcaSignal {
-    fn name(&self) -> &str {
-        "upstream_orca"
-    }
-    fn utilisation(&self, now: Instant) -> f64 {
-        self.0.upgrade().map_or(0.0, |p| p.orca_mean(now))
     }
 }
 

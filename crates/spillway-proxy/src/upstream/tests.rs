@@ -137,12 +137,43 @@ fn ejection_respects_fleet_cap_and_fallback() {
 #[test]
 fn orca_mean_of_fresh_reports() {
     let p = Arc::new(pool(2));
-    let now = Instant::now();
+    let mut now = Instant::now();
     let s = p.orca_signal();
     assert_eq!(s.utilisation(now), 0.0);
     p.record_orca(&p.tasks[0], 0.6, now);
+    now += orca::REFRESH;
     assert!((s.utilisation(now) - 0.6).abs() < 1e-9);
     p.record_orca(&p.tasks[1], 0.2, now);
+    now += orca::REFRESH;
     assert!((s.utilisation(now) - 0.4).abs() < 1e-9);
     assert_eq!(s.utilisation(now + Duration::from_secs(60)), 0.0, "stale");
+}
+
+#[test]
+fn the_orca_mean_is_read_at_most_a_refresh_late() {
+    let p = Arc::new(pool(3));
+    let t0 = Instant::now();
+    let s = p.orca_signal();
+    p.record_orca(&p.tasks[0], 0.9, t0);
+    assert!((s.utilisation(t0) - 0.9).abs() < 1e-9);
+    // A report inside the refresh: the mean computed at t0 still stands…
+    p.record_orca(&p.tasks[1], 0.3, t0);
+    assert!((s.utilisation(t0 + orca::REFRESH / 2) - 0.9).abs() < 1e-9);
+    // …and is recomputed once the refresh has passed.
+    assert!((s.utilisation(t0 + orca::REFRESH) - 0.6).abs() < 1e-9);
+    // A short orca_max_age shortens the refresh to an eighth of it.
+    let cfg = UpstreamConfig {
+        addresses: vec!["127.0.0.1:9000".into()],
+        ..UpstreamConfig::default()
+    };
+    let signals = SignalsConfig {
+        orca_max_age_ms: 2,
+        ..SignalsConfig::default()
+    };
+    let q = Arc::new(Pool::new(&cfg, &signals).unwrap());
+    let s = q.orca_signal();
+    let t1 = Instant::now();
+    assert_eq!(s.utilisation(t1), 0.0);
+    q.record_orca(&q.tasks[0], 0.5, t1);
+    assert!((s.utilisation(t1 + Duration::from_micros(250)) - 0.5).abs() < 1e-9);
 }
