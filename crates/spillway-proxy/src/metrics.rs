@@ -60,10 +60,12 @@ pub enum Fault {
     TlsHandshake,
     /// A request body to be buffered did not arrive within `listen.header_read_timeout_ms` (408).
     BodyTimeout,
+    /// A client took no byte of its response for `listen.send_timeout_ms` (connection cut).
+    SendTimeout,
 }
 
 impl Fault {
-    const ALL: [Fault; 12] = [
+    const ALL: [Fault; 13] = [
         Fault::BadRequest,
         Fault::HeadersTooLarge,
         Fault::HeaderTimeout,
@@ -76,6 +78,7 @@ impl Fault {
         Fault::NotRetriedLargeBody,
         Fault::TlsHandshake,
         Fault::BodyTimeout,
+        Fault::SendTimeout,
     ];
 
     /// The metric label value.
@@ -93,13 +96,14 @@ impl Fault {
             Fault::NotRetriedLargeBody => "not_retried_large_body",
             Fault::TlsHandshake => "tls_handshake",
             Fault::BodyTimeout => "body_timeout",
+            Fault::SendTimeout => "send_timeout",
         }
     }
 }
 
-/// Fault counters.
+/// Fault counters, one per kind (sized by `Fault::ALL`, so a new kind cannot index past them).
 #[derive(Debug, Default)]
-pub struct Faults([AtomicU64; 12]);
+pub struct Faults([AtomicU64; Fault::ALL.len()]);
 
 impl Faults {
     /// Counts one `f` (here and in the `metrics` facade).

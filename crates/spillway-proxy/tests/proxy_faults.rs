@@ -183,6 +183,42 @@ async fn at_the_connection_cap_an_idle_connection_makes_room_for_a_waiting_one()
 }
 
 #[tokio::test]
+async fn a_client_that_stops_reading_its_response_is_cut_and_its_slots_freed() {
+    // It used to hold its connection, the upstream connection and its admission slot for as
+    // long as it kept the socket open: a few such clients took the whole concurrency limit.
+    let (_b, p) = with_listen("header_read_timeout_ms = 200\nsend_timeout_ms = 500").await;
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut s = sock.connect(p.addr).await.unwrap();
+    s.write_all(b"GET /large-answer HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Nothing read: the proxy's writes fill the socket and stop.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while p.state.faults.get(Fault::SendTimeout) == 0 {
+        assert!(std::time::Instant::now() < deadline, "never cut");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        p.state.status().admission.in_flight,
+        0,
+        "the admission slot is free"
+    );
+    assert!(
+        p.state.status().upstreams.iter().all(|u| u.in_flight == 0),
+        "the upstream slot is free"
+    );
+    // What the client had not read ends short of the body: the connection was cut.
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
+    assert!(got.len() < BIG, "{} bytes", got.len());
+    // A client that reads gets the whole of it through the same proxy.
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    let head = get_on(&mut s, "/large-answer").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
+
+#[tokio::test]
 async fn half_an_http2_preface_is_cut_and_counted() {
     // The first bytes of the preface used to exempt the connection from the timeout for good.
     let (_b, p) = with_header_timeout(200).await;

@@ -137,6 +137,9 @@ pub struct ListenConfig {
     /// `idle_timeout_ms`, so that when one proxy sends to another, the sender (the side that
     /// would reuse the connection) closes it first.
     pub idle_timeout_ms: u64,
+    /// A client that takes no byte of its response for this long is cut (counted as
+    /// `send_timeout`). Default 60 000 ms.
+    pub send_timeout_ms: u64,
     /// Largest request head (HTTP/1.1 read buffer; HTTP/2 header list) in bytes; larger → 431.
     /// Default 65 536.
     pub max_header_bytes: usize,
@@ -161,6 +164,7 @@ impl Default for ListenConfig {
             max_connections: 10_000,
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 75_000,
+            send_timeout_ms: 60_000,
             max_header_bytes: 65_536,
             tls: None,
             threads: default_threads(),

@@ -33,6 +33,16 @@
 //!   connection found idle at a check is closed then, without waiting for its idle timeout:
 //!   the slot goes to a client with a request (nginx reuses its idle keep-alive connections
 //!   the same way when `worker_connections` run out).
+//!
+//! And one limit while a request is in progress, the send timeout (`listen.send_timeout_ms`):
+//! a client that takes no byte of its response for that long — its socket full at every check
+//! and nothing written since — is cut and counted as `send_timeout`. Without it a client that
+//! stops reading (a "slow read" attack, or a dead peer behind a full window) holds its
+//! connection, the upstream connection the response comes through and its admission slot for
+//! ever: a handful of them take the whole concurrency limit. Progress is any write the socket
+//! takes, so a slow but live reader is never cut (nginx's `send_timeout` is the same rule). Not
+//! covered: an HTTP/2 client that keeps reading the socket but withholds flow-control credit
+//! (then nothing is written and the socket never fills); its streams are held until they end.
 
 use std::future::Future;
 use std::io;
@@ -57,6 +67,11 @@ pub struct Progress {
     read: AtomicBool,
     /// The client speaks HTTP/2 (its preface, or an h2 request): bytes read are not a head.
     h2: AtomicBool,
+    /// Writes the socket took (counted by the connection's one writer, so a plain load and
+    /// store; a lost count after an upgrade hands the socket on would be harmless).
+    written: AtomicU64,
+    /// The last write found the socket full: the client is not taking what is sent.
+    write_blocked: AtomicBool,
     /// Notified to close the connection gracefully: an idle HTTP/2 connection's server sends
     /// GOAWAY and closes once no stream is open (see [`watch`]). A `Notify` is inline (no
     /// allocation per connection, as a cancellation token's node would be); its stored permit
@@ -83,6 +98,26 @@ impl Progress {
             // Only after a request (a first head's time runs from the connection's opening),
             // and never over HTTP/2, whose bytes between streams may be control frames only.
             reading: heads > 0 && self.read.load(Relaxed) && !self.h2.load(Relaxed),
+        }
+    }
+}
+
+impl Progress {
+    /// Writes the socket has taken, and whether the last one found it full.
+    fn writes(&self) -> (u64, bool) {
+        (self.written.load(Relaxed), self.write_blocked.load(Relaxed))
+    }
+
+    /// Notes how a write to the client's socket went.
+    fn wrote(&self, res: &Poll<io::Result<usize>>) {
+        match res {
+            Poll::Ready(Ok(n)) if *n > 0 => {
+                self.written
+                    .store(self.written.load(Relaxed).wrapping_add(1), Relaxed);
+                self.write_blocked.store(false, Relaxed);
+            }
+            Poll::Pending => self.write_blocked.store(true, Relaxed),
+            _ => {}
         }
     }
 }
@@ -118,6 +153,9 @@ pub enum Ended<T> {
         /// requests): a slow client, counted as `header_timeout`.
         counted: bool,
     },
+    /// Dropped by the send timeout: a response the client took nothing of (counted as
+    /// `send_timeout`).
+    SendStalled,
 }
 
 /// The two limits [`watch`] enforces.
@@ -127,6 +165,8 @@ pub struct Timeouts {
     pub header: Duration,
     /// Between requests: `listen.idle_timeout_ms`.
     pub idle: Duration,
+    /// For a response the client takes nothing of: `listen.send_timeout_ms`.
+    pub send: Duration,
 }
 
 /// Runs `conn` (a client connection's future) until it ends or one of `limits` closes it, as
@@ -140,9 +180,13 @@ pub async fn watch<F: Future>(
     slots: &Semaphore,
 ) -> Ended<F::Output> {
     // A quarter: closing happens between 1 and 1.25 limits after the last progress.
-    let period = (limits.header.min(limits.idle) / 4).max(Duration::from_millis(1));
+    let shortest = limits.header.min(limits.idle).min(limits.send);
+    let period = (shortest / 4).max(Duration::from_millis(1));
     let mut quiet_from = Instant::now();
     let mut seen = progress.snapshot();
+    // Writes seen at the last check, and since when the socket has stayed full without one.
+    let mut last_written = progress.writes().0;
+    let mut stalled_from: Option<Instant> = None;
     let sleep = tokio::time::sleep_until(quiet_from + period);
     tokio::pin!(conn, sleep);
     loop {
@@ -175,6 +219,16 @@ pub async fn watch<F: Future>(
             active,
             reading,
         } = state;
+        let (written, blocked) = progress.writes();
+        if active > 0 && blocked && written == last_written {
+            let from = *stalled_from.get_or_insert(now);
+            if now.saturating_duration_since(from) >= limits.send {
+                return Ended::SendStalled;
+            }
+        } else {
+            stalled_from = None;
+        }
+        last_written = written;
         // Between requests: a head was served and no next one is under way.
         let between = heads > 0 && !reading;
         let limit = if between { limits.idle } else { limits.header };
@@ -254,7 +308,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        let res = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.progress.wrote(&res);
+        res
     }
 
     fn poll_write_vectored(
@@ -262,7 +319,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let res = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.progress.wrote(&res);
+        res
     }
 
     fn is_write_vectored(&self) -> bool {

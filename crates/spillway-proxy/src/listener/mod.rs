@@ -120,6 +120,7 @@ pub async fn serve_capped(
         let limits = head::Timeouts {
             header: header_timeout,
             idle: Duration::from_millis(listen.idle_timeout_ms),
+            send: Duration::from_millis(listen.send_timeout_ms),
         };
         let slots = Arc::clone(&cap);
         let max_head = listen.max_header_bytes;
@@ -265,6 +266,7 @@ fn count_end(state: &ProxyState, ended: head::Ended<Result<(), BoxError>>) {
         head::Ended::Done(Ok(())) | head::Ended::TimedOut { counted: false } => {}
         head::Ended::Done(Err(e)) => count_connection_error(state, &*e),
         head::Ended::TimedOut { counted: true } => state.faults.count(Fault::HeaderTimeout),
+        head::Ended::SendStalled => state.faults.count(Fault::SendTimeout),
     }
 }
 

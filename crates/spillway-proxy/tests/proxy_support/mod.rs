@@ -17,8 +17,12 @@ use spillway_proxy::run::{start, Running};
 use spillway_proxy::{ProxyConfig, ProxyState};
 use tokio::net::TcpListener;
 
+/// The size of `/large-answer`'s answer: more than a loopback connection's socket buffers hold.
+pub const BIG: usize = 32 << 20;
+
 /// A loopback backend: echoes what it saw (method, path, version, the Spillway fields, the
-/// authority asked for, the body's length); `/hang` answers after 30 s, `/slow` after 0.8 s;
+/// authority asked for, the body's length); `/hang` answers after 30 s, `/slow` after 0.8 s,
+/// `/large-answer` with [`BIG`] bytes;
 /// `/busy` (or any path on a backend named `busy…`) answers 503; `/report` carries an ORCA report (utilisation 0.7) and a cost of 5.
 pub struct Backend {
     pub addr: SocketAddr,
@@ -58,6 +62,9 @@ async fn echo_inner(
     }
     if path == "/slow" {
         tokio::time::sleep(Duration::from_millis(800)).await;
+    }
+    if path == "/large-answer" {
+        return Ok(Response::new(Full::new(Bytes::from(vec![b'x'; BIG]))));
     }
     let h = |k: &str| {
         req.headers()

@@ -11,12 +11,18 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::{watch, Ended, Progress, Timeouts, Watched};
+use std::task::Poll;
+
+use super::{watch, Busy, Ended, Progress, Timeouts, Watched};
 
 const T: Duration = Duration::from_millis(1_000);
 
 /// Both limits `T`.
-const SAME: Timeouts = Timeouts { header: T, idle: T };
+const SAME: Timeouts = Timeouts {
+    header: T,
+    idle: T,
+    send: T,
+};
 
 /// A connection cap with slots to spare.
 static ROOM: Semaphore = Semaphore::const_new(8);
@@ -140,6 +146,7 @@ async fn an_idle_http2_connection_is_closed_gracefully_a_busy_one_never() {
     let limits = Timeouts {
         header: T,
         idle: T * 3,
+        send: T,
     };
     let (ended, released) = tokio::join!(watch(conn, &p, limits, &ROOM), released);
     assert_eq!(ended, Ended::Done("closed gracefully"));
@@ -154,6 +161,7 @@ async fn a_kept_alive_connection_waits_for_its_idle_timeout_not_the_header_timeo
     let limits = Timeouts {
         header: T,
         idle: T * 6,
+        send: T,
     };
     let (ended, after) = cut_with(&p, limits, &ROOM).await;
     assert_eq!(ended, Ended::TimedOut { counted: false });
@@ -167,6 +175,7 @@ async fn the_next_heads_time_starts_at_its_first_bytes() {
     let limits = Timeouts {
         header: T,
         idle: T * 6,
+        send: T,
     };
     // Idle for four header timeouts, then part of a head that never ends.
     let start = Instant::now();
@@ -189,6 +198,7 @@ async fn at_the_connection_cap_an_idle_connection_gives_its_slot_up_a_slow_head_
     let limits = Timeouts {
         header: T,
         idle: T * 60,
+        send: T,
     };
     // Between requests: closed at the first check, long before its idle timeout.
     let p = Arc::new(Progress::default());
@@ -217,6 +227,72 @@ async fn at_the_connection_cap_an_idle_connection_gives_its_slot_up_a_slow_head_
     drop(p.begin(http::Version::HTTP_11));
     let (_, after) = cut_with(&p, limits, &ROOM).await;
     assert!(after >= T * 60, "{after:?}");
+}
+
+/// A request in progress whose response the client takes nothing of: the socket full, no
+/// write taken since.
+fn stalled(p: &Arc<Progress>) -> Busy {
+    let busy = p.begin(http::Version::HTTP_11);
+    p.write_blocked.store(true, Relaxed);
+    busy
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_the_client_takes_nothing_of_is_cut_at_the_send_timeout() {
+    let p = Arc::new(Progress::default());
+    let _busy = stalled(&p);
+    let limits = Timeouts {
+        header: T,
+        idle: T * 60,
+        send: T * 3,
+    };
+    let start = Instant::now();
+    let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
+        .await
+        .expect("cut, not held for ever");
+    let after = start.elapsed();
+    assert_eq!(ended, Ended::SendStalled);
+    assert!(after >= T * 3 && after <= T * 3 + T / 4, "{after:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_reader_that_takes_something_now_and_then_is_never_cut() {
+    let p = Arc::new(Progress::default());
+    let _busy = stalled(&p);
+    let limits = Timeouts {
+        header: T,
+        idle: T * 60,
+        send: T * 3,
+    };
+    // A write taken every two timeouts' worth of checks, then blocked again.
+    let reader = async {
+        for _ in 0..20 {
+            tokio::time::sleep(T * 2).await;
+            p.wrote(&Poll::Ready(Ok(1)));
+            p.wrote(&Poll::Pending);
+        }
+    };
+    tokio::select! {
+        e = watch(pending::<()>(), &p, limits, &ROOM) => panic!("a live reader was cut: {e:?}"),
+        () = reader => {}
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_with_nothing_to_send_is_never_cut() {
+    // A long poll or a quiet stream: in progress, nothing pending, so nothing blocked.
+    let p = Arc::new(Progress::default());
+    let _busy = p.begin(http::Version::HTTP_11);
+    p.wrote(&Poll::Ready(Ok(10)));
+    let limits = Timeouts {
+        header: T,
+        idle: T * 60,
+        send: T,
+    };
+    tokio::select! {
+        e = watch(pending::<()>(), &p, limits, &ROOM) => panic!("cut: {e:?}"),
+        () = tokio::time::sleep(T * 100) => {}
+    }
 }
 
 #[tokio::test]
