@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use proxy_support::*;
 use spillway_proxy::metrics::Fault;
 use spillway_proxy::run::Running;
@@ -216,6 +216,39 @@ async fn a_client_that_stops_reading_its_response_is_cut_and_its_slots_freed() {
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     let head = get_on(&mut s, "/large-answer").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
+
+#[tokio::test]
+async fn an_http2_client_that_grants_no_flow_control_credit_is_cut_and_its_slots_freed() {
+    // The socket never fills (the client reads it); the stream's window is spent after 1 KiB
+    // and never granted again, so the proxy writes nothing and its body waits with data.
+    let (_b, p) = with_listen("header_read_timeout_ms = 200\nsend_timeout_ms = 500").await;
+    let io = TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
+    let (mut tx, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(1024)
+        .handshake::<_, http_body_util::Empty<Bytes>>(io)
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let res = tx
+        .send_request(empty_get(p.addr, "/large-answer"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let held = res.into_body(); // never read: no credit given back
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while p.state.faults.get(Fault::SendTimeout) == 0 {
+        assert!(std::time::Instant::now() < deadline, "never cut");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        p.state.status().admission.in_flight,
+        0,
+        "the admission slot is free"
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
+    assert!(ended.is_ok(), "the connection was closed");
+    drop(held);
 }
 
 #[tokio::test]

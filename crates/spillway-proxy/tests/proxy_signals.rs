@@ -46,6 +46,8 @@ customers = [["one", {{ per_criticality = [10.0, 10.0, 10.0, 10.0] }}], ["two", 
     let reported = served_before_429("k2", "/report").await;
     assert!(plain >= 8, "plain={plain}");
     assert!(reported <= 4, "reported={reported}");
+    // The signal's mean is recomputed at most once per refresh: read after one has passed.
+    tokio::time::sleep(spillway_proxy::upstream::orca::REFRESH * 2).await;
     let st = p.state.status();
     assert!((st.upstreams[0].orca_utilisation - 0.7).abs() < 1e-9);
     let orca = st

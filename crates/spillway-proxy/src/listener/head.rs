@@ -40,9 +40,12 @@
 //! stops reading (a "slow read" attack, or a dead peer behind a full window) holds its
 //! connection, the upstream connection the response comes through and its admission slot for
 //! ever: a handful of them take the whole concurrency limit. Progress is any write the socket
-//! takes, so a slow but live reader is never cut (nginx's `send_timeout` is the same rule). Not
-//! covered: an HTTP/2 client that keeps reading the socket but withholds flow-control credit
-//! (then nothing is written and the socket never fills); its streams are held until they end.
+//! takes, so a slow but live reader is never cut (nginx's `send_timeout` is the same rule).
+//! Over HTTP/2 a client can stall without filling the socket, by granting no flow-control
+//! credit: there the sign is a response body whose data hyper holds without asking for more
+//! ([`Sent`]) while nothing is written and no body on the connection is polled. A stream
+//! stalled so on a connection whose other streams keep moving is not cut (the connection is
+//! the unit that can be dropped); it holds its slots until the connection goes quiet.
 
 use std::future::Future;
 use std::io;
@@ -72,6 +75,11 @@ pub struct Progress {
     written: AtomicU64,
     /// The last write found the socket full: the client is not taking what is sent.
     write_blocked: AtomicBool,
+    /// Polls of response bodies served through hyper ([`Sent`]).
+    polled: AtomicU64,
+    /// Of those bodies, how many handed over data at their last poll and have not been asked
+    /// for more: hyper is holding it (over HTTP/2, waiting for the client's flow-control credit).
+    holding: AtomicU64,
     /// Notified to close the connection gracefully: an idle HTTP/2 connection's server sends
     /// GOAWAY and closes once no stream is open (see [`watch`]). A `Notify` is inline (no
     /// allocation per connection, as a cancellation token's node would be); its stored permit
@@ -103,9 +111,16 @@ impl Progress {
 }
 
 impl Progress {
-    /// Writes the socket has taken, and whether the last one found it full.
-    fn writes(&self) -> (u64, bool) {
-        (self.written.load(Relaxed), self.write_blocked.load(Relaxed))
+    /// What the send timeout compares between checks: writes the socket took and polls of
+    /// response bodies.
+    fn sending(&self) -> (u64, u64) {
+        (self.written.load(Relaxed), self.polled.load(Relaxed))
+    }
+
+    /// Something the client has not taken is waiting: the socket full at the last write, or
+    /// a response body's data held by hyper.
+    fn waiting_on_client(&self) -> bool {
+        self.write_blocked.load(Relaxed) || self.holding.load(Relaxed) > 0
     }
 
     /// Notes how a write to the client's socket went.
@@ -184,8 +199,9 @@ pub async fn watch<F: Future>(
     let period = (shortest / 4).max(Duration::from_millis(1));
     let mut quiet_from = Instant::now();
     let mut seen = progress.snapshot();
-    // Writes seen at the last check, and since when the socket has stayed full without one.
-    let mut last_written = progress.writes().0;
+    // Writes and body polls seen at the last check, and since when something the client has
+    // not taken has waited with neither.
+    let mut last_sending = progress.sending();
     let mut stalled_from: Option<Instant> = None;
     let sleep = tokio::time::sleep_until(quiet_from + period);
     tokio::pin!(conn, sleep);
@@ -219,8 +235,8 @@ pub async fn watch<F: Future>(
             active,
             reading,
         } = state;
-        let (written, blocked) = progress.writes();
-        if active > 0 && blocked && written == last_written {
+        let sending = progress.sending();
+        if active > 0 && sending == last_sending && progress.waiting_on_client() {
             let from = *stalled_from.get_or_insert(now);
             if now.saturating_duration_since(from) >= limits.send {
                 return Ended::SendStalled;
@@ -228,7 +244,7 @@ pub async fn watch<F: Future>(
         } else {
             stalled_from = None;
         }
-        last_written = written;
+        last_sending = sending;
         // Between requests: a head was served and no next one is under way.
         let between = heads > 0 && !reading;
         let limit = if between { limits.idle } else { limits.header };
@@ -337,6 +353,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
+
+mod sent;
+pub use sent::Sent;
 
 #[cfg(test)]
 mod tests;

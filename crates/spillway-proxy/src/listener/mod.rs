@@ -225,14 +225,21 @@ fn service(
     progress: Arc<head::Progress>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
-    Response = hyper::Response<crate::upstream::ProxyBody>,
+    Response = hyper::Response<head::Sent>,
     Error = std::convert::Infallible,
     Future: Send + 'static,
 > {
     service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let busy = progress.begin(req.version());
         let (req, upgrade) = crate::forward::upgrade_of(req);
-        crate::forward::handle(state.current(), Some(peer.for_request(busy)), req, upgrade)
+        let answer =
+            crate::forward::handle(state.current(), Some(peer.for_request(busy)), req, upgrade);
+        let progress = Arc::clone(&progress);
+        // The body reports to the connection's send timeout (`head::Sent`).
+        async move {
+            let res = answer.await;
+            res.map(|r| r.map(|b| head::Sent::new(b, progress)))
+        }
     })
 }
 

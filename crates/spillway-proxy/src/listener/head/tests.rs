@@ -13,7 +13,13 @@ use tokio::time::Instant;
 
 use std::task::Poll;
 
-use super::{watch, Busy, Ended, Progress, Timeouts, Watched};
+use std::pin::Pin;
+
+use bytes::Bytes;
+use http_body::Body;
+
+use super::{watch, Busy, Ended, Progress, Sent, Timeouts, Watched};
+use crate::upstream::full_body;
 
 const T: Duration = Duration::from_millis(1_000);
 
@@ -276,6 +282,29 @@ async fn a_slow_reader_that_takes_something_now_and_then_is_never_cut() {
         e = watch(pending::<()>(), &p, limits, &ROOM) => panic!("a live reader was cut: {e:?}"),
         () = reader => {}
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_whose_data_hyper_holds_with_nothing_written_is_cut() {
+    // HTTP/2 without credit: the socket is not full, but a body handed over data and was not
+    // asked for more, and nothing was written since.
+    let p = Arc::new(Progress::default());
+    let _busy = p.begin(http::Version::HTTP_2);
+    let mut body = Sent::new(full_body(Bytes::from_static(b"data")), Arc::clone(&p));
+    let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+    assert!(frame.is_some_and(|f| f.is_ok_and(|f| f.is_data())));
+    let limits = Timeouts {
+        header: T,
+        idle: T * 60,
+        send: T * 2,
+    };
+    let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
+        .await
+        .expect("cut, not held for ever");
+    assert_eq!(ended, Ended::SendStalled);
+    // Asked for more (or dropped), the body holds nothing.
+    drop(body);
+    assert_eq!(p.holding.load(Relaxed), 0);
 }
 
 #[tokio::test(start_paused = true)]
