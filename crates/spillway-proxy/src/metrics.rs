@@ -58,7 +58,8 @@ pub enum Fault {
     NotRetriedLargeBody,
     /// A TLS handshake failed.
     TlsHandshake,
-    /// A request body to be buffered did not arrive within `listen.header_read_timeout_ms` (408).
+    /// A request body to be buffered did not arrive within `listen.header_read_timeout_ms`
+    /// (408), or a streamed one stalled for `listen.body_read_timeout_ms` (connection cut).
     BodyTimeout,
     /// A client took no byte of its response for `listen.send_timeout_ms` (connection cut).
     SendTimeout,

@@ -6,7 +6,8 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -249,6 +250,68 @@ async fn an_http2_client_that_grants_no_flow_control_credit_is_cut_and_its_slots
     let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
     assert!(ended.is_ok(), "the connection was closed");
     drop(held);
+}
+
+#[tokio::test]
+async fn a_client_that_stops_sending_a_streamed_body_is_cut_and_its_slots_freed() {
+    // A body too large to buffer goes upstream as it comes; a client that stops sending it
+    // used to hold the upstream connection and its admission slot for as long as it liked.
+    let (b, p) = with_listen("header_read_timeout_ms = 200\nbody_read_timeout_ms = 500").await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 1000000\r\n\r\nfirst bytes")
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while p.state.faults.get(Fault::BodyTimeout) == 0 {
+        assert!(std::time::Instant::now() < deadline, "never cut");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    closed_by_proxy(&mut s).await;
+    assert_eq!(
+        p.state.status().admission.in_flight,
+        0,
+        "the admission slot is free"
+    );
+    assert!(
+        b.accepted.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+        "it was streamed"
+    );
+}
+
+#[tokio::test]
+async fn an_http2_upload_the_client_stops_sending_is_cut_too() {
+    // The same rule for a body that comes through hyper's server.
+    let (_b, p) = with_listen("header_read_timeout_ms = 200\nbody_read_timeout_ms = 500").await;
+    let io = TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
+    let (tx_frames, rx_frames) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
+    let body = StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx_frames));
+    let (mut tx, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    tx_frames
+        .send(Ok(Frame::data(Bytes::from_static(b"first bytes"))))
+        .await
+        .unwrap();
+    let req = hyper::Request::post(format!("http://{}/upload", p.addr))
+        .header("content-length", "1000000")
+        .body(body)
+        .unwrap();
+    let sent = tokio::spawn(tx.send_request(req));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while p.state.faults.get(Fault::BodyTimeout) == 0 {
+        assert!(std::time::Instant::now() < deadline, "never cut");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        p.state.status().admission.in_flight,
+        0,
+        "the admission slot is free"
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(5), sent).await;
+    let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
+    assert!(ended.is_ok(), "the connection was closed");
+    drop(tx_frames);
 }
 
 #[tokio::test]

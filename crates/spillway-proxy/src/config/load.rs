@@ -271,6 +271,9 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
     if l.header_read_timeout_ms == 0 {
         return Err(bad("listen.header_read_timeout_ms", 0, "milliseconds >= 1"));
     }
+    if l.body_read_timeout_ms == 0 {
+        return Err(bad("listen.body_read_timeout_ms", 0, "milliseconds >= 1"));
+    }
     if l.send_timeout_ms == 0 {
         return Err(bad("listen.send_timeout_ms", 0, "milliseconds >= 1"));
     }

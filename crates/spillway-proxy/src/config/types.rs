@@ -140,6 +140,9 @@ pub struct ListenConfig {
     /// A client that takes no byte of its response for this long is cut (counted as
     /// `send_timeout`). Default 60 000 ms.
     pub send_timeout_ms: u64,
+    /// A client that sends no byte of a request body the upstream is waiting for, for this
+    /// long, is cut (counted as `body_timeout`). Default 60 000 ms.
+    pub body_read_timeout_ms: u64,
     /// Largest request head (HTTP/1.1 read buffer; HTTP/2 header list) in bytes; larger → 431.
     /// Default 65 536.
     pub max_header_bytes: usize,
@@ -165,6 +168,7 @@ impl Default for ListenConfig {
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 75_000,
             send_timeout_ms: 60_000,
+            body_read_timeout_ms: 60_000,
             max_header_bytes: 65_536,
             tls: None,
             threads: default_threads(),

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
+use crate::listener::head::Progress;
 use crate::listener::http1::RequestBody;
 use crate::upstream::BoxError;
 
@@ -33,6 +34,11 @@ pub struct Unread {
     body: Option<Inner>,
     drain: bool,
     broke: Option<BodyBreak>,
+    /// The client connection's progress, told when the body waits on the client
+    /// ([`Unread::reporting`]).
+    progress: Option<Arc<Progress>>,
+    /// The last poll found nothing from the client (counted in the connection's progress).
+    waiting: bool,
 }
 
 /// Whether a streamed body failed while an upstream connection was reading it, and why.
@@ -50,9 +56,11 @@ impl BodyBreak {
     }
 }
 
+/// Boxed over hyper: `Incoming` is 40 bytes, and this travels (moved, copied) inside every
+/// request's future, the fast path's included, whose body is one pointer.
 #[derive(Debug)]
 enum Inner {
-    Hyper(Incoming),
+    Hyper(Box<Incoming>),
     Fast(RequestBody),
 }
 
@@ -60,9 +68,12 @@ impl Unread {
     /// Guards `body`, which came over `version`.
     pub fn new(body: Incoming, version: http::Version) -> Self {
         Unread {
-            body: Some(Inner::Hyper(body)),
+            // A body that has already ended (no body, or an empty one) is not kept at all.
+            body: (!body.is_end_stream()).then(|| Inner::Hyper(Box::new(body))),
             drain: version <= http::Version::HTTP_11,
             broke: None,
+            progress: None,
+            waiting: false,
         }
     }
 
@@ -72,6 +83,8 @@ impl Unread {
             body: Some(Inner::Fast(body)),
             drain: false,
             broke: None,
+            progress: None,
+            waiting: false,
         }
     }
 
@@ -81,6 +94,25 @@ impl Unread {
             body: None,
             drain: false,
             broke: None,
+            progress: None,
+            waiting: false,
+        }
+    }
+
+    /// This body, telling its connection's `progress` when it waits on the client and when
+    /// bytes come, for the body read timeout (`listener::head::watch`). A body with nothing to
+    /// read needs no reports.
+    pub fn reporting(mut self, progress: &Arc<Progress>) -> Self {
+        if self.body.is_some() {
+            self.progress = Some(Arc::clone(progress));
+        }
+        self
+    }
+
+    fn stop_waiting(&mut self) {
+        if let (true, Some(p)) = (self.waiting, &self.progress) {
+            self.waiting = false;
+            p.body_wait(false);
         }
     }
 
@@ -100,12 +132,27 @@ impl Body for Unread {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.as_mut().get_mut();
         let polled: Poll<Option<Result<Frame<Bytes>, BoxError>>> = match this.body.as_mut() {
-            Some(Inner::Hyper(b)) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            Some(Inner::Hyper(b)) => Pin::new(&mut **b).poll_frame(cx).map_err(Into::into),
             Some(Inner::Fast(b)) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             None => Poll::Ready(None),
         };
         if let (Poll::Ready(Some(Err(e))), Some(broke)) = (&polled, &this.broke) {
             let _ = broke.0.set(e.to_string());
+        }
+        if let Some(p) = &this.progress {
+            match &polled {
+                Poll::Pending if !this.waiting => {
+                    this.waiting = true;
+                    p.body_wait(true);
+                }
+                Poll::Pending => {}
+                Poll::Ready(frame) => {
+                    if matches!(frame, Some(Ok(_))) {
+                        p.body_came();
+                    }
+                    this.stop_waiting();
+                }
+            }
         }
         polled
     }
@@ -129,8 +176,9 @@ impl Body for Unread {
 
 impl Drop for Unread {
     fn drop(&mut self) {
+        self.stop_waiting();
         if let (Some(Inner::Hyper(body)), true) = (self.body.take(), self.drain) {
-            spillway_tower::server::drain_behind(body);
+            spillway_tower::server::drain_behind(*body);
         }
     }
 }

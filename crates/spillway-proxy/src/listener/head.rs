@@ -46,6 +46,12 @@
 //! ([`Sent`]) while nothing is written and no body on the connection is polled. A stream
 //! stalled so on a connection whose other streams keep moving is not cut (the connection is
 //! the unit that can be dropped); it holds its slots until the connection goes quiet.
+//!
+//! The same for the other direction, the body read timeout (`listen.body_read_timeout_ms`): a
+//! request body streamed to the upstream whose last poll found nothing from the client
+//! ([`Unread`](crate::forward::Unread) reports it), with no body frame coming on the connection
+//! since, for that long, is a client that stopped mid-upload (the "slow POST" attack): cut and
+//! counted as `body_timeout`.
 
 use std::future::Future;
 use std::io;
@@ -80,6 +86,10 @@ pub struct Progress {
     /// Of those bodies, how many handed over data at their last poll and have not been asked
     /// for more: hyper is holding it (over HTTP/2, waiting for the client's flow-control credit).
     holding: AtomicU64,
+    /// Request bodies whose last poll found nothing from the client (the upstream waits).
+    body_waiting: AtomicU64,
+    /// Request body frames that came from the client.
+    body_frames: AtomicU64,
     /// Notified to close the connection gracefully: an idle HTTP/2 connection's server sends
     /// GOAWAY and closes once no stream is open (see [`watch`]). A `Notify` is inline (no
     /// allocation per connection, as a cancellation token's node would be); its stored permit
@@ -115,6 +125,22 @@ impl Progress {
     /// response bodies.
     fn sending(&self) -> (u64, u64) {
         (self.written.load(Relaxed), self.polled.load(Relaxed))
+    }
+
+    /// A request body starts or stops waiting on the client ([`Unread`]).
+    ///
+    /// [`Unread`]: crate::forward::Unread
+    pub(crate) fn body_wait(&self, waiting: bool) {
+        if waiting {
+            self.body_waiting.fetch_add(1, Relaxed);
+        } else {
+            self.body_waiting.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// A request body frame came from the client.
+    pub(crate) fn body_came(&self) {
+        self.body_frames.fetch_add(1, Relaxed);
     }
 
     /// Something the client has not taken is waiting: the socket full at the last write, or
@@ -171,6 +197,9 @@ pub enum Ended<T> {
     /// Dropped by the send timeout: a response the client took nothing of (counted as
     /// `send_timeout`).
     SendStalled,
+    /// Dropped by the body read timeout: a request body the client sent nothing more of while
+    /// the upstream waited for it (counted as `body_timeout`).
+    BodyStalled,
 }
 
 /// The two limits [`watch`] enforces.
@@ -182,6 +211,8 @@ pub struct Timeouts {
     pub idle: Duration,
     /// For a response the client takes nothing of: `listen.send_timeout_ms`.
     pub send: Duration,
+    /// For a request body the client sends nothing more of: `listen.body_read_timeout_ms`.
+    pub body: Duration,
 }
 
 /// Runs `conn` (a client connection's future) until it ends or one of `limits` closes it, as
@@ -195,7 +226,11 @@ pub async fn watch<F: Future>(
     slots: &Semaphore,
 ) -> Ended<F::Output> {
     // A quarter: closing happens between 1 and 1.25 limits after the last progress.
-    let shortest = limits.header.min(limits.idle).min(limits.send);
+    let shortest = limits
+        .header
+        .min(limits.idle)
+        .min(limits.send)
+        .min(limits.body);
     let period = (shortest / 4).max(Duration::from_millis(1));
     let mut quiet_from = Instant::now();
     let mut seen = progress.snapshot();
@@ -203,6 +238,10 @@ pub async fn watch<F: Future>(
     // not taken has waited with neither.
     let mut last_sending = progress.sending();
     let mut stalled_from: Option<Instant> = None;
+    // Request body frames seen at the last check, and since when a body has waited on the
+    // client with none coming.
+    let mut last_frames = progress.body_frames.load(Relaxed);
+    let mut body_stalled_from: Option<Instant> = None;
     let sleep = tokio::time::sleep_until(quiet_from + period);
     tokio::pin!(conn, sleep);
     loop {
@@ -245,6 +284,16 @@ pub async fn watch<F: Future>(
             stalled_from = None;
         }
         last_sending = sending;
+        let frames = progress.body_frames.load(Relaxed);
+        if active > 0 && frames == last_frames && progress.body_waiting.load(Relaxed) > 0 {
+            let from = *body_stalled_from.get_or_insert(now);
+            if now.saturating_duration_since(from) >= limits.body {
+                return Ended::BodyStalled;
+            }
+        } else {
+            body_stalled_from = None;
+        }
+        last_frames = frames;
         // Between requests: a head was served and no next one is under way.
         let between = heads > 0 && !reading;
         let limit = if between { limits.idle } else { limits.header };

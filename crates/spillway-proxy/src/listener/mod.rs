@@ -121,6 +121,7 @@ pub async fn serve_capped(
             header: header_timeout,
             idle: Duration::from_millis(listen.idle_timeout_ms),
             send: Duration::from_millis(listen.send_timeout_ms),
+            body: Duration::from_millis(listen.body_read_timeout_ms),
         };
         let slots = Arc::clone(&cap);
         let max_head = listen.max_header_bytes;
@@ -232,6 +233,7 @@ fn service(
     service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let busy = progress.begin(req.version());
         let (req, upgrade) = crate::forward::upgrade_of(req);
+        let req = req.map(|b| b.reporting(&progress));
         let answer =
             crate::forward::handle(state.current(), Some(peer.for_request(busy)), req, upgrade);
         let progress = Arc::clone(&progress);
@@ -274,6 +276,7 @@ fn count_end(state: &ProxyState, ended: head::Ended<Result<(), BoxError>>) {
         head::Ended::Done(Err(e)) => count_connection_error(state, &*e),
         head::Ended::TimedOut { counted: true } => state.faults.count(Fault::HeaderTimeout),
         head::Ended::SendStalled => state.faults.count(Fault::SendTimeout),
+        head::Ended::BodyStalled => state.faults.count(Fault::BodyTimeout),
     }
 }
 

@@ -28,6 +28,7 @@ const SAME: Timeouts = Timeouts {
     header: T,
     idle: T,
     send: T,
+    body: T,
 };
 
 /// A connection cap with slots to spare.
@@ -153,6 +154,7 @@ async fn an_idle_http2_connection_is_closed_gracefully_a_busy_one_never() {
         header: T,
         idle: T * 3,
         send: T,
+        body: T * 60,
     };
     let (ended, released) = tokio::join!(watch(conn, &p, limits, &ROOM), released);
     assert_eq!(ended, Ended::Done("closed gracefully"));
@@ -168,6 +170,7 @@ async fn a_kept_alive_connection_waits_for_its_idle_timeout_not_the_header_timeo
         header: T,
         idle: T * 6,
         send: T,
+        body: T * 60,
     };
     let (ended, after) = cut_with(&p, limits, &ROOM).await;
     assert_eq!(ended, Ended::TimedOut { counted: false });
@@ -182,6 +185,7 @@ async fn the_next_heads_time_starts_at_its_first_bytes() {
         header: T,
         idle: T * 6,
         send: T,
+        body: T * 60,
     };
     // Idle for four header timeouts, then part of a head that never ends.
     let start = Instant::now();
@@ -205,6 +209,7 @@ async fn at_the_connection_cap_an_idle_connection_gives_its_slot_up_a_slow_head_
         header: T,
         idle: T * 60,
         send: T,
+        body: T * 60,
     };
     // Between requests: closed at the first check, long before its idle timeout.
     let p = Arc::new(Progress::default());
@@ -251,6 +256,7 @@ async fn a_response_the_client_takes_nothing_of_is_cut_at_the_send_timeout() {
         header: T,
         idle: T * 60,
         send: T * 3,
+        body: T * 60,
     };
     let start = Instant::now();
     let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
@@ -269,6 +275,7 @@ async fn a_slow_reader_that_takes_something_now_and_then_is_never_cut() {
         header: T,
         idle: T * 60,
         send: T * 3,
+        body: T * 60,
     };
     // A write taken every two timeouts' worth of checks, then blocked again.
     let reader = async {
@@ -297,6 +304,7 @@ async fn a_body_whose_data_hyper_holds_with_nothing_written_is_cut() {
         header: T,
         idle: T * 60,
         send: T * 2,
+        body: T * 60,
     };
     let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
         .await
@@ -305,6 +313,49 @@ async fn a_body_whose_data_hyper_holds_with_nothing_written_is_cut() {
     // Asked for more (or dropped), the body holds nothing.
     drop(body);
     assert_eq!(p.holding.load(Relaxed), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_body_the_client_stops_sending_is_cut_at_the_body_read_timeout() {
+    let p = Arc::new(Progress::default());
+    let _busy = p.begin(http::Version::HTTP_11);
+    p.body_wait(true); // the upstream asked for more; nothing came
+    let limits = Timeouts {
+        header: T,
+        idle: T * 60,
+        send: T * 60,
+        body: T * 2,
+    };
+    let start = Instant::now();
+    let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
+        .await
+        .expect("cut, not held for ever");
+    let after = start.elapsed();
+    assert_eq!(ended, Ended::BodyStalled);
+    assert!(after >= T * 2 && after <= T * 2 + T / 4, "{after:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_body_that_keeps_coming_slowly_is_never_cut() {
+    let p = Arc::new(Progress::default());
+    let _busy = p.begin(http::Version::HTTP_11);
+    p.body_wait(true);
+    let limits = Timeouts {
+        header: T,
+        idle: T * 60,
+        send: T * 60,
+        body: T * 2,
+    };
+    let sender = async {
+        for _ in 0..30 {
+            tokio::time::sleep(T).await;
+            p.body_came();
+        }
+    };
+    tokio::select! {
+        e = watch(pending::<()>(), &p, limits, &ROOM) => panic!("a live sender was cut: {e:?}"),
+        () = sender => {}
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -317,6 +368,7 @@ async fn a_response_with_nothing_to_send_is_never_cut() {
         header: T,
         idle: T * 60,
         send: T,
+        body: T * 60,
     };
     tokio::select! {
         e = watch(pending::<()>(), &p, limits, &ROOM) => panic!("cut: {e:?}"),

@@ -144,7 +144,7 @@ where
             None => (Unread::empty(), None),
             Some(framing) => {
                 let (body, filler) = body::channel(framing, expect_continue);
-                (Unread::fast(body), Some(filler))
+                (Unread::fast(body).reporting(&set.progress), Some(filler))
             }
         };
         let req = Request::from_parts(parts, body);
