@@ -183,6 +183,53 @@ async fn bidirectional_stream_is_not_buffered_and_keeps_trailers() {
 }
 
 #[tokio::test]
+async fn a_quiet_grpc_stream_outlives_the_body_and_send_timeouts() {
+    // A gRPC stream's silences are the protocol's (a client stream may send its next message
+    // much later): the stall rules for slow uploads and unread answers leave it alone.
+    let up = echo_stream_server().await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{up}\"]\n[listen]\nheader_read_timeout_ms = 200\n\
+         body_read_timeout_ms = 300\nsend_timeout_ms = 300\n"
+    ))
+    .await;
+    let s = TcpStream::connect(p.addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
+    let req = hyper::Request::post(format!("http://{}/pkg.Echo/Stream", p.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(StreamBody::new(ReceiverStream::new(rx)))
+        .unwrap();
+    let res_fut = tokio::spawn(async move { send.send_request(req).await });
+    tx.send(Ok(Frame::data(Bytes::from_static(b"one"))))
+        .await
+        .unwrap();
+    let res = res_fut.await.unwrap().unwrap();
+    let mut body = res.into_body();
+    for msg in ["one", "two"] {
+        if msg == "two" {
+            // Quiet both ways for several of each timeout.
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            tx.send(Ok(Frame::data(Bytes::from_static(b"two"))))
+                .await
+                .unwrap();
+        }
+        let f = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("the stream is still open")
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.into_data().unwrap(), Bytes::from_static(msg.as_bytes()));
+    }
+    let faults = p.state.status().faults.0;
+    assert_eq!((faults["body_timeout"], faults["send_timeout"]), (0, 0));
+}
+
+#[tokio::test]
 async fn refusals_reach_grpc_clients_as_status_codes() {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();

@@ -52,6 +52,10 @@
 //! ([`Unread`](crate::forward::Unread) reports it), with no body frame coming on the connection
 //! since, for that long, is a client that stopped mid-upload (the "slow POST" attack): cut and
 //! counted as `body_timeout`.
+//!
+//! gRPC streams are left out of both body rules (their bodies do not report): their silences
+//! are the protocol's — a client stream's next message may come much later, a consumer may
+//! pause a server stream — and their calls are bounded by deadlines and the admission limit.
 
 use std::future::Future;
 use std::io;

@@ -39,6 +39,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use spillway_tower::wire::Protocol;
+
 use crate::metrics::Fault;
 use crate::state::ProxyState;
 use crate::tls::Acceptor;
@@ -233,11 +235,16 @@ fn service(
     service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let busy = progress.begin(req.version());
         let (req, upgrade) = crate::forward::upgrade_of(req);
-        let req = req.map(|b| b.reporting(&progress));
+        // The bodies report to the connection's send and body read timeouts, except gRPC
+        // streams' (`head::Sent::new` says why).
+        let grpc = spillway_tower::wire::Protocol::of(req.headers()) == Protocol::Grpc;
+        let progress = (!grpc).then(|| Arc::clone(&progress));
+        let req = match &progress {
+            Some(p) => req.map(|b| b.reporting(p)),
+            None => req,
+        };
         let answer =
             crate::forward::handle(state.current(), Some(peer.for_request(busy)), req, upgrade);
-        let progress = Arc::clone(&progress);
-        // The body reports to the connection's send timeout (`head::Sent`).
         async move {
             let res = answer.await;
             res.map(|r| r.map(|b| head::Sent::new(b, progress)))

@@ -27,14 +27,17 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Debug)]
 pub struct Sent {
     inner: ProxyBody,
-    progress: Arc<Progress>,
+    /// `None` for a body that does not report (a gRPC stream's, see [`Sent::new`]).
+    progress: Option<Arc<Progress>>,
     /// The last poll handed over a data frame (counted in `Progress::holding`).
     holding: bool,
 }
 
 impl Sent {
-    /// `inner`, reporting to `progress`.
-    pub fn new(inner: ProxyBody, progress: Arc<Progress>) -> Self {
+    /// `inner`, reporting to `progress` when given. gRPC responses do not report: a stream
+    /// whose consumer pauses is back-pressure gRPC is built on, and its call is bounded by
+    /// its deadline (`grpc-timeout`) and the admission limit instead.
+    pub fn new(inner: ProxyBody, progress: Option<Arc<Progress>>) -> Self {
         Sent {
             inner,
             progress,
@@ -43,9 +46,9 @@ impl Sent {
     }
 
     fn release(&mut self) {
-        if self.holding {
+        if let (true, Some(p)) = (self.holding, &self.progress) {
             self.holding = false;
-            self.progress.holding.fetch_sub(1, Relaxed);
+            p.holding.fetch_sub(1, Relaxed);
         }
     }
 }
@@ -59,13 +62,18 @@ impl Body for Sent {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        this.progress.polled.fetch_add(1, Relaxed);
-        this.release();
         let res = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &res {
-            if frame.is_data() {
-                this.holding = true;
-                this.progress.holding.fetch_add(1, Relaxed);
+        let Some(p) = &this.progress else {
+            return res;
+        };
+        p.polled.fetch_add(1, Relaxed);
+        let data = matches!(&res, Poll::Ready(Some(Ok(frame))) if frame.is_data());
+        if data != this.holding {
+            this.holding = data;
+            if data {
+                p.holding.fetch_add(1, Relaxed);
+            } else {
+                p.holding.fetch_sub(1, Relaxed);
             }
         }
         res

@@ -297,7 +297,7 @@ async fn a_body_whose_data_hyper_holds_with_nothing_written_is_cut() {
     // asked for more, and nothing was written since.
     let p = Arc::new(Progress::default());
     let _busy = p.begin(http::Version::HTTP_2);
-    let mut body = Sent::new(full_body(Bytes::from_static(b"data")), Arc::clone(&p));
+    let mut body = Sent::new(full_body(Bytes::from_static(b"data")), Some(Arc::clone(&p)));
     let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
     assert!(frame.is_some_and(|f| f.is_ok_and(|f| f.is_data())));
     let limits = Timeouts {

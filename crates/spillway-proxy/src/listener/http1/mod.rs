@@ -39,6 +39,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes};
 use http::{HeaderMap, Method, Request};
 use http_body::Body;
+use spillway_tower::wire::Protocol;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
@@ -144,7 +145,15 @@ where
             None => (Unread::empty(), None),
             Some(framing) => {
                 let (body, filler) = body::channel(framing, expect_continue);
-                (Unread::fast(body).reporting(&set.progress), Some(filler))
+                let body = Unread::fast(body);
+                // gRPC(-Web) streams do not report (`listener::head::Sent::new` says why).
+                let grpc = Protocol::of(&parts.headers) == Protocol::Grpc;
+                let body = if grpc {
+                    body
+                } else {
+                    body.reporting(&set.progress)
+                };
+                (body, Some(filler))
             }
         };
         let req = Request::from_parts(parts, body);
