@@ -50,7 +50,8 @@ pub enum Fault {
     UpstreamReset,
     /// Upstream answered with something that is not a valid HTTP/1.1 response head (502).
     UpstreamInvalid,
-    /// No response head within `upstream.request_timeout_ms` (504).
+    /// No response head within `upstream.request_timeout_ms` (504), or a response body
+    /// stalled for `upstream.response_body_timeout_ms` (connection cut).
     UpstreamTimeout,
     /// No upstream slot within `upstream.pool_wait_timeout_ms`, or no task available (503).
     UpstreamUnavailable,

@@ -315,6 +315,53 @@ async fn an_http2_upload_the_client_stops_sending_is_cut_too() {
 }
 
 #[tokio::test]
+async fn an_upstream_that_stops_mid_answer_is_cut_and_its_slots_freed() {
+    // It used to hold the admission and upstream slots for as long as the upstream kept the
+    // connection open, the client's too (or after the client had gone: nothing is written).
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let _ = read_head(&mut s).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+                    .await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+        }
+    });
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{up}\"]\nresponse_body_timeout_ms = 500\n\
+         [listen]\nheader_read_timeout_ms = 200\n"
+    ))
+    .await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let r = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got)).await;
+    assert!(r.is_ok(), "the proxy cut the answer it could not complete");
+    let got = String::from_utf8_lossy(&got);
+    assert!(
+        got.starts_with("HTTP/1.1 200") && got.ends_with("partial"),
+        "{got}"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(p.state.faults.get(Fault::UpstreamTimeout), 1);
+    assert_eq!(
+        p.state.status().admission.in_flight,
+        0,
+        "the admission slot is free"
+    );
+    assert!(
+        p.state.status().upstreams.iter().all(|u| u.in_flight == 0),
+        "the upstream slot is free"
+    );
+}
+
+#[tokio::test]
 async fn half_an_http2_preface_is_cut_and_counted() {
     // The first bytes of the preface used to exempt the connection from the timeout for good.
     let (_b, p) = with_header_timeout(200).await;

@@ -296,6 +296,13 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
         crate::tls::acceptor(l).map_err(|m| ("listen.tls".to_string(), m))?;
     }
     let u = &cfg.upstream;
+    if u.response_body_timeout_ms == 0 {
+        return Err(bad(
+            "upstream.response_body_timeout_ms",
+            0,
+            "milliseconds >= 1",
+        ));
+    }
     if u.addresses.is_empty() {
         return Err(bad("upstream.addresses", "[]", "at least one host:port"));
     }

@@ -211,6 +211,9 @@ pub struct UpstreamConfig {
     pub connect_timeout_ms: u64,
     /// Time to the response head; beyond → 504. Default 30 000 ms.
     pub request_timeout_ms: u64,
+    /// An upstream that sends no byte of a response body for this long is cut (counted as
+    /// `upstream_timeout`). Default 60 000 ms.
+    pub response_body_timeout_ms: u64,
     /// Requests in flight to one task at most (HTTP/1.1: connections; HTTP/2: streams).
     /// Default 256.
     pub max_requests_per_task: usize,
@@ -246,6 +249,7 @@ impl Default for UpstreamConfig {
             protocol: UpstreamProtocol::Auto,
             connect_timeout_ms: 1_000,
             request_timeout_ms: 30_000,
+            response_body_timeout_ms: 60_000,
             max_requests_per_task: 256,
             pool_wait_timeout_ms: 1_000,
             max_idle_per_task: 256,

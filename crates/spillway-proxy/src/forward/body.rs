@@ -60,12 +60,46 @@ pub(super) struct Guard {
     pub(super) _inflight: InSlot,
     /// The request counts as in progress on its client connection (header-read timeout).
     pub(super) _busy: Option<Busy>,
+    /// Tell the connection when the body waits on its upstream (not for gRPC streams, whose
+    /// silences are the protocol's: `listener::head::Sent::new`).
+    pub(super) report: bool,
+    /// The last poll found nothing from the upstream (counted in the connection's progress).
+    pub(super) waiting: bool,
+}
+
+impl Guard {
+    /// Tells the client connection how the last poll of the upstream's body went.
+    fn note<T>(&mut self, polled: &Poll<Option<T>>) {
+        let (true, Some(busy)) = (self.report, &self._busy) else {
+            return;
+        };
+        let progress = busy.progress();
+        let waiting = polled.is_pending();
+        if matches!(polled, Poll::Ready(Some(_))) {
+            progress.upstream_came();
+        }
+        if waiting != self.waiting {
+            self.waiting = waiting;
+            progress.upstream_wait(waiting);
+        }
+    }
 }
 
 impl Drop for Guard {
     /// Admitted requests' latency, from admission to the end of the response body (refusals
     /// never reach here: they would make latency look good, AWS Builders' Library).
     fn drop(&mut self) {
+        if let (true, Some(busy)) = (self.waiting, &self._busy) {
+            busy.progress().upstream_wait(false);
+            if busy
+                .progress()
+                .upstream_stalled
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                // Cut for its upstream's silence: a congestion signal, not a slow success.
+                self.permit.set_outcome(Outcome::Dropped);
+            }
+        }
         spillway_tower::metrics::latency(&self.labels, self.permit.started_at().elapsed());
     }
 }
@@ -112,7 +146,11 @@ impl Body for Held {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.project();
-        match this.inner.poll_frame(cx) {
+        let polled = this.inner.poll_frame(cx);
+        if let Some(g) = this.guard.as_mut() {
+            g.note(&polled);
+        }
+        match polled {
             Poll::Ready(None) => {
                 this.guard.take();
                 Poll::Ready(None)

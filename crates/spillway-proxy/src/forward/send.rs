@@ -369,6 +369,8 @@ pub(super) async fn forward(
                         labels,
                         _inflight: inflight,
                         _busy: busy,
+                        report: protocol != Protocol::Grpc,
+                        waiting: false,
                     }),
                 };
                 return (Response::from_parts(p, ProxyBody::upstream(body)), None);

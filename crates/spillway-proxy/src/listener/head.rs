@@ -53,7 +53,14 @@
 //! since, for that long, is a client that stopped mid-upload (the "slow POST" attack): cut and
 //! counted as `body_timeout`.
 //!
-//! gRPC streams are left out of both body rules (their bodies do not report): their silences
+//! And for the response's other end, the upstream's response body timeout
+//! (`upstream.response_body_timeout_ms`): a response body whose last poll found nothing from
+//! its upstream, with no response body frame coming on the connection since, for that long, is
+//! an upstream hung mid-answer — cut (the answer cannot be completed) and counted as
+//! `upstream_timeout`. Without it the admission slot and the upstream slot stay held even after
+//! the client has gone (nothing is written to find out).
+//!
+//! gRPC streams are left out of these body rules (their bodies do not report): their silences
 //! are the protocol's — a client stream's next message may come much later, a consumer may
 //! pause a server stream — and their calls are bounded by deadlines and the admission limit.
 
@@ -94,6 +101,13 @@ pub struct Progress {
     body_waiting: AtomicU64,
     /// Request body frames that came from the client.
     body_frames: AtomicU64,
+    /// Response bodies whose last poll found nothing from the upstream.
+    upstream_waiting: AtomicU64,
+    /// Response body frames that came from upstreams.
+    upstream_frames: AtomicU64,
+    /// The connection was cut because an upstream stalled mid-body (read by the response's
+    /// guard as it drops: the admission slot's outcome is then a drop, not a slow success).
+    pub(crate) upstream_stalled: AtomicBool,
     /// Notified to close the connection gracefully: an idle HTTP/2 connection's server sends
     /// GOAWAY and closes once no stream is open (see [`watch`]). A `Notify` is inline (no
     /// allocation per connection, as a cancellation token's node would be); its stored permit
@@ -147,6 +161,23 @@ impl Progress {
         self.body_frames.fetch_add(1, Relaxed);
     }
 
+    /// A response body starts or stops waiting on its upstream.
+    pub(crate) fn upstream_wait(&self, waiting: bool) {
+        if waiting {
+            self.upstream_waiting.fetch_add(1, Relaxed);
+        } else {
+            self.upstream_waiting.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// A response body frame came from an upstream. A load and a store, not an atomic add:
+    /// this is on every response's path, a connection's bodies are all polled on its one
+    /// thread, and the count is only ever compared for a change.
+    pub(crate) fn upstream_came(&self) {
+        let n = &self.upstream_frames;
+        n.store(n.load(Relaxed).wrapping_add(1), Relaxed);
+    }
+
     /// Something the client has not taken is waiting: the socket full at the last write, or
     /// a response body's data held by hyper.
     fn waiting_on_client(&self) -> bool {
@@ -180,6 +211,13 @@ struct Snapshot {
 #[derive(Debug)]
 pub struct Busy(Arc<Progress>);
 
+impl Busy {
+    /// The connection's progress.
+    pub(crate) fn progress(&self) -> &Progress {
+        &self.0
+    }
+}
+
 impl Drop for Busy {
     fn drop(&mut self) {
         self.0.active.fetch_sub(1, Relaxed);
@@ -204,6 +242,9 @@ pub enum Ended<T> {
     /// Dropped by the body read timeout: a request body the client sent nothing more of while
     /// the upstream waited for it (counted as `body_timeout`).
     BodyStalled,
+    /// Dropped by the upstream's response body timeout: a response whose upstream sent nothing
+    /// more (counted as `upstream_timeout`).
+    UpstreamStalled,
 }
 
 /// The two limits [`watch`] enforces.
@@ -217,6 +258,9 @@ pub struct Timeouts {
     pub send: Duration,
     /// For a request body the client sends nothing more of: `listen.body_read_timeout_ms`.
     pub body: Duration,
+    /// For a response body its upstream sends nothing more of:
+    /// `upstream.response_body_timeout_ms`.
+    pub upstream_body: Duration,
 }
 
 /// Runs `conn` (a client connection's future) until it ends or one of `limits` closes it, as
@@ -234,7 +278,8 @@ pub async fn watch<F: Future>(
         .header
         .min(limits.idle)
         .min(limits.send)
-        .min(limits.body);
+        .min(limits.body)
+        .min(limits.upstream_body);
     let period = (shortest / 4).max(Duration::from_millis(1));
     let mut quiet_from = Instant::now();
     let mut seen = progress.snapshot();
@@ -246,6 +291,9 @@ pub async fn watch<F: Future>(
     // client with none coming.
     let mut last_frames = progress.body_frames.load(Relaxed);
     let mut body_stalled_from: Option<Instant> = None;
+    // The same for response bodies waiting on their upstream.
+    let mut last_upstream_frames = progress.upstream_frames.load(Relaxed);
+    let mut upstream_stalled_from: Option<Instant> = None;
     let sleep = tokio::time::sleep_until(quiet_from + period);
     tokio::pin!(conn, sleep);
     loop {
@@ -298,6 +346,20 @@ pub async fn watch<F: Future>(
             body_stalled_from = None;
         }
         last_frames = frames;
+        let up_frames = progress.upstream_frames.load(Relaxed);
+        if active > 0
+            && up_frames == last_upstream_frames
+            && progress.upstream_waiting.load(Relaxed) > 0
+        {
+            let from = *upstream_stalled_from.get_or_insert(now);
+            if now.saturating_duration_since(from) >= limits.upstream_body {
+                progress.upstream_stalled.store(true, Relaxed);
+                return Ended::UpstreamStalled;
+            }
+        } else {
+            upstream_stalled_from = None;
+        }
+        last_upstream_frames = up_frames;
         // Between requests: a head was served and no next one is under way.
         let between = heads > 0 && !reading;
         let limit = if between { limits.idle } else { limits.header };

@@ -124,6 +124,8 @@ pub async fn serve_capped(
             idle: Duration::from_millis(listen.idle_timeout_ms),
             send: Duration::from_millis(listen.send_timeout_ms),
             body: Duration::from_millis(listen.body_read_timeout_ms),
+            // The upstream's, read per connection: `[upstream]` may be reloaded.
+            upstream_body: Duration::from_millis(state.config().upstream.response_body_timeout_ms),
         };
         let slots = Arc::clone(&cap);
         let max_head = listen.max_header_bytes;
@@ -284,6 +286,7 @@ fn count_end(state: &ProxyState, ended: head::Ended<Result<(), BoxError>>) {
         head::Ended::TimedOut { counted: true } => state.faults.count(Fault::HeaderTimeout),
         head::Ended::SendStalled => state.faults.count(Fault::SendTimeout),
         head::Ended::BodyStalled => state.faults.count(Fault::BodyTimeout),
+        head::Ended::UpstreamStalled => state.faults.count(Fault::UpstreamTimeout),
     }
 }
 

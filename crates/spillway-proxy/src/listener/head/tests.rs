@@ -29,6 +29,7 @@ const SAME: Timeouts = Timeouts {
     idle: T,
     send: T,
     body: T,
+    upstream_body: T,
 };
 
 /// A connection cap with slots to spare.
@@ -155,6 +156,7 @@ async fn an_idle_http2_connection_is_closed_gracefully_a_busy_one_never() {
         idle: T * 3,
         send: T,
         body: T * 60,
+        upstream_body: T * 60,
     };
     let (ended, released) = tokio::join!(watch(conn, &p, limits, &ROOM), released);
     assert_eq!(ended, Ended::Done("closed gracefully"));
@@ -171,6 +173,7 @@ async fn a_kept_alive_connection_waits_for_its_idle_timeout_not_the_header_timeo
         idle: T * 6,
         send: T,
         body: T * 60,
+        upstream_body: T * 60,
     };
     let (ended, after) = cut_with(&p, limits, &ROOM).await;
     assert_eq!(ended, Ended::TimedOut { counted: false });
@@ -186,6 +189,7 @@ async fn the_next_heads_time_starts_at_its_first_bytes() {
         idle: T * 6,
         send: T,
         body: T * 60,
+        upstream_body: T * 60,
     };
     // Idle for four header timeouts, then part of a head that never ends.
     let start = Instant::now();
@@ -210,6 +214,7 @@ async fn at_the_connection_cap_an_idle_connection_gives_its_slot_up_a_slow_head_
         idle: T * 60,
         send: T,
         body: T * 60,
+        upstream_body: T * 60,
     };
     // Between requests: closed at the first check, long before its idle timeout.
     let p = Arc::new(Progress::default());
@@ -257,6 +262,7 @@ async fn a_response_the_client_takes_nothing_of_is_cut_at_the_send_timeout() {
         idle: T * 60,
         send: T * 3,
         body: T * 60,
+        upstream_body: T * 60,
     };
     let start = Instant::now();
     let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
@@ -276,6 +282,7 @@ async fn a_slow_reader_that_takes_something_now_and_then_is_never_cut() {
         idle: T * 60,
         send: T * 3,
         body: T * 60,
+        upstream_body: T * 60,
     };
     // A write taken every two timeouts' worth of checks, then blocked again.
     let reader = async {
@@ -305,6 +312,7 @@ async fn a_body_whose_data_hyper_holds_with_nothing_written_is_cut() {
         idle: T * 60,
         send: T * 2,
         body: T * 60,
+        upstream_body: T * 60,
     };
     let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
         .await
@@ -325,6 +333,7 @@ async fn a_request_body_the_client_stops_sending_is_cut_at_the_body_read_timeout
         idle: T * 60,
         send: T * 60,
         body: T * 2,
+        upstream_body: T * 60,
     };
     let start = Instant::now();
     let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
@@ -345,6 +354,7 @@ async fn a_request_body_that_keeps_coming_slowly_is_never_cut() {
         idle: T * 60,
         send: T * 60,
         body: T * 2,
+        upstream_body: T * 60,
     };
     let sender = async {
         for _ in 0..30 {
@@ -359,6 +369,31 @@ async fn a_request_body_that_keeps_coming_slowly_is_never_cut() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_response_body_its_upstream_stops_sending_is_cut_and_says_so() {
+    let p = Arc::new(Progress::default());
+    let _busy = p.begin(http::Version::HTTP_11);
+    p.upstream_wait(true);
+    let limits = Timeouts {
+        header: T,
+        idle: T * 60,
+        send: T * 60,
+        body: T * 60,
+        upstream_body: T * 3,
+    };
+    let start = Instant::now();
+    let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
+        .await
+        .expect("cut, not held for ever");
+    let after = start.elapsed();
+    assert_eq!(ended, Ended::UpstreamStalled);
+    assert!(after >= T * 3 && after <= T * 3 + T / 4, "{after:?}");
+    assert!(
+        p.upstream_stalled.load(Relaxed),
+        "the response's guard learns why"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_response_with_nothing_to_send_is_never_cut() {
     // A long poll or a quiet stream: in progress, nothing pending, so nothing blocked.
     let p = Arc::new(Progress::default());
@@ -369,6 +404,7 @@ async fn a_response_with_nothing_to_send_is_never_cut() {
         idle: T * 60,
         send: T,
         body: T * 60,
+        upstream_body: T * 60,
     };
     tokio::select! {
         e = watch(pending::<()>(), &p, limits, &ROOM) => panic!("cut: {e:?}"),
