@@ -285,15 +285,11 @@ pub async fn watch<F: Future>(
     let mut seen = progress.snapshot();
     // Writes and body polls seen at the last check, and since when something the client has
     // not taken has waited with neither.
-    let mut last_sending = progress.sending();
-    let mut stalled_from: Option<Instant> = None;
-    // Request body frames seen at the last check, and since when a body has waited on the
-    // client with none coming.
-    let mut last_frames = progress.body_frames.load(Relaxed);
-    let mut body_stalled_from: Option<Instant> = None;
-    // The same for response bodies waiting on their upstream.
-    let mut last_upstream_frames = progress.upstream_frames.load(Relaxed);
-    let mut upstream_stalled_from: Option<Instant> = None;
+    let mut sent = Stall::new(progress.sending());
+    // Request body frames, for a body waiting on the client.
+    let mut uploaded = Stall::new(progress.body_frames.load(Relaxed));
+    // Response body frames, for a body waiting on its upstream.
+    let mut answered = Stall::new(progress.upstream_frames.load(Relaxed));
     let sleep = tokio::time::sleep_until(quiet_from + period);
     tokio::pin!(conn, sleep);
     loop {
@@ -326,40 +322,23 @@ pub async fn watch<F: Future>(
             active,
             reading,
         } = state;
-        let sending = progress.sending();
-        if active > 0 && sending == last_sending && progress.waiting_on_client() {
-            let from = *stalled_from.get_or_insert(now);
-            if now.saturating_duration_since(from) >= limits.send {
-                return Ended::SendStalled;
-            }
-        } else {
-            stalled_from = None;
+        // The stall rules: a response the client takes nothing of, a request body it sends
+        // nothing more of, a response body its upstream sends nothing more of.
+        let waiting_on = |n: &AtomicU64| active > 0 && n.load(Relaxed) > 0;
+        let waiting = active > 0 && progress.waiting_on_client();
+        if sent.stalled(now, progress.sending(), waiting, limits.send) {
+            return Ended::SendStalled;
         }
-        last_sending = sending;
         let frames = progress.body_frames.load(Relaxed);
-        if active > 0 && frames == last_frames && progress.body_waiting.load(Relaxed) > 0 {
-            let from = *body_stalled_from.get_or_insert(now);
-            if now.saturating_duration_since(from) >= limits.body {
-                return Ended::BodyStalled;
-            }
-        } else {
-            body_stalled_from = None;
+        if uploaded.stalled(now, frames, waiting_on(&progress.body_waiting), limits.body) {
+            return Ended::BodyStalled;
         }
-        last_frames = frames;
-        let up_frames = progress.upstream_frames.load(Relaxed);
-        if active > 0
-            && up_frames == last_upstream_frames
-            && progress.upstream_waiting.load(Relaxed) > 0
-        {
-            let from = *upstream_stalled_from.get_or_insert(now);
-            if now.saturating_duration_since(from) >= limits.upstream_body {
-                progress.upstream_stalled.store(true, Relaxed);
-                return Ended::UpstreamStalled;
-            }
-        } else {
-            upstream_stalled_from = None;
+        let frames = progress.upstream_frames.load(Relaxed);
+        let waiting = waiting_on(&progress.upstream_waiting);
+        if answered.stalled(now, frames, waiting, limits.upstream_body) {
+            progress.upstream_stalled.store(true, Relaxed);
+            return Ended::UpstreamStalled;
         }
-        last_upstream_frames = up_frames;
         // Between requests: a head was served and no next one is under way.
         let between = heads > 0 && !reading;
         let limit = if between { limits.idle } else { limits.header };
@@ -382,6 +361,37 @@ pub async fn watch<F: Future>(
             return Ended::TimedOut { counted: !between };
         }
         sleep.as_mut().reset((now + period).min(quiet_from + limit));
+    }
+}
+
+/// One of [`watch`]'s stall rules: something waits on the peer, and the count that shows the
+/// peer moving has not changed, for a limit.
+#[derive(Debug)]
+struct Stall<T> {
+    /// The count at the last check.
+    last: T,
+    /// Since when (the first check that saw it) the wait has gone without a change.
+    from: Option<Instant>,
+}
+
+impl<T: PartialEq> Stall<T> {
+    fn new(count: T) -> Self {
+        Stall {
+            last: count,
+            from: None,
+        }
+    }
+
+    /// Whether, at `now`, the wait has lasted `limit` with `count` unchanged.
+    fn stalled(&mut self, now: Instant, count: T, waiting: bool, limit: Duration) -> bool {
+        let still = waiting && count == self.last;
+        self.last = count;
+        if !still {
+            self.from = None;
+            return false;
+        }
+        let from = *self.from.get_or_insert(now);
+        now.saturating_duration_since(from) >= limit
     }
 }
 
