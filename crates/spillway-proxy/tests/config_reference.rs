@@ -90,6 +90,29 @@ fn lookup<'a>(root: &'a Value, path: &[String]) -> Option<&'a Value> {
 
 /// Every (path, documented literal) the reference's tables give as a plain default.
 fn documented() -> Vec<(Vec<String>, String)> {
+    let mut out = Vec::new();
+    for (table, cells) in table_rows() {
+        if cells.len() < 3 {
+            continue;
+        }
+        // `window` / `buckets` | `10.0` / `10`: pairs, in order.
+        let keys: Vec<&str> = cells[0].split(" / ").collect();
+        let values: Vec<&str> = cells[1].split(" / ").collect();
+        if keys.len() != values.len() {
+            continue;
+        }
+        for (k, v) in keys.iter().zip(values) {
+            if let (Some(k), Some(v)) = (literal(k), literal(v)) {
+                out.push((key_path(&table, k), v.to_owned()));
+            }
+        }
+    }
+    out
+}
+
+/// Each row of the reference's tables that names a key, with the table it is in: its cells
+/// (the key cell first, without the row's leading `|`).
+fn table_rows() -> Vec<(Vec<String>, Vec<&'static str>)> {
     let mut table: Option<Vec<String>> = None;
     let mut out = Vec::new();
     for line in REFERENCE.lines() {
@@ -97,28 +120,23 @@ fn documented() -> Vec<(Vec<String>, String)> {
             table = table_of(line);
             continue;
         }
-        let Some(table) = &table else { continue };
-        let cells: Vec<&str> = line.split(" | ").collect();
-        if !line.starts_with("| `") || cells.len() < 3 {
+        let (Some(table), true) = (&table, line.starts_with("| `")) else {
             continue;
+        };
+        let mut cells: Vec<&str> = line.split(" | ").collect();
+        if let Some(first) = cells.first_mut() {
+            *first = first.trim_start_matches('|');
         }
-        let keys = cells[0].trim_start_matches('|');
-        // `window` / `buckets` | `10.0` / `10`: pairs, in order.
-        let keys: Vec<&str> = keys.split(" / ").collect();
-        let values: Vec<&str> = cells[1].split(" / ").collect();
-        if keys.len() != values.len() {
-            continue;
-        }
-        for (k, v) in keys.iter().zip(values) {
-            let (Some(k), Some(v)) = (literal(k), literal(v)) else {
-                continue;
-            };
-            let mut path = table.clone();
-            path.extend(k.split('.').map(str::to_owned));
-            out.push((path, v.to_owned()));
-        }
+        out.push((table.clone(), cells));
     }
     out
+}
+
+/// `table` + the dotted `key`.
+fn key_path(table: &[String], key: &str) -> Vec<String> {
+    let mut path = table.to_vec();
+    path.extend(key.split('.').map(str::to_owned));
+    path
 }
 
 #[test]
@@ -234,23 +252,11 @@ fn the_readme_summary_states_the_effective_defaults() {
 /// Every key path named in the reference's tables (first column, `a` / `b` pairs split), with
 /// or without a plain default.
 fn documented_keys() -> Vec<Vec<String>> {
-    let mut table: Option<Vec<String>> = None;
     let mut out = Vec::new();
-    for line in REFERENCE.lines() {
-        if line.starts_with('#') {
-            table = table_of(line);
-            continue;
-        }
-        let (Some(table), Some(cell)) = (&table, line.strip_prefix("| `")) else {
-            continue;
-        };
-        let Some((keys, _)) = cell.split_once(" | ") else {
-            continue;
-        };
-        for k in format!("`{keys}").split(" / ").filter_map(literal) {
-            let mut path = table.clone();
-            path.extend(k.split('.').map(str::to_owned));
-            out.push(path);
+    for (table, cells) in table_rows() {
+        let keys = cells.first().copied().unwrap_or_default();
+        for k in keys.split(" / ").filter_map(literal) {
+            out.push(key_path(&table, k));
         }
     }
     out

@@ -121,6 +121,21 @@ async fn closed_by_proxy(s: &mut TcpStream) {
     assert!(r.is_ok(), "the proxy closed the connection");
 }
 
+/// Waits (up to 10 s) until the proxy has counted one `fault` — a connection cut for a stall
+/// — and checks that the admission slot the request held is free again.
+async fn cut_and_freed(p: &Running, fault: Fault) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while p.state.faults.get(fault) == 0 {
+        assert!(std::time::Instant::now() < deadline, "never cut");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        p.state.status().admission.in_flight,
+        0,
+        "the admission slot is free"
+    );
+}
+
 /// Waits for the proxy to close `s`, then gives the count a moment to land and reads the
 /// header timeouts counted so far.
 async fn header_timeouts_once_closed(s: &mut TcpStream, p: &Running) -> u64 {
@@ -195,16 +210,7 @@ async fn a_client_that_stops_reading_its_response_is_cut_and_its_slots_freed() {
         .await
         .unwrap();
     // Nothing read: the proxy's writes fill the socket and stop.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while p.state.faults.get(Fault::SendTimeout) == 0 {
-        assert!(std::time::Instant::now() < deadline, "never cut");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        p.state.status().admission.in_flight,
-        0,
-        "the admission slot is free"
-    );
+    cut_and_freed(&p, Fault::SendTimeout).await;
     assert!(
         p.state.status().upstreams.iter().all(|u| u.in_flight == 0),
         "the upstream slot is free"
@@ -237,16 +243,7 @@ async fn an_http2_client_that_grants_no_flow_control_credit_is_cut_and_its_slots
         .unwrap();
     assert_eq!(res.status(), 200);
     let held = res.into_body(); // never read: no credit given back
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while p.state.faults.get(Fault::SendTimeout) == 0 {
-        assert!(std::time::Instant::now() < deadline, "never cut");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        p.state.status().admission.in_flight,
-        0,
-        "the admission slot is free"
-    );
+    cut_and_freed(&p, Fault::SendTimeout).await;
     let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
     assert!(ended.is_ok(), "the connection was closed");
     drop(held);
@@ -261,17 +258,8 @@ async fn a_client_that_stops_sending_a_streamed_body_is_cut_and_its_slots_freed(
     s.write_all(b"POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: 1000000\r\n\r\nfirst bytes")
         .await
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while p.state.faults.get(Fault::BodyTimeout) == 0 {
-        assert!(std::time::Instant::now() < deadline, "never cut");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    cut_and_freed(&p, Fault::BodyTimeout).await;
     closed_by_proxy(&mut s).await;
-    assert_eq!(
-        p.state.status().admission.in_flight,
-        0,
-        "the admission slot is free"
-    );
     assert!(
         b.accepted.load(std::sync::atomic::Ordering::SeqCst) >= 1,
         "it was streamed"
@@ -298,16 +286,7 @@ async fn an_http2_upload_the_client_stops_sending_is_cut_too() {
         .body(body)
         .unwrap();
     let sent = tokio::spawn(tx.send_request(req));
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while p.state.faults.get(Fault::BodyTimeout) == 0 {
-        assert!(std::time::Instant::now() < deadline, "never cut");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        p.state.status().admission.in_flight,
-        0,
-        "the admission slot is free"
-    );
+    cut_and_freed(&p, Fault::BodyTimeout).await;
     let _ = tokio::time::timeout(Duration::from_secs(5), sent).await;
     let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
     assert!(ended.is_ok(), "the connection was closed");

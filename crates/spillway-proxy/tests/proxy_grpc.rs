@@ -126,18 +126,22 @@ async fn echo_stream_server() -> std::net::SocketAddr {
     addr
 }
 
-#[tokio::test]
-async fn bidirectional_stream_is_not_buffered_and_keeps_trailers() {
-    let up = echo_stream_server().await;
-    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{up}\"]\n")).await;
-    let s = TcpStream::connect(p.addr).await.unwrap();
+/// A bidi call to the echo stream through the proxy at `addr`, its first message ("one")
+/// sent: the sender of the next messages, and the call's answer to come.
+async fn open_echo_stream(
+    addr: std::net::SocketAddr,
+) -> (
+    mpsc::Sender<Result<Frame<Bytes>, Infallible>>,
+    tokio::task::JoinHandle<hyper::Result<hyper::Response<Incoming>>>,
+) {
+    let s = TcpStream::connect(addr).await.unwrap();
     let (mut send, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
             .await
             .unwrap();
     tokio::spawn(conn);
     let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
-    let req = hyper::Request::post(format!("http://{}/pkg.Echo/Stream", p.addr))
+    let req = hyper::Request::post(format!("http://{addr}/pkg.Echo/Stream"))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .body(StreamBody::new(ReceiverStream::new(rx)))
@@ -146,6 +150,14 @@ async fn bidirectional_stream_is_not_buffered_and_keeps_trailers() {
     tx.send(Ok(Frame::data(Bytes::from_static(b"one"))))
         .await
         .unwrap();
+    (tx, res_fut)
+}
+
+#[tokio::test]
+async fn bidirectional_stream_is_not_buffered_and_keeps_trailers() {
+    let up = echo_stream_server().await;
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{up}\"]\n")).await;
+    let (tx, res_fut) = open_echo_stream(p.addr).await;
     let res = tokio::time::timeout(Duration::from_secs(5), res_fut)
         .await
         .expect("response head while the request stream is still open")
@@ -192,22 +204,7 @@ async fn a_quiet_grpc_stream_outlives_the_body_and_send_timeouts() {
          body_read_timeout_ms = 300\nsend_timeout_ms = 300\n"
     ))
     .await;
-    let s = TcpStream::connect(p.addr).await.unwrap();
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
-    let req = hyper::Request::post(format!("http://{}/pkg.Echo/Stream", p.addr))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(StreamBody::new(ReceiverStream::new(rx)))
-        .unwrap();
-    let res_fut = tokio::spawn(async move { send.send_request(req).await });
-    tx.send(Ok(Frame::data(Bytes::from_static(b"one"))))
-        .await
-        .unwrap();
+    let (tx, res_fut) = open_echo_stream(p.addr).await;
     let res = res_fut.await.unwrap().unwrap();
     let mut body = res.into_body();
     for msg in ["one", "two"] {

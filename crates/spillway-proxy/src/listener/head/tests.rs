@@ -2,7 +2,7 @@
 //! host's speed): a connection future that never ends stands for a client that sends nothing
 //! more.
 
-use std::future::pending;
+use std::future::{pending, Future};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,13 +151,7 @@ async fn an_idle_http2_connection_is_closed_gracefully_a_busy_one_never() {
         "closed gracefully"
     };
     // Its own idle timeout, here three header timeouts.
-    let limits = Timeouts {
-        header: T,
-        idle: T * 3,
-        send: T,
-        body: T * 60,
-        upstream_body: T * 60,
-    };
+    let limits = long_but(|l| l.idle = T * 3);
     let (ended, released) = tokio::join!(watch(conn, &p, limits, &ROOM), released);
     assert_eq!(ended, Ended::Done("closed gracefully"));
     let after = Instant::now() - released;
@@ -168,13 +162,7 @@ async fn an_idle_http2_connection_is_closed_gracefully_a_busy_one_never() {
 async fn a_kept_alive_connection_waits_for_its_idle_timeout_not_the_header_timeout() {
     let p = Arc::new(Progress::default());
     drop(p.begin(http::Version::HTTP_11));
-    let limits = Timeouts {
-        header: T,
-        idle: T * 6,
-        send: T,
-        body: T * 60,
-        upstream_body: T * 60,
-    };
+    let limits = long_but(|l| l.idle = T * 6);
     let (ended, after) = cut_with(&p, limits, &ROOM).await;
     assert_eq!(ended, Ended::TimedOut { counted: false });
     assert!(after >= T * 6 && after <= T * 6 + T / 4, "{after:?}");
@@ -184,13 +172,7 @@ async fn a_kept_alive_connection_waits_for_its_idle_timeout_not_the_header_timeo
 async fn the_next_heads_time_starts_at_its_first_bytes() {
     let p = Arc::new(Progress::default());
     drop(p.begin(http::Version::HTTP_11));
-    let limits = Timeouts {
-        header: T,
-        idle: T * 6,
-        send: T,
-        body: T * 60,
-        upstream_body: T * 60,
-    };
+    let limits = long_but(|l| l.idle = T * 6);
     // Idle for four header timeouts, then part of a head that never ends.
     let start = Instant::now();
     let partial = async {
@@ -209,13 +191,7 @@ async fn the_next_heads_time_starts_at_its_first_bytes() {
 #[tokio::test(start_paused = true)]
 async fn at_the_connection_cap_an_idle_connection_gives_its_slot_up_a_slow_head_does_not() {
     let full = Semaphore::new(0);
-    let limits = Timeouts {
-        header: T,
-        idle: T * 60,
-        send: T,
-        body: T * 60,
-        upstream_body: T * 60,
-    };
+    let limits = long_but(|l| l.send = T);
     // Between requests: closed at the first check, long before its idle timeout.
     let p = Arc::new(Progress::default());
     drop(p.begin(http::Version::HTTP_11));
@@ -245,6 +221,37 @@ async fn at_the_connection_cap_an_idle_connection_gives_its_slot_up_a_slow_head_
     assert!(after >= T * 60, "{after:?}");
 }
 
+/// The header timeout `T`, every other limit a minute of them, but for what `set` changes.
+fn long_but(set: impl FnOnce(&mut Timeouts)) -> Timeouts {
+    let mut l = Timeouts {
+        header: T,
+        idle: T * 60,
+        send: T * 60,
+        body: T * 60,
+        upstream_body: T * 60,
+    };
+    set(&mut l);
+    l
+}
+
+/// Watches a connection that never ends until a stall rule cuts it (failing after 100 `T`
+/// rather than hanging); how it ended and after how long.
+async fn stalled_out(p: &Progress, limits: Timeouts) -> (Ended<()>, Duration) {
+    let start = Instant::now();
+    let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), p, limits, &ROOM))
+        .await
+        .expect("cut, not held for ever");
+    (ended, start.elapsed())
+}
+
+/// Fails if the watch ends while `activity` (a peer moving, or just time) runs.
+async fn not_cut_during(p: &Progress, limits: Timeouts, activity: impl Future<Output = ()>) {
+    tokio::select! {
+        e = watch(pending::<()>(), p, limits, &ROOM) => panic!("cut: {e:?}"),
+        () = activity => {}
+    }
+}
+
 /// A request in progress whose response the client takes nothing of: the socket full, no
 /// write taken since.
 fn stalled(p: &Arc<Progress>) -> Busy {
@@ -257,18 +264,8 @@ fn stalled(p: &Arc<Progress>) -> Busy {
 async fn a_response_the_client_takes_nothing_of_is_cut_at_the_send_timeout() {
     let p = Arc::new(Progress::default());
     let _busy = stalled(&p);
-    let limits = Timeouts {
-        header: T,
-        idle: T * 60,
-        send: T * 3,
-        body: T * 60,
-        upstream_body: T * 60,
-    };
-    let start = Instant::now();
-    let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
-        .await
-        .expect("cut, not held for ever");
-    let after = start.elapsed();
+    let limits = long_but(|l| l.send = T * 3);
+    let (ended, after) = stalled_out(&p, limits).await;
     assert_eq!(ended, Ended::SendStalled);
     assert!(after >= T * 3 && after <= T * 3 + T / 4, "{after:?}");
 }
@@ -277,13 +274,7 @@ async fn a_response_the_client_takes_nothing_of_is_cut_at_the_send_timeout() {
 async fn a_slow_reader_that_takes_something_now_and_then_is_never_cut() {
     let p = Arc::new(Progress::default());
     let _busy = stalled(&p);
-    let limits = Timeouts {
-        header: T,
-        idle: T * 60,
-        send: T * 3,
-        body: T * 60,
-        upstream_body: T * 60,
-    };
+    let limits = long_but(|l| l.send = T * 3);
     // A write taken every two timeouts' worth of checks, then blocked again.
     let reader = async {
         for _ in 0..20 {
@@ -292,10 +283,7 @@ async fn a_slow_reader_that_takes_something_now_and_then_is_never_cut() {
             p.wrote(&Poll::Pending);
         }
     };
-    tokio::select! {
-        e = watch(pending::<()>(), &p, limits, &ROOM) => panic!("a live reader was cut: {e:?}"),
-        () = reader => {}
-    }
+    not_cut_during(&p, limits, reader).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -307,16 +295,8 @@ async fn a_body_whose_data_hyper_holds_with_nothing_written_is_cut() {
     let mut body = Sent::new(full_body(Bytes::from_static(b"data")), Some(Arc::clone(&p)));
     let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
     assert!(frame.is_some_and(|f| f.is_ok_and(|f| f.is_data())));
-    let limits = Timeouts {
-        header: T,
-        idle: T * 60,
-        send: T * 2,
-        body: T * 60,
-        upstream_body: T * 60,
-    };
-    let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
-        .await
-        .expect("cut, not held for ever");
+    let limits = long_but(|l| l.send = T * 2);
+    let (ended, _) = stalled_out(&p, limits).await;
     assert_eq!(ended, Ended::SendStalled);
     // Asked for more (or dropped), the body holds nothing.
     drop(body);
@@ -328,18 +308,8 @@ async fn a_request_body_the_client_stops_sending_is_cut_at_the_body_read_timeout
     let p = Arc::new(Progress::default());
     let _busy = p.begin(http::Version::HTTP_11);
     p.body_wait(true); // the upstream asked for more; nothing came
-    let limits = Timeouts {
-        header: T,
-        idle: T * 60,
-        send: T * 60,
-        body: T * 2,
-        upstream_body: T * 60,
-    };
-    let start = Instant::now();
-    let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
-        .await
-        .expect("cut, not held for ever");
-    let after = start.elapsed();
+    let limits = long_but(|l| l.body = T * 2);
+    let (ended, after) = stalled_out(&p, limits).await;
     assert_eq!(ended, Ended::BodyStalled);
     assert!(after >= T * 2 && after <= T * 2 + T / 4, "{after:?}");
 }
@@ -349,23 +319,14 @@ async fn a_request_body_that_keeps_coming_slowly_is_never_cut() {
     let p = Arc::new(Progress::default());
     let _busy = p.begin(http::Version::HTTP_11);
     p.body_wait(true);
-    let limits = Timeouts {
-        header: T,
-        idle: T * 60,
-        send: T * 60,
-        body: T * 2,
-        upstream_body: T * 60,
-    };
+    let limits = long_but(|l| l.body = T * 2);
     let sender = async {
         for _ in 0..30 {
             tokio::time::sleep(T).await;
             p.body_came();
         }
     };
-    tokio::select! {
-        e = watch(pending::<()>(), &p, limits, &ROOM) => panic!("a live sender was cut: {e:?}"),
-        () = sender => {}
-    }
+    not_cut_during(&p, limits, sender).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -373,18 +334,8 @@ async fn a_response_body_its_upstream_stops_sending_is_cut_and_says_so() {
     let p = Arc::new(Progress::default());
     let _busy = p.begin(http::Version::HTTP_11);
     p.upstream_wait(true);
-    let limits = Timeouts {
-        header: T,
-        idle: T * 60,
-        send: T * 60,
-        body: T * 60,
-        upstream_body: T * 3,
-    };
-    let start = Instant::now();
-    let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), &p, limits, &ROOM))
-        .await
-        .expect("cut, not held for ever");
-    let after = start.elapsed();
+    let limits = long_but(|l| l.upstream_body = T * 3);
+    let (ended, after) = stalled_out(&p, limits).await;
     assert_eq!(ended, Ended::UpstreamStalled);
     assert!(after >= T * 3 && after <= T * 3 + T / 4, "{after:?}");
     assert!(
@@ -399,17 +350,8 @@ async fn a_response_with_nothing_to_send_is_never_cut() {
     let p = Arc::new(Progress::default());
     let _busy = p.begin(http::Version::HTTP_11);
     p.wrote(&Poll::Ready(Ok(10)));
-    let limits = Timeouts {
-        header: T,
-        idle: T * 60,
-        send: T,
-        body: T * 60,
-        upstream_body: T * 60,
-    };
-    tokio::select! {
-        e = watch(pending::<()>(), &p, limits, &ROOM) => panic!("cut: {e:?}"),
-        () = tokio::time::sleep(T * 100) => {}
-    }
+    let limits = long_but(|l| l.send = T);
+    not_cut_during(&p, limits, tokio::time::sleep(T * 100)).await;
 }
 
 #[tokio::test]
