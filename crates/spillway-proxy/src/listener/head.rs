@@ -1,5 +1,6 @@
-//! The header-read and idle timeouts of a client connection: one timer per connection, re-armed a
-//! few times per timeout, instead of one per request head.
+//! The timeouts of a client connection — header read, idle, send, request body read, and the
+//! upstream's response body — kept by one timer per connection, re-armed a few times per
+//! timeout, instead of one per request head.
 //!
 //! Why not hyper's own `header_read_timeout`: hyper 1.x (`proto/h1/conn.rs`, `poll_read_head`)
 //! builds a boxed tokio `Sleep` for every request head and drops it once the head is in,
@@ -9,7 +10,7 @@
 //! wrk's requests that was ~1,400 of ~44,500 user-space instructions per forwarded request
 //! (cachegrind, bench/results/proxy-forwarding.md "Sixth round"). Here each request only counts
 //! itself (two relaxed atomic additions and a subtraction); the connection's one timer checks
-//! those counts every quarter of the shorter timeout.
+//! those counts every quarter of the shortest timeout.
 //!
 //! What is enforced (measured from a coarser clock, so a limit `L` closes between `L` and
 //! 1.25 `L` after its start): a request is in progress from its head until its response body
@@ -136,9 +137,7 @@ impl Progress {
             reading: heads > 0 && self.read.load(Relaxed) && !self.h2.load(Relaxed),
         }
     }
-}
 
-impl Progress {
     /// What the send timeout compares between checks: writes the socket took and polls of
     /// response bodies.
     fn sending(&self) -> (u64, u64) {
@@ -247,7 +246,7 @@ pub enum Ended<T> {
     UpstreamStalled,
 }
 
-/// The two limits [`watch`] enforces.
+/// The limits [`watch`] enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// For a head: `listen.header_read_timeout_ms`.

@@ -239,7 +239,7 @@ fn service(
         let (req, upgrade) = crate::forward::upgrade_of(req);
         // The bodies report to the connection's send and body read timeouts, except gRPC
         // streams' (`head::Sent::new` says why).
-        let grpc = spillway_tower::wire::Protocol::of(req.headers()) == Protocol::Grpc;
+        let grpc = Protocol::of(req.headers()) == Protocol::Grpc;
         let progress = (!grpc).then(|| Arc::clone(&progress));
         let req = match &progress {
             Some(p) => req.map(|b| b.reporting(p)),
