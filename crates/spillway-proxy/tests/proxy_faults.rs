@@ -334,9 +334,14 @@ async fn an_upstream_that_stops_mid_answer_is_cut_and_its_slots_freed() {
         0,
         "the admission slot is free"
     );
+    let upstreams = p.state.status().upstreams;
     assert!(
-        p.state.status().upstreams.iter().all(|u| u.in_flight == 0),
+        upstreams.iter().all(|u| u.in_flight == 0),
         "the upstream slot is free"
+    );
+    assert_eq!(
+        upstreams[0].failures_total, 1,
+        "the silent task is charged a failure"
     );
 }
 

@@ -96,8 +96,10 @@ impl Drop for Guard {
                 .upstream_stalled
                 .load(std::sync::atomic::Ordering::Relaxed)
             {
-                // Cut for its upstream's silence: a congestion signal, not a slow success.
+                // Cut for its upstream's silence: a congestion signal, not a slow success, and
+                // a failure of the task for balancing.
                 self.permit.set_outcome(Outcome::Dropped);
+                self._inflight.charge_failure(std::time::Instant::now());
             }
         }
         spillway_tower::metrics::latency(&self.labels, self.permit.started_at().elapsed());

@@ -502,6 +502,16 @@ impl Drop for InFlight {
 #[derive(Debug)]
 pub struct InSlot(Arc<Task>);
 
+impl InSlot {
+    /// Charges the task with a failure for balancing (its score counts errors of the last
+    /// 10 s) and in its status, without the pool's ejection bookkeeping, which this side of a
+    /// response does not reach: for a task cut for going silent mid-answer.
+    pub(crate) fn charge_failure(&self, now: Instant) {
+        self.0.errors.add(now, 1);
+        self.0.failures.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 impl Drop for InSlot {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
