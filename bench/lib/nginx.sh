@@ -36,3 +36,29 @@ http {
 }
 NGINX
 }
+
+#   nginx_grpc_conf DIR LISTEN UPSTREAM
+#
+# Writes DIR/nginx.conf: nginx as an HTTP/2 (h2c) front passing every request to UPSTREAM
+# (host:port, an h2c/gRPC service) with `grpc_pass`, upstream keepalive 256; otherwise as
+# nginx_conf (2 workers, no access log, reuseport). nginx's way to speak HTTP/2 to an upstream.
+nginx_grpc_conf() {
+  local dir=$1 listen=$2 upstream=$3
+  mkdir -p "$dir/logs"
+  cat >"$dir/nginx.conf" <<NGINX
+worker_processes 2;
+error_log $dir/logs/error.log warn;
+pid $dir/nginx.pid;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $dir/body;
+  upstream backend { server $upstream; keepalive 256; keepalive_requests 1000000; }
+  server {
+    listen $listen http2 reuseport;
+    location / { grpc_pass grpc://backend; }
+  }
+}
+NGINX
+}
