@@ -19,7 +19,10 @@
 # processes (default 2) and is labelled nginx-wN — so both settings compare in the same rounds
 # (e.g. `a=BIN a1=BIN,threads=1 nginx nginx,workers=1`).
 #
-# Env: RATE (7100), SECS (10), WRK_SECS (5, 0 = skip wrk), ROUNDS (3), MODE (fixed | zeroconf:
+# Env: RATE (7100), SECS (10), WRK_SECS (5, 0 = skip wrk), WRK_CONNS (64: against the backend's
+# 1 ms sleep, which tokio's millisecond timer makes 1-2 ms, 64 connections hold wrk near a latency
+# ceiling — the direct path's ~35,000/s, 64 / 1.75 ms — which nginx comes within ~7% of; 256 leave
+# the maximum bound by CPU, the direct path's ~66,000/s), ROUNDS (3), MODE (fixed | zeroconf:
 # the proxy with only listen/upstream/admin set, i.e. the zero-config defaults), OUT (a file for
 # the raw rows), SAMPLE (a path prefix: /status's limit, in-flight, queued and utilisation every
 # 100 ms into PREFIX.LABEL.ROUND; costs the proxy the admin requests). The backend is the first build's `spillway backend` (1 ms sleep, 2048 workers).
@@ -27,6 +30,7 @@ set -euo pipefail
 RATE=${RATE:-7100}
 SECS=${SECS:-10}
 WRK_SECS=${WRK_SECS:-5}
+WRK_CONNS=${WRK_CONNS:-64}
 ROUNDS=${ROUNDS:-3}
 MODE=${MODE:-fixed}
 BACKEND=127.0.0.1:21181
@@ -97,7 +101,7 @@ for ab in "$@"; do
 done
 
 echo "uptime before: $(uptime)"
-echo "mode=$MODE rate=$RATE/s secs=$SECS wrk=${WRK_SECS}s x 64 conns rounds=$ROUNDS"
+echo "mode=$MODE rate=$RATE/s secs=$SECS wrk=${WRK_SECS}s x $WRK_CONNS conns rounds=$ROUNDS"
 for r in $(seq "$ROUNDS"); do
   for ab in "$@"; do
     label=${FRONT_LABEL[$ab]} conf=${FRONT_CONF[$ab]}
@@ -146,7 +150,7 @@ PY
 )
     rps=-
     if [ "$WRK_SECS" != 0 ]; then
-      rps=$(wrk -t1 -c64 -d"${WRK_SECS}s" "http://$PROXY/" 2>/dev/null | awk '/Requests\/sec:/ {print int($2)}')
+      rps=$(wrk -t1 -c"$WRK_CONNS" -d"${WRK_SECS}s" "http://$PROXY/" 2>/dev/null | awk '/Requests\/sec:/ {print int($2)}')
     fi
     us=$(python3 -c "print(round(($t1 - $t0) / $HZ * 1e6 / max($sent, 1), 1))")
     kinsn=$(python3 -c "print('-' if '$insn' in ('-', '') else round(float('$insn') / max($sent, 1) / 1e3, 1))")
