@@ -47,7 +47,8 @@ else
   URL_PATH=/body
 fi
 wait_port "$UPSTREAM"
-printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\nmax_requests_per_task = 1024\nmax_idle_per_task = 1024\n[admission.limit]\nalgorithm = "fixed"\nlimit = 10000\n[classify]\ntrusted = ["127.0.0.0/8"]\n[admin]\nenabled = false\n' "$PROXY" "$UPSTREAM" >"$WORK/p.toml"
+. "$(dirname "$0")/../lib/proxy.sh"
+fixed_proxy_conf "$PROXY" "$UPSTREAM" >"$WORK/p.toml"
 HZ=$(getconf CLK_TCK)
 echo "uptime before: $(uptime)"
 echo "mode=$MODE body=$BODY_BYTES bytes, wrk -t1 -c8 ${WRK_SECS}s, rounds=$ROUNDS"

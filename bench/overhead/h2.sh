@@ -15,7 +15,7 @@
 # then the closed-loop maximum (h2load -c CONNS -m STREAMS for MAX_SECS). With 256 streams in
 # flight and a 1 ms upstream the latency ceiling (~128,000/s) is far above what 2 cores
 # carry, so the maximum is bound by CPU — unlike wrk's 64 connections in bench/overhead/ab.sh,
-# which meet the 1 ms upstream's ~32,000/s ceiling. h2load reports no percentiles, so the
+# which meet the 1 ms upstream's latency ceiling (the direct path's ~35,000/s). h2load reports no percentiles, so the
 # tail of HTTP/1.1 requests stays bench/proxy-overhead.sh's.
 #
 #   flock /work/measure.lock bench/overhead/h2.sh [BIN]      # BIN: target/release/spillway
@@ -45,6 +45,7 @@ OUT=${OUT:-$WORK/rows}
 . bench/lib/procs.sh
 . bench/lib/host.sh
 . bench/lib/nginx.sh
+. bench/lib/proxy.sh
 
 [ -x "$BIN" ] || { echo "no spillway binary at $BIN (cargo build --release)" >&2; exit 2; }
 [ -x "$GRPC_BIN" ] || cargo build --release --quiet -p spillway-proxy --example grpc_work_server
@@ -66,13 +67,8 @@ PIDS+=($!)
 PIDS+=($!)
 wait_port "$BACKEND" && wait_port "$GRPC" || { echo "the upstreams did not start (see $WORK)" >&2; exit 1; }
 
-# The proxy as bench/overhead/ab.sh's fixed mode: a large fixed limit, loopback trusted.
-proxy_conf() { # $1 = file, $2 = upstream, $3 = upstream protocol
-  printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\nprotocol = "%s"\nmax_requests_per_task = 1024\nmax_idle_per_task = 1024\n[admission.limit]\nalgorithm = "fixed"\nlimit = 10000\n[classify]\ntrusted = ["127.0.0.0/8"]\n[admin]\nenabled = false\n' \
-    "$FRONT" "$2" "$3" >"$1"
-}
-proxy_conf "$WORK/h2-h1.toml" "$BACKEND" http1
-proxy_conf "$WORK/grpc.toml" "$GRPC" auto
+fixed_proxy_conf "$FRONT" "$BACKEND" 'protocol = "http1"' >"$WORK/h2-h1.toml"
+fixed_proxy_conf "$FRONT" "$GRPC" >"$WORK/grpc.toml" # protocol auto: gRPC always over HTTP/2
 nginx_conf "$WORK/nginx-h2-h1" "$FRONT" "$BACKEND" "http2 reuseport"
 nginx_grpc_conf "$WORK/nginx-grpc" "$FRONT" "$GRPC"
 printf '\x00\x00\x00\x00\x04\x0a\x02hi' >"$WORK/call.bin" # WorkRequest { payload: "hi" }, framed

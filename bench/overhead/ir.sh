@@ -44,7 +44,8 @@ first=${1#*=}
 "$first" backend --listen "$BACKEND" --workers 2048 --service-time 1ms --dist constant --cpu sleep --duration 1800s >"$WORK/backend.log" 2>&1 &
 PIDS+=($!)
 wait_port "$BACKEND"
-printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\nmax_requests_per_task = 1024\nmax_idle_per_task = 1024\n[admission.limit]\nalgorithm = "fixed"\nlimit = 10000\n[classify]\ntrusted = ["127.0.0.0/8"]\n[admin]\nenabled = false\n' "$PROXY" "$BACKEND" >"$WORK/p.toml"
+. "$(dirname "$0")/../lib/proxy.sh"
+fixed_proxy_conf "$PROXY" "$BACKEND" >"$WORK/p.toml"
 echo "uptime before: $(uptime)"
 if [ "$LOAD" = wrk ]; then SIZES="$W1 $W2"; else SIZES="$N1 $N2"; fi
 for ab in "$@"; do

@@ -27,7 +27,8 @@ wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/de
   --duration 1800s >"$WORK/backend.log" 2>&1 &
 PIDS+=($!)
 wait_port "$BACKEND"
-printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\nmax_requests_per_task = 1024\nmax_idle_per_task = 1024\n[admission.limit]\nalgorithm = "fixed"\nlimit = 10000\n[classify]\ntrusted = ["127.0.0.0/8"]\n[admin]\nenabled = false\n' "$PROXY" "$BACKEND" >"$WORK/p.toml"
+. "$(dirname "$0")/../lib/proxy.sh"
+fixed_proxy_conf "$PROXY" "$BACKEND" >"$WORK/p.toml"
 ticks() { # utime and stime of a process and its children
   local u=0 s=0 p a b
   for p in "$1" $(pgrep -P "$1" || true); do
