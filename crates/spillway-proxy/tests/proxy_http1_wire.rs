@@ -485,3 +485,102 @@ async fn in_auto_mode_an_http2_client_reaches_an_upstream_that_speaks_only_http1
     assert_eq!(count("pri * http/2.0"), 1, "{seen:?}");
     assert_eq!(count("get /x http/1.1"), 3, "{seen:?}");
 }
+
+/// An answer with end-to-end fields in mixed case and trailing space, hop-by-hop ones, a
+/// length, a date and a cost report; with `X-Hop` named by `connection` from the second
+/// request on a connection.
+fn mixed(_: &str, n: usize) -> (Vec<u8>, bool) {
+    let connection = if n == 0 {
+        "keep-alive"
+    } else {
+        "keep-alive, X-Hop"
+    };
+    let r = format!(
+        "HTTP/1.1 200 OK\r\nServer: Scripted\r\nX-Mixed-Case: Value  \r\n\
+         Connection: {connection}\r\nX-Hop: secret\r\nKeep-Alive: timeout=5\r\n\
+         Proxy-Connection: keep-alive\r\nContent-Length: 2\r\n\
+         Date: Tue, 01 Dec 2026 00:00:00 GMT\r\nx-spillway-cost: 0.25\r\n\r\nok"
+    );
+    (r.into_bytes(), false)
+}
+
+#[tokio::test]
+async fn an_upstreams_fields_reach_an_http1_client_as_written_and_hop_by_hop_ones_do_not() {
+    // Two pipelined requests on one connection: both answers whole, the second closing it.
+    let (_, wire) = through(
+        mixed,
+        b"GET /a HTTP/1.1\r\nhost: x\r\n\r\nGET /b HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let answers: Vec<&str> = wire.split("HTTP/1.1 200 OK\r\n").skip(1).collect();
+    assert_eq!(answers.len(), 2, "{wire}");
+    for (i, a) in answers.iter().enumerate() {
+        let (head, body) = a.split_once("\r\n\r\n").expect("a whole head");
+        assert_eq!(body, "ok", "{wire}");
+        let lines: Vec<&str> = head.split("\r\n").collect();
+        let has = |f: &str| lines.iter().any(|l| l.eq_ignore_ascii_case(f));
+        for f in [
+            "Server: Scripted",
+            "X-Mixed-Case: Value",
+            "Content-Length: 2",
+            "Date: Tue, 01 Dec 2026 00:00:00 GMT",
+            "x-spillway-cost: 0.25",
+        ] {
+            assert!(has(f), "{f:?} in {lines:?}");
+            // The first answer's fields pass as the upstream spelt them; the second's, with a
+            // field named for removal, go through the map (lower-cased names).
+            assert_eq!(
+                lines.contains(&f),
+                i == 0 || f.starts_with("x-"),
+                "{f:?} in {lines:?}"
+            );
+        }
+        let count = |name: &str| {
+            lines
+                .iter()
+                .filter(|l| l.to_ascii_lowercase().starts_with(&format!("{name}:")))
+                .count()
+        };
+        assert_eq!(
+            (count("content-length"), count("date")),
+            (1, 1),
+            "{lines:?}"
+        );
+        let hop = if i == 0 { 1 } else { 0 };
+        assert_eq!(
+            count("x-hop"),
+            hop,
+            "x-hop removed only when named: {lines:?}"
+        );
+        for hop in ["keep-alive", "proxy-connection"] {
+            assert_eq!(count(hop), 0, "{hop} removed: {lines:?}");
+        }
+        let close = if i == 1 { 1 } else { 0 };
+        assert_eq!(count("connection"), close, "{lines:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_http2_client_gets_the_same_end_to_end_fields() {
+    let up = scripted(mixed, true).await;
+    let p = proxy_toml(&upstream_toml(up.addr)).await;
+    let (status, headers, body) = get(&h2_client(), p.addr, "/a", &[]).await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    for (name, value) in [
+        ("server", "Scripted"),
+        ("x-mixed-case", "Value"),
+        ("content-length", "2"),
+        ("date", "Tue, 01 Dec 2026 00:00:00 GMT"),
+        ("x-spillway-cost", "0.25"),
+        ("x-hop", "secret"),
+    ] {
+        assert_eq!(
+            headers.get(name).map(|v| v.as_bytes()),
+            Some(value.as_bytes()),
+            "{name}"
+        );
+    }
+    for hop in ["keep-alive", "proxy-connection", "connection"] {
+        assert!(!headers.contains_key(hop), "{hop} removed: {headers:?}");
+    }
+}

@@ -13,7 +13,7 @@ use spillway_tower::metrics::RequestLabels;
 
 use super::Unread;
 use crate::listener::head::Busy;
-use crate::upstream::{BoxError, InSlot, UpstreamBody};
+use crate::upstream::{BoxError, InSlot, RawFields, UpstreamBody};
 
 /// The request body: buffered (replayable on another task) or streamed (sent once).
 pub(super) enum ReqBody {
@@ -136,6 +136,19 @@ pin_project_lite::pin_project! {
         #[pin]
         pub(super) inner: UpstreamBody,
         pub(super) guard: Option<Guard>,
+    }
+}
+
+impl Held {
+    /// The response's header fields that pass through as bytes, if any
+    /// ([`UpstreamBody::raw_fields`]).
+    pub(crate) fn raw_fields(&self) -> Option<&RawFields> {
+        self.inner.raw_fields()
+    }
+
+    /// Lets go of them once written ([`UpstreamBody::clear_raw_fields`]).
+    pub(crate) fn clear_raw_fields(&mut self) {
+        self.inner.clear_raw_fields();
     }
 }
 

@@ -145,6 +145,9 @@ pub struct Peer {
     /// The request's mark on its connection's header-read timeout (`listener::head`), moved
     /// into the response body so the request counts as in progress until its body ends.
     pub(crate) busy: Option<Busy>,
+    /// The client's connection writes an answer's head as bytes (the HTTP/1.1 fast path), so an
+    /// HTTP/1.1 upstream's header fields may pass through without a map (`RawFields`).
+    pub(crate) raw_fields: bool,
 }
 
 impl Peer {
@@ -155,6 +158,7 @@ impl Peer {
             addr,
             alone,
             busy: None,
+            raw_fields: false,
         }
     }
 
@@ -164,7 +168,14 @@ impl Peer {
             addr: self.addr,
             alone: self.alone.clone(),
             busy: Some(busy),
+            raw_fields: false,
         }
+    }
+
+    /// This peer, on a connection that writes an answer's head as bytes (see `raw_fields`).
+    pub fn writing_bytes(mut self) -> Self {
+        self.raw_fields = true;
+        self
     }
 }
 

@@ -191,8 +191,9 @@ pub async fn handle(
             .insert(degrade::DEGRADED_HEADER, HeaderValue::from_static("1"));
     }
 
+    let raw_fields = peer.as_ref().is_some_and(|p| p.raw_fields);
     let (res, upstream_upgrade) = send::forward(
-        state, rt, parts, body, protocol, &class, permit, labels, busy,
+        state, rt, parts, body, protocol, &class, permit, labels, busy, raw_fields,
     )
     .await;
     // Without the client's side (it did not ask to upgrade) the hold is dropped here, which

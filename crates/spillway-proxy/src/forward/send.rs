@@ -25,7 +25,7 @@ use crate::listener::head::Busy;
 use crate::metrics::Fault;
 use crate::respond;
 use crate::state::{ProxyState, Runtime};
-use crate::upstream::{empty_body, full_body, Pool, ProxyBody, Task, Tried};
+use crate::upstream::{empty_body, full_body, Pool, ProxyBody, Task, Tried, UpstreamBody};
 
 /// An upstream's 101: its side of the tunnel, and what the tunnel holds until it closes.
 pub(super) struct Upgrade {
@@ -44,6 +44,7 @@ pub(super) async fn forward(
     mut permit: Permit,
     labels: RequestLabels,
     busy: Option<Busy>,
+    raw_fields: bool,
 ) -> (Response<ProxyBody>, Option<Upgrade>) {
     let pool = &rt.pool;
     let cfg = &pool.cfg;
@@ -219,7 +220,9 @@ pub(super) async fn forward(
         if let Some(d) = class.deadline {
             timeout = timeout.min(d.saturating_duration_since(now));
         }
-        let result = tokio::time::timeout(timeout, pool.conns.send(task_index, req, http2)).await;
+        let result =
+            tokio::time::timeout(timeout, pool.conns.send(task_index, req, http2, raw_fields))
+                .await;
         let now = Instant::now();
         match result {
             Err(_) => {
@@ -447,13 +450,29 @@ fn cause(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The service's own reports: actual cost (quota accounting) and ORCA utilisation.
-fn read_reports<B>(pool: &Pool, task: &Task, res: &Response<B>, permit: &mut Permit, now: Instant) {
+/// (From the fields passed through as bytes when the head's are there: `RawFields`.)
+fn read_reports(
+    pool: &Pool,
+    task: &Task,
+    res: &Response<UpstreamBody>,
+    permit: &mut Permit,
+    now: Instant,
+) {
+    let raw = res.body().raw_fields();
     if pool.cost_header {
-        if let Some(c) = wire::find(res.headers(), &wire::COST).and_then(wire::parse_cost) {
+        let cost = match raw {
+            Some(r) => r.cost(),
+            None => wire::find(res.headers(), &wire::COST),
+        };
+        if let Some(c) = cost.and_then(wire::parse_cost) {
             permit.set_actual_cost(c);
         }
     }
-    if let Some(v) = wire::find(res.headers(), &wire::ENDPOINT_LOAD_METRICS) {
+    let load = match raw {
+        Some(r) => r.load_metrics(),
+        None => wire::find(res.headers(), &wire::ENDPOINT_LOAD_METRICS),
+    };
+    if let Some(v) = load {
         if let Ok(r) = wire::parse_orca(v) {
             if let Some(u) = r.application_utilization.or(r.cpu_utilization) {
                 pool.record_orca(task, u, now);

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use super::BoxError;
+use super::{BoxError, RawFields};
 use crate::forward::{Held, Unread};
 
 /// A request or response body of the proxy.
@@ -59,6 +59,22 @@ impl ProxyBody {
 
     pub(crate) fn upstream(body: Held) -> Self {
         ProxyBody(Kind::Upstream(body))
+    }
+
+    /// An upstream response's header fields that pass through as bytes to a client that
+    /// writes bytes (`conn::codec::raw`), if it has any.
+    pub(crate) fn raw_fields(&self) -> Option<&RawFields> {
+        match &self.0 {
+            Kind::Upstream(b) => b.raw_fields(),
+            _ => None,
+        }
+    }
+
+    /// Lets go of them once they are written.
+    pub(crate) fn clear_raw_fields(&mut self) {
+        if let Kind::Upstream(b) = &mut self.0 {
+            b.clear_raw_fields();
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use http_body::Body;
 use smallvec::SmallVec;
 
 pub(super) use crate::upstream::Framing;
-use crate::upstream::{add_length, parsed_value, ConnectionTokens, NameCache};
+use crate::upstream::{add_length, parsed_value, ConnectionTokens, NameCache, RawFields};
 
 /// Most header fields a request head may have (hyper's server limit, as before).
 pub(super) const MAX_HEADERS: usize = 100;
@@ -217,10 +217,12 @@ pub(super) struct Head {
     pub trailers: Option<Vec<HeaderName>>,
 }
 
-/// Writes `res`'s head into `buf`; returns how its body follows, and whether the connection
-/// stays open after it (`keep_alive` unless the framing or the response itself closes it).
+/// Writes `res`'s head into `buf`, with the upstream's fields `raw` passed through as bytes
+/// besides those in its map; returns how its body follows, and whether the connection stays
+/// open after it (`keep_alive` unless the framing or the response itself closes it).
 pub(super) fn encode_response<B: Body>(
     res: &Response<B>,
+    raw: Option<&RawFields>,
     req: Answering,
     buf: &mut Vec<u8>,
 ) -> Head {
@@ -278,6 +280,13 @@ pub(super) fn encode_response<B: Body>(
         buf.extend_from_slice(b": ");
         buf.extend_from_slice(value.as_bytes());
         buf.extend_from_slice(b"\r\n");
+    }
+    if let Some(r) = raw {
+        // End-to-end fields the proxy does not act on, a length and a date (`RawFields`; every
+        // `content-length` is among them when one is, none in the map).
+        r.write(buf);
+        length = length.or(r.length());
+        has_date |= r.has_date();
     }
     let framing = if !may_have_body {
         Framing::Empty

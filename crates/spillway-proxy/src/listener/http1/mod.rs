@@ -161,7 +161,7 @@ where
         let mut interim: &[u8] = &[];
         let mut handling = pin!(crate::forward::handle(
             set.state.current(),
-            Some(set.peer.for_request(busy)),
+            Some(set.peer.for_request(busy).writing_bytes()),
             req,
             None,
         ));
@@ -216,8 +216,9 @@ where
         }
         // The rest of a `100 Continue` already begun goes first.
         write.extend_from_slice(interim);
-        let head = codec::encode_response(&res, answering, &mut write);
-        let (parts, body) = res.into_parts();
+        let head = codec::encode_response(&res, res.body().raw_fields(), answering, &mut write);
+        let (parts, mut body) = res.into_parts();
+        body.clear_raw_fields();
         spare = parts.headers;
         spare.clear();
         let feed = filler.as_ref().map(|f| (f, &mut read));

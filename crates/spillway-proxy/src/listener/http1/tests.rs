@@ -204,7 +204,7 @@ fn answering(version: Version, head: bool, keep_alive: bool) -> Answering {
 
 fn encode<B: http_body::Body>(res: &Response<B>, req: Answering) -> (String, codec::Head) {
     let mut buf = Vec::new();
-    let head = codec::encode_response(res, req, &mut buf);
+    let head = codec::encode_response(res, None, req, &mut buf);
     (String::from_utf8(buf).unwrap(), head)
 }
 

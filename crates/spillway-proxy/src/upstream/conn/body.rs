@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use super::codec::{Decoded, Decoder, Framing, WireError};
+use super::codec::{Decoded, Decoder, Framing, RawFields, WireError};
 use super::http1::{Http1, Sending};
 use super::idle::{put_back, Home};
 use super::Lease;
@@ -73,6 +73,23 @@ impl UpstreamBody {
         b
     }
 
+    /// The response's header fields that pass through as bytes (`codec::raw`), if any: they
+    /// are the client's to write with the head, before the body is read.
+    pub(crate) fn raw_fields(&self) -> Option<&RawFields> {
+        match &self.0 {
+            Inner::Http1 { conn: Some(c), .. } => c.raw_fields(),
+            _ => None,
+        }
+    }
+
+    /// Lets go of the passed-through fields once written: the head's bytes go back to the
+    /// connection's read buffer for the body instead of making it allocate anew.
+    pub(crate) fn clear_raw_fields(&mut self) {
+        if let Inner::Http1 { conn: Some(c), .. } = &mut self.0 {
+            c.clear_raw_fields();
+        }
+    }
+
     pub(super) fn hyper(body: Incoming, stream: Option<Lease>) -> Self {
         UpstreamBody(Inner::Hyper {
             body,
@@ -93,7 +110,8 @@ impl UpstreamBody {
             task,
         } = &mut self.0
         {
-            if let Some(c) = conn.take() {
+            if let Some(mut c) = conn.take() {
+                c.clear_raw_fields();
                 if complete
                     && *keep_alive
                     && decoder.is_done()

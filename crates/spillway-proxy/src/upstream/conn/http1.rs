@@ -26,7 +26,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 
-use super::codec::{self, NameCache, Outgoing, ResponseHead, WireError};
+use super::codec::{self, NameCache, Outgoing, RawFields, ResponseHead, WireError};
 use crate::read_buffer::ReadBuffer;
 use crate::upstream::ProxyBody;
 
@@ -45,6 +45,8 @@ struct Conn {
     /// freeing of a map per response: ~340 instructions a request, `ir.sh`,
     /// bench/results/proxy-forwarding.md "Fourteenth round").
     spare: HeaderMap,
+    /// The current response's fields passed through as bytes (`codec::raw`).
+    raw: RawFields,
 }
 
 /// The largest spare map kept (entries): one grown by a rare huge head is not held for the
@@ -59,6 +61,7 @@ impl Http1 {
             write: Vec::with_capacity(512),
             names: NameCache::default(),
             spare: HeaderMap::new(),
+            raw: RawFields::default(),
         }))
     }
 
@@ -110,10 +113,26 @@ impl Http1 {
         &mut self.0.read.buf
     }
 
-    /// Parses a response head from what has been read (`Ok(None)`: read more).
-    fn parse_head(&mut self, method: &Method) -> Result<Option<ResponseHead>, WireError> {
+    /// Parses a response head from what has been read (`Ok(None)`: read more); with `raw`, its
+    /// fields may pass through ([`Self::raw_fields`]).
+    fn parse_head(
+        &mut self,
+        method: &Method,
+        raw: bool,
+    ) -> Result<Option<ResponseHead>, WireError> {
         let c = &mut *self.0;
-        codec::parse_response(&mut c.read.buf, method, &mut c.names, &mut c.spare)
+        let raw = raw.then_some(&mut c.raw);
+        codec::parse_response(&mut c.read.buf, method, &mut c.names, &mut c.spare, raw)
+    }
+
+    /// The current response's fields that pass through as bytes, if its head had any.
+    pub(crate) fn raw_fields(&self) -> Option<&RawFields> {
+        Some(&self.0.raw).filter(|r| r.is_active())
+    }
+
+    /// Forgets the current response's passed-through fields (written, or never to be).
+    pub(crate) fn clear_raw_fields(&mut self) {
+        self.0.raw.clear();
     }
 }
 
@@ -245,7 +264,10 @@ pub(super) struct Exchanged {
 
 /// Writes `req` on `h` and reads until the response head is in. `reused`: `h` carried an
 /// exchange before (so the upstream may have closed it just as this one began).
-pub(super) fn exchange(mut h: Http1, req: Request<ProxyBody>, reused: bool) -> Exchange {
+///
+/// `raw`: the response's fields may pass through as bytes (the client writes bytes:
+/// `codec::raw`).
+pub(super) fn exchange(mut h: Http1, req: Request<ProxyBody>, reused: bool, raw: bool) -> Exchange {
     let c = &mut *h.0;
     c.write.clear();
     let outgoing = codec::encode_request(&req, &mut c.write);
@@ -281,6 +303,7 @@ pub(super) fn exchange(mut h: Http1, req: Request<ProxyBody>, reused: bool) -> E
             keep: replayable,
         },
         method: parts.method,
+        raw,
         write_error: None,
         replayable,
         answered: false,
@@ -295,6 +318,7 @@ pub(super) fn replay(mut h: Http1, r: Replay) -> Exchange {
         conn: Some(h),
         sending: Sending::without_body(false),
         method: r.method,
+        raw: r.raw,
         write_error: None,
         replayable: false,
         answered: false,
@@ -312,6 +336,7 @@ pub(super) struct Failed {
 pub(super) struct Replay {
     head: Vec<u8>,
     method: Method,
+    raw: bool,
 }
 
 impl From<WireError> for Failed {
@@ -328,6 +353,8 @@ pub(super) struct Exchange {
     conn: Option<Http1>,
     sending: Sending,
     method: Method,
+    /// The response's fields may pass through as bytes.
+    raw: bool,
     /// Writing failed; kept while the upstream may still have answered (it can answer and
     /// close before reading everything), reported if it did not.
     write_error: Option<WireError>,
@@ -345,6 +372,7 @@ impl Exchange {
             Some(c) if self.replayable && !self.answered => Some(Replay {
                 head: std::mem::take(&mut c.0.write),
                 method: self.method.clone(),
+                raw: self.raw,
             }),
             _ => None,
         };
@@ -372,7 +400,7 @@ impl Future for Exchange {
         }
         loop {
             if !conn.read_buf().is_empty() {
-                if let Some(head) = conn.parse_head(&this.method)? {
+                if let Some(head) = conn.parse_head(&this.method, this.raw)? {
                     let Some(conn) = this.conn.take() else {
                         return Poll::Ready(Err(
                             WireError::Closed("before the response head").into()

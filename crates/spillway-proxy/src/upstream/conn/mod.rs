@@ -61,7 +61,7 @@ use self::codec::WireError;
 /// The wire rules the client-facing HTTP/1.1 server shares with the upstream client.
 pub(crate) use self::codec::{
     add_length, chunk_header, chunked_end, parsed_value, ConnectionTokens, Decoded, Decoder,
-    Framing, NameCache,
+    Framing, NameCache, RawFields,
 };
 use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};
@@ -281,11 +281,15 @@ impl Connections {
     /// One `async fn` for both protocols rather than one calling another per protocol: each
     /// level of `async fn` keeps its own copy of the request in its future and copies the whole
     /// future once more when built, per request.
+    ///
+    /// `raw_fields`: over HTTP/1.1, the response's header fields may pass through as bytes
+    /// ([`RawFields`]: only for a caller whose client is written bytes, the fast path's).
     pub async fn send(
         self: &Arc<Self>,
         task: usize,
         mut req: Request<ProxyBody>,
         http2: bool,
+        raw_fields: bool,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         loop {
             if http2 {
@@ -342,7 +346,7 @@ impl Connections {
                         Err(e) => Err(UpstreamError::request(e)),
                     };
                 }
-                let exchanged = match exchange(h, req, reused).await {
+                let exchanged = match exchange(h, req, reused, raw_fields).await {
                     Ok(x) => x,
                     // The upstream closed the reused connection as the request went out (the
                     // keep-alive race): a safe, bodiless request goes once more, on a new one.

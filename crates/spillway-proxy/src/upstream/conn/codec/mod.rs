@@ -28,10 +28,12 @@ use http_body::Body;
 use smallvec::SmallVec;
 
 mod names;
+mod raw;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use names::{parsed_value, NameCache};
+pub(crate) use raw::RawFields;
 
 /// Most header fields a response head (or a chunked body's trailer section) may have.
 const MAX_HEADERS: usize = 100;
@@ -195,12 +197,15 @@ pub(super) struct ResponseHead {
 
 /// Parses a response head from the front of `buf` (removing it and any informational responses
 /// before it) into `spare` (an empty map whose room is reused: the connection's last request's).
+/// With `raw` (the client writes bytes: [`raw`]), the fields the proxy does not act on go there
+/// instead of into the map when the response allows it ([`RawFields::is_active`] tells).
 /// `Ok(None)`: incomplete, read more.
 pub(super) fn parse_response(
     buf: &mut BytesMut,
     method: &Method,
     names: &mut NameCache,
     spare: &mut HeaderMap,
+    mut raw: Option<&mut RawFields>,
 ) -> Result<Option<ResponseHead>, WireError> {
     loop {
         let mut fields = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
@@ -254,7 +259,7 @@ pub(super) fn parse_response(
         let base = buf.as_ptr() as usize;
         // Filled where it stands: a `collect` would build it and then move all 3,200 bytes
         // (a `memcpy` of ~340 instructions per response, callgrind).
-        let mut spans: SmallVec<[(usize, usize, usize, usize); MAX_HEADERS]> = SmallVec::new();
+        let mut spans: SmallVec<[Span; MAX_HEADERS]> = SmallVec::new();
         spans.extend(res.headers.iter().map(|h| {
             let name = h.name.as_ptr() as usize - base;
             let value = h.value.as_ptr() as usize - base;
@@ -265,15 +270,37 @@ pub(super) fn parse_response(
         // reused for the connection's next request, which the proxy adds fields to.
         let mut headers = std::mem::take(spare);
         headers.reserve(spans.len() + 8);
-        let mut delimiters = Delimiters::new();
-        for &(ns, ne, vs, ve) in &spans {
-            let name = names
-                .name(&head[ns..ne])
-                .ok_or_else(|| invalid("a header field name that is not a token"))?;
-            let value = parsed_value(&head, vs, ve);
-            delimiters.field(&name, value.as_bytes());
-            headers.append(name, value);
-        }
+        // What the status line rules out of passing through (`raw`'s module docs).
+        let passing = *method != Method::HEAD
+            && !matches!(
+                status,
+                StatusCode::NO_CONTENT
+                    | StatusCode::NOT_MODIFIED
+                    | StatusCode::TOO_MANY_REQUESTS
+                    | StatusCode::SERVICE_UNAVAILABLE
+            );
+        let delimiters = match raw.as_deref_mut().filter(|_| passing) {
+            Some(r) => {
+                r.begin(&head);
+                let d = fill(&head, &spans, names, &mut headers, Some(&mut *r))?;
+                // What the fields rule out: a body of no bytes, fields named for removal, a
+                // length the transfer coding overrides.
+                if d.length.is_ok_and(|n| n != Some(0)) && !d.both() && !d.connection.others {
+                    r.finish(d.length.ok().flatten());
+                    d
+                } else {
+                    r.clear();
+                    headers.clear();
+                    fill(&head, &spans, names, &mut headers, None)?
+                }
+            }
+            None => {
+                if let Some(r) = raw.as_deref_mut() {
+                    r.clear();
+                }
+                fill(&head, &spans, names, &mut headers, None)?
+            }
+        };
         let both = delimiters.both();
         let (framing, keep_alive) = delimiters.framing(method, status, version)?;
         if both {
@@ -293,12 +320,52 @@ pub(super) fn parse_response(
     }
 }
 
+/// A field's name and value, as offsets into its head: `(name start, name end, value start,
+/// value end)`.
+type Span = (usize, usize, usize, usize);
+
+/// Reads the fields at `spans` of `head`: into `headers`, or, those that may pass through, into
+/// `raw` ([`raw::kind`]); returns what they say of the framing.
+fn fill(
+    head: &Bytes,
+    spans: &[Span],
+    names: &mut NameCache,
+    headers: &mut HeaderMap,
+    mut raw: Option<&mut RawFields>,
+) -> Result<Delimiters, WireError> {
+    let mut delimiters = Delimiters::new();
+    for &(ns, ne, vs, ve) in spans {
+        let wire = &head[ns..ne];
+        if let Some(r) = raw.as_deref_mut() {
+            let kind = raw::kind(wire);
+            if kind != raw::Kind::Kept {
+                if kind == raw::Kind::Length {
+                    delimiters.length = delimiters
+                        .length
+                        .and_then(|found| add_length(found, &head[vs..ve]));
+                }
+                r.add(kind, ns, vs, ve);
+                continue;
+            }
+        }
+        let name = names
+            .name(wire)
+            .ok_or_else(|| invalid("a header field name that is not a token"))?;
+        let value = parsed_value(head, vs, ve);
+        delimiters.field(&name, value.as_bytes());
+        headers.append(name, value);
+    }
+    Ok(delimiters)
+}
+
 /// The `connection` tokens of a message that decide whether its connection stays open, from
 /// every `connection` field (RFC 9112 §9.3; `close` wins over `keep-alive` in any order).
 #[derive(Debug, Default)]
 pub(crate) struct ConnectionTokens {
     close: bool,
     keep_alive: bool,
+    /// A token other than those two: it names a field to remove (RFC 9110 §7.6.1).
+    others: bool,
 }
 
 impl ConnectionTokens {
@@ -306,8 +373,11 @@ impl ConnectionTokens {
     pub(crate) fn add(&mut self, value: &[u8]) {
         for t in value.split(|b| *b == b',') {
             let t = t.trim_ascii();
-            self.close |= t.eq_ignore_ascii_case(b"close");
-            self.keep_alive |= t.eq_ignore_ascii_case(b"keep-alive");
+            let close = t.eq_ignore_ascii_case(b"close");
+            let keep_alive = t.eq_ignore_ascii_case(b"keep-alive");
+            self.close |= close;
+            self.keep_alive |= keep_alive;
+            self.others |= !(close || keep_alive || t.is_empty());
         }
     }
 

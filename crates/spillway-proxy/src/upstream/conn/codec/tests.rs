@@ -139,6 +139,7 @@ fn parse(bytes: &[u8], method: Method) -> Result<Option<ResponseHead>, WireError
         &method,
         &mut NameCache::default(),
         &mut HeaderMap::new(),
+        None,
     )
 }
 
@@ -156,6 +157,7 @@ fn a_response_head_is_parsed_into_http_types() {
         &Method::GET,
         &mut NameCache::default(),
         &mut HeaderMap::new(),
+        None,
     )
     .unwrap()
     .unwrap();
@@ -394,6 +396,7 @@ fn names_are_cached_per_connection_whatever_their_case() {
             &Method::GET,
             &mut names,
             &mut HeaderMap::new(),
+            None,
         )
         .unwrap()
         .unwrap();
@@ -406,6 +409,7 @@ fn names_are_cached_per_connection_whatever_their_case() {
         &Method::GET,
         &mut names,
         &mut HeaderMap::new(),
+        None,
     );
     assert!(e.is_err());
     // The cache stays within its bound, and names that share a set are still read right.
@@ -416,6 +420,7 @@ fn names_are_cached_per_connection_whatever_their_case() {
             &Method::GET,
             &mut names,
             &mut HeaderMap::new(),
+            None,
         )
         .unwrap()
         .unwrap();
@@ -424,6 +429,8 @@ fn names_are_cached_per_connection_whatever_their_case() {
     }
     assert!(names.len() <= NameCache::MAX);
 }
+
+mod raw_fields;
 
 mod arbitrary_bytes {
     //! Whatever an upstream sends, the codec answers with a head, "more", or an error — never a
@@ -468,7 +475,7 @@ mod arbitrary_bytes {
             let method = if head { Method::HEAD } else { Method::GET };
             let mut buf = BytesMut::from(&bytes[..]);
             let mut names = NameCache::default();
-            if let Ok(Some(h)) = parse_response(&mut buf, &method, &mut names, &mut HeaderMap::new()) {
+            if let Ok(Some(h)) = parse_response(&mut buf, &method, &mut names, &mut HeaderMap::new(), None) {
                 drain(h.framing, &mut buf);
             }
             for framing in [Framing::Chunked, Framing::Length(7), Framing::UntilClose] {
