@@ -468,6 +468,9 @@ fn read_reports(
             permit.set_actual_cost(c);
         }
     }
+    if !pool.wants_orca(task, now) {
+        return;
+    }
     let load = match raw {
         Some(r) => r.load_metrics(),
         None => wire::find(res.headers(), &wire::ENDPOINT_LOAD_METRICS),

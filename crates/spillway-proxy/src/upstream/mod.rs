@@ -153,6 +153,8 @@ pub struct Pool {
     pub cost_header: bool,
     origin: Instant,
     orca_max_age: Duration,
+    /// The least time between two ORCA reports of a task that are read ([`Pool::wants_orca`]).
+    orca_every_ns: u64,
     health: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -214,6 +216,9 @@ impl Pool {
             cost_header: signals.cost_header,
             origin,
             orca_max_age: Duration::from_millis(signals.orca_max_age_ms),
+            orca_every_ns: spillway_core::clock::saturating_nanos(orca::read_every(
+                Duration::from_millis(signals.orca_max_age_ms),
+            )),
             health: Mutex::new(None),
         })
     }
@@ -379,6 +384,15 @@ impl Pool {
         } else {
             sum / f64::from(n)
         }
+    }
+
+    /// Whether a report from `task` at `now` is to be read: not when the last one read is
+    /// younger than [`orca::read_every`].
+    pub fn wants_orca(&self, task: &Task, now: Instant) -> bool {
+        let at = task.orca_at_ns.load(Ordering::Relaxed);
+        at == u64::MAX
+            || spillway_core::clock::nanos_since(self.origin, now).saturating_sub(at)
+                >= self.orca_every_ns
     }
 
     /// Records an ORCA report from `task`.

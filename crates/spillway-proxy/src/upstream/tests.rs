@@ -177,3 +177,24 @@ fn the_orca_mean_is_read_at_most_a_refresh_late() {
     q.record_orca(&q.tasks[0], 0.5, t1);
     assert!((s.utilisation(t1 + Duration::from_micros(250)) - 0.5).abs() < 1e-9);
 }
+
+#[test]
+fn a_tasks_reports_are_read_at_most_once_per_eighth_of_the_refresh() {
+    let p = Arc::new(pool(2));
+    let every = orca::read_every(Duration::from_secs(1));
+    assert_eq!(every, orca::REFRESH / 8);
+    let t0 = Instant::now();
+    assert!(p.wants_orca(&p.tasks[0], t0), "the first report is read");
+    p.record_orca(&p.tasks[0], 0.5, t0);
+    assert!(
+        !p.wants_orca(&p.tasks[0], t0 + every / 2),
+        "too soon after the last"
+    );
+    assert!(p.wants_orca(&p.tasks[1], t0), "each task on its own clock");
+    assert!(p.wants_orca(&p.tasks[0], t0 + every));
+    // A short orca_max_age shortens it with the refresh.
+    assert_eq!(
+        orca::read_every(Duration::from_millis(2)),
+        Duration::from_millis(2) / 64
+    );
+}

@@ -67,6 +67,12 @@ impl UpstreamBody {
             task,
         });
         if b.is_end_stream() {
+            // Such a response keeps its fields in its map (`codec::raw`): releasing the
+            // connection here forgets the passed-through ones.
+            debug_assert!(
+                b.raw_fields().is_none(),
+                "a bodiless response passed fields through"
+            );
             // No body (a 204, a HEAD's answer): the exchange may be complete already.
             b.release(true);
         }

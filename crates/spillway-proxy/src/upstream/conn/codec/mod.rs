@@ -1,6 +1,7 @@
 //! HTTP/1.1 to an upstream, as bytes: the request head written straight from the `http` types,
-//! the response head parsed with `httparse` into them, and the body framing both ways
-//! (RFC 9112 §6–7).
+//! the response head parsed with `httparse` into them (or, for a client the fast path writes,
+//! its fields left as bytes where the proxy does not act on them: [`raw`]), and the body
+//! framing both ways (RFC 9112 §6–7).
 //!
 //! Why the proxy's own and not hyper's client: hyper's HTTP/1.1 client hands every request to
 //! its connection through a channel and the response back through a oneshot, and the response
