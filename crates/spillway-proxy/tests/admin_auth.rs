@@ -236,3 +236,37 @@ async fn slow_request_heads_are_cut_off() {
     assert_eq!(s.admin_get("/controls").await.status, StatusCode::OK);
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_no_answers_loses_its_slot() {
+    use tokio::io::AsyncWriteExt;
+    let up = upstream().await;
+    let s = stack(
+        &config(up.addr),
+        AdminConfig {
+            max_connections: 1,
+            send_timeout_ms: 300,
+            ..AdminConfig::default()
+        },
+    )
+    .await;
+    // The one slot taken by a client that pipelines requests and reads nothing: its small
+    // receive window and the proxy's send buffer fill, and the listener's writes stall.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut c = sock.connect(s.admin).await.unwrap();
+    let flood = tokio::spawn(async move {
+        let req = b"GET /status HTTP/1.1\r\nhost: x\r\n\r\n".repeat(100);
+        for _ in 0..200 {
+            if c.write_all(&req).await.is_err() {
+                break;
+            }
+        }
+        c
+    });
+    // Another client gets the slot once the stalled connection is closed (with no send
+    // timeout it would wait behind it for good, and this request would time out).
+    assert_eq!(s.admin_get("/controls").await.status, StatusCode::OK);
+    flood.abort();
+    s.shutdown().await;
+}

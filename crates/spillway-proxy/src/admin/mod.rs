@@ -34,6 +34,7 @@ mod params;
 mod redact;
 mod reply;
 mod server;
+mod stall;
 
 #[cfg(test)]
 mod tests;
@@ -66,6 +67,7 @@ pub const DEFAULT_LISTEN: SocketAddr =
 /// protect_reads = false          # true: /metrics, /status and /controls need the token too
 /// max_connections = 64
 /// header_read_timeout_ms = 5000
+/// send_timeout_ms = 10000
 /// max_body_bytes = 1048576
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +88,9 @@ pub struct AdminConfig {
     pub max_connections: usize,
     /// Time allowed to send the request head. Default 5000 ms.
     pub header_read_timeout_ms: u64,
+    /// A connection whose socket takes no byte of its answers for this long is closed (a
+    /// client that stops reading must not hold an admin slot). Default 10000 ms.
+    pub send_timeout_ms: u64,
     /// Largest accepted request body (a TOML config posted to `/reload`). Default 1 MiB.
     pub max_body_bytes: usize,
 }
@@ -100,6 +105,7 @@ impl Default for AdminConfig {
             protect_reads: false,
             max_connections: 64,
             header_read_timeout_ms: 5000,
+            send_timeout_ms: 10_000,
             max_body_bytes: 1 << 20,
         }
     }
@@ -143,6 +149,13 @@ impl AdminConfig {
             return Err(ConfigError::new(
                 "header_read_timeout_ms",
                 self.header_read_timeout_ms,
+                "milliseconds from 100 to 600000",
+            ));
+        }
+        if !(100..=600_000).contains(&self.send_timeout_ms) {
+            return Err(ConfigError::new(
+                "send_timeout_ms",
+                self.send_timeout_ms,
                 "milliseconds from 100 to 600000",
             ));
         }

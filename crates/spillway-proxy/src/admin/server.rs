@@ -1,5 +1,5 @@
 //! The admin listener's socket side: HTTP/1.1 on hyper 1, a connection cap with accept
-//! back-pressure, a header-read timeout, metrics upkeep, and graceful shutdown.
+//! back-pressure, header-read and send timeouts, metrics upkeep, and graceful shutdown.
 //!
 //! Why HTTP/1.1 only: the admin API is `curl`, Prometheus and a browser dashboard, all of which
 //! speak it; a second protocol would be surface without a user. Why a cap: the admin port is
@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 use super::api::AdminApi;
+use super::stall::{stalled, Blocked, Timed};
 use super::AdminConfig;
 use crate::state::ProxyState;
 
@@ -83,6 +84,7 @@ impl AdminServer {
         let slots = Arc::new(Semaphore::new(max));
         let (stop_tx, stop_rx) = watch::channel(false);
         let header_timeout = Duration::from_millis(cfg.header_read_timeout_ms);
+        let send_timeout = Duration::from_millis(cfg.send_timeout_ms);
         let mut upkeep = tokio::time::interval(UPKEEP_EVERY);
         upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown = pin!(shutdown);
@@ -131,9 +133,19 @@ impl AdminServer {
                     .timer(TokioTimer::new())
                     .header_read_timeout(header_timeout)
                     .keep_alive(true);
-                let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), svc));
+                let blocked = Blocked::new();
+                let io = TokioIo::new(Timed::new(stream, Arc::clone(&blocked)));
+                let mut conn = pin!(builder.serve_connection(io, svc));
                 tokio::select! {
                     _ = conn.as_mut() => {}
+                    // A client taking none of its answers: dropped, which closes the socket.
+                    () = stalled(&blocked, send_timeout) => {
+                        crate::metrics::log(&format!(
+                            "admin listener: closed the connection from {peer}: it took no byte \
+                             of its answer for admin.send_timeout_ms = {}",
+                            send_timeout.as_millis()
+                        ));
+                    }
                     // (The watch guard is dropped inside, before the await below.)
                     () = async { let _ = stop.wait_for(|s| *s).await; } => {
                         conn.as_mut().graceful_shutdown();
