@@ -20,8 +20,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 use super::api::AdminApi;
-use super::stall::{stalled, Blocked, Timed};
+use super::stall::stalled;
 use super::AdminConfig;
+use crate::listener::head::{Progress, Watched};
 use crate::state::ProxyState;
 
 /// How often the Prometheus recorder's histograms are drained (its own default upkeep period).
@@ -133,13 +134,13 @@ impl AdminServer {
                     .timer(TokioTimer::new())
                     .header_read_timeout(header_timeout)
                     .keep_alive(true);
-                let blocked = Blocked::new();
-                let io = TokioIo::new(Timed::new(stream, Arc::clone(&blocked)));
+                let progress = Arc::new(Progress::default());
+                let io = TokioIo::new(Watched::new(stream, Arc::clone(&progress)));
                 let mut conn = pin!(builder.serve_connection(io, svc));
                 tokio::select! {
                     _ = conn.as_mut() => {}
                     // A client taking none of its answers: dropped, which closes the socket.
-                    () = stalled(&blocked, send_timeout) => {
+                    () = stalled(&progress, send_timeout) => {
                         crate::metrics::log(&format!(
                             "admin listener: closed the connection from {peer}: it took no byte \
                              of its answer for admin.send_timeout_ms = {}",

@@ -140,6 +140,12 @@ impl Progress {
 
     /// What the send timeout compares between checks: writes the socket took and polls of
     /// response bodies.
+    /// Writes the socket has taken so far, and whether the last one found it full (for a
+    /// listener that keeps only the send timeout: the admin one).
+    pub(crate) fn writes(&self) -> (u64, bool) {
+        (self.written.load(Relaxed), self.write_blocked.load(Relaxed))
+    }
+
     fn sending(&self) -> (u64, u64) {
         (self.written.load(Relaxed), self.polled.load(Relaxed))
     }
