@@ -250,6 +250,139 @@ async fn an_http2_client_that_grants_no_flow_control_credit_is_cut_and_its_slots
 }
 
 #[tokio::test]
+async fn an_http2_stream_given_no_credit_is_cut_alone_while_its_connection_moves() {
+    // One stream's window is spent and never granted again while the client keeps the
+    // connection busy with other requests: the connection is never quiet, so only a rule for
+    // the one stream frees the admission slot and upstream connection it holds.
+    let (_b, p) = with_listen("header_read_timeout_ms = 200\nsend_timeout_ms = 500").await;
+    let io = TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
+    let (mut tx, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(1024)
+        .handshake::<_, http_body_util::Empty<Bytes>>(io)
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let res = tx
+        .send_request(empty_get(p.addr, "/large-answer"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let held = res.into_body(); // never read: no credit given back
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut served = 0;
+    while p.state.faults.get(Fault::SendTimeout) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never cut ({served} requests served beside it)"
+        );
+        let r = tx.send_request(empty_get(p.addr, "/")).await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.into_body().collect().await.unwrap();
+        served += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        p.state.status().admission.in_flight,
+        0,
+        "the admission slot is free"
+    );
+    assert!(
+        p.state.status().upstreams.iter().all(|u| u.in_flight == 0),
+        "the upstream slot is free"
+    );
+    // The connection goes on serving; the cut stream ends in a reset once read, not as a
+    // body that looks complete.
+    let r = tx.send_request(empty_get(p.addr, "/")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(!conn.is_finished(), "the connection was not cut");
+    let read = tokio::time::timeout(Duration::from_secs(5), held.collect())
+        .await
+        .expect("the cut stream ends");
+    assert!(read.is_err(), "a cut response must not read as complete");
+}
+
+#[tokio::test]
+async fn a_slow_but_live_http2_reader_is_not_cut() {
+    // Reading a large answer a little at a time: the socket is full at most checks and the
+    // body is polled only as hyper's buffers drain, at the client's pace — never a stall.
+    let (_b, p) = with_listen("header_read_timeout_ms = 200\nsend_timeout_ms = 500").await;
+    let io = TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
+    let (mut tx, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(256 * 1024)
+        .handshake::<_, http_body_util::Empty<Bytes>>(io)
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let res = tx
+        .send_request(empty_get(p.addr, "/large-answer"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let started = std::time::Instant::now();
+    let mut got = 0usize;
+    // ~64 KiB every 100 ms for 3 s: six send timeouts.
+    while started.elapsed() < Duration::from_secs(3) {
+        let mut this_tick = 0;
+        while this_tick < 64 * 1024 {
+            match body.frame().await {
+                Some(Ok(f)) => this_tick += f.data_ref().map_or(0, |d| d.len()),
+                other => panic!("the slow reader's answer broke after {got} bytes: {other:?}"),
+            }
+        }
+        got += this_tick;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        p.state.faults.get(Fault::SendTimeout),
+        0,
+        "a live reader was cut"
+    );
+    assert!(!conn.is_finished());
+    drop(body);
+}
+
+#[tokio::test]
+async fn a_reader_paced_by_small_http2_credit_is_not_cut() {
+    // The client grants 16 KiB of stream credit at a time, every 200 ms: the socket is never
+    // full, and the stream moves only as fast as the credit — slow, not stalled.
+    let (_b, p) = with_listen("header_read_timeout_ms = 200\nsend_timeout_ms = 500").await;
+    let io = TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
+    let (mut tx, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(16 * 1024)
+        .handshake::<_, http_body_util::Empty<Bytes>>(io)
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let res = tx
+        .send_request(empty_get(p.addr, "/large-answer"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let started = std::time::Instant::now();
+    let mut got = 0usize;
+    while started.elapsed() < Duration::from_secs(3) {
+        let mut this_tick = 0;
+        while this_tick < 16 * 1024 {
+            match body.frame().await {
+                Some(Ok(f)) => this_tick += f.data_ref().map_or(0, |d| d.len()),
+                other => panic!("the paced reader's answer broke after {got} bytes: {other:?}"),
+            }
+        }
+        got += this_tick;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        p.state.faults.get(Fault::SendTimeout),
+        0,
+        "a live reader was cut"
+    );
+    assert!(!conn.is_finished());
+    drop(body);
+}
+
+#[tokio::test]
 async fn a_client_that_stops_sending_a_streamed_body_is_cut_and_its_slots_freed() {
     // A body too large to buffer goes upstream as it comes; a client that stops sending it
     // used to hold the upstream connection and its admission slot for as long as it liked.

@@ -45,8 +45,8 @@
 //! Over HTTP/2 a client can stall without filling the socket, by granting no flow-control
 //! credit: there the sign is a response body whose data hyper holds without asking for more
 //! ([`Sent`]) while nothing is written and no body on the connection is polled. A stream
-//! stalled so on a connection whose other streams keep moving is not cut (the connection is
-//! the unit that can be dropped); it holds its slots until the connection goes quiet.
+//! stalled so on a connection whose other streams keep moving is cut alone: its body is
+//! dropped, which frees its slots, and counted as `send_timeout` ([`Sent`] says how).
 //!
 //! The same for the other direction, the body read timeout (`listen.body_read_timeout_ms`): a
 //! request body streamed to the upstream whose last poll found nothing from the client
@@ -114,9 +114,53 @@ pub struct Progress {
     /// allocation per connection, as a cancellation token's node would be); its stored permit
     /// reaches a waiter that comes later.
     pub(crate) close: tokio::sync::Notify,
+    /// The HTTP/2 response bodies the timer may cut one by one ([`Sent`]'s module docs); dead
+    /// ones are dropped as the list grows and at each check.
+    streams: std::sync::Mutex<Vec<std::sync::Weak<sent::Shared>>>,
 }
 
 impl Progress {
+    /// Keeps the connection marked as having a response in progress, without a request (a cut
+    /// HTTP/2 response whose stream hyper still holds: [`Sent`]).
+    fn hold(self: &Arc<Self>) -> Busy {
+        self.active.fetch_add(1, Relaxed);
+        Busy(Arc::clone(self))
+    }
+
+    /// Adds an HTTP/2 response body the timer may cut.
+    fn register(&self, body: &Arc<sent::Shared>) {
+        let mut list = self
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if list.len() >= 64 && list.len().is_power_of_two() {
+            list.retain(|w| w.strong_count() > 0);
+        }
+        list.push(Arc::downgrade(body));
+    }
+
+    /// Cuts the HTTP/2 response bodies that have held data unasked-for for `limit` at `now`;
+    /// how many.
+    fn cut_stalled_streams(&self, now: Instant, limit: Duration) -> u64 {
+        let mut list = self
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if list.is_empty() {
+            return 0;
+        }
+        list.retain(|w| w.strong_count() > 0);
+        let live: Vec<_> = list.iter().filter_map(std::sync::Weak::upgrade).collect();
+        drop(list);
+        // Only while the socket takes what is written: behind a full socket (a slow reader)
+        // hyper polls a body only as its buffers drain, which is the client's pace, not a stall.
+        let socket_free = !self.write_blocked.load(Relaxed);
+        // Each one outside the list's lock (a cut drops a body, which may take a while).
+        live.iter()
+            .filter(|b| b.cut_if_stalled(now, limit, socket_free))
+            .count() as u64
+    }
+
     /// A request head has arrived; the token marks it in progress until dropped.
     pub fn begin(self: &Arc<Self>, version: http::Version) -> Busy {
         self.heads.fetch_add(1, Relaxed);
@@ -278,6 +322,18 @@ pub async fn watch<F: Future>(
     limits: Timeouts,
     slots: &Semaphore,
 ) -> Ended<F::Output> {
+    watch_counting(conn, progress, limits, slots, |_| {}).await
+}
+
+/// [`watch`], telling `cut` how many HTTP/2 responses it cut alone at each check (the send
+/// timeout applied to one stream: [`Sent`]'s module docs).
+pub async fn watch_counting<F: Future>(
+    conn: F,
+    progress: &Progress,
+    limits: Timeouts,
+    slots: &Semaphore,
+    cut: impl Fn(u64),
+) -> Ended<F::Output> {
     // A quarter: closing happens between 1 and 1.25 limits after the last progress.
     let shortest = limits
         .header
@@ -333,6 +389,10 @@ pub async fn watch<F: Future>(
         let waiting = active > 0 && progress.waiting_on_client();
         if sent.stalled(now, progress.sending(), waiting, limits.send) {
             return Ended::SendStalled;
+        }
+        match progress.cut_stalled_streams(now, limits.send) {
+            0 => {}
+            n => cut(n),
         }
         let frames = progress.body_frames.load(Relaxed);
         if uploaded.stalled(now, frames, waiting_on(&progress.body_waiting), limits.body) {

@@ -162,7 +162,8 @@ pub async fn serve_capped(
                             }
                         }
                     };
-                    let ended = head::watch(conn, &progress, limits, &slots).await;
+                    let cut = |n| count_cut(&counts, n);
+                    let ended = head::watch_counting(conn, &progress, limits, &slots, cut).await;
                     count_end(&counts, ended);
                 }
                 Some(acceptor) => {
@@ -181,7 +182,8 @@ pub async fn serve_capped(
                                 let close = &progress.close;
                                 let conn =
                                     until_closed(conn.into_owned(), shut, close, &stop, watcher);
-                                head::watch(conn, &progress, limits, &slots).await
+                                let cut = |n| count_cut(&state, n);
+                                head::watch_counting(conn, &progress, limits, &slots, cut).await
                             }
                             Ok(Err(_)) => {
                                 state.faults.count(Fault::TlsHandshake);
@@ -279,6 +281,13 @@ async fn until_closed<C: Future>(
 }
 
 /// Counts how a client connection ended.
+/// `n` HTTP/2 responses cut alone by the send timeout (`head::Sent`).
+fn count_cut(state: &ProxyState, n: u64) {
+    for _ in 0..n {
+        state.faults.count(Fault::SendTimeout);
+    }
+}
+
 fn count_end(state: &ProxyState, ended: head::Ended<Result<(), BoxError>>) {
     match ended {
         head::Ended::Done(Ok(())) | head::Ended::TimedOut { counted: false } => {}
