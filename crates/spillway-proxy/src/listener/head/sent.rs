@@ -17,8 +17,9 @@
 //! body is therefore shared with the connection's timer ([`Shared`]), which drops the inner
 //! body of one whose last poll handed over data and that has not been polled since, through
 //! the whole send timeout, at checks that all found the socket taking writes (behind a full
-//! socket a body is polled at the reader's pace, which is not a stall). A reader that takes one
-//! piece of the body (at most 128 KiB, the proxy's largest read) per send timeout is never cut.
+//! socket a body is polled at the reader's pace, which is not a stall). A stream the client
+//! grants credit at least once per send timeout is polled at least that often, so it is not
+//! cut however slow: the rule of nginx's `send_timeout`, per stream.
 //! A cut response's admission slot and upstream connection are freed, it is counted as
 //! `send_timeout`, and its stream ends in a reset if hyper ever polls it again. What the stream keeps — a token that
 //! the connection has a response in progress, and its count as held data — keeps the
