@@ -71,15 +71,11 @@ impl RequestContext {
         );
         // Already there with the same bytes (the caller's own header, or a value the caller
         // cached and wrote first): left as is, which saves copying it into a new value.
-        let same = {
-            let name = wire::CUSTOMER;
-            let mut there = wire::find_each(headers, &name);
-            there
-                .next()
+        let same = || {
+            wire::find_only(headers, &wire::CUSTOMER)
                 .is_some_and(|v| v.as_bytes() == self.customer.as_bytes())
-                && there.next().is_none()
         };
-        if !self.customer.is_empty() && !same {
+        if !self.customer.is_empty() && !same() {
             if let Ok(v) = http::HeaderValue::from_str(&self.customer) {
                 headers.insert(wire::CUSTOMER, v);
             }

@@ -374,6 +374,27 @@ pub fn find<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderV
     }
 }
 
+/// The value of `name` when `headers` has exactly one such field (`None` for none or
+/// several), by a scan of the names when the map is small (as [`find`]).
+pub fn find_only<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
+    if headers.len() <= SCAN_MAX {
+        let mut found = None;
+        for (k, v) in headers.iter() {
+            if k == name {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(v);
+            }
+        }
+        found
+    } else {
+        let mut all = headers.get_all(name).iter();
+        let first = all.next()?;
+        all.next().is_none().then_some(first)
+    }
+}
+
 /// `headers.get_all(name)`, by a scan of the names when the map is small (as [`find`]).
 pub fn find_each<'a>(
     headers: &'a HeaderMap,

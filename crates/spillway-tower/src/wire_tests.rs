@@ -319,7 +319,8 @@ fn give_up_response_carries_the_marker() {
 }
 
 proptest::proptest! {
-    /// `find` and `find_each` answer as `HeaderMap::get` and `get_all` for maps on both sides of the scan limit, with
+    /// `find`, `find_each` and `find_only` answer as `HeaderMap::get` and `get_all` (and its
+    /// single value) for maps on both sides of the scan limit, with
     /// repeated names (first value wins), standard and custom names, and removals (which
     /// reorder the map's entries).
     #[test]
@@ -343,7 +344,9 @@ proptest::proptest! {
         proptest::prop_assert_eq!(find(&h, &names[ask]), h.get(&names[ask]));
         let each: Vec<_> = find_each(&h, &names[ask]).collect();
         let all: Vec<_> = h.get_all(&names[ask]).iter().collect();
+        let only = (all.len() == 1).then(|| all[0]);
         proptest::prop_assert_eq!(each, all);
+        proptest::prop_assert_eq!(find_only(&h, &names[ask]), only);
     }
 }
 
