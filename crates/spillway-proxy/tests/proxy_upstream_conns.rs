@@ -77,9 +77,15 @@ fn get(path: &str, addr: SocketAddr) -> http::Request<spillway_proxy::upstream::
 }
 
 async fn send(c: &Arc<Connections>, path: &str, addr: SocketAddr) -> http::Response<UpstreamBody> {
-    c.send(0, get(path, addr), false, false)
-        .await
-        .expect("response")
+    c.send(
+        0,
+        get(path, addr),
+        false,
+        false,
+        &spillway_proxy::forward::Added::none(),
+    )
+    .await
+    .expect("response")
 }
 
 async fn wait_for(what: &str, f: impl Fn() -> bool) {
@@ -213,7 +219,16 @@ async fn a_refused_connection_is_a_connect_error() {
         .local_addr()
         .unwrap();
     let c = conns(dead, Duration::from_secs(60), 4);
-    let e = c.send(0, get("/", dead), false, false).await.unwrap_err();
+    let e = c
+        .send(
+            0,
+            get("/", dead),
+            false,
+            false,
+            &spillway_proxy::forward::Added::none(),
+        )
+        .await
+        .unwrap_err();
     assert!(e.is_connect(), "{e}");
     let text = std::error::Error::source(&e).map(ToString::to_string);
     assert!(
@@ -261,7 +276,8 @@ async fn reading_a_response_does_not_wake_the_task_reading_it() {
     for _ in 0..2 {
         // One task's waker for the head and the body, as when the proxy serves.
         let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
-        let mut send = std::pin::pin!(c.send(0, get("/", b.addr), false, false));
+        let none = spillway_proxy::forward::Added::none();
+        let mut send = std::pin::pin!(c.send(0, get("/", b.addr), false, false, &none));
         let (res, head_wakes) = self_wakes(&wakes, |cx| send.as_mut().poll(cx)).await;
         let mut body = res.expect("response").into_body();
         let mut got = Vec::new();

@@ -80,6 +80,12 @@ impl RequestContext {
                 headers.insert(wire::CUSTOMER, v);
             }
         }
+        self.write_deadline(headers, now, protocol);
+    }
+
+    /// The remaining-time part of [`write_headers`](Self::write_headers) alone, for a caller
+    /// that writes the criticality and customer fields itself.
+    pub fn write_deadline(&self, headers: &mut HeaderMap, now: Instant, protocol: Protocol) {
         match (self.remaining(now), protocol) {
             (None, _) => {}
             (Some(left), Protocol::Grpc) => {

@@ -133,7 +133,7 @@ pub(super) fn join_cookies(h: &mut HeaderMap) {
 }
 
 /// `x-forwarded-for` (a static name: a `&str` name would be copied into a new one per request).
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(super) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// A client connection's peer: its address and its `x-forwarded-for` value, formatted once per
 /// connection (clones share the bytes) instead of once per request.
@@ -182,14 +182,20 @@ impl Peer {
 /// Appends the peer to `x-forwarded-for`: the connection's own value when the request has no
 /// earlier hops, else the list formatted on the stack (one copy into the header value, no
 /// `String`s) unless it is too long for the buffer.
+#[cfg(test)]
 pub(super) fn append_forwarded_for(h: &mut HeaderMap, peer: &Peer) {
+    if let Some(v) = forwarded_for_value(h, peer) {
+        h.insert(X_FORWARDED_FOR, v);
+    }
+}
+
+/// The `x-forwarded-for` value the request goes on with: [`append_forwarded_for`]'s, for a
+/// caller that writes it itself (`super::added`).
+pub(super) fn forwarded_for_value(h: &HeaderMap, peer: &Peer) -> Option<HeaderValue> {
     let prev = wire::find(h, &X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
-    let v = match (prev, &peer.alone) {
+    match (prev, &peer.alone) {
         (None, Some(v)) => Some(v.clone()),
         _ => forwarded_for(prev, peer.addr.ip().to_canonical()),
-    };
-    if let Some(v) = v {
-        h.insert(X_FORWARDED_FOR, v);
     }
 }
 

@@ -15,7 +15,7 @@ use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
 use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
 
 use super::body::{read_body, Guard, Held, ReadError, ReqBody, TunnelHold};
-use super::Unread;
+use super::{Added, Unread};
 
 /// gRPC `CANCELLED`: the client's side of the stream failed.
 const GRPC_CANCELLED: u16 = 1;
@@ -38,6 +38,7 @@ pub(super) async fn forward(
     state: &Arc<ProxyState>,
     rt: &Arc<Runtime>,
     mut parts: http::request::Parts,
+    added: &Added,
     body: Unread,
     protocol: Protocol,
     class: &crate::route::Classified,
@@ -220,9 +221,11 @@ pub(super) async fn forward(
         if let Some(d) = class.deadline {
             timeout = timeout.min(d.saturating_duration_since(now));
         }
-        let result =
-            tokio::time::timeout(timeout, pool.conns.send(task_index, req, http2, raw_fields))
-                .await;
+        let result = tokio::time::timeout(
+            timeout,
+            pool.conns.send(task_index, req, http2, raw_fields, added),
+        )
+        .await;
         let now = Instant::now();
         match result {
             Err(_) => {

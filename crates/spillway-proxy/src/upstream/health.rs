@@ -59,17 +59,20 @@ pub(super) async fn run(pool: Weak<Pool>) {
                     return;
                 };
                 let index = usize::try_from(task.id).unwrap_or(usize::MAX);
-                let ok =
-                    match tokio::time::timeout(timeout, p2.conns.send(index, req, false, false))
-                        .await
-                    {
-                        Ok(Ok(res)) => {
-                            let ok = res.status().is_success();
-                            let _ = res.into_body().collect().await;
-                            ok
-                        }
-                        _ => false,
-                    };
+                let ok = match tokio::time::timeout(
+                    timeout,
+                    p2.conns
+                        .send(index, req, false, false, &crate::forward::Added::none()),
+                )
+                .await
+                {
+                    Ok(Ok(res)) => {
+                        let ok = res.status().is_success();
+                        let _ = res.into_body().collect().await;
+                        ok
+                    }
+                    _ => false,
+                };
                 if ok {
                     if task.is_ejected(Instant::now()) {
                         crate::metrics::log(&format!(

@@ -27,6 +27,7 @@ use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 
 use super::codec::{self, NameCache, Outgoing, RawFields, ResponseHead, WireError};
+use crate::forward::Added;
 use crate::read_buffer::ReadBuffer;
 use crate::upstream::ProxyBody;
 
@@ -267,10 +268,16 @@ pub(super) struct Exchanged {
 ///
 /// `raw`: the response's fields may pass through as bytes (the client writes bytes:
 /// `codec::raw`).
-pub(super) fn exchange(mut h: Http1, req: Request<ProxyBody>, reused: bool, raw: bool) -> Exchange {
+pub(super) fn exchange(
+    mut h: Http1,
+    req: Request<ProxyBody>,
+    reused: bool,
+    raw: bool,
+    added: &Added,
+) -> Exchange {
     let c = &mut *h.0;
     c.write.clear();
-    let outgoing = codec::encode_request(&req, &mut c.write);
+    let outgoing = codec::encode_request(&req, added, &mut c.write);
     let (mut parts, body) = req.into_parts();
     if parts.headers.capacity() <= SPARE_MAX {
         parts.headers.clear();

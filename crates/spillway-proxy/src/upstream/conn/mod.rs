@@ -49,6 +49,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::forward::Added;
 use http::{Request, Response};
 use hyper::client::conn::http2;
 use hyper::ext::ReasonPhrase;
@@ -284,13 +285,19 @@ impl Connections {
     ///
     /// `raw_fields`: over HTTP/1.1, the response's header fields may pass through as bytes
     /// ([`RawFields`]: only for a caller whose client is written bytes, the fast path's).
+    /// `added`: fields the request goes out with besides its map's ([`Added`]).
     pub async fn send(
         self: &Arc<Self>,
         task: usize,
         mut req: Request<ProxyBody>,
         http2: bool,
         raw_fields: bool,
+        added: &Added,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        if http2 {
+            // hyper writes the request: the fields go into its map.
+            added.insert_into(req.headers_mut());
+        }
         loop {
             if http2 {
                 let open = {
@@ -337,6 +344,7 @@ impl Connections {
                 if req.headers().contains_key(http::header::UPGRADE) {
                     // The connection becomes the tunnel's after a 101: hyper's client on a task
                     // of its own (which hands it over), and never put back.
+                    added.insert_into(req.headers_mut());
                     let mut tx = h
                         .into_upgrade_sender()
                         .await
@@ -346,7 +354,7 @@ impl Connections {
                         Err(e) => Err(UpstreamError::request(e)),
                     };
                 }
-                let exchanged = match exchange(h, req, reused, raw_fields).await {
+                let exchanged = match exchange(h, req, reused, raw_fields, added).await {
                     Ok(x) => x,
                     // The upstream closed the reused connection as the request went out (the
                     // keep-alive race): a safe, bodiless request goes once more, on a new one.

@@ -28,6 +28,8 @@ use http::{Method, Request, StatusCode, Version};
 use http_body::Body;
 use smallvec::SmallVec;
 
+use crate::forward::Added;
+
 mod names;
 mod raw;
 #[cfg(test)]
@@ -81,10 +83,14 @@ pub(super) enum Outgoing {
     Chunked,
 }
 
-/// Writes `req`'s head (HTTP/1.1, the URI as given: origin form unless it is absolute) into
-/// `buf` and says how its body follows; a framing header the request lacks is added on the
-/// wire only, the request itself is not changed.
-pub(super) fn encode_request<B: Body>(req: &Request<B>, buf: &mut Vec<u8>) -> Outgoing {
+/// Writes `req`'s head (HTTP/1.1, the URI as given: origin form unless it is absolute), with the
+/// fields `added` after its map's, into `buf` and says how its body follows; a framing header
+/// the request lacks is added on the wire only, the request itself is not changed.
+pub(super) fn encode_request<B: Body>(
+    req: &Request<B>,
+    added: &Added,
+    buf: &mut Vec<u8>,
+) -> Outgoing {
     let headers = req.headers();
     let body = req.body();
     let ended = body.is_end_stream();
@@ -131,6 +137,7 @@ pub(super) fn encode_request<B: Body>(req: &Request<B>, buf: &mut Vec<u8>) -> Ou
         buf.extend_from_slice(value.as_bytes());
         buf.extend_from_slice(b"\r\n");
     }
+    added.write(buf);
     match outgoing {
         Outgoing::Length(n) if !keep_length => {
             let _ = write!(buf, "content-length: {n}\r\n");
