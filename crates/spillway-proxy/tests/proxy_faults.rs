@@ -225,14 +225,19 @@ async fn a_client_that_stops_reading_its_response_is_cut_and_its_slots_freed() {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
 
-#[tokio::test]
-async fn an_http2_client_that_grants_no_flow_control_credit_is_cut_and_its_slots_freed() {
-    // The socket never fills (the client reads it); the stream's window is spent after 1 KiB
-    // and never granted again, so the proxy writes nothing and its body waits with data.
-    let (_b, p) = with_listen("header_read_timeout_ms = 200\nsend_timeout_ms = 500").await;
+/// An HTTP/2 connection to `p` whose streams get `window` bytes of credit at first, with a
+/// `/large-answer` request on it: the sender, the connection's task and the answer's body.
+async fn large_answer_over_h2(
+    p: &Running,
+    window: u32,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+    Incoming,
+) {
     let io = TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
     let (mut tx, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(1024)
+        .initial_stream_window_size(window)
         .handshake::<_, http_body_util::Empty<Bytes>>(io)
         .await
         .unwrap();
@@ -242,7 +247,15 @@ async fn an_http2_client_that_grants_no_flow_control_credit_is_cut_and_its_slots
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
-    let held = res.into_body(); // never read: no credit given back
+    (tx, conn, res.into_body())
+}
+
+#[tokio::test]
+async fn an_http2_client_that_grants_no_flow_control_credit_is_cut_and_its_slots_freed() {
+    // The socket never fills (the client reads it); the stream's window is spent after 1 KiB
+    // and never granted again, so the proxy writes nothing and its body waits with data.
+    let (_b, p) = with_listen("header_read_timeout_ms = 200\nsend_timeout_ms = 500").await;
+    let (_tx, conn, held) = large_answer_over_h2(&p, 1024).await;
     cut_and_freed(&p, Fault::SendTimeout).await;
     let ended = tokio::time::timeout(Duration::from_secs(5), conn).await;
     assert!(ended.is_ok(), "the connection was closed");
@@ -255,19 +268,7 @@ async fn an_http2_stream_given_no_credit_is_cut_alone_while_its_connection_moves
     // connection busy with other requests: the connection is never quiet, so only a rule for
     // the one stream frees the admission slot and upstream connection it holds.
     let (_b, p) = with_listen("header_read_timeout_ms = 200\nsend_timeout_ms = 500").await;
-    let io = TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
-    let (mut tx, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(1024)
-        .handshake::<_, http_body_util::Empty<Bytes>>(io)
-        .await
-        .unwrap();
-    let conn = tokio::spawn(conn);
-    let res = tx
-        .send_request(empty_get(p.addr, "/large-answer"))
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    let held = res.into_body(); // never read: no credit given back
+    let (mut tx, conn, held) = large_answer_over_h2(&p, 1024).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut served = 0;
     while p.state.faults.get(Fault::SendTimeout) == 0 {
@@ -301,37 +302,23 @@ async fn an_http2_stream_given_no_credit_is_cut_alone_while_its_connection_moves
     assert!(read.is_err(), "a cut response must not read as complete");
 }
 
-#[tokio::test]
-async fn a_slow_but_live_http2_reader_is_not_cut() {
-    // Reading a large answer a little at a time: the socket is full at most checks and the
-    // body is polled only as hyper's buffers drain, at the client's pace — never a stall.
+/// Reads `/large-answer` over HTTP/2 `chunk` bytes at a time with `pause` between, for 3 s
+/// (six send timeouts), the stream's window `window`; checks that nothing was cut.
+async fn read_slowly_uncut(window: u32, chunk: usize, pause: Duration) {
     let (_b, p) = with_listen("header_read_timeout_ms = 200\nsend_timeout_ms = 500").await;
-    let io = TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
-    let (mut tx, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(256 * 1024)
-        .handshake::<_, http_body_util::Empty<Bytes>>(io)
-        .await
-        .unwrap();
-    let conn = tokio::spawn(conn);
-    let res = tx
-        .send_request(empty_get(p.addr, "/large-answer"))
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    let mut body = res.into_body();
+    let (_tx, conn, mut body) = large_answer_over_h2(&p, window).await;
     let started = std::time::Instant::now();
     let mut got = 0usize;
-    // ~64 KiB every 100 ms for 3 s: six send timeouts.
     while started.elapsed() < Duration::from_secs(3) {
         let mut this_tick = 0;
-        while this_tick < 64 * 1024 {
+        while this_tick < chunk {
             match body.frame().await {
                 Some(Ok(f)) => this_tick += f.data_ref().map_or(0, |d| d.len()),
                 other => panic!("the slow reader's answer broke after {got} bytes: {other:?}"),
             }
         }
         got += this_tick;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(pause).await;
     }
     assert_eq!(
         p.state.faults.get(Fault::SendTimeout),
@@ -343,43 +330,17 @@ async fn a_slow_but_live_http2_reader_is_not_cut() {
 }
 
 #[tokio::test]
+async fn a_slow_but_live_http2_reader_is_not_cut() {
+    // Reading a large answer a little at a time: the socket is full at most checks and the
+    // body is polled only as hyper's buffers drain, at the client's pace — never a stall.
+    read_slowly_uncut(256 * 1024, 64 * 1024, Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
 async fn a_reader_paced_by_small_http2_credit_is_not_cut() {
     // The client grants 16 KiB of stream credit at a time, every 200 ms: the socket is never
     // full, and the stream moves only as fast as the credit — slow, not stalled.
-    let (_b, p) = with_listen("header_read_timeout_ms = 200\nsend_timeout_ms = 500").await;
-    let io = TokioIo::new(TcpStream::connect(p.addr).await.unwrap());
-    let (mut tx, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(16 * 1024)
-        .handshake::<_, http_body_util::Empty<Bytes>>(io)
-        .await
-        .unwrap();
-    let conn = tokio::spawn(conn);
-    let res = tx
-        .send_request(empty_get(p.addr, "/large-answer"))
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    let mut body = res.into_body();
-    let started = std::time::Instant::now();
-    let mut got = 0usize;
-    while started.elapsed() < Duration::from_secs(3) {
-        let mut this_tick = 0;
-        while this_tick < 16 * 1024 {
-            match body.frame().await {
-                Some(Ok(f)) => this_tick += f.data_ref().map_or(0, |d| d.len()),
-                other => panic!("the paced reader's answer broke after {got} bytes: {other:?}"),
-            }
-        }
-        got += this_tick;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert_eq!(
-        p.state.faults.get(Fault::SendTimeout),
-        0,
-        "a live reader was cut"
-    );
-    assert!(!conn.is_finished());
-    drop(body);
+    read_slowly_uncut(16 * 1024, 16 * 1024, Duration::from_millis(200)).await;
 }
 
 #[tokio::test]
