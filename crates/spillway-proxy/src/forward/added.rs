@@ -101,11 +101,6 @@ impl Added {
             headers.insert(name, value);
         }
     }
-
-    /// The value added for `name`, if one is.
-    pub fn get(&self, name: &HeaderName) -> Option<HeaderValue> {
-        self.fields().find(|(n, _)| n == name).map(|(_, v)| v)
-    }
 }
 
 /// Removes the request's own `name` fields (looked for first: most requests have none, and a
@@ -176,20 +171,20 @@ mod tests {
         h.insert("x-spillway-customer", HeaderValue::from_static("acme"));
         let a = Added::new(&mut h, &ctx("acme"), None, None);
         assert_eq!(h["x-spillway-customer"], "acme");
-        assert_eq!(a.get(&wire::CUSTOMER), None);
+        assert_eq!(a.customer, None);
         assert_eq!(written(&a), "x-spillway-criticality: SHEDDABLE_PLUS\r\n");
         // No customer at all: none added, none removed.
         let mut h = HeaderMap::new();
         h.insert("x-spillway-customer", HeaderValue::from_static("other"));
         let a = Added::new(&mut h, &ctx(""), None, None);
         assert_eq!(h["x-spillway-customer"], "other");
-        assert_eq!(a.get(&wire::CUSTOMER), None);
+        assert_eq!(a.customer, None);
         // The configured default's value, made once, is used as given.
         let mut h = HeaderMap::new();
         let made = HeaderValue::from_static("default");
         let a = Added::new(&mut h, &ctx("default"), Some(made.clone()), None);
         assert_eq!(
-            a.get(&wire::CUSTOMER).map(|v| v.as_bytes().as_ptr()),
+            a.customer.as_ref().map(|v| v.as_bytes().as_ptr()),
             Some(made.as_bytes().as_ptr())
         );
     }

@@ -63,15 +63,21 @@ pub(super) static ALWAYS_REMOVED: [HeaderName; 5] = [
 /// each name with nine others was ~570 instructions a forwarded request, two maps a request
 /// (callgrind, bench/results/proxy-forwarding.md "Fourteenth round").
 pub(super) fn is_hop_by_hop(n: &HeaderName) -> bool {
-    let s = n.as_str();
-    match s.len() {
-        2 => s == "te",
-        7 => s == "upgrade",
-        10 => s == "connection" || s == "keep-alive",
-        16 => s == "proxy-connection",
-        17 => s == "transfer-encoding",
-        18 => s == "proxy-authenticate",
-        19 => s == "proxy-authorization",
+    is_hop_by_hop_name(n.as_str().as_bytes())
+}
+
+/// [`is_hop_by_hop`] for a name as it came on the wire, in any case (the upstream codec's
+/// pass-through, `upstream::conn::codec::raw`, keeps these in the map).
+pub(crate) fn is_hop_by_hop_name(wire: &[u8]) -> bool {
+    let is = |s: &str| wire.eq_ignore_ascii_case(s.as_bytes());
+    match wire.len() {
+        2 => is("te"),
+        7 => is("upgrade"),
+        10 => is("connection") || is("keep-alive"),
+        16 => is("proxy-connection"),
+        17 => is("transfer-encoding"),
+        18 => is("proxy-authenticate"),
+        19 => is("proxy-authorization"),
         _ => false,
     }
 }
@@ -182,15 +188,7 @@ impl Peer {
 /// Appends the peer to `x-forwarded-for`: the connection's own value when the request has no
 /// earlier hops, else the list formatted on the stack (one copy into the header value, no
 /// `String`s) unless it is too long for the buffer.
-#[cfg(test)]
-pub(super) fn append_forwarded_for(h: &mut HeaderMap, peer: &Peer) {
-    if let Some(v) = forwarded_for_value(h, peer) {
-        h.insert(X_FORWARDED_FOR, v);
-    }
-}
-
-/// The `x-forwarded-for` value the request goes on with: [`append_forwarded_for`]'s, for a
-/// caller that writes it itself (`super::added`).
+/// The `x-forwarded-for` value the request goes on with (written by `super::added`).
 pub(super) fn forwarded_for_value(h: &HeaderMap, peer: &Peer) -> Option<HeaderValue> {
     let prev = wire::find(h, &X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
     match (prev, &peer.alone) {
@@ -221,6 +219,13 @@ fn forwarded_for(prev: Option<&str>, ip: std::net::IpAddr) -> Option<HeaderValue
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The peer appended to `h`'s `x-forwarded-for`, as a forwarded request carries it.
+    fn append_forwarded_for(h: &mut HeaderMap, peer: &Peer) {
+        if let Some(v) = forwarded_for_value(h, peer) {
+            h.insert(X_FORWARDED_FOR, v);
+        }
+    }
 
     fn xff(prev: Option<&str>, peer: &str) -> String {
         let mut h = HeaderMap::new();

@@ -37,6 +37,7 @@ use crate::upstream::ProxyBody;
 
 pub use added::Added;
 pub use body::Held;
+pub(crate) use headers::is_hop_by_hop_name;
 pub use headers::Peer;
 use headers::{is_upgrade, strip_hop_by_hop};
 pub use host::HostError;

@@ -22,6 +22,7 @@ use http::header::HeaderValue;
 use spillway_tower::wire::name;
 
 use super::parsed_value;
+use crate::forward::is_hop_by_hop_name;
 
 /// What the proxy does with a response header field when it could pass it through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,18 +47,13 @@ pub(super) enum Kind {
 pub(super) fn kind(wire: &[u8]) -> Kind {
     let is = |s: &str| wire.eq_ignore_ascii_case(s.as_bytes());
     match wire.len() {
-        2 if is("te") => Kind::Kept,
         4 if is("date") => Kind::Date,
-        7 if is("upgrade") || is("trailer") => Kind::Kept,
-        10 if is("connection") || is("keep-alive") => Kind::Kept,
+        7 if is("trailer") => Kind::Kept,
         11 if is(name::GRPC_STATUS) => Kind::Kept,
         14 if is("content-length") => Kind::Length,
         15 if is(name::COST) => Kind::Cost,
-        16 if is("proxy-connection") => Kind::Kept,
-        17 if is("transfer-encoding") => Kind::Kept,
-        18 if is("proxy-authenticate") => Kind::Kept,
-        19 if is("proxy-authorization") => Kind::Kept,
         21 if is(name::ENDPOINT_LOAD_METRICS) => Kind::Load,
+        _ if is_hop_by_hop_name(wire) => Kind::Kept,
         _ => Kind::Raw,
     }
 }
