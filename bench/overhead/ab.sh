@@ -5,7 +5,10 @@
 # /proc/PID/stat across the run (the method of bench/proxy-overhead.sh), and — with `perf` —
 # the proxy's instructions per request (user + kernel), which other work on the machine barely
 # moves (CPU time does: cache misses and context switches under contention); wrk's maximum
-# moves with whatever else runs.
+# moves with whatever else runs. The front's CPU per request during the wrk run is kept too
+# (`wrk_cpu_us`): at the maximum, with the three processes contending for the cores and the
+# front holding WRK_CONNS connections at once, what a request costs there is what decides the
+# front's share of the machine.
 #
 #   flock /work/measure.lock bench/overhead/ab.sh LABEL=BIN [LABEL=BIN ...] [nginx]
 #
@@ -148,13 +151,18 @@ lat = run["latency"]["total"]
 print(run["summary"]["sent"], lat.get("p50_ms", "?"), lat.get("p99_ms", "?"))
 PY
 )
-    rps=-
+    rps=- wrk_us=-
     if [ "$WRK_SECS" != 0 ]; then
-      rps=$(wrk -t1 -c"$WRK_CONNS" -d"${WRK_SECS}s" "http://$PROXY/" 2>/dev/null | awk '/Requests\/sec:/ {print int($2)}')
+      w0=$(cpu_ticks "$pid")
+      wrk -t1 -c"$WRK_CONNS" -d"${WRK_SECS}s" "http://$PROXY/" >"$WORK/$label.$r.wrk" 2>/dev/null || true
+      w1=$(cpu_ticks "$pid")
+      rps=$(awk '/Requests\/sec:/ {print int($2)}' "$WORK/$label.$r.wrk")
+      # The front's CPU per request at wrk's maximum, where the three processes contend.
+      wrk_us=$(awk -v t=$((w1 - w0)) -v hz="$HZ" '/requests in/ {n = $1} END {print n ? sprintf("%.1f", t / hz * 1e6 / n) : "-"}' "$WORK/$label.$r.wrk")
     fi
     us=$(python3 -c "print(round(($t1 - $t0) / $HZ * 1e6 / max($sent, 1), 1))")
     kinsn=$(python3 -c "print('-' if '$insn' in ('-', '') else round(float('$insn') / max($sent, 1) / 1e3, 1))")
-    echo "round=$r build=$label cpu_us_per_req=$us kinsn_per_req=$kinsn sent=$sent p50_ms=$p50 p99_ms=$p99 wrk_rps=$rps" | tee -a "$OUT"
+    echo "round=$r build=$label cpu_us_per_req=$us kinsn_per_req=$kinsn sent=$sent p50_ms=$p50 p99_ms=$p99 wrk_rps=$rps wrk_cpu_us=$wrk_us" | tee -a "$OUT"
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     sleep 1
@@ -171,7 +179,9 @@ for b, rs in by.items():
     cpu = [float(r["cpu_us_per_req"]) for r in rs]
     w = [int(r["wrk_rps"]) for r in rs if r["wrk_rps"] not in ("-", "")]
     ki = [float(r["kinsn_per_req"]) for r in rs if r.get("kinsn_per_req", "-") != "-"]
+    wc = [float(r["wrk_cpu_us"]) for r in rs if r.get("wrk_cpu_us", "-") != "-"]
     print(f"{b}: cpu/req median {statistics.median(cpu):.1f} us (runs {cpu})"
           + (f"; instructions/req median {statistics.median(ki):.1f} k (runs {ki})" if ki else "")
-          + (f"; wrk median {statistics.median(w)}/s (runs {w})" if w else ""))
+          + (f"; wrk median {statistics.median(w)}/s (runs {w})" if w else "")
+          + (f"; cpu/req at wrk's maximum median {statistics.median(wc):.1f} us (runs {wc})" if wc else ""))
 PY
