@@ -2,6 +2,7 @@
 //! throttle, take a request slot, send with a timeout, and on an overload refusal or a
 //! connection failure ask the retry policy whether to try another task.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,177 +35,182 @@ pub(super) struct Upgrade {
 }
 
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn forward(
-    state: &Arc<ProxyState>,
-    rt: &Arc<Runtime>,
+#[allow(clippy::manual_async_fn)] // on purpose: see the body's first comment
+pub(super) fn forward<'a>(
+    state: &'a Arc<ProxyState>,
+    rt: &'a Arc<Runtime>,
     mut parts: http::request::Parts,
-    added: &Added,
+    added: &'a Added,
     body: Unread,
     protocol: Protocol,
-    class: &crate::route::Classified,
+    class: &'a crate::route::Classified,
     mut permit: Permit,
     labels: RequestLabels,
     busy: Option<Busy>,
     raw_fields: bool,
-) -> (Response<ProxyBody>, Option<Upgrade>) {
-    let pool = &rt.pool;
-    let cfg = &pool.cfg;
-    let read_timeout = Duration::from_millis(rt.config.listen.header_read_timeout_ms);
-    let body_was_empty = http_body::Body::is_end_stream(&body);
-    let mut body = match read_body(body, cfg.retry_buffer_bytes, read_timeout).await {
-        Ok(b) => b,
-        Err(e) => {
-            // Nothing was sent upstream: the admission slot taught nothing about capacity.
-            permit.set_outcome(Outcome::Ignore);
-            let res = match e {
-                ReadError::Timeout => {
-                    state.faults.count(Fault::BodyTimeout);
-                    respond::error(
-                        protocol,
-                        StatusCode::REQUEST_TIMEOUT,
-                        GRPC_CANCELLED,
-                        "body_timeout",
-                        format!(
-                            "the request body did not arrive within {} ms",
-                            read_timeout.as_millis()
-                        ),
-                    )
-                }
-                ReadError::Broken(why) => bad_body(state, protocol, &why),
-            };
-            return (res, None);
-        }
-    };
-    let upgrade = wire::find(&parts.headers, &header::UPGRADE).is_some();
-    let wants_http2 = match cfg.protocol {
-        UpstreamProtocol::Http1 => false,
-        UpstreamProtocol::Http2 => true,
-        UpstreamProtocol::Auto => parts.version == Version::HTTP_2,
-    } && !upgrade;
-    // `auto` asks each task once whether it speaks h2c (gRPC needs HTTP/2 whatever it says).
-    let ask_h2c =
-        wants_http2 && cfg.protocol == UpstreamProtocol::Auto && protocol != Protocol::Grpc;
-    // Without a body to wait for, the grant's time is now to within microseconds: one clock
-    // read fewer per request (two on the first attempt).
-    let start = if body_was_empty {
-        permit.started_at()
-    } else {
-        Instant::now()
-    };
-    let retry = pool.retry_policy();
-    retry.record_request(start);
-    let mut tried = Tried::default();
-    let mut attempt = class.attempt.max(1);
-    // A streamed body's failure, seen by whichever upstream connection read it.
-    let mut broke = None;
-    // The first attempt starts at `start`; each retry reads the clock.
-    let mut first_attempt = Some(start);
-    loop {
-        let now = first_attempt.take().unwrap_or_else(Instant::now);
-        if class.deadline.is_some_and(|d| d <= now) {
-            // The caller's deadline ran out before this attempt could go (its body was slow, or
-            // an earlier attempt used the time): sending it would time out at once and count
-            // as the task's failure. Answered as the controller answers a deadline it sees.
-            permit.set_outcome(Outcome::Ignore);
-            return (respond::deadline_passed(class.criticality, protocol), None);
-        }
-        let Some(task) = pool.pick(&tried, now) else {
-            state.faults.count(Fault::UpstreamUnavailable);
-            permit.set_outcome(Outcome::Ignore);
-            return (
-                respond::unavailable(
-                    protocol,
-                    "no_upstream",
-                    "no upstream task left to try (all tried or ejected)".into(),
-                ),
-                None,
-            );
-        };
-        tried.add(task.id);
-        let replayable = matches!(body, ReqBody::Buffered(_)) && !upgrade;
-
-        // Client-side throttle (SRE ch. 21): refused locally, counted as that task refusing.
-        if task.throttle(class.criticality).try_acquire(now).is_err() {
-            tower_metrics::throttled(&labels, dest(&task));
-            retry.record_outcome(now, task.id, true);
-            match decide(state, pool, &tried, now, attempt, false, replayable) {
-                RetryDecision::Retry => {
-                    attempt += 1;
-                    continue;
-                }
-                _ => {
-                    permit.set_outcome(Outcome::Dropped);
-                    return (
-                        respond::give_up(
-                            &OverloadGiveUp {
-                                attempts: attempt,
-                                reason: "throttled",
-                            },
+) -> impl Future<Output = (Response<ProxyBody>, Option<Upgrade>)> + 'a {
+    // An `async` block, not an `async fn`: its arguments are not moved once more when first
+    // polled (`upstream::Connections::send`).
+    async move {
+        let pool = &rt.pool;
+        let cfg = &pool.cfg;
+        let read_timeout = Duration::from_millis(rt.config.listen.header_read_timeout_ms);
+        let body_was_empty = http_body::Body::is_end_stream(&body);
+        let mut body = match read_body(body, cfg.retry_buffer_bytes, read_timeout).await {
+            Ok(b) => b,
+            Err(e) => {
+                // Nothing was sent upstream: the admission slot taught nothing about capacity.
+                permit.set_outcome(Outcome::Ignore);
+                let res = match e {
+                    ReadError::Timeout => {
+                        state.faults.count(Fault::BodyTimeout);
+                        respond::error(
                             protocol,
-                        ),
-                        None,
-                    );
-                }
+                            StatusCode::REQUEST_TIMEOUT,
+                            GRPC_CANCELLED,
+                            "body_timeout",
+                            format!(
+                                "the request body did not arrive within {} ms",
+                                read_timeout.as_millis()
+                            ),
+                        )
+                    }
+                    ReadError::Broken(why) => bad_body(state, protocol, &why),
+                };
+                return (res, None);
             }
-        }
-
-        let wait = Duration::from_millis(cfg.pool_wait_timeout_ms);
-        // A free slot is taken at once; only a wait needs the timer.
-        let free = Arc::clone(&task.slots).try_acquire_owned().ok();
-        let slot = match free {
-            Some(s) => Ok(Ok(s)),
-            None => tokio::time::timeout(wait, Arc::clone(&task.slots).acquire_owned()).await,
         };
-        let slot = match slot {
-            Ok(Ok(s)) => s,
-            _ => {
+        let upgrade = wire::find(&parts.headers, &header::UPGRADE).is_some();
+        let wants_http2 = match cfg.protocol {
+            UpstreamProtocol::Http1 => false,
+            UpstreamProtocol::Http2 => true,
+            UpstreamProtocol::Auto => parts.version == Version::HTTP_2,
+        } && !upgrade;
+        // `auto` asks each task once whether it speaks h2c (gRPC needs HTTP/2 whatever it says).
+        let ask_h2c =
+            wants_http2 && cfg.protocol == UpstreamProtocol::Auto && protocol != Protocol::Grpc;
+        // Without a body to wait for, the grant's time is now to within microseconds: one clock
+        // read fewer per request (two on the first attempt).
+        let start = if body_was_empty {
+            permit.started_at()
+        } else {
+            Instant::now()
+        };
+        let retry = pool.retry_policy();
+        retry.record_request(start);
+        let mut tried = Tried::default();
+        let mut attempt = class.attempt.max(1);
+        // A streamed body's failure, seen by whichever upstream connection read it.
+        let mut broke = None;
+        // The first attempt starts at `start`; each retry reads the clock.
+        let mut first_attempt = Some(start);
+        loop {
+            let now = first_attempt.take().unwrap_or_else(Instant::now);
+            if class.deadline.is_some_and(|d| d <= now) {
+                // The caller's deadline ran out before this attempt could go (its body was slow, or
+                // an earlier attempt used the time): sending it would time out at once and count
+                // as the task's failure. Answered as the controller answers a deadline it sees.
+                permit.set_outcome(Outcome::Ignore);
+                return (respond::deadline_passed(class.criticality, protocol), None);
+            }
+            let Some(task) = pool.pick(&tried, now) else {
                 state.faults.count(Fault::UpstreamUnavailable);
-                permit.set_outcome(Outcome::Dropped);
+                permit.set_outcome(Outcome::Ignore);
                 return (
                     respond::unavailable(
                         protocol,
-                        "upstream_pool_full",
-                        format!(
-                            "all {} request slots to upstream {} stayed busy for {} ms",
-                            cfg.max_requests_per_task, task.addr, cfg.pool_wait_timeout_ms
-                        ),
+                        "no_upstream",
+                        "no upstream task left to try (all tried or ejected)".into(),
                     ),
                     None,
                 );
-            }
-        };
-        let inflight = task.start_in_slot(now, slot);
+            };
+            tried.add(task.id);
+            let replayable = matches!(body, ReqBody::Buffered(_)) && !upgrade;
 
-        let send_body = match &mut body {
-            ReqBody::Buffered(b) => full_body(b.clone()),
-            ReqBody::Streamed(b) => match b.take() {
-                Some(mut b) => {
-                    broke = Some(b.watch());
-                    ProxyBody::streamed(b)
+            // Client-side throttle (SRE ch. 21): refused locally, counted as that task refusing.
+            if task.throttle(class.criticality).try_acquire(now).is_err() {
+                tower_metrics::throttled(&labels, dest(&task));
+                retry.record_outcome(now, task.id, true);
+                match decide(state, pool, &tried, now, attempt, false, replayable) {
+                    RetryDecision::Retry => {
+                        attempt += 1;
+                        continue;
+                    }
+                    _ => {
+                        permit.set_outcome(Outcome::Dropped);
+                        return (
+                            respond::give_up(
+                                &OverloadGiveUp {
+                                    attempts: attempt,
+                                    reason: "throttled",
+                                },
+                                protocol,
+                            ),
+                            None,
+                        );
+                    }
                 }
-                None => {
-                    // Cannot happen (streamed bodies are never retried); answer rather than panic.
-                    permit.set_outcome(Outcome::Ignore);
+            }
+
+            let wait = Duration::from_millis(cfg.pool_wait_timeout_ms);
+            // A free slot is taken at once; only a wait needs the timer.
+            let free = Arc::clone(&task.slots).try_acquire_owned().ok();
+            let slot = match free {
+                Some(s) => Ok(Ok(s)),
+                None => tokio::time::timeout(wait, Arc::clone(&task.slots).acquire_owned()).await,
+            };
+            let slot = match slot {
+                Ok(Ok(s)) => s,
+                _ => {
+                    state.faults.count(Fault::UpstreamUnavailable);
+                    permit.set_outcome(Outcome::Dropped);
                     return (
-                        respond::internal(protocol, "request body already sent".into()),
+                        respond::unavailable(
+                            protocol,
+                            "upstream_pool_full",
+                            format!(
+                                "all {} request slots to upstream {} stayed busy for {} ms",
+                                cfg.max_requests_per_task, task.addr, cfg.pool_wait_timeout_ms
+                            ),
+                        ),
                         None,
                     );
                 }
-            },
-        };
-        let task_index = usize::try_from(task.id).unwrap_or(usize::MAX);
-        let http2 = wants_http2
-            && (!ask_h2c
-                || match pool.conns.h2c_known(task_index) {
-                    Some(known) => known,
-                    // Boxed: asked once per task, while this future is built per request.
-                    None => Box::pin(pool.conns.probe_h2c(task_index)).await,
-                });
-        // With one task there is never a second attempt (retries go to *another* task), so the
-        // headers can move into the upstream request instead of being copied for a retry.
-        let last = pool.tasks().len() <= 1;
-        let req =
-            match upstream_request(&mut parts, last, &task, send_body, http2, attempt, protocol) {
+            };
+            let inflight = task.start_in_slot(now, slot);
+
+            let send_body = match &mut body {
+                ReqBody::Buffered(b) => full_body(b.clone()),
+                ReqBody::Streamed(b) => match b.take() {
+                    Some(mut b) => {
+                        broke = Some(b.watch());
+                        ProxyBody::streamed(b)
+                    }
+                    None => {
+                        // Cannot happen (streamed bodies are never retried); answer rather than panic.
+                        permit.set_outcome(Outcome::Ignore);
+                        return (
+                            respond::internal(protocol, "request body already sent".into()),
+                            None,
+                        );
+                    }
+                },
+            };
+            let task_index = usize::try_from(task.id).unwrap_or(usize::MAX);
+            let http2 = wants_http2
+                && (!ask_h2c
+                    || match pool.conns.h2c_known(task_index) {
+                        Some(known) => known,
+                        // Boxed: asked once per task, while this future is built per request.
+                        None => Box::pin(pool.conns.probe_h2c(task_index)).await,
+                    });
+            // With one task there is never a second attempt (retries go to *another* task), so the
+            // headers can move into the upstream request instead of being copied for a retry.
+            let last = pool.tasks().len() <= 1;
+            let req = match upstream_request(
+                &mut parts, last, &task, send_body, http2, attempt, protocol,
+            ) {
                 Ok(r) => r,
                 Err(e) => {
                     permit.set_outcome(Outcome::Ignore);
@@ -217,169 +223,170 @@ pub(super) async fn forward(
                     );
                 }
             };
-        let mut timeout = Duration::from_millis(cfg.request_timeout_ms);
-        if let Some(d) = class.deadline {
-            timeout = timeout.min(d.saturating_duration_since(now));
-        }
-        let result = tokio::time::timeout(
-            timeout,
-            pool.conns.send(task_index, req, http2, raw_fields, added),
-        )
-        .await;
-        let now = Instant::now();
-        match result {
-            Err(_) => {
-                state.faults.count(Fault::UpstreamTimeout);
-                pool.record_failure(&task, now);
-                retry.record_outcome(now, task.id, false);
-                permit.set_outcome(Outcome::Dropped);
-                return (
-                    respond::timeout(
-                        protocol,
-                        format!(
-                            "upstream {} sent no response head within {} ms{}",
-                            task.addr,
-                            timeout.as_millis(),
-                            // (`cfg` read again: a value kept across the wait would
-                            // grow every request's future.)
-                            if timeout < Duration::from_millis(cfg.request_timeout_ms) {
-                                " (what was left of the request's deadline)"
-                            } else {
-                                ""
-                            }
-                        ),
-                    ),
-                    None,
-                );
+            let mut timeout = Duration::from_millis(cfg.request_timeout_ms);
+            if let Some(d) = class.deadline {
+                timeout = timeout.min(d.saturating_duration_since(now));
             }
-            Ok(Err(e)) if e.is_connect() => {
-                state.faults.count(Fault::UpstreamConnect);
-                pool.record_failure(&task, now);
-                retry.record_outcome(now, task.id, false);
-                // The request never reached the task: safe to send elsewhere if we still have
-                // the body, retries are on, and attempts remain.
-                if replayable
-                    && state.controls().retries_enabled()
-                    && attempt < retry.max_attempts()
-                    && more_tasks(pool, &tried, now)
-                {
-                    tower_metrics::retried(&labels, dest(&task), "connect");
-                    attempt += 1;
-                    continue;
-                }
-                if !replayable && more_tasks(pool, &tried, now) {
-                    state.faults.count(Fault::NotRetriedLargeBody);
-                }
-                permit.set_outcome(Outcome::Ignore);
-                return (
-                    respond::bad_gateway(
-                        protocol,
-                        "upstream_connect",
-                        format!(
-                            "upstream {} refused the connection: {}",
-                            task.addr,
-                            cause(&e)
-                        ),
-                    ),
-                    None,
-                );
-            }
-            Ok(Err(e))
-                if e.is_client_body() || broke.as_ref().is_some_and(|b| b.get().is_some()) =>
-            {
-                // The client's upload broke (cut short, invalid chunked coding): nothing about
-                // the task, which must not be marked failing for it. An HTTP/1.1 upstream
-                // connection says so itself; hyper's HTTP/2 client only resets the stream, so
-                // the body's own record tells.
-                permit.set_outcome(Outcome::Ignore);
-                let why = match broke.as_ref().and_then(|b| b.get()) {
-                    Some(why) => why.to_string(),
-                    None => std::error::Error::source(&e).map_or_else(|| cause(&e), cause),
-                };
-                return (bad_body(state, protocol, &why), None);
-            }
-            Ok(Err(e)) => {
-                // An invalid response is named by what was wrong with it (the error's own
-                // level would only repeat "invalid response").
-                let (fault, what, why) = match std::error::Error::source(&e) {
-                    Some(s) if e.is_invalid_response() => {
-                        (Fault::UpstreamInvalid, "sent an invalid response", cause(s))
-                    }
-                    _ => (Fault::UpstreamReset, "broke the connection", cause(&e)),
-                };
-                state.faults.count(fault);
-                pool.record_failure(&task, now);
-                retry.record_outcome(now, task.id, false);
-                permit.set_outcome(Outcome::Ignore);
-                return (
-                    respond::bad_gateway(
-                        protocol,
-                        fault.as_str(),
-                        format!("upstream {} {what}: {why}", task.addr),
-                    ),
-                    None,
-                );
-            }
-            Ok(Ok(mut res)) => {
-                // The same reading as spillway-tower's client layers (one classification).
-                let overload = overload_refusal(&res).map(|o| o.dont_retry);
-                retry.record_outcome(now, task.id, overload.is_some());
-                if let Some(dont_retry) = overload {
+            let result = tokio::time::timeout(
+                timeout,
+                pool.conns.send(task_index, req, http2, raw_fields, added),
+            )
+            .await;
+            let now = Instant::now();
+            match result {
+                Err(_) => {
+                    state.faults.count(Fault::UpstreamTimeout);
                     pool.record_failure(&task, now);
-                    let decision =
-                        decide(state, pool, &tried, now, attempt, dont_retry, replayable);
-                    if decision.is_retry() {
-                        tower_metrics::retried(&labels, dest(&task), "overloaded");
+                    retry.record_outcome(now, task.id, false);
+                    permit.set_outcome(Outcome::Dropped);
+                    return (
+                        respond::timeout(
+                            protocol,
+                            format!(
+                                "upstream {} sent no response head within {} ms{}",
+                                task.addr,
+                                timeout.as_millis(),
+                                // (`cfg` read again: a value kept across the wait would
+                                // grow every request's future.)
+                                if timeout < Duration::from_millis(cfg.request_timeout_ms) {
+                                    " (what was left of the request's deadline)"
+                                } else {
+                                    ""
+                                }
+                            ),
+                        ),
+                        None,
+                    );
+                }
+                Ok(Err(e)) if e.is_connect() => {
+                    state.faults.count(Fault::UpstreamConnect);
+                    pool.record_failure(&task, now);
+                    retry.record_outcome(now, task.id, false);
+                    // The request never reached the task: safe to send elsewhere if we still have
+                    // the body, retries are on, and attempts remain.
+                    if replayable
+                        && state.controls().retries_enabled()
+                        && attempt < retry.max_attempts()
+                        && more_tasks(pool, &tried, now)
+                    {
+                        tower_metrics::retried(&labels, dest(&task), "connect");
                         attempt += 1;
                         continue;
                     }
-                    if let RetryDecision::GiveUp(
-                        RetryGate::Widespread | RetryGate::Budget | RetryGate::AttemptLimit,
-                    ) = decision
-                    {
-                        // The proxy gave up: the caller must not retry either (SRE ch. 21).
-                        for (k, v) in OverloadGiveUp::marker_headers() {
-                            res.headers_mut().insert(k, v);
+                    if !replayable && more_tasks(pool, &tried, now) {
+                        state.faults.count(Fault::NotRetriedLargeBody);
+                    }
+                    permit.set_outcome(Outcome::Ignore);
+                    return (
+                        respond::bad_gateway(
+                            protocol,
+                            "upstream_connect",
+                            format!(
+                                "upstream {} refused the connection: {}",
+                                task.addr,
+                                cause(&e)
+                            ),
+                        ),
+                        None,
+                    );
+                }
+                Ok(Err(e))
+                    if e.is_client_body() || broke.as_ref().is_some_and(|b| b.get().is_some()) =>
+                {
+                    // The client's upload broke (cut short, invalid chunked coding): nothing about
+                    // the task, which must not be marked failing for it. An HTTP/1.1 upstream
+                    // connection says so itself; hyper's HTTP/2 client only resets the stream, so
+                    // the body's own record tells.
+                    permit.set_outcome(Outcome::Ignore);
+                    let why = match broke.as_ref().and_then(|b| b.get()) {
+                        Some(why) => why.to_string(),
+                        None => std::error::Error::source(&e).map_or_else(|| cause(&e), cause),
+                    };
+                    return (bad_body(state, protocol, &why), None);
+                }
+                Ok(Err(e)) => {
+                    // An invalid response is named by what was wrong with it (the error's own
+                    // level would only repeat "invalid response").
+                    let (fault, what, why) = match std::error::Error::source(&e) {
+                        Some(s) if e.is_invalid_response() => {
+                            (Fault::UpstreamInvalid, "sent an invalid response", cause(s))
+                        }
+                        _ => (Fault::UpstreamReset, "broke the connection", cause(&e)),
+                    };
+                    state.faults.count(fault);
+                    pool.record_failure(&task, now);
+                    retry.record_outcome(now, task.id, false);
+                    permit.set_outcome(Outcome::Ignore);
+                    return (
+                        respond::bad_gateway(
+                            protocol,
+                            fault.as_str(),
+                            format!("upstream {} {what}: {why}", task.addr),
+                        ),
+                        None,
+                    );
+                }
+                Ok(Ok(mut res)) => {
+                    // The same reading as spillway-tower's client layers (one classification).
+                    let overload = overload_refusal(&res).map(|o| o.dont_retry);
+                    retry.record_outcome(now, task.id, overload.is_some());
+                    if let Some(dont_retry) = overload {
+                        pool.record_failure(&task, now);
+                        let decision =
+                            decide(state, pool, &tried, now, attempt, dont_retry, replayable);
+                        if decision.is_retry() {
+                            tower_metrics::retried(&labels, dest(&task), "overloaded");
+                            attempt += 1;
+                            continue;
+                        }
+                        if let RetryDecision::GiveUp(
+                            RetryGate::Widespread | RetryGate::Budget | RetryGate::AttemptLimit,
+                        ) = decision
+                        {
+                            // The proxy gave up: the caller must not retry either (SRE ch. 21).
+                            for (k, v) in OverloadGiveUp::marker_headers() {
+                                res.headers_mut().insert(k, v);
+                            }
+                        }
+                        permit.set_outcome(Outcome::Dropped);
+                    } else {
+                        task.throttle(class.criticality).record_accept(now);
+                        if res.status().is_server_error() {
+                            pool.record_failure(&task, now);
+                        } else {
+                            pool.record_success(&task);
                         }
                     }
-                    permit.set_outcome(Outcome::Dropped);
-                } else {
-                    task.throttle(class.criticality).record_accept(now);
-                    if res.status().is_server_error() {
-                        pool.record_failure(&task, now);
-                    } else {
-                        pool.record_success(&task);
+                    read_reports(pool, &task, &res, &mut permit, now);
+                    if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+                        // The 101 ends the HTTP exchange but not the work: the permit, in-flight
+                        // count and slot move to the tunnel and are held until it closes.
+                        let upgrade = Upgrade {
+                            upstream: hyper::upgrade::on(&mut res),
+                            hold: TunnelHold::new(permit, inflight),
+                        };
+                        let (mut p, _) = res.into_parts();
+                        p.version = Version::HTTP_11;
+                        return (Response::from_parts(p, empty_body()), Some(upgrade));
                     }
-                }
-                read_reports(pool, &task, &res, &mut permit, now);
-                if res.status() == StatusCode::SWITCHING_PROTOCOLS {
-                    // The 101 ends the HTTP exchange but not the work: the permit, in-flight
-                    // count and slot move to the tunnel and are held until it closes.
-                    let upgrade = Upgrade {
-                        upstream: hyper::upgrade::on(&mut res),
-                        hold: TunnelHold::new(permit, inflight),
-                    };
-                    let (mut p, _) = res.into_parts();
+                    strip_hop_by_hop(res.headers_mut(), false);
+                    let (mut p, b) = res.into_parts();
+                    // Answer in the client's dialect: an HTTP/1.0 upstream must not turn the
+                    // client's keep-alive HTTP/1.1 connection into 1.0 (hyper's h2 server ignores it).
                     p.version = Version::HTTP_11;
-                    return (Response::from_parts(p, empty_body()), Some(upgrade));
+                    let body = Held {
+                        inner: b,
+                        guard: Some(Guard {
+                            permit,
+                            labels,
+                            _inflight: inflight,
+                            _busy: busy,
+                            report: protocol != Protocol::Grpc,
+                            waiting: false,
+                        }),
+                    };
+                    return (Response::from_parts(p, ProxyBody::upstream(body)), None);
                 }
-                strip_hop_by_hop(res.headers_mut(), false);
-                let (mut p, b) = res.into_parts();
-                // Answer in the client's dialect: an HTTP/1.0 upstream must not turn the
-                // client's keep-alive HTTP/1.1 connection into 1.0 (hyper's h2 server ignores it).
-                p.version = Version::HTTP_11;
-                let body = Held {
-                    inner: b,
-                    guard: Some(Guard {
-                        permit,
-                        labels,
-                        _inflight: inflight,
-                        _busy: busy,
-                        report: protocol != Protocol::Grpc,
-                        waiting: false,
-                    }),
-                };
-                return (Response::from_parts(p, ProxyBody::upstream(body)), None);
             }
         }
     }
