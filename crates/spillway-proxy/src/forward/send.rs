@@ -56,7 +56,13 @@ pub(super) fn forward<'a>(
         let cfg = &pool.cfg;
         let read_timeout = Duration::from_millis(rt.config.listen.header_read_timeout_ms);
         let body_was_empty = http_body::Body::is_end_stream(&body);
-        let mut body = match read_body(body, cfg.retry_buffer_bytes, read_timeout).await {
+        let read = if body_was_empty {
+            // No body (most GETs): no reading future to build, move and poll.
+            Ok(ReqBody::Buffered(bytes::Bytes::new()))
+        } else {
+            read_body(body, cfg.retry_buffer_bytes, read_timeout).await
+        };
+        let mut body = match read {
             Ok(b) => b,
             Err(e) => {
                 // Nothing was sent upstream: the admission slot taught nothing about capacity.

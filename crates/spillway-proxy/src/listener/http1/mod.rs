@@ -281,106 +281,111 @@ enum Step {
 /// reading the request's body (an upstream may stream its answer while it reads the upload);
 /// whether the message went out whole (else the connection must close: the client cannot
 /// tell where it ends).
-async fn write_body<S: AsyncRead + AsyncWrite + Unpin>(
-    io: &mut S,
-    out: &mut Vec<u8>,
+#[allow(clippy::manual_async_fn)] // on purpose: see the body's first comment
+fn write_body<'a, S: AsyncRead + AsyncWrite + Unpin>(
+    io: &'a mut S,
+    out: &'a mut Vec<u8>,
     mut body: ProxyBody,
-    head: &codec::Head,
-    mut feed: Option<(&Filler, &mut ReadBuffer)>,
-) -> bool {
-    if head.framing == Framing::Empty {
-        // Releases what the body holds (the admission permit) before the write.
-        drop(body);
-        return write_all(io, out, Bytes::new()).await.is_ok();
-    }
-    let mut left = match head.framing {
-        Framing::Length(n) => n,
-        _ => u64::MAX,
-    };
-    let mut after_data = false;
-    let mut trailers = None;
-    loop {
-        let step = std::future::poll_fn(|cx| {
-            if let Poll::Ready(f) = Pin::new(&mut body).poll_frame(cx) {
-                return Poll::Ready(Step::Frame(f));
-            }
-            if let Some((f, read)) = feed.as_mut() {
-                if poll_feed(f, io, read, cx).is_err() {
-                    return Poll::Ready(Step::ClientGone);
+    head: &'a codec::Head,
+    mut feed: Option<(&'a Filler, &'a mut ReadBuffer)>,
+) -> impl Future<Output = bool> + 'a {
+    // An `async` block, not an `async fn`, so that the body is not moved once more when the
+    // future is first polled (`upstream::Connections::send`).
+    async move {
+        if head.framing == Framing::Empty {
+            // Releases what the body holds (the admission permit) before the write.
+            drop(body);
+            return write_all(io, out, Bytes::new()).await.is_ok();
+        }
+        let mut left = match head.framing {
+            Framing::Length(n) => n,
+            _ => u64::MAX,
+        };
+        let mut after_data = false;
+        let mut trailers = None;
+        loop {
+            let step = std::future::poll_fn(|cx| {
+                if let Poll::Ready(f) = Pin::new(&mut body).poll_frame(cx) {
+                    return Poll::Ready(Step::Frame(f));
                 }
-            }
-            if out.is_empty() {
-                Poll::Pending
-            } else {
-                Poll::Ready(Step::Flush)
-            }
-        })
-        .await;
-        let frame = match step {
-            Step::ClientGone => return false,
-            Step::Flush => {
-                if write_all(io, out, Bytes::new()).await.is_err() {
+                if let Some((f, read)) = feed.as_mut() {
+                    if poll_feed(f, io, read, cx).is_err() {
+                        return Poll::Ready(Step::ClientGone);
+                    }
+                }
+                if out.is_empty() {
+                    Poll::Pending
+                } else {
+                    Poll::Ready(Step::Flush)
+                }
+            })
+            .await;
+            let frame = match step {
+                Step::ClientGone => return false,
+                Step::Flush => {
+                    if write_all(io, out, Bytes::new()).await.is_err() {
+                        return false;
+                    }
+                    continue;
+                }
+                Step::Frame(None) => break,
+                Step::Frame(Some(Ok(f))) => f,
+                // The body broke (the upstream failed mid-answer): what was sent stays cut short.
+                Step::Frame(Some(Err(_))) => {
+                    let _ = write_all(io, out, Bytes::new()).await;
                     return false;
                 }
+            };
+            let mut data = match frame.into_data() {
+                Ok(d) => d,
+                Err(f) => {
+                    if let (Ok(t), Some(allowed)) = (f.into_trailers(), &head.trailers) {
+                        trailers = Some(codec::allowed_trailers(t, allowed));
+                    }
+                    continue;
+                }
+            };
+            if data.is_empty() {
                 continue;
             }
-            Step::Frame(None) => break,
-            Step::Frame(Some(Ok(f))) => f,
-            // The body broke (the upstream failed mid-answer): what was sent stays cut short.
-            Step::Frame(Some(Err(_))) => {
-                let _ = write_all(io, out, Bytes::new()).await;
+            let overlong = data.len() as u64 > left;
+            if overlong {
+                // More than its `content-length`: the rest is not sent, and the connection closes.
+                data.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+            }
+            match head.framing {
+                Framing::Length(_) => left -= data.len() as u64,
+                Framing::Chunked => {
+                    chunk_header(out, after_data, data.len());
+                    after_data = true;
+                }
+                _ => {}
+            }
+            let sent = if data.len() <= COPY_MAX {
+                out.extend_from_slice(&data);
+                if out.len() >= FLUSH_AT {
+                    write_all(io, out, Bytes::new()).await
+                } else {
+                    Ok(())
+                }
+            } else {
+                write_all(io, out, data).await
+            };
+            if sent.is_err() || overlong {
                 return false;
             }
-        };
-        let mut data = match frame.into_data() {
-            Ok(d) => d,
-            Err(f) => {
-                if let (Ok(t), Some(allowed)) = (f.into_trailers(), &head.trailers) {
-                    trailers = Some(codec::allowed_trailers(t, allowed));
-                }
-                continue;
-            }
-        };
-        if data.is_empty() {
-            continue;
         }
-        let overlong = data.len() as u64 > left;
-        if overlong {
-            // More than its `content-length`: the rest is not sent, and the connection closes.
-            data.truncate(usize::try_from(left).unwrap_or(usize::MAX));
-        }
-        match head.framing {
-            Framing::Length(_) => left -= data.len() as u64,
+        let whole = match head.framing {
+            Framing::Length(_) => left == 0,
             Framing::Chunked => {
-                chunk_header(out, after_data, data.len());
-                after_data = true;
+                chunked_end(out, after_data, trailers.as_ref());
+                true
             }
-            _ => {}
-        }
-        let sent = if data.len() <= COPY_MAX {
-            out.extend_from_slice(&data);
-            if out.len() >= FLUSH_AT {
-                write_all(io, out, Bytes::new()).await
-            } else {
-                Ok(())
-            }
-        } else {
-            write_all(io, out, data).await
+            // Ends with the connection.
+            _ => true,
         };
-        if sent.is_err() || overlong {
-            return false;
-        }
+        write_all(io, out, Bytes::new()).await.is_ok() && whole
     }
-    let whole = match head.framing {
-        Framing::Length(_) => left == 0,
-        Framing::Chunked => {
-            chunked_end(out, after_data, trailers.as_ref());
-            true
-        }
-        // Ends with the connection.
-        _ => true,
-    };
-    write_all(io, out, Bytes::new()).await.is_ok() && whole
 }
 
 /// Writes `out` and then `data`, gathering both into one write where the stream can.
