@@ -247,8 +247,9 @@ fn service(
             Some(p) => req.map(|b| b.reporting(p)),
             None => req,
         };
-        let answer =
-            crate::forward::handle(state.current(), Some(peer.for_request(busy)), req, upgrade);
+        let (parts, body) = req.into_parts();
+        let peer = Some(peer.for_request(busy));
+        let answer = crate::forward::handle(state.current(), peer, parts, body, upgrade);
         async move {
             let res = answer.await;
             res.map(|r| r.map(|b| head::Sent::new(b, progress)))

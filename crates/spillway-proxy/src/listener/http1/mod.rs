@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
-use http::{HeaderMap, Method, Request};
+use http::{HeaderMap, Method};
 use http_body::Body;
 use spillway_tower::wire::Protocol;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -156,13 +156,13 @@ where
                 (body, Some(filler))
             }
         };
-        let req = Request::from_parts(parts, body);
         // What is left to write of `100 Continue`.
         let mut interim: &[u8] = &[];
         let mut handling = pin!(crate::forward::handle(
             set.state.current(),
             Some(set.peer.for_request(busy).writing_bytes()),
-            req,
+            parts,
+            body,
             None,
         ));
         let res = std::future::poll_fn(|cx| {
