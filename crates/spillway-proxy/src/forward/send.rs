@@ -39,7 +39,7 @@ pub(super) struct Upgrade {
 pub(super) fn forward<'a>(
     state: &'a Arc<ProxyState>,
     rt: &'a Arc<Runtime>,
-    mut parts: http::request::Parts,
+    parts: &'a mut http::request::Parts,
     added: &'a Added,
     body: Unread,
     protocol: Protocol,
@@ -50,7 +50,8 @@ pub(super) fn forward<'a>(
     raw_fields: bool,
 ) -> impl Future<Output = (Response<ProxyBody>, Option<Upgrade>)> + 'a {
     // An `async` block, not an `async fn`: its arguments are not moved once more when first
-    // polled (`upstream::Connections::send`).
+    // polled (`upstream::Connections::send`). The parts are borrowed from `handle`'s future,
+    // which holds them anyway, rather than copied into this one.
     async move {
         let pool = &rt.pool;
         let cfg = &pool.cfg;
@@ -214,21 +215,20 @@ pub(super) fn forward<'a>(
             // With one task there is never a second attempt (retries go to *another* task), so the
             // headers can move into the upstream request instead of being copied for a retry.
             let last = pool.tasks().len() <= 1;
-            let req = match upstream_request(
-                &mut parts, last, &task, send_body, http2, attempt, protocol,
-            ) {
-                Ok(r) => r,
-                Err(e) => {
-                    permit.set_outcome(Outcome::Ignore);
-                    return (
-                        respond::internal(
-                            protocol,
-                            format!("cannot build the upstream request: {e}"),
-                        ),
-                        None,
-                    );
-                }
-            };
+            let req =
+                match upstream_request(parts, last, &task, send_body, http2, attempt, protocol) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        permit.set_outcome(Outcome::Ignore);
+                        return (
+                            respond::internal(
+                                protocol,
+                                format!("cannot build the upstream request: {e}"),
+                            ),
+                            None,
+                        );
+                    }
+                };
             let mut timeout = Duration::from_millis(cfg.request_timeout_ms);
             if let Some(d) = class.deadline {
                 timeout = timeout.min(d.saturating_duration_since(now));
