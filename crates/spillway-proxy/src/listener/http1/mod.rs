@@ -165,69 +165,79 @@ where
             body,
             None,
         ));
-        let res = std::future::poll_fn(|cx| {
-            if let Poll::Ready(r) = handling.as_mut().poll(cx) {
-                return Poll::Ready(Some(match r {
-                    Ok(res) => res,
-                    Err(never) => match never {},
-                }));
-            }
-            // While the request runs, its body is read as its reader takes it (the client
-            // invited first, if it waits to be); the client leaving before the body's end
-            // cancels the request.
-            if let Some(f) = &filler {
-                if f.take_continue() {
-                    interim = CONTINUE;
+        // From the answer to its body's writer in one block that ends before the write's
+        // `.await`: a binding still in scope at an `.await` is kept in the connection's
+        // future, and the response (336 bytes) and its body were written there twice more per
+        // request, into memory cold since the connection's last request (cachegrind with 256
+        // connections, bench/results/proxy-forwarding.md "Nineteenth round").
+        let keep_alive;
+        let mut whole = {
+            let res = std::future::poll_fn(|cx| {
+                if let Poll::Ready(r) = handling.as_mut().poll(cx) {
+                    return Poll::Ready(Some(match r {
+                        Ok(res) => res,
+                        Err(never) => match never {},
+                    }));
                 }
-                while !interim.is_empty() {
-                    match Pin::new(&mut io).poll_write(cx, interim) {
+                // While the request runs, its body is read as its reader takes it (the client
+                // invited first, if it waits to be); the client leaving before the body's end
+                // cancels the request.
+                if let Some(f) = &filler {
+                    if f.take_continue() {
+                        interim = CONTINUE;
+                    }
+                    while !interim.is_empty() {
+                        match Pin::new(&mut io).poll_write(cx, interim) {
+                            Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                            Poll::Ready(Ok(n)) => interim = &interim[n..],
+                            Poll::Pending => break,
+                        }
+                    }
+                    match poll_feed(f, &mut io, &mut read, cx) {
+                        Err(()) => return Poll::Ready(None),
+                        Ok(Need::Done) => {}
+                        // What follows in `read` is body, not another request.
+                        Ok(_) => return Poll::Pending,
+                    }
+                }
+                // Then the client's next bytes are read (pipelining), and its closing the
+                // connection cancels the request.
+                while read.buf.len() < set.max_head {
+                    match read.poll_fill(&mut io, cx) {
                         Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
-                        Poll::Ready(Ok(n)) => interim = &interim[n..],
+                        Poll::Ready(Ok(_)) => {}
                         Poll::Pending => break,
                     }
                 }
-                match poll_feed(f, &mut io, &mut read, cx) {
-                    Err(()) => return Poll::Ready(None),
-                    Ok(Need::Done) => {}
-                    // What follows in `read` is body, not another request.
-                    Ok(_) => return Poll::Pending,
-                }
+                Poll::Pending
+            })
+            .await;
+            let Some(res) = res else {
+                return Served::Closed;
+            };
+            // Shutting down: this answer is the connection's last; so is one whose client may
+            // still be waiting to be invited to send its body.
+            answering.keep_alive &= !shutdown.is_cancelled();
+            if let Some(f) = &filler {
+                answering.keep_alive &= f.answering();
             }
-            // Then the client's next bytes are read (pipelining), and its closing the
-            // connection cancels the request.
-            while read.buf.len() < set.max_head {
-                match read.poll_fill(&mut io, cx) {
-                    Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
-                    Poll::Ready(Ok(_)) => {}
-                    Poll::Pending => break,
-                }
-            }
-            Poll::Pending
-        })
-        .await;
-        let Some(res) = res else {
-            return Served::Closed;
-        };
-        // Shutting down: this answer is the connection's last; so is one whose client may
-        // still be waiting to be invited to send its body.
-        answering.keep_alive &= !shutdown.is_cancelled();
-        if let Some(f) = &filler {
-            answering.keep_alive &= f.answering();
+            // The rest of a `100 Continue` already begun goes first.
+            write.extend_from_slice(interim);
+            let head = codec::encode_response(&res, res.body().raw_fields(), answering, &mut write);
+            let (parts, mut body) = res.into_parts();
+            body.clear_raw_fields();
+            spare = parts.headers;
+            spare.clear();
+            keep_alive = head.keep_alive;
+            let feed = filler.as_ref().map(|f| (f, &mut read));
+            write_body(&mut io, &mut write, body, head, feed)
         }
-        // The rest of a `100 Continue` already begun goes first.
-        write.extend_from_slice(interim);
-        let head = codec::encode_response(&res, res.body().raw_fields(), answering, &mut write);
-        let (parts, mut body) = res.into_parts();
-        body.clear_raw_fields();
-        spare = parts.headers;
-        spare.clear();
-        let feed = filler.as_ref().map(|f| (f, &mut read));
-        let mut whole = write_body(&mut io, &mut write, body, &head, feed).await;
+        .await;
         if write.capacity() > FLUSH_AT {
             // A large answer's buffer is not kept for the connection's life.
             write = Vec::with_capacity(1024);
         }
-        if let (Some(f), true) = (&filler, whole && head.keep_alive) {
+        if let (Some(f), true) = (&filler, whole && keep_alive) {
             // The rest of the body (if the answer came first) is read before the next request
             // can be: discarded once let go of, within `DISCARD_LIMIT`.
             whole = std::future::poll_fn(|cx| match poll_feed(f, &mut io, &mut read, cx) {
@@ -237,7 +247,7 @@ where
             })
             .await;
         }
-        if !(whole && head.keep_alive) {
+        if !(whole && keep_alive) {
             let _ = std::future::poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx)).await;
             return Served::Closed;
         }
@@ -286,7 +296,7 @@ fn write_body<'a, S: AsyncRead + AsyncWrite + Unpin>(
     io: &'a mut S,
     out: &'a mut Vec<u8>,
     mut body: ProxyBody,
-    head: &'a codec::Head,
+    head: codec::Head,
     mut feed: Option<(&'a Filler, &'a mut ReadBuffer)>,
 ) -> impl Future<Output = bool> + 'a {
     // An `async` block, not an `async fn`, so that the body is not moved once more when the
