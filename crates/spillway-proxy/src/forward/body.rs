@@ -30,16 +30,14 @@ pub(super) enum ReadError {
 }
 
 /// Buffers a body with a known length up to `limit` (within `timeout`: a slow upload must not
-/// hold an admission permit forever); anything else is handed back to be streamed.
+/// hold an admission permit forever); anything else is handed back to be streamed. (A request
+/// with no body never gets here: `send::forward` answers that case without building this
+/// future.)
 pub(super) async fn read_body(
     body: Unread,
     limit: usize,
     timeout: std::time::Duration,
 ) -> Result<ReqBody, ReadError> {
-    if body.is_end_stream() {
-        // No body (most GETs): nothing to read, so no timer and no collecting.
-        return Ok(ReqBody::Buffered(Bytes::new()));
-    }
     let hint = body.size_hint();
     let small = hint.exact().is_some_and(|n| n <= limit as u64);
     if !small {
