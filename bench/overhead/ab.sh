@@ -58,7 +58,8 @@ first=${1%%,*}
 first=${first#*=}
 "$first" backend --listen "$BACKEND" --workers 2048 --service-time 1ms --dist constant \
   --cpu sleep --duration 1800s >"$WORK/backend.log" 2>&1 &
-PIDS+=($!)
+BACKEND_PID=$!
+PIDS+=($BACKEND_PID)
 wait_port "$BACKEND"
 
 # proxy_conf FILE [THREADS]: the proxy's configuration for this run.
@@ -151,18 +152,25 @@ lat = run["latency"]["total"]
 print(run["summary"]["sent"], lat.get("p50_ms", "?"), lat.get("p99_ms", "?"))
 PY
 )
-    rps=- wrk_us=-
+    rps=- wrk_us=- back_us=- client_us=-
     if [ "$WRK_SECS" != 0 ]; then
-      w0=$(cpu_ticks "$pid")
-      wrk -t1 -c"$WRK_CONNS" -d"${WRK_SECS}s" "http://$PROXY/" >"$WORK/$label.$r.wrk" 2>/dev/null || true
-      w1=$(cpu_ticks "$pid")
+      w0=$(cpu_ticks "$pid") b0=$(cpu_ticks "$BACKEND_PID")
+      TIMEFORMAT='%U %S'
+      { time wrk -t1 -c"$WRK_CONNS" -d"${WRK_SECS}s" "http://$PROXY/" >"$WORK/$label.$r.wrk" 2>/dev/null || true; } 2>"$WORK/$label.$r.wrktime"
+      w1=$(cpu_ticks "$pid") b1=$(cpu_ticks "$BACKEND_PID")
       rps=$(awk '/Requests\/sec:/ {print int($2)}' "$WORK/$label.$r.wrk")
-      # The front's CPU per request at wrk's maximum, where the three processes contend.
-      wrk_us=$(awk -v t=$((w1 - w0)) -v hz="$HZ" '/requests in/ {n = $1} END {print n ? sprintf("%.1f", t / hz * 1e6 / n) : "-"}' "$WORK/$label.$r.wrk")
+      n=$(awk '/requests in/ {print $1}' "$WORK/$label.$r.wrk")
+      per_req() { awk -v s="$1" -v n="${n:-0}" 'BEGIN {print n ? sprintf("%.1f", s * 1e6 / n) : "-"}'; }
+      # CPU per request at wrk's maximum, where the three processes contend for the cores: the
+      # front's, and the backend's and wrk's, which the front's way of forwarding can move too
+      # (how many upstream connections, how many requests each wakeup finds).
+      wrk_us=$(per_req "$(awk -v t=$((w1 - w0)) -v hz="$HZ" 'BEGIN {print t / hz}')")
+      back_us=$(per_req "$(awk -v t=$((b1 - b0)) -v hz="$HZ" 'BEGIN {print t / hz}')")
+      client_us=$(per_req "$(awk '{print $1 + $2}' "$WORK/$label.$r.wrktime")")
     fi
     us=$(python3 -c "print(round(($t1 - $t0) / $HZ * 1e6 / max($sent, 1), 1))")
     kinsn=$(python3 -c "print('-' if '$insn' in ('-', '') else round(float('$insn') / max($sent, 1) / 1e3, 1))")
-    echo "round=$r build=$label cpu_us_per_req=$us kinsn_per_req=$kinsn sent=$sent p50_ms=$p50 p99_ms=$p99 wrk_rps=$rps wrk_cpu_us=$wrk_us" | tee -a "$OUT"
+    echo "round=$r build=$label cpu_us_per_req=$us kinsn_per_req=$kinsn sent=$sent p50_ms=$p50 p99_ms=$p99 wrk_rps=$rps wrk_cpu_us=$wrk_us wrk_backend_us=$back_us wrk_client_us=$client_us" | tee -a "$OUT"
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     sleep 1
@@ -180,8 +188,12 @@ for b, rs in by.items():
     w = [int(r["wrk_rps"]) for r in rs if r["wrk_rps"] not in ("-", "")]
     ki = [float(r["kinsn_per_req"]) for r in rs if r.get("kinsn_per_req", "-") != "-"]
     wc = [float(r["wrk_cpu_us"]) for r in rs if r.get("wrk_cpu_us", "-") != "-"]
+    wb = [float(r["wrk_backend_us"]) for r in rs if r.get("wrk_backend_us", "-") != "-"]
+    wk = [float(r["wrk_client_us"]) for r in rs if r.get("wrk_client_us", "-") != "-"]
     print(f"{b}: cpu/req median {statistics.median(cpu):.1f} us (runs {cpu})"
           + (f"; instructions/req median {statistics.median(ki):.1f} k (runs {ki})" if ki else "")
           + (f"; wrk median {statistics.median(w)}/s (runs {w})" if w else "")
-          + (f"; cpu/req at wrk's maximum median {statistics.median(wc):.1f} us (runs {wc})" if wc else ""))
+          + (f"; cpu/req at wrk's maximum median {statistics.median(wc):.1f} us (runs {wc})" if wc else "")
+          + (f"; backend's {statistics.median(wb):.1f} us (runs {wb})" if wb else "")
+          + (f"; wrk's {statistics.median(wk):.1f} us (runs {wk})" if wk else ""))
 PY

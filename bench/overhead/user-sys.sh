@@ -6,14 +6,14 @@
 # per request) and half its own; when the two fronts make the same system calls, only the user
 # half can differ, and this shows by how much (utime and stime from /proc/PID/stat, summed over
 # nginx's master and workers). Each round starts every front afresh, warms it with 1 s of wrk,
-# then counts `wrk -t1 -c64` for WRK_SECS seconds.
+# then counts `wrk -t1 -cWRK_CONNS` for WRK_SECS seconds.
 #
 #   flock /work/measure.lock bench/overhead/user-sys.sh BIN [BIN ...] [nginx]
 #
-# Env: ROUNDS (3), WRK_SECS (5). The backend is the first build's `spillway backend` (1 ms
+# Env: ROUNDS (3), WRK_SECS (5), WRK_CONNS (64). The backend is the first build's `spillway backend` (1 ms
 # sleep, 2048 workers); the proxy's configuration is ab.sh's fixed mode with the admin off.
 set -euo pipefail
-ROUNDS=${ROUNDS:-3}; WRK_SECS=${WRK_SECS:-5}
+ROUNDS=${ROUNDS:-3}; WRK_SECS=${WRK_SECS:-5}; WRK_CONNS=${WRK_CONNS:-64}
 BACKEND=127.0.0.1:21591; PROXY=127.0.0.1:21592
 [ $# -ge 1 ] || { echo "usage: $0 BIN [BIN ...] [nginx]" >&2; exit 2; }
 [ "$1" != nginx ] || { echo "the first front must be a spillway build (it runs the backend)" >&2; exit 2; }
@@ -52,9 +52,9 @@ for r in $(seq "$ROUNDS"); do
     fi
     fp=$!
     wait_port "$PROXY"
-    wrk -t1 -c64 -d1s "http://$PROXY/" >/dev/null
+    wrk -t1 -c"$WRK_CONNS" -d1s "http://$PROXY/" >/dev/null
     read -r u0 s0 < <(ticks "$fp")
-    n=$(wrk -t1 -c64 -d"${WRK_SECS}s" "http://$PROXY/" | awk '/requests in/ {print $1}')
+    n=$(wrk -t1 -c"$WRK_CONNS" -d"${WRK_SECS}s" "http://$PROXY/" | awk '/requests in/ {print $1}')
     read -r u1 s1 < <(ticks "$fp")
     kill "$fp"; wait "$fp" 2>/dev/null || true
     python3 -c "import sys; n, du, ds, hz = map(float, sys.argv[1:]); print(f'round=$r front=$label requests={int(n)} user_us_per_req={du * 1e6 / hz / n:.2f} sys_us_per_req={ds * 1e6 / hz / n:.2f}')" \
