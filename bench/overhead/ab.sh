@@ -8,7 +8,9 @@
 # moves with whatever else runs. The front's CPU per request during the wrk run is kept too
 # (`wrk_cpu_us`): at the maximum, with the three processes contending for the cores and the
 # front holding WRK_CONNS connections at once, what a request costs there is what decides the
-# front's share of the machine.
+# front's share of the machine. The backend's and wrk's CPU per request in that run are kept
+# too (`wrk_backend_us`, `wrk_client_us`): they move with the front's way of forwarding and with
+# the machine's state, which a front's figure alone cannot tell apart.
 #
 #   flock /work/measure.lock bench/overhead/ab.sh LABEL=BIN [LABEL=BIN ...] [nginx]
 #
