@@ -26,7 +26,7 @@
 # request, as at wrk's maximum in ab.sh.
 # The backend is the first build's `spillway backend` (1 ms sleep), the proxy's configuration
 # that of ab.sh's fixed mode with the admin listener off (the dashboard's sampling scales with
-# time, not requests).
+# time, not requests) unless ADMIN=1.
 set -euo pipefail
 N1=${N1:-400}; N2=${N2:-2400}; RATE=${RATE:-200}
 W1=${W1:-2}; W2=${W2:-8}
@@ -52,6 +52,9 @@ PIDS+=($!)
 wait_port "$BACKEND"
 . "$(dirname "$0")/../lib/proxy.sh"
 fixed_proxy_conf "$PROXY" "$BACKEND" >"$WORK/p.toml"
+# ADMIN=1: the admin listener on (the metrics recorder installed, the dashboard sampling), as
+# in proxy-overhead.sh and ab.sh, whose runs are the benchmark of record.
+[ "${ADMIN:-0}" = 0 ] || sed -i 's/^enabled = false$/listen = "127.0.0.1:21393"/' "$WORK/p.toml"
 . "$(dirname "$0")/../lib/nginx.sh"
 # `nginx` (a bare word after the first build): nginx's proxy of bench/lib/nginx.sh in one
 # process (no master, one worker), so that valgrind sees all its work.

@@ -5,12 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::admin::metrics::MetricsHandle;
 use bytes::Bytes;
 use http::header::{HeaderValue, ALLOW, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, Limited};
-use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{json, Value};
 use spillway_core::Criticality;
 
@@ -57,7 +57,7 @@ pub struct AdminApi {
     token: Option<Box<[u8]>>,
     protect_reads: bool,
     max_body_bytes: usize,
-    metrics: Result<PrometheusHandle, m::MetricsError>,
+    metrics: Result<MetricsHandle, m::MetricsError>,
     dashboard: Arc<crate::dashboard::Dashboard>,
 }
 
@@ -88,7 +88,7 @@ impl AdminApi {
     }
 
     /// The Prometheus handle, if the recorder could be installed (the server runs its upkeep).
-    pub fn prometheus(&self) -> Option<&PrometheusHandle> {
+    pub fn prometheus(&self) -> Option<&MetricsHandle> {
         self.metrics.as_ref().ok()
     }
 

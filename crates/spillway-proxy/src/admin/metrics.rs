@@ -11,16 +11,20 @@
 //! Cost estimates are fractional (CPU-seconds when measured), while the `metrics` facade's
 //! counters are integers, so offered demand is kept here in lock-free per-criticality atomics
 //! (micro-units) and appended to the exporter's output as a float counter. Everything else goes
-//! through the `metrics` facade into `metrics-exporter-prometheus`, installed once per process
-//! with no HTTP listener of its own: the admin listener serves the text.
+//! through the `metrics` facade into the process's [`Recorder`](super::histograms::Recorder),
+//! installed once with no HTTP listener of its own (the admin listener serves the text): the
+//! `*_seconds` histograms as bucket counters of its own ([`super::histograms`] says why),
+//! counters, gauges and other histograms in `metrics-exporter-prometheus`.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use spillway_core::Criticality;
 use spillway_tower::wire::metric as m;
+
+use super::histograms::{Histograms, Recorder};
 
 /// Counter (float, cost units): estimated cost of every request that arrived, admitted or
 /// shed; label `criticality`. Scale on this, not on utilisation.
@@ -140,20 +144,48 @@ pub fn record_offered(criticality: Criticality, cost: f64) {
 #[error("cannot install the Prometheus metrics recorder: {0}")]
 pub struct MetricsError(String);
 
-static HANDLE: OnceLock<Result<PrometheusHandle, MetricsError>> = OnceLock::new();
+static HANDLE: OnceLock<Result<MetricsHandle, MetricsError>> = OnceLock::new();
 
-/// Installs the process-wide Prometheus recorder on first call and returns its handle; later
-/// calls return the same handle (or the same error). `*_seconds` histograms get
-/// [`SECONDS_BUCKETS`].
-pub fn install_prometheus() -> Result<PrometheusHandle, MetricsError> {
+/// What renders the process's metrics: the exporter's handle and the `*_seconds` histograms.
+#[derive(Debug, Clone)]
+pub struct MetricsHandle {
+    prometheus: PrometheusHandle,
+    histograms: Arc<Histograms>,
+}
+
+impl MetricsHandle {
+    /// Every recorded metric in the Prometheus text format: the exporter's, then the
+    /// histograms (offered demand is [`render`]'s to add).
+    pub fn render(&self) -> String {
+        let mut out = self.prometheus.render();
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        self.histograms.render_into(&mut out);
+        out
+    }
+
+    /// The exporter's periodic housekeeping (the admin listener calls it).
+    pub fn run_upkeep(&self) {
+        self.prometheus.run_upkeep();
+    }
+}
+
+/// Installs the process-wide recorder on first call and returns its handle; later calls
+/// return the same handle (or the same error). `*_seconds` histograms get [`SECONDS_BUCKETS`].
+pub fn install_prometheus() -> Result<MetricsHandle, MetricsError> {
     HANDLE
         .get_or_init(|| {
-            let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
-                .map_err(|e| MetricsError(e.to_string()))?;
-            let handle = builder
-                .install_recorder()
-                .map_err(|e| MetricsError(e.to_string()))?;
+            let prometheus = PrometheusBuilder::new().build_recorder();
+            let handle = MetricsHandle {
+                prometheus: prometheus.handle(),
+                histograms: Arc::new(Histograms::new(SECONDS_BUCKETS)),
+            };
+            metrics::set_global_recorder(Recorder {
+                prometheus,
+                histograms: Arc::clone(&handle.histograms),
+            })
+            .map_err(|e| MetricsError(e.to_string()))?;
             describe();
             Ok(handle)
         })
@@ -194,8 +226,8 @@ fn describe() {
 }
 
 /// The full `/metrics` body: the recorder's text (if installed) followed by offered demand.
-pub fn render(handle: Option<&PrometheusHandle>) -> String {
-    let mut out = handle.map(PrometheusHandle::render).unwrap_or_default();
+pub fn render(handle: Option<&MetricsHandle>) -> String {
+    let mut out = handle.map(MetricsHandle::render).unwrap_or_default();
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');
     }

@@ -29,6 +29,7 @@
 
 mod api;
 mod auth;
+pub mod histograms;
 pub mod metrics;
 mod params;
 mod redact;

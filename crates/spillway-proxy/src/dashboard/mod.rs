@@ -35,11 +35,11 @@ pub mod source;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::admin::metrics::MetricsHandle;
 use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, CACHE_CONTROL, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
-use metrics_exporter_prometheus::PrometheusHandle;
 
 pub use sample::Sample;
 
@@ -60,7 +60,7 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 pub struct Dashboard {
     state: Arc<ProxyState>,
     ring: ring::Ring,
-    prometheus: Option<PrometheusHandle>,
+    prometheus: Option<MetricsHandle>,
     differ: Mutex<(sample::Differ, Option<Instant>)>,
 }
 

@@ -4,7 +4,7 @@
 //! Why these and nothing new: the dashboard must show what the proxy already measures, so an
 //! operator's picture and Prometheus' never disagree; it adds no counter to the data path.
 
-use metrics_exporter_prometheus::PrometheusHandle;
+use crate::admin::metrics::MetricsHandle;
 use spillway_core::controller::RefusalReason;
 use spillway_core::Criticality;
 
@@ -15,7 +15,7 @@ use crate::state::ProxyState;
 
 /// Reads everything the dashboard charts, now. `prometheus` is the process's recorder handle,
 /// if one is installed (the per-customer refusals and the latency histograms live there).
-pub fn read(state: &ProxyState, prometheus: Option<&PrometheusHandle>) -> Reading {
+pub fn read(state: &ProxyState, prometheus: Option<&MetricsHandle>) -> Reading {
     let status = state.status();
     let a = &status.admission;
     let offered_counters = admin_metrics::offered();
