@@ -15,6 +15,7 @@
 //! Everything else (counters, gauges, histograms of other names) still goes to the exporter:
 //! [`Recorder`] routes by name and `/metrics` appends this text to the exporter's.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -46,11 +47,23 @@ struct Shard {
 }
 
 thread_local! {
-    /// This thread's shard index, assigned on its first observation.
-    static SHARD: usize = {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        NEXT.fetch_add(1, Relaxed) % SHARDS
-    };
+    /// This thread's shard index, assigned on its first observation (`usize::MAX` before: a
+    /// `const` thread-local has no lazy-initialisation state to check on each access).
+    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// This thread's shard index.
+#[inline]
+fn shard_index() -> usize {
+    SHARD.with(|s| match s.get() {
+        usize::MAX => {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let i = NEXT.fetch_add(1, Relaxed) % SHARDS;
+            s.set(i);
+            i
+        }
+        i => i,
+    })
 }
 
 /// A histogram over fixed bounds (inclusive upper bounds, as Prometheus' `le`), sharded by
@@ -96,9 +109,17 @@ impl BucketHistogram {
         if value.is_nan() {
             return;
         }
-        // The first bound at or above the value; past the last, `+Inf`.
-        let idx = self.bounds.partition_point(|&b| b < value);
-        let shard = &self.shards[SHARD.with(|s| *s)];
+        // The first bound at or above the value; past the last, `+Inf`. A scan from the
+        // smallest: most observations (queue times, sub-millisecond latencies) stop at the
+        // first or second bound, where a binary search would take four steps.
+        let idx = self
+            .bounds
+            .iter()
+            .position(|&b| value <= b)
+            .unwrap_or(self.bounds.len());
+        // In range: the index is below SHARDS, and `idx` at most the bounds' count, below
+        // MAX_BOUNDS + 1.
+        let shard = &self.shards[shard_index()];
         shard.counts[idx].fetch_add(1, Relaxed);
         // One writer per shard in the usual case, so the exchange succeeds at once.
         let _ = shard.sum_bits.fetch_update(Relaxed, Relaxed, |bits| {
