@@ -50,9 +50,9 @@ struct UtilCache {
 
 impl Runtime {
     /// The admission controller's utilisation (max of its signals and in-flight/limit), at most
-    /// 10 ms old.
-    pub fn utilisation(&self) -> f64 {
-        let now_ms = self.started.elapsed().as_millis() as u64 + 1;
+    /// 10 ms old at `now` (the caller's clock reading: one read per request fewer).
+    pub fn utilisation(&self, now: std::time::Instant) -> f64 {
+        let now_ms = now.saturating_duration_since(self.started).as_millis() as u64 + 1;
         let at = self.util.at_ms.load(Ordering::Relaxed);
         let stale = at == 0 || now_ms.saturating_sub(at) >= 10;
         if stale

@@ -48,6 +48,8 @@ pub struct Permit {
     charge: Option<QuotaCharge>,
     actual_cost: Option<f64>,
     outcome: Outcome,
+    /// Released already ([`release_at`](Self::release_at)): the drop does nothing more.
+    released: bool,
 }
 
 impl Permit {
@@ -69,6 +71,7 @@ impl Permit {
             charge: Some(charge),
             actual_cost: None,
             outcome: Outcome::Success,
+            released: false,
         }
     }
 
@@ -87,6 +90,7 @@ impl Permit {
             charge: None,
             actual_cost: None,
             outcome: Outcome::Ignore,
+            released: false,
         }
     }
 
@@ -128,8 +132,18 @@ impl Permit {
     }
 }
 
-impl Drop for Permit {
-    fn drop(&mut self) {
+impl Permit {
+    /// Releases the slot now, as dropping the permit would, at `now` — a reading of the
+    /// controller's clock the caller has just taken for its own use (a proxy's latency
+    /// metric), so that the release costs no second one. Later calls and the drop do nothing.
+    pub fn release_at(&mut self, now: Instant) {
+        self.release(Some(now));
+    }
+
+    fn release(&mut self, now: Option<Instant>) {
+        if std::mem::replace(&mut self.released, true) {
+            return;
+        }
         let inner = &self.inner;
         let Some(charge) = self.charge else {
             inner
@@ -138,7 +152,7 @@ impl Drop for Permit {
                 .fetch_sub(1, Ordering::Relaxed);
             return;
         };
-        let now = inner.clock.now();
+        let now = now.unwrap_or_else(|| inner.clock.now());
         let rtt = now.saturating_duration_since(self.started);
         let sample = match self.outcome {
             Outcome::Ignore => None,
@@ -156,6 +170,12 @@ impl Drop for Permit {
             inner.quota.settle(now, charge, actual);
         }
         inner.release_slot(self.criticality, sample.as_ref());
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.release(None);
     }
 }
 

@@ -554,3 +554,32 @@ fn signals_beyond_the_maximum_are_counted() {
     assert_eq!(snap.signals.len(), MAX_SIGNALS);
     assert_eq!(snap.signals_ignored, 2);
 }
+
+#[test]
+fn admit_at_and_release_at_use_the_callers_reading() {
+    let (ctl, clock) = controller(config(2, 0));
+    let arrived = ctl.now();
+    clock.advance(5 * MS);
+    // Admitted at the reading taken on arrival, not at the clock's present.
+    let mut p = admitted(ctl.admit_at(&req(Critical), arrived));
+    assert_eq!(p.started_at(), arrived);
+    clock.advance(100 * MS);
+    // Released at the caller's reading: a 40 ms service time, not the clock's 105.
+    p.release_at(arrived + 40 * MS);
+    let snap = ctl.snapshot();
+    assert_eq!(snap.in_flight, 0);
+    assert_eq!(snap.expected_service_time, 40 * MS);
+    // Released once: the drop (and a second call) change nothing more.
+    let held = admitted(ctl.admit(&req(Critical)));
+    p.release_at(ctl.now());
+    drop(p);
+    assert_eq!(ctl.snapshot().in_flight, 1, "only `held` is in flight");
+    drop(held);
+    assert_eq!(ctl.snapshot().in_flight, 0);
+    // A health check's permit released early is not counted twice either.
+    let mut hc = admitted(ctl.admit(&AdmissionRequest::health_check()));
+    hc.release_at(ctl.now());
+    assert_eq!(ctl.snapshot().health_checks_in_flight, 0);
+    drop(hc);
+    assert_eq!(ctl.snapshot().health_checks_in_flight, 0);
+}

@@ -87,6 +87,8 @@ impl Drop for Guard {
     /// Admitted requests' latency, from admission to the end of the response body (refusals
     /// never reach here: they would make latency look good, AWS Builders' Library).
     fn drop(&mut self) {
+        // One clock reading for the latency, a failure's charge and the permit's release.
+        let now = std::time::Instant::now();
         if let (true, Some(busy)) = (self.waiting, &self._busy) {
             busy.progress().upstream_wait(false);
             if busy
@@ -97,10 +99,13 @@ impl Drop for Guard {
                 // Cut for its upstream's silence: a congestion signal, not a slow success, and
                 // a failure of the task for balancing.
                 self.permit.set_outcome(Outcome::Dropped);
-                self._inflight.charge_failure(std::time::Instant::now());
+                self._inflight.charge_failure(now);
             }
         }
-        spillway_tower::metrics::latency(&self.labels, self.permit.started_at().elapsed());
+        let latency = now.saturating_duration_since(self.permit.started_at());
+        spillway_tower::metrics::latency(&self.labels, latency);
+        // The controller's clock is the system's (`state.rs`).
+        self.permit.release_at(now);
     }
 }
 

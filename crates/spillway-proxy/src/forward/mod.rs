@@ -101,7 +101,7 @@ pub fn handle(
             criticality: class.criticality,
         };
         // Refreshes the cached utilisation (and the gauges) at most every 10 ms.
-        let utilisation = rt.utilisation();
+        let utilisation = rt.utilisation(now);
 
         let controls = state.controls();
         if !class.health_check {
@@ -150,7 +150,8 @@ pub fn handle(
             health_check: class.health_check,
             continuation: false,
         };
-        let permit = match rt.controller.admit(&admission) {
+        // At the arrival's clock reading: the controller's clock is the system's (`state.rs`).
+        let permit = match rt.controller.admit_at(&admission, now) {
             Admission::Admitted(p) => p,
             Admission::Refused(r) => {
                 tower_metrics::shed(&labels, r.reason.as_str());
