@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::admin::metrics::MetricsHandle;
 use bytes::Bytes;
 use http::header::{HeaderValue, ALLOW, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
@@ -14,6 +13,7 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::{json, Value};
 use spillway_core::Criticality;
 
+use super::metrics::MetricsHandle;
 use super::params::Params;
 use super::reply::{self, AdminBody, ApiError};
 use super::{auth, metrics as m, redact, AdminConfig};
@@ -78,7 +78,7 @@ impl AdminApi {
             token,
             protect_reads: cfg.protect_reads,
             max_body_bytes: cfg.max_body_bytes,
-            metrics: m::install_prometheus(),
+            metrics: m::install_recorder(),
         })
     }
 
@@ -87,8 +87,8 @@ impl AdminApi {
         &self.state
     }
 
-    /// The Prometheus handle, if the recorder could be installed (the server runs its upkeep).
-    pub fn prometheus(&self) -> Option<&MetricsHandle> {
+    /// The metrics handle, if the recorder could be installed (the server runs its upkeep).
+    pub fn metrics(&self) -> Option<&MetricsHandle> {
         self.metrics.as_ref().ok()
     }
 
@@ -289,11 +289,7 @@ impl AdminApi {
                     body.push_str(&m::render(None));
                     return Ok(reply::with_type(StatusCode::OK, PROMETHEUS_TEXT, body));
                 }
-                reply::with_type(
-                    StatusCode::OK,
-                    PROMETHEUS_TEXT,
-                    m::render(self.prometheus()),
-                )
+                reply::with_type(StatusCode::OK, PROMETHEUS_TEXT, m::render(self.metrics()))
             }
             "/status" => {
                 let mut v = to_value(&self.state.status())?;

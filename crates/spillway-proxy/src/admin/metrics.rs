@@ -173,7 +173,7 @@ impl MetricsHandle {
 
 /// Installs the process-wide recorder on first call and returns its handle; later calls
 /// return the same handle (or the same error). `*_seconds` histograms get [`SECONDS_BUCKETS`].
-pub fn install_prometheus() -> Result<MetricsHandle, MetricsError> {
+pub fn install_recorder() -> Result<MetricsHandle, MetricsError> {
     HANDLE
         .get_or_init(|| {
             let prometheus = PrometheusBuilder::new().build_recorder();
@@ -227,10 +227,8 @@ fn describe() {
 
 /// The full `/metrics` body: the recorder's text (if installed) followed by offered demand.
 pub fn render(handle: Option<&MetricsHandle>) -> String {
+    // `MetricsHandle::render` ends every line it writes with a newline.
     let mut out = handle.map(MetricsHandle::render).unwrap_or_default();
-    if !out.is_empty() && !out.ends_with('\n') {
-        out.push('\n');
-    }
     OFFERED.render_into(&mut out);
     out
 }
@@ -273,8 +271,8 @@ mod tests {
 
     #[test]
     fn install_is_idempotent_and_renders_tower_metrics() {
-        let h1 = install_prometheus().expect("first install");
-        let h2 = install_prometheus().expect("second call returns the same handle");
+        let h1 = install_recorder().expect("first install");
+        let h2 = install_recorder().expect("second call returns the same handle");
         metrics::counter!(m::ADMITTED, "operation" => "unit-test").increment(3);
         metrics::histogram!(m::QUEUE_TIME, "operation" => "unit-test").record(0.003);
         let text = render(Some(&h2));

@@ -98,7 +98,7 @@ impl AdminServer {
                 biased;
                 () = &mut shutdown => break,
                 _ = upkeep.tick() => {
-                    if let Some(h) = api.prometheus() {
+                    if let Some(h) = api.metrics() {
                         h.run_upkeep();
                     }
                     continue;

@@ -35,7 +35,6 @@ pub mod source;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::admin::metrics::MetricsHandle;
 use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, CACHE_CONTROL, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
@@ -43,6 +42,7 @@ use http_body_util::Full;
 
 pub use sample::Sample;
 
+use crate::admin::metrics::MetricsHandle;
 use crate::state::ProxyState;
 
 /// The dashboard's response body (the same type as the admin API's).
@@ -60,7 +60,7 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
 pub struct Dashboard {
     state: Arc<ProxyState>,
     ring: ring::Ring,
-    prometheus: Option<MetricsHandle>,
+    metrics: Option<MetricsHandle>,
     differ: Mutex<(sample::Differ, Option<Instant>)>,
 }
 
@@ -78,14 +78,14 @@ impl Dashboard {
         Arc::new(Dashboard {
             state,
             ring: ring::Ring::default(),
-            prometheus: crate::admin::metrics::install_prometheus().ok(),
+            metrics: crate::admin::metrics::install_recorder().ok(),
             differ: Mutex::new((sample::Differ::default(), None)),
         })
     }
 
     /// Takes one sample now and appends it (the sampler calls this every [`INTERVAL`]).
     pub fn sample_now(&self) -> Sample {
-        let reading = source::read(&self.state, self.prometheus.as_ref());
+        let reading = source::read(&self.state, self.metrics.as_ref());
         let now = Instant::now();
         let t = unix_ms();
         let mut g = self.differ.lock().unwrap_or_else(|p| p.into_inner());

@@ -4,8 +4,7 @@
 //! Why parse text: the `metrics` facade has exactly one process-wide recorder, and the admin
 //! listener installs the process's recorder (`metrics-exporter-prometheus` behind it), whose
 //! handle offers nothing but [`render`](crate::admin::metrics::MetricsHandle::render). The
-//! per-customer and
-//! per-operation refusal counts and the queue-time / processing-time histograms of admitted
+//! per-customer and per-operation refusal counts and the queue-time / processing-time histograms of admitted
 //! requests exist only there, so once a second the sampler renders and keeps the families it
 //! needs. The format is the stable text exposition format 0.0.4
 //! (<https://prometheus.io/docs/instrumenting/exposition_formats/>): one sample per line,

@@ -13,9 +13,9 @@ use super::sample::{Reading, RouteReading};
 use crate::admin::metrics as admin_metrics;
 use crate::state::ProxyState;
 
-/// Reads everything the dashboard charts, now. `prometheus` is the process's recorder handle,
+/// Reads everything the dashboard charts, now. `metrics` is the process's recorder handle,
 /// if one is installed (the per-customer refusals and the latency histograms live there).
-pub fn read(state: &ProxyState, prometheus: Option<&MetricsHandle>) -> Reading {
+pub fn read(state: &ProxyState, metrics: Option<&MetricsHandle>) -> Reading {
     let status = state.status();
     let a = &status.admission;
     let offered_counters = admin_metrics::offered();
@@ -62,6 +62,6 @@ pub fn read(state: &ProxyState, prometheus: Option<&MetricsHandle>) -> Reading {
         signals: a.signals.clone(),
         degradation_all_off: status.degradation_all_off,
         routes,
-        prom: prometheus.map(|h| prom::read(&h.render())),
+        prom: metrics.map(|h| prom::read(&h.render())),
     }
 }

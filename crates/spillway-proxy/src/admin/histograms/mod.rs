@@ -207,16 +207,14 @@ impl Histograms {
         let help = self.help.lock().unwrap_or_else(PoisonError::into_inner);
         let mut current: Option<&str> = None;
         for (key, snap) in &snapshots {
-            let name = key.name();
-            if current != Some(name) {
-                current = Some(name);
-                let clean = sanitize_metric_name(name);
-                if let Some(desc) = help.get(name) {
-                    let _ = writeln!(out, "# HELP {clean} {}", sanitize_description(desc));
+            let name = sanitize_metric_name(key.name());
+            if current != Some(key.name()) {
+                current = Some(key.name());
+                if let Some(desc) = help.get(key.name()) {
+                    let _ = writeln!(out, "# HELP {name} {}", sanitize_description(desc));
                 }
-                let _ = writeln!(out, "# TYPE {clean} histogram");
+                let _ = writeln!(out, "# TYPE {name} histogram");
             }
-            let name = sanitize_metric_name(name);
             let labels: Vec<String> = key
                 .labels()
                 .map(|l| {
