@@ -12,6 +12,7 @@
 //! | [`config`] | the TOML file: types, defaults, validation with key and line |
 //! | [`state`] | the runtime state shared with the admin API: reload, status, switches |
 //! | [`route`] | classification: route, criticality (trusted CIDRs), customer, cost |
+//! | [`path`] | the request path made normal before routing and forwarded so |
 //! | [`forward`] | one request's path: controls → degrade → admit → forward → permit held |
 //! | [`upstream`] | the tasks: pools, p2c balancing, throttles, retries, ejection, health checks |
 //! | [`degrade`] | graceful degradation per route |
@@ -35,6 +36,7 @@ pub mod forward;
 pub mod hostcpu;
 pub mod listener;
 pub mod metrics;
+pub mod path;
 mod read_buffer;
 pub mod respond;
 pub mod route;

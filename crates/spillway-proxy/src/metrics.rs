@@ -26,6 +26,11 @@ pub const EJECTIONS: &str = "spillway_proxy_ejections_total";
 pub const KEEPALIVE_RACES: &str = "spillway_proxy_upstream_keepalive_races_total";
 /// Open client connections.
 pub const CONNECTIONS: &str = "spillway_proxy_client_connections";
+/// Request header fields whose names contain `_`, by what was done with them (label `action`:
+/// `dropped`, one per field; `refused`, one per request answered 400).
+pub const UNDERSCORE_HEADERS: &str = "spillway_proxy_underscore_headers_total";
+/// Label: what was done (`UNDERSCORE_HEADERS`).
+pub const L_ACTION: &str = "action";
 /// Label: fault kind.
 pub const L_KIND: &str = "kind";
 /// Label: upstream task address.

@@ -163,6 +163,34 @@ pub fn bad_host(e: &crate::forward::HostError, protocol: Protocol) -> Response<P
     )
 }
 
+/// A request whose path cannot be routed unambiguously (400 / `INVALID_ARGUMENT`), saying why
+/// (`crate::path`).
+pub fn bad_path(e: &crate::path::PathError, protocol: Protocol) -> Response<ProxyBody> {
+    error(
+        protocol,
+        StatusCode::BAD_REQUEST,
+        GRPC_INVALID_ARGUMENT,
+        "bad_path",
+        e.to_string(),
+    )
+}
+
+/// A request with a header field named with `_` under
+/// `request.headers_with_underscores = "refuse"` (400 / `INVALID_ARGUMENT`), naming it.
+pub fn underscore_header(name: &http::HeaderName, protocol: Protocol) -> Response<ProxyBody> {
+    error(
+        protocol,
+        StatusCode::BAD_REQUEST,
+        GRPC_INVALID_ARGUMENT,
+        "underscore_header",
+        format!(
+            "the header field `{name}` has `_` in its name, which some upstreams read as `-`; \
+             send `{}` (request.headers_with_underscores = \"refuse\")",
+            name.as_str().replace('_', "-")
+        ),
+    )
+}
+
 /// A `CONNECT` (501 / `UNIMPLEMENTED`): a reverse proxy opens no tunnels to where a client
 /// names. 501 rather than 405, which would owe an `allow` list of the upstream's methods
 /// (RFC 9110 §15.5.6, §15.6.2).

@@ -18,7 +18,8 @@ use ipnet::IpNet;
 use spillway_core::Criticality;
 use spillway_tower::wire::{self, HeaderError};
 
-use crate::config::{CustomerFrom, DegradeConfig, ProxyConfig};
+use crate::config::{CustomerFrom, DegradeConfig, HeadersWithUnderscores, ProxyConfig};
+use crate::path::{self, PathPolicy};
 
 /// The operation name given to a request that matches no route.
 pub const UNMATCHED_OPERATION: &str = "other";
@@ -63,6 +64,12 @@ pub struct Router {
     api_key_header: HeaderName,
     api_keys: HashMap<String, Arc<str>>,
     health_paths: Vec<String>,
+    /// How paths are made normal before matching (`[request]`).
+    path_policy: PathPolicy,
+    /// Whether routes and health paths compare ASCII case (`request.case_sensitive_paths`).
+    case_sensitive: bool,
+    /// `request.headers_with_underscores`.
+    underscores: HeadersWithUnderscores,
 }
 
 /// What a request is.
@@ -150,7 +157,20 @@ impl Router {
                 .map(|(k, v)| (k.clone(), Arc::from(v.as_str())))
                 .collect(),
             health_paths: c.health_paths.clone(),
+            path_policy: PathPolicy::new(&cfg.request),
+            case_sensitive: cfg.request.case_sensitive_paths,
+            underscores: cfg.request.headers_with_underscores,
         })
+    }
+
+    /// How request paths are made normal before [`classify`](Self::classify) matches them.
+    pub fn path_policy(&self) -> &PathPolicy {
+        &self.path_policy
+    }
+
+    /// What to do with request header fields whose names contain `_`.
+    pub fn underscores(&self) -> HeadersWithUnderscores {
+        self.underscores
     }
 
     /// The header value for `customer`, when it is the default customer (the same `Arc` that
@@ -175,7 +195,8 @@ impl Router {
         })
     }
 
-    /// Classifies a request head from `peer` that arrived at `now`. Errors name the header
+    /// Classifies a request head from `peer` that arrived at `now`; its path is matched as it
+    /// stands, so it is made normal first ([`path_policy`](Self::path_policy)). Errors name the header
     /// (malformed criticality/customer from a trusted peer, malformed deadline/attempt from
     /// anyone — those only ever shorten the caller's own request).
     pub fn classify(
@@ -186,7 +207,8 @@ impl Router {
     ) -> Result<Classified, HeaderError> {
         let trusted = self.is_trusted(peer);
         let path = parts.uri.path();
-        let route = self.routes.iter().find(|r| r.matches(parts)).cloned();
+        let cs = self.case_sensitive;
+        let route = self.routes.iter().find(|r| r.matches(parts, cs)).cloned();
         let mut criticality = route
             .as_ref()
             .map_or(self.default_criticality, |r| r.criticality);
@@ -213,7 +235,10 @@ impl Router {
                 .cloned(),
         }
         .unwrap_or_else(|| Arc::clone(&self.default_customer));
-        let health_check = self.health_paths.iter().any(|p| p == path);
+        let health_check = self
+            .health_paths
+            .iter()
+            .any(|p| p.len() == path.len() && path::same(p.as_bytes(), path.as_bytes(), cs));
         Ok(Classified {
             operation: route
                 .as_ref()
@@ -231,9 +256,9 @@ impl Router {
 }
 
 impl Route {
-    fn matches(&self, parts: &http::request::Parts) -> bool {
+    fn matches(&self, parts: &http::request::Parts, case_sensitive: bool) -> bool {
         (self.methods.is_empty() || self.methods.contains(&parts.method))
-            && self.path.matches(parts.uri.path())
+            && self.path.matches(parts.uri.path(), case_sensitive)
             && self
                 .headers
                 .iter()
@@ -242,12 +267,14 @@ impl Route {
 }
 
 impl PathMatch {
-    fn matches(&self, path: &str) -> bool {
+    /// Prefixes match on segment boundaries (`/api/export` is not `/api/exports`); globs segment
+    /// by segment. ASCII case is ignored unless `cs`.
+    fn matches(&self, path: &str, cs: bool) -> bool {
         match self {
-            PathMatch::Prefix(p) => path.starts_with(p.as_str()),
+            PathMatch::Prefix(p) => path::prefix_matches(path, p, cs),
             PathMatch::Glob(pattern) => {
                 let segs: Vec<&str> = path.split('/').collect();
-                glob(pattern, &segs)
+                glob(pattern, &segs, cs)
             }
         }
     }
@@ -255,33 +282,42 @@ impl PathMatch {
 
 /// Segment-wise glob: `**` matches any number of segments (zero included), a segment with
 /// `*` matches one segment with `*` standing for any run of characters.
-fn glob(pattern: &[String], segs: &[&str]) -> bool {
+fn glob(pattern: &[String], segs: &[&str], cs: bool) -> bool {
     match pattern.split_first() {
         None => segs.is_empty(),
-        Some((p, rest)) if p == "**" => (0..=segs.len()).any(|i| glob(rest, &segs[i..])),
+        Some((p, rest)) if p == "**" => (0..=segs.len()).any(|i| glob(rest, &segs[i..], cs)),
         Some((p, rest)) => match segs.split_first() {
-            Some((s, srest)) => segment(p, s) && glob(rest, srest),
+            Some((s, srest)) => segment(p.as_bytes(), s.as_bytes(), cs) && glob(rest, srest, cs),
             None => false,
         },
     }
 }
 
-fn segment(p: &str, s: &str) -> bool {
-    let mut parts = p.split('*');
-    let first = parts.next().unwrap_or("");
-    let Some(mut rest) = s.strip_prefix(first) else {
+fn segment(p: &[u8], s: &[u8], cs: bool) -> bool {
+    let mut parts = p.split(|&b| b == b'*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = s
+        .get(..first.len())
+        .filter(|h| path::same(h, first, cs))
+        .map(|_| &s[first.len()..])
+    else {
         return false;
     };
-    let pieces: Vec<&str> = parts.collect();
+    let pieces: Vec<&[u8]> = parts.collect();
     if pieces.is_empty() {
         return rest.is_empty();
     }
     for (i, piece) in pieces.iter().enumerate() {
         if i == pieces.len() - 1 {
-            return rest.ends_with(piece);
+            return rest.len() >= piece.len()
+                && path::same(&rest[rest.len() - piece.len()..], piece, cs);
         }
-        match rest.find(piece) {
+        let found = rest
+            .windows(piece.len().max(1))
+            .position(|w| path::same(&w[..piece.len()], piece, cs));
+        match found {
             Some(at) => rest = &rest[at + piece.len()..],
+            None if piece.is_empty() => {}
             None => return false,
         }
     }
@@ -298,14 +334,33 @@ mod tests {
 
     #[test]
     fn globs() {
-        assert!(pm("/api/*/items").matches("/api/v1/items"));
-        assert!(!pm("/api/*/items").matches("/api/v1/x/items"));
-        assert!(pm("/api/**/items").matches("/api/v1/x/items"));
-        assert!(pm("/api/**").matches("/api"));
-        assert!(pm("/static/*.css").matches("/static/a.css"));
-        assert!(!pm("/static/*.css").matches("/static/a.js"));
-        assert!(pm("/pkg.*/Method").matches("/pkg.Service/Method"));
-        assert!(PathMatch::Prefix("/api/".into()).matches("/api/x"));
+        assert!(pm("/api/*/items").matches("/api/v1/items", true));
+        assert!(!pm("/api/*/items").matches("/api/v1/x/items", true));
+        assert!(pm("/api/**/items").matches("/api/v1/x/items", true));
+        assert!(pm("/api/**").matches("/api", true));
+        assert!(pm("/static/*.css").matches("/static/a.css", true));
+        assert!(!pm("/static/*.css").matches("/static/a.js", true));
+        assert!(pm("/pkg.*/Method").matches("/pkg.Service/Method", true));
+        assert!(PathMatch::Prefix("/api/".into()).matches("/api/x", true));
+        assert!(pm("/a*b*c/x").matches("/aXbYc/x", true));
+        assert!(!pm("/a*b*c/x").matches("/aXbY/x", true));
+        assert!(!pm("/ab*ba").matches("/aba", true));
+    }
+
+    #[test]
+    fn case_is_ignored_unless_asked_for() {
+        assert!(pm("/api/export/**").matches("/API/Export/x", false));
+        assert!(!pm("/api/export/**").matches("/API/Export/x", true));
+        assert!(pm("/static/*.CSS").matches("/Static/a.css", false));
+        assert!(pm("/a*B*c").matches("/AxbXC", false));
+        assert!(!pm("/a*B*c").matches("/AxbXC", true));
+        let p = PathMatch::Prefix("/api/export".into());
+        assert!(p.matches("/Api/EXPORT/x", false));
+        assert!(!p.matches("/Api/EXPORT/x", true));
+        // On segment boundaries: the prefix `/batch` is not `/batchjobs`.
+        let p = PathMatch::Prefix("/batch".into());
+        assert!(p.matches("/batch", true) && p.matches("/batch/1", true));
+        assert!(!p.matches("/batchjobs", true) && !p.matches("/BATCHjobs", false));
     }
 
     fn router(toml: &str) -> Router {

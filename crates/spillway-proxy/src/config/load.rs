@@ -264,6 +264,7 @@ fn bad(key: impl Into<String>, value: impl fmt::Display, expected: &str) -> Inva
 
 /// Semantic checks serde cannot express. Returns the key path and the message.
 pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
+    super::request::validate(cfg)?;
     let l = &cfg.listen;
     if l.max_connections == 0 {
         return Err(bad("listen.max_connections", 0, "an integer >= 1"));

@@ -8,7 +8,9 @@
 //! [`AdmissionConfig`](spillway_core::controller::AdmissionConfig), so the proxy cannot drift from the policy it configures.
 
 mod load;
+mod request;
 mod types;
 
 pub use load::{check, parse, ConfigError};
+pub use request::*;
 pub use types::*;

@@ -30,6 +30,8 @@ pub struct ProxyConfig {
     pub routes: Vec<RouteConfig>,
     /// The admin listener (`crate::admin::AdminConfig`, documented there).
     pub admin: crate::admin::AdminConfig,
+    /// Request target and header-name hygiene before routing (`request.rs`).
+    pub request: super::RequestConfig,
 }
 
 impl Default for ProxyConfig {
@@ -42,6 +44,7 @@ impl Default for ProxyConfig {
             signals: SignalsConfig::default(),
             routes: Vec::new(),
             admin: crate::admin::AdminConfig::default(),
+            request: super::RequestConfig::default(),
         }
     }
 }

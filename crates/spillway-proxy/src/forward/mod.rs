@@ -1,5 +1,6 @@
-//! One request's path through the proxy: classify → incident controls → degrade → admit →
-//! forward (balance, throttle, retry) → hold the permit until the response body ends.
+//! One request's path through the proxy: its path made normal and look-alike header fields
+//! dropped → classify → incident controls → degrade → admit → forward (balance, throttle,
+//! retry) → hold the permit until the response body ends.
 //!
 //! Why this order (SRE book ch. 21; DESIGN.md "The request's path"): classification decides
 //! everything after it; the operator's incident levers come before any work; a degraded static
@@ -14,6 +15,7 @@ mod body;
 mod headers;
 mod host;
 mod send;
+mod underscores;
 mod unread;
 
 use std::convert::Infallible;
@@ -79,6 +81,17 @@ pub fn handle(
         if let Err(e) = host::check(&mut parts) {
             state.faults.count(Fault::BadRequest);
             return Ok(respond::bad_host(&e, protocol));
+        }
+        // Routes are matched on the normal path and the upstream is sent the same one, so the
+        // route chosen is the path served (`crate::path`); look-alike fields go before anyone
+        // reads them (`underscores`).
+        if let Err(e) = rt.router.path_policy().apply(&mut parts) {
+            state.faults.count(Fault::BadRequest);
+            return Ok(respond::bad_path(&e, protocol));
+        }
+        if let Err(name) = underscores::apply(&mut parts.headers, rt.router.underscores()) {
+            state.faults.count(Fault::BadRequest);
+            return Ok(respond::underscore_header(&name, protocol));
         }
         let class = match rt
             .router
