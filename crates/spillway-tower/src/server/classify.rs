@@ -111,7 +111,8 @@ impl fmt::Debug for OperationSource {
 /// nothing) and optionally its own cost estimate.
 #[derive(Debug, Clone)]
 pub struct Route {
-    /// Path prefix, e.g. `/api/batch/`.
+    /// Path prefix, e.g. `/api/batch/`; matched on segment boundaries (`/api/batch` takes
+    /// `/api/batch` and `/api/batch/…`, not `/api/batchjobs`).
     pub prefix: Arc<str>,
     /// Criticality of requests that do not (or may not) say.
     pub criticality: Criticality,
@@ -198,11 +199,22 @@ pub struct Classified {
     pub trusted: bool,
 }
 
+/// Whether `path` is under the route `prefix`, on a segment boundary: `/batch` takes `/batch`
+/// and `/batch/…` but not `/batchjobs` (a route that also caught its neighbours would give them
+/// its criticality); a prefix ending in `/` takes what is below it. Case-sensitive, as the
+/// routers it sits in front of (axum, tonic) are.
+pub(crate) fn on_prefix(path: &str, prefix: &str) -> bool {
+    path.starts_with(prefix)
+        && (prefix.ends_with('/')
+            || path.len() == prefix.len()
+            || path.as_bytes()[prefix.len()] == b'/')
+}
+
 impl Classifier {
     fn route(&self, path: &str) -> Option<&Route> {
         self.routes
             .iter()
-            .filter(|r| path.starts_with(&*r.prefix))
+            .filter(|r| on_prefix(path, &r.prefix))
             .max_by_key(|r| r.prefix.len())
     }
 

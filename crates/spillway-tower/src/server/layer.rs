@@ -138,8 +138,9 @@ impl SpillwayLayer {
         self.edit(|s| s.classifier.default_criticality = c)
     }
 
-    /// A route: paths starting with `prefix` default to `criticality` (longest prefix wins;
-    /// the prefix is also the operation name under [`OperationSource::Route`]).
+    /// A route: paths under `prefix`, on a segment boundary (`/batch` is `/batch` and
+    /// `/batch/…`, not `/batchjobs`), default to `criticality` (longest prefix wins; the prefix
+    /// is also the operation name under [`OperationSource::Route`]).
     pub fn route(self, prefix: &str, criticality: Criticality) -> Self {
         self.edit(|s| {
             s.classifier.routes.push(Route {

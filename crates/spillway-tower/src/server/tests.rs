@@ -495,3 +495,27 @@ async fn a_refused_body_is_read_behind_the_answer_over_http1_only() {
         }
     }
 }
+
+#[tokio::test]
+async fn route_prefixes_match_on_segment_boundaries() {
+    let (c, _) = controller(config(100, Some(0)));
+    let layer = SpillwayLayer::new(c)
+        .route("/batch", Criticality::Sheddable)
+        .route("/api/", Criticality::SheddablePlus);
+    let svc = layered(&layer, echo());
+    for (path, want) in [
+        ("/batch", "SHEDDABLE"),
+        ("/batch/", "SHEDDABLE"),
+        ("/batch/1", "SHEDDABLE"),
+        ("/batchjobs", "CRITICAL"),
+        ("/batch.json", "CRITICAL"),
+        ("/api/", "SHEDDABLE_PLUS"),
+        ("/api/x", "SHEDDABLE_PLUS"),
+        ("/api", "CRITICAL"),
+        ("/apix", "CRITICAL"),
+    ] {
+        let r = svc.clone().oneshot(req(path, &[])).await.unwrap();
+        let got = text(r).await;
+        assert!(got.starts_with(&format!("{want} ")), "{path}: {got}");
+    }
+}
