@@ -77,8 +77,32 @@ pub enum HeadersWithUnderscores {
 }
 
 /// Route paths and health paths must be what a normalised request path can be, else they would
-/// never match (a route `/api/./x` or `/a;b` under the defaults). Returns the key and the message.
+/// never match (a route `/api/./x` or `/a;b` under the defaults); and header names the proxy
+/// reads must survive `headers_with_underscores`. Returns the key and the message.
 pub(crate) fn validate(cfg: &super::ProxyConfig) -> Result<(), (String, String)> {
+    if cfg.request.headers_with_underscores != HeadersWithUnderscores::Allow {
+        let read = std::iter::once((
+            "classify.api_key_header".to_string(),
+            &cfg.classify.api_key_header,
+        ))
+        .chain(cfg.routes.iter().enumerate().flat_map(|(i, r)| {
+            r.headers
+                .keys()
+                .map(move |k| (format!("routes[{i}].headers"), k))
+        }));
+        for (key, name) in read {
+            if name.contains('_') {
+                return Err((
+                    key,
+                    format!(
+                        "{name:?}: expected a header name without `_`: such fields are removed \
+                         or refused before routing (request.headers_with_underscores); set it \
+                         to \"allow\" to use this one"
+                    ),
+                ));
+            }
+        }
+    }
     let policy = crate::path::PathPolicy::new(&cfg.request);
     let named = cfg
         .routes
@@ -141,6 +165,18 @@ mod tests {
         let e = crate::config::parse("[classify]\nhealth_paths = [\"//healthz\"]\n", "c.toml")
             .unwrap_err();
         assert_eq!(e.key, "classify.health_paths[0]", "{e}");
+        let e =
+            crate::config::parse("[classify]\napi_key_header = \"x_key\"\n", "c.toml").unwrap_err();
+        assert_eq!(e.key, "classify.api_key_header", "{e}");
+        let e = crate::config::parse(
+            "[[routes]]\nname = \"a\"\nheaders = { \"x_t\" = \"1\" }\n",
+            "c.toml",
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "routes[0].headers", "{e}");
+        let ok = "[request]\nheaders_with_underscores = \"allow\"\n\
+                  [classify]\napi_key_header = \"x_key\"\n";
+        assert!(crate::config::parse(ok, "c.toml").is_ok());
         let e =
             crate::config::parse("[request]\nescaped_slashes = \"allow\"\n", "c.toml").unwrap_err();
         assert!(e.to_string().contains("refuse"), "{e}");
