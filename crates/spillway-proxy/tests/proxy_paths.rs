@@ -221,3 +221,65 @@ async fn health_paths_are_matched_on_the_normal_path() {
     }
     p.shutdown().await;
 }
+
+/// An empty target never reaches routing: over HTTP/1.1 the request line does not parse (400),
+/// over HTTP/2 an empty `:path` is malformed (RFC 9113 §8.3.1) and the stream is refused. Sent
+/// as raw bytes, since no client library sends either. The upstream is a dead address, so a
+/// request that got through would come back 502, not as checked here.
+#[tokio::test]
+async fn an_empty_target_is_refused_over_http1_and_h2() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dead = proxy_support::dead_addr().await;
+    let p = proxy_toml(&config(dead, "")).await;
+    let a = proxy_support::exchange(p.addr, b"GET  HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    assert!(a.starts_with("HTTP/1.1 400"), "{a}");
+
+    let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // SETTINGS, empty
+                                                         // HPACK: :method GET (static 2), :scheme http (6), :authority "x" (literal, name 1),
+                                                         // :path "" (literal, name 4).
+    let block = [0x82, 0x86, 0x41, 1, b'x', 0x44, 0];
+    out.extend_from_slice(&[0, 0, block.len() as u8, 1, 0x5, 0, 0, 0, 1]); // HEADERS, END_STREAM|END_HEADERS, stream 1
+    out.extend_from_slice(&block);
+    s.write_all(&out).await.unwrap();
+    // Frames until stream 1 is answered: RST_STREAM or GOAWAY, or HEADERS whose first field is
+    // `:status 400` (static index 12).
+    let mut buf = Vec::new();
+    let verdict = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            while buf.len() >= 9 {
+                let len =
+                    usize::from(buf[0]) << 16 | usize::from(buf[1]) << 8 | usize::from(buf[2]);
+                if buf.len() < 9 + len {
+                    break;
+                }
+                let (kind, stream) = (buf[3], u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]));
+                let payload = buf[9..9 + len].to_vec();
+                buf.drain(..9 + len);
+                match (kind, stream) {
+                    (3, 1) | (7, _) => return format!("reset (frame type {kind})"),
+                    (1, 1) => {
+                        return format!("headers {:#x}", payload.first().copied().unwrap_or(0))
+                    }
+                    _ => {}
+                }
+            }
+            let mut b = [0u8; 4096];
+            match s.read(&mut b).await {
+                Ok(0) | Err(_) => return "closed".to_string(),
+                Ok(n) => buf.extend_from_slice(&b[..n]),
+            }
+        }
+    })
+    .await
+    .expect("an answer in time");
+    assert!(
+        verdict.starts_with("reset") || verdict == "headers 0x8c",
+        "{verdict}"
+    );
+    eprintln!("empty :path: {verdict}");
+    drop(s);
+    p.shutdown().await;
+}
