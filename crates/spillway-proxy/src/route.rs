@@ -3,10 +3,12 @@
 //! Why the proxy classifies instead of trusting the client: criticality and customer identity
 //! are what shedding and quotas key on (SRE book ch. 21), and a client that could name its own
 //! criticality would always say CRITICAL_PLUS. So the *route* (method, path prefix or glob,
-//! header match) gives the default, and the criticality/customer headers are honoured only from
-//! trusted CIDRs; API keys identify customers from anyone (the key is the credential). Header
-//! parsing is `spillway_tower::wire`'s, so the proxy and the tower layers accept exactly the same
-//! spellings and give the same errors.
+//! header match) gives the default — matched on the normalised path (`crate::path`), prefixes on
+//! segment boundaries and ASCII case ignored by default, so that spelling a path differently
+//! cannot move a request off its route — and the criticality/customer headers are honoured
+//! only from trusted CIDRs; API keys identify customers from anyone (the key is the credential).
+//! Header parsing is `spillway_tower::wire`'s, so the proxy and the tower layers accept exactly
+//! the same spellings and give the same errors.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
