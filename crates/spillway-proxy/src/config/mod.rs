@@ -9,6 +9,7 @@
 
 mod load;
 mod types;
+mod validate;
 
 pub use load::{check, parse, ConfigError};
 pub use types::*;
