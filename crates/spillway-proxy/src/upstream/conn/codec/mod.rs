@@ -36,9 +36,9 @@ mod raw;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use framing::{Decoded, Decoder, Framing, Lengths};
 #[cfg(test)]
-use framing::{MAX_CHUNK_EXTENSIONS, MAX_CHUNK_LINE};
+use framing::MAX_CHUNK_LINE;
+pub(crate) use framing::{Decoded, Decoder, Framing, Lengths};
 pub(crate) use names::{parsed_value, NameCache};
 pub(crate) use raw::RawFields;
 
