@@ -273,3 +273,71 @@ mod against_httparse {
         }
     }
 }
+
+mod no_bare_lf {
+    //! Whatever bytes make a chunked body the decoder accepts to its end, every LF it read
+    //! outside the chunks' data was part of a CRLF.
+
+    use bytes::BytesMut;
+    use proptest::prelude::*;
+
+    use super::super::{Decoded, Decoder, Framing};
+
+    /// A line end: mostly CRLF, sometimes a bare LF or a bare CR.
+    fn eol() -> impl Strategy<Value = &'static str> {
+        prop_oneof![6 => Just("\r\n"), 2 => Just("\n"), 1 => Just("\r")]
+    }
+
+    /// Chunked bodies, well-formed but for the line ends.
+    fn wire() -> impl Strategy<Value = Vec<u8>> {
+        let chunk = (
+            prop::sample::select(vec!["x", "hello", "a\nb"]),
+            any::<bool>(),
+            eol(),
+            eol(),
+        )
+            .prop_map(|(data, ext, size_end, data_end)| {
+                let ext = if ext { ";e=1" } else { "" };
+                format!("{:x}{ext}{size_end}{data}{data_end}", data.len())
+            });
+        (
+            prop::collection::vec(chunk, 0..4),
+            eol(),
+            prop::option::of(eol()),
+            eol(),
+        )
+            .prop_map(|(chunks, last_end, trailer, end)| {
+                let trailer = trailer.map_or(String::new(), |e| format!("t: 1{e}"));
+                format!("{}0{last_end}{trailer}{end}", chunks.concat()).into_bytes()
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn an_accepted_body_has_no_bare_lf(wire in wire()) {
+            let mut d = Decoder::new(Framing::Chunked);
+            let mut buf = BytesMut::from(&wire[..]);
+            // Where the data was: a size may take in a separator's bytes as data.
+            let mut data = vec![false; wire.len()];
+            let ended = loop {
+                match d.decode(&mut buf) {
+                    Ok(Decoded::End) | Ok(Decoded::Trailers(_)) => break true,
+                    // The data ends where the decoder stopped reading.
+                    Ok(Decoded::Data(b)) => {
+                        let end = wire.len() - buf.len();
+                        data[end - b.len()..end].fill(true);
+                    }
+                    Ok(Decoded::More) | Err(_) => break false,
+                }
+            };
+            if ended {
+                let read = &wire[..wire.len() - buf.len()];
+                for (i, b) in read.iter().enumerate() {
+                    if *b == b'\n' && !data[i] {
+                        prop_assert!(i > 0 && read[i - 1] == b'\r', "bare LF at {} in {:?}", i, String::from_utf8_lossy(read));
+                    }
+                }
+            }
+        }
+    }
+}
