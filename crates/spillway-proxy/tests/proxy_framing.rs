@@ -17,7 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 type Seen = Arc<Mutex<Vec<Vec<u8>>>>;
 
 /// An upstream that answers every request head with `answer` (then closes) and records the raw
-/// bytes it read on each connection (the head and whatever body arrived within 300 ms).
+/// bytes it read on each connection (the head and its body, or what of it arrived).
 async fn upstream(answer: &'static [u8]) -> (std::net::SocketAddr, Seen) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -37,15 +37,24 @@ async fn upstream(answer: &'static [u8]) -> (std::net::SocketAddr, Seen) {
                     seen.lock().unwrap()[i] = buf;
                     return;
                 }
-                // The body, as much of it as comes soon.
+                // The body: to its length, or to a chunked body's last chunk, or as much as
+                // comes before the proxy gives up on it (closes, or sends nothing for 2 s).
+                let head_len = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                let head = String::from_utf8_lossy(&buf[..head_len]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                let whole = |buf: &[u8]| match length {
+                    Some(n) => buf.len() >= head_len + n,
+                    None => !head.contains("chunked") || buf.ends_with(b"0\r\n\r\n"),
+                };
                 let mut b = [0u8; 65536];
-                while let Ok(Ok(n)) =
-                    tokio::time::timeout(Duration::from_millis(300), s.read(&mut b)).await
-                {
-                    if n == 0 {
-                        break;
+                while !whole(&buf) {
+                    match tokio::time::timeout(Duration::from_secs(2), s.read(&mut b)).await {
+                        Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&b[..n]),
+                        _ => break,
                     }
-                    buf.extend_from_slice(&b[..n]);
                 }
                 seen.lock().unwrap()[i] = buf;
                 let _ = s.write_all(answer).await;
