@@ -60,7 +60,8 @@ pub enum Fault {
     UpstreamTimeout,
     /// No upstream slot within `upstream.pool_wait_timeout_ms`, or no task available (503).
     UpstreamUnavailable,
-    /// A body larger than `upstream.retry_buffer_bytes` was streamed, so not retried.
+    /// A body larger than `upstream.retry_buffer_bytes`, or past the budget of
+    /// `upstream.retry_buffer_total_bytes`, was streamed, so not retried.
     NotRetriedLargeBody,
     /// A TLS handshake failed.
     TlsHandshake,

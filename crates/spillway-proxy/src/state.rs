@@ -116,6 +116,9 @@ pub struct ProxyState {
     origin: RwLock<String>,
     /// Fault counters (bad input, upstream failures).
     pub faults: crate::metrics::Faults,
+    /// Request bodies buffered for retries, all requests together
+    /// (`upstream.retry_buffer_total_bytes`; outlives reloads, which set its limit).
+    body_budget: Arc<crate::forward::BodyBudget>,
 }
 
 /// Asked to switch degradation for a route that does not exist.
@@ -159,8 +162,10 @@ impl ProxyState {
         origin: &str,
         config_path: Option<PathBuf>,
     ) -> Result<Arc<Self>, ConfigError> {
+        let body_budget = crate::forward::BodyBudget::new(cfg.upstream.retry_buffer_total_bytes);
         let runtime = build_runtime(Arc::new(cfg), None, origin)?;
         Ok(Arc::new(ProxyState {
+            body_budget,
             runtime: RwLock::new(Arc::new(runtime)),
             epoch: AtomicU64::new(0),
             config_path,
@@ -220,6 +225,11 @@ impl ProxyState {
         }
     }
 
+    /// The budget for request bodies buffered for retries, shared by all requests.
+    pub fn body_budget(&self) -> &Arc<crate::forward::BodyBudget> {
+        &self.body_budget
+    }
+
     /// The effective configuration.
     pub fn config(&self) -> Arc<ProxyConfig> {
         Arc::clone(&self.runtime().config)
@@ -235,6 +245,8 @@ impl ProxyState {
         });
         match result {
             Ok(rt) => {
+                self.body_budget
+                    .set_limit(rt.config.upstream.retry_buffer_total_bytes);
                 *self.runtime.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(rt);
                 // After the swap: a thread that sees the new epoch reads the new runtime.
                 self.epoch.fetch_add(1, Ordering::Release);

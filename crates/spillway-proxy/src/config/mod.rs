@@ -10,6 +10,7 @@
 mod load;
 mod request;
 mod types;
+mod validate;
 
 pub use load::{check, parse, ConfigError};
 pub use request::*;

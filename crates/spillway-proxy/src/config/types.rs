@@ -235,6 +235,10 @@ pub struct UpstreamConfig {
     /// Request bodies up to this size are buffered so they can be retried; larger ones are
     /// streamed and never retried. Default 65 536.
     pub retry_buffer_bytes: usize,
+    /// All request bodies buffered for retries at once, across every connection and thread,
+    /// take at most this many bytes; a body that would take more is streamed instead (and so
+    /// never retried). Default 67 108 864 (64 MiB: 1,024 bodies of the default 64 KiB).
+    pub retry_buffer_total_bytes: usize,
     /// Client-side adaptive throttle per task (spillway-core `ThrottleConfig`).
     pub throttle: ThrottleConfig,
     /// Retries of overload refusals and connection failures (spillway-core `RetryConfig`).
@@ -258,6 +262,7 @@ impl Default for UpstreamConfig {
             max_idle_per_task: 256,
             idle_timeout_ms: 60_000,
             retry_buffer_bytes: 65_536,
+            retry_buffer_total_bytes: 64 << 20,
             throttle: default_throttle(),
             retry: RetryConfig::default(),
             ejection: EjectionConfig::default(),

@@ -2,6 +2,7 @@
 //! holds the admission permit, the task's in-flight count and its slot until it ends.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -11,13 +12,16 @@ use spillway_core::controller::{Outcome, Permit};
 
 use spillway_tower::metrics::RequestLabels;
 
+use super::budget::{BodyBudget, BodyGrant};
 use super::Unread;
 use crate::listener::head::Busy;
 use crate::upstream::{BoxError, InSlot, RawFields, UpstreamBody};
 
-/// The request body: buffered (replayable on another task) or streamed (sent once).
+/// The request body: buffered (replayable on another task; its share of the buffer budget
+/// held as long as it is) or streamed (sent once).
 pub(super) enum ReqBody {
-    Buffered(Bytes),
+    // The grant is only held: dropped with the body, it gives its bytes back.
+    Buffered(Bytes, #[allow(dead_code)] Option<BodyGrant>),
     Streamed(Option<Unread>),
 }
 
@@ -30,21 +34,23 @@ pub(super) enum ReadError {
 }
 
 /// Buffers a body with a known length up to `limit` (within `timeout`: a slow upload must not
-/// hold an admission permit forever); anything else is handed back to be streamed. (A request
-/// with no body never gets here: `send::forward` answers that case without building this
-/// future.)
+/// hold an admission permit forever) when `budget` has room for it; anything else is handed
+/// back to be streamed. (A request with no body never gets here: `send::forward` answers that
+/// case without building this future.)
 pub(super) async fn read_body(
     body: Unread,
     limit: usize,
+    budget: &Arc<BodyBudget>,
     timeout: std::time::Duration,
 ) -> Result<ReqBody, ReadError> {
     let hint = body.size_hint();
-    let small = hint.exact().is_some_and(|n| n <= limit as u64);
-    if !small {
+    let small = hint.exact().filter(|&n| n <= limit as u64);
+    // Reserved before reading: the bytes are in memory as they arrive.
+    let Some(grant) = small.and_then(|n| budget.take(n as usize)) else {
         return Ok(ReqBody::Streamed(Some(body)));
-    }
+    };
     match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await {
-        Ok(Ok(c)) => Ok(ReqBody::Buffered(c.to_bytes())),
+        Ok(Ok(c)) => Ok(ReqBody::Buffered(c.to_bytes(), Some(grant))),
         Ok(Err(e)) => Err(ReadError::Broken(e.to_string())),
         Err(_) => Err(ReadError::Timeout),
     }

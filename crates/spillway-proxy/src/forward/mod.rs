@@ -12,6 +12,7 @@
 
 mod added;
 mod body;
+mod budget;
 mod headers;
 mod host;
 mod send;
@@ -40,6 +41,7 @@ use crate::upstream::ProxyBody;
 
 pub use added::Added;
 pub use body::Held;
+pub use budget::{BodyBudget, BodyGrant};
 pub(crate) use headers::is_hop_by_hop_name;
 pub use headers::Peer;
 use headers::{is_upgrade, strip_hop_by_hop};

@@ -59,9 +59,15 @@ pub(super) fn forward<'a>(
         let body_was_empty = http_body::Body::is_end_stream(&body);
         let read = if body_was_empty {
             // No body (most GETs): no reading future to build, move and poll.
-            Ok(ReqBody::Buffered(bytes::Bytes::new()))
+            Ok(ReqBody::Buffered(bytes::Bytes::new(), None))
         } else {
-            read_body(body, cfg.retry_buffer_bytes, read_timeout).await
+            read_body(
+                body,
+                cfg.retry_buffer_bytes,
+                state.body_budget(),
+                read_timeout,
+            )
+            .await
         };
         let mut body = match read {
             Ok(b) => b,
@@ -133,7 +139,7 @@ pub(super) fn forward<'a>(
                 );
             };
             tried.add(task.id);
-            let replayable = matches!(body, ReqBody::Buffered(_)) && !upgrade;
+            let replayable = matches!(body, ReqBody::Buffered(..)) && !upgrade;
 
             // Client-side throttle (SRE ch. 21): refused locally, counted as that task refusing.
             if task.throttle(class.criticality).try_acquire(now).is_err() {
@@ -188,7 +194,7 @@ pub(super) fn forward<'a>(
             let inflight = task.start_in_slot(now, slot);
 
             let send_body = match &mut body {
-                ReqBody::Buffered(b) => full_body(b.clone()),
+                ReqBody::Buffered(b, _) => full_body(b.clone()),
                 ReqBody::Streamed(b) => match b.take() {
                     Some(mut b) => {
                         broke = Some(b.watch());

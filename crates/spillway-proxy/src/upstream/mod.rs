@@ -43,8 +43,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use body::{empty_body, full_body, ProxyBody};
 pub(crate) use conn::{
-    add_length, chunk_header, chunked_end, parsed_value, ConnectionTokens, Decoded, Decoder,
-    Framing, NameCache, RawFields,
+    chunk_header, chunked_end, parsed_value, ConnectionTokens, Decoded, Decoder, Framing, Lengths,
+    NameCache, RawFields,
 };
 pub use conn::{Connections, UpstreamBody, UpstreamError};
 pub use eject::{max_ejected, Ejection};

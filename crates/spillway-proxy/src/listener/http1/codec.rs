@@ -25,7 +25,7 @@ use http_body::Body;
 use smallvec::SmallVec;
 
 pub(super) use crate::upstream::Framing;
-use crate::upstream::{add_length, parsed_value, ConnectionTokens, NameCache, RawFields};
+use crate::upstream::{parsed_value, ConnectionTokens, Lengths, NameCache, RawFields};
 
 /// Most header fields a request head may have (hyper's server limit, as before).
 pub(super) const MAX_HEADERS: usize = 100;
@@ -109,7 +109,7 @@ pub(super) fn parse_request(
     let mut fields: SmallVec<[(HeaderName, (usize, usize)); 16]> = SmallVec::new();
     let mut conn = ConnectionTokens::default();
     let mut trailers = false;
-    let mut length = None;
+    let mut lengths = Lengths::default();
     let mut chunked = false;
     let mut expect = false;
     for h in req.headers.iter() {
@@ -124,11 +124,7 @@ pub(super) fn parse_request(
                 .split(|b| *b == b',')
                 .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
         } else if name == header::CONTENT_LENGTH {
-            // One that does not parse, or lengths that disagree, hyper answers with a 400.
-            match add_length(length, h.value) {
-                Ok(n) => length = n,
-                Err(()) => return Parsed::Other,
-            }
+            lengths.add(h.value);
         } else if name == header::TRANSFER_ENCODING {
             // Chunked alone, once; any other coding (or a list) is hyper's to refuse.
             if chunked || !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
@@ -148,6 +144,11 @@ pub(super) fn parse_request(
         }
         fields.push((name, span(h.value)));
     }
+    // One that does not parse, or lengths that disagree (RFC 9110 §8.6): hyper's server
+    // answers them with a 400.
+    let Ok(length) = lengths.value() else {
+        return Parsed::Other;
+    };
     // Both framings (a smuggling pattern, RFC 9112 §6.3), or chunked from HTTP/1.0: hyper's
     // to refuse.
     if chunked && (length.is_some() || version == Version::HTTP_10) {
@@ -171,6 +172,8 @@ pub(super) fn parse_request(
     for (name, (vs, ve)) in fields.drain(..) {
         headers.append(name, parsed_value(&head, vs, ve));
     }
+    // `35, 35`, or two fields of 35: forwarded as one field of 35.
+    lengths.normalise(&mut headers);
     let (mut parts, ()) = Request::new(()).into_parts();
     parts.method = method;
     parts.uri = uri;
@@ -246,6 +249,8 @@ pub(super) fn encode_response<B: Body>(
     let may_have_body = !req.head && !bodiless && !status.is_informational();
     let mut keep_alive = req.keep_alive;
     let mut length = None;
+    // The map's `content-length` fields, looked at once the first is met.
+    let mut lengths: Option<Lengths> = None;
     let mut has_date = false;
     let mut announced: Option<Vec<HeaderName>> = None;
     for (name, value) in headers {
@@ -255,10 +260,21 @@ pub(super) fn encode_response<B: Body>(
             continue;
         }
         if *name == header::CONTENT_LENGTH {
-            match add_length(length, value.as_bytes()) {
-                Ok(n) => length = n,
-                // Not a length: left out, the body's own size is used.
+            let l = *lengths.get_or_insert_with(|| Lengths::of(headers));
+            match l.value() {
+                // Not a length, or lengths that disagree: left out, the body's own size is
+                // used.
                 Err(()) => continue,
+                Ok(n) if l.is_single() => length = n,
+                // Repeated (`35, 35`, or two fields): written once, as one number
+                // (RFC 9110 §8.6).
+                Ok(n) => {
+                    if length.is_none() {
+                        length = n;
+                        let _ = write!(buf, "content-length: {}\r\n", n.unwrap_or(0));
+                    }
+                    continue;
+                }
             }
         } else if *name == header::CONNECTION {
             let mut c = ConnectionTokens::default();

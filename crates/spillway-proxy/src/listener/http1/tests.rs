@@ -93,6 +93,43 @@ fn a_body_of_a_declared_length_is_announced_and_left_in_the_buffer() {
     assert_eq!(&rest[..], b"helloGET");
 }
 
+#[test]
+fn a_repeated_length_is_kept_as_one_field() {
+    for wire in [
+        &b"POST /up HTTP/1.1\r\nContent-Length: 5, 5\r\nX-A: 1\r\n\r\n"[..],
+        b"POST /up HTTP/1.1\r\nContent-Length: 5\r\nX-A: 1\r\ncontent-length: 5\r\n\r\n",
+    ] {
+        let h = request(wire);
+        let all: Vec<_> = h.parts.headers.get_all("content-length").iter().collect();
+        assert_eq!(all, ["5"]);
+        assert_eq!(
+            (h.body, h.parts.headers.len()),
+            (Some(Framing::Length(5)), 2)
+        );
+    }
+}
+
+#[test]
+fn a_response_s_repeated_length_is_written_once() {
+    let mut res = Response::new(Full::new(Bytes::from_static(b"hello")));
+    res.headers_mut()
+        .append("content-length", HeaderValue::from_static("5, 5"));
+    res.headers_mut()
+        .append("content-length", HeaderValue::from_static("5"));
+    let (h, head) = encode(&res, answering(Version::HTTP_11, false, true));
+    assert_eq!(date_free(&h), "HTTP/1.1 200 OK\ncontent-length: 5\n");
+    assert_eq!(head.framing, Framing::Length(5));
+    // Lengths that disagree are not sent; the body's own size is.
+    let mut res = Response::new(Full::new(Bytes::from_static(b"hello")));
+    res.headers_mut()
+        .append("content-length", HeaderValue::from_static("5"));
+    res.headers_mut()
+        .append("content-length", HeaderValue::from_static("6"));
+    let (h, head) = encode(&res, answering(Version::HTTP_11, false, true));
+    assert_eq!(date_free(&h), "HTTP/1.1 200 OK\ncontent-length: 5\n");
+    assert_eq!(head.framing, Framing::Length(5));
+}
+
 /// What the fast path does not serve is left in the buffer byte for byte, for hyper.
 #[test]
 fn what_the_fast_path_does_not_serve_is_left_whole() {
@@ -392,7 +429,9 @@ proptest! {
             Parsed::Request(h) => {
                 prop_assert!(!body_or_switch);
                 prop_assert!(rest.is_empty());
-                prop_assert_eq!(h.parts.headers.len(), fields.len());
+                // A repeated length is kept as one field (RFC 9110 §8.6).
+                let repeats = fields.iter().filter(|f| f.starts_with("Content-Length")).count().saturating_sub(1);
+                prop_assert_eq!(h.parts.headers.len(), fields.len() - repeats);
                 let expected = if te == 1 {
                     Some(Framing::Chunked)
                 } else if lengths.iter().any(|f| f.ends_with(" 3")) {

@@ -189,8 +189,8 @@ impl Body for UpstreamBody {
                 Err(e) => break Some(e),
             }
             match ready!(c.poll_read(cx)) {
-                Ok(0) if *decoder == Decoder::UntilClose => {
-                    *decoder = Decoder::Done;
+                Ok(0) if decoder.is_until_close() => {
+                    decoder.closed();
                     *keep_alive = false;
                     break None;
                 }

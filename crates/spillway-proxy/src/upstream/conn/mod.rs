@@ -61,8 +61,8 @@ pub use self::body::UpstreamBody;
 use self::codec::WireError;
 /// The wire rules the client-facing HTTP/1.1 server shares with the upstream client.
 pub(crate) use self::codec::{
-    add_length, chunk_header, chunked_end, parsed_value, ConnectionTokens, Decoded, Decoder,
-    Framing, NameCache, RawFields,
+    chunk_header, chunked_end, parsed_value, ConnectionTokens, Decoded, Decoder, Framing, Lengths,
+    NameCache, RawFields,
 };
 use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};

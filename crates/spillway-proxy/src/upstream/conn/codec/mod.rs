@@ -23,18 +23,22 @@ use std::io::Write as _;
 use std::mem::MaybeUninit;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, Request, StatusCode, Version};
 use http_body::Body;
 use smallvec::SmallVec;
 
 use crate::forward::Added;
 
+mod framing;
 mod names;
 mod raw;
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+use framing::MAX_CHUNK_LINE;
+pub(crate) use framing::{Decoded, Decoder, Framing, Lengths};
 pub(crate) use names::{parsed_value, NameCache};
 pub(crate) use raw::RawFields;
 
@@ -44,9 +48,6 @@ const MAX_HEADERS: usize = 100;
 /// Largest response head, in bytes (hyper's default read-buffer limit, so the proxy accepts
 /// what it accepted before).
 pub(super) const MAX_HEAD: usize = 8192 + 4096 * 100;
-
-/// Longest chunk-size line (size and extensions) of a chunked body.
-const MAX_CHUNK_LINE: usize = 4096;
 
 /// Why a message from (or to) the upstream could not be framed.
 #[derive(Debug, thiserror::Error)]
@@ -95,11 +96,8 @@ pub(super) fn encode_request<B: Body>(
     let body = req.body();
     let ended = body.is_end_stream();
     // The client's own length, when it has a body and a length that parses.
-    let declared = if ended {
-        None
-    } else {
-        content_length(headers).ok().flatten()
-    };
+    let mut lengths = (!ended).then(|| Lengths::of(headers));
+    let declared = lengths.and_then(|l| l.value().ok().flatten());
     let outgoing = if ended {
         Outgoing::Empty
     } else if headers.contains_key(header::TRANSFER_ENCODING) {
@@ -128,9 +126,23 @@ pub(super) fn encode_request<B: Body>(
         Outgoing::Length(_) => declared.is_some(),
         Outgoing::Empty => true,
     };
+    let mut length_written = false;
     for (name, value) in headers {
-        if *name == header::CONTENT_LENGTH && !keep_length {
-            continue;
+        if *name == header::CONTENT_LENGTH {
+            if !keep_length {
+                continue;
+            }
+            // A length repeated (`35, 35`, or in two fields) goes on as the one number it
+            // agrees on (RFC 9110 §8.6), one that does not agree not at all; looked at only
+            // when there is one, as most requests have none.
+            let l = *lengths.get_or_insert_with(|| Lengths::of(headers));
+            if !l.is_single() {
+                if let (false, Ok(Some(n))) = (length_written, l.value()) {
+                    let _ = write!(buf, "content-length: {n}\r\n");
+                }
+                length_written = true;
+                continue;
+            }
         }
         buf.extend_from_slice(name.as_str().as_bytes());
         buf.extend_from_slice(b": ");
@@ -174,20 +186,6 @@ pub(crate) fn chunked_end(buf: &mut Vec<u8>, after_data: bool, trailers: Option<
         buf.extend_from_slice(b"\r\n");
     }
     buf.extend_from_slice(b"\r\n");
-}
-
-/// How a response's body is delimited (RFC 9112 §6.3), read from an upstream or written to a
-/// client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Framing {
-    /// No body (a `HEAD` request's response, 204, 304, a length of zero).
-    Empty,
-    /// Exactly this many bytes.
-    Length(u64),
-    /// Chunked transfer coding.
-    Chunked,
-    /// Everything until the sender closes the connection.
-    UntilClose,
 }
 
 /// A parsed response head.
@@ -292,9 +290,14 @@ pub(super) fn parse_response(
                 r.begin(&head);
                 let d = fill(&head, &spans, names, &mut headers, Some(&mut *r))?;
                 // What the fields rule out: a body of no bytes, fields named for removal, a
-                // length the transfer coding overrides.
-                if d.length.is_ok_and(|n| n != Some(0)) && !d.both() && !d.connection.others {
-                    r.finish(d.length.ok().flatten());
+                // length the transfer coding overrides, a length repeated (sent on as one).
+                let length = d.length.value();
+                if length.is_ok_and(|n| n != Some(0))
+                    && d.length.is_single()
+                    && !d.both()
+                    && !d.connection.others
+                {
+                    r.finish(length.ok().flatten());
                     d
                 } else {
                     r.clear();
@@ -310,12 +313,16 @@ pub(super) fn parse_response(
             }
         };
         let both = delimiters.both();
+        let lengths = delimiters.length;
         let (framing, keep_alive) = delimiters.framing(method, status, version)?;
         if both {
             // The length is not the body's: sent on, it would make the client read the
             // chunked body by it (RFC 9112 §6.3: "MUST first remove the received
             // Content-Length field" before forwarding).
             headers.remove(header::CONTENT_LENGTH);
+        } else {
+            // `35, 35` or two fields of 35: one field of 35 for the client (RFC 9110 §8.6).
+            lengths.normalise(&mut headers);
         }
         return Ok(Some(ResponseHead {
             status,
@@ -348,9 +355,7 @@ fn fill(
             let kind = raw::kind(wire);
             if kind != raw::Kind::Kept {
                 if kind == raw::Kind::Length {
-                    delimiters.length = delimiters
-                        .length
-                        .and_then(|found| add_length(found, &head[vs..ve]));
+                    delimiters.length.add(&head[vs..ve]);
                 }
                 r.add(kind, ns, vs, ve);
                 continue;
@@ -408,8 +413,8 @@ struct Delimiters {
     connection: ConnectionTokens,
     /// Whether the `transfer-encoding` fields name `chunked` alone (`None`: no such field).
     chunked: Option<bool>,
-    /// The `content-length` so far, as [`content_length`] reads it.
-    length: Result<Option<u64>, ()>,
+    /// The `content-length` fields so far.
+    length: Lengths,
 }
 
 impl Delimiters {
@@ -417,7 +422,7 @@ impl Delimiters {
         Delimiters {
             connection: ConnectionTokens::default(),
             chunked: None,
-            length: Ok(None),
+            length: Lengths::default(),
         }
     }
 
@@ -429,13 +434,13 @@ impl Delimiters {
             self.chunked =
                 Some(self.chunked.is_none() && value.trim_ascii().eq_ignore_ascii_case(b"chunked"));
         } else if *name == header::CONTENT_LENGTH {
-            self.length = self.length.and_then(|found| add_length(found, value));
+            self.length.add(value);
         }
     }
 
     /// Both a `transfer-encoding` and a `content-length` were seen (the coding wins).
     fn both(&self) -> bool {
-        self.chunked.is_some() && self.length != Ok(None)
+        self.chunked.is_some() && self.length.value() != Ok(None)
     }
 
     /// The body's framing and whether the connection stays open (RFC 9112 §6.3, §9.3).
@@ -466,43 +471,18 @@ impl Delimiters {
             }
             // Both present: chunked wins, and the connection must not be reused (§6.3 item 3).
             Some(true) => {
-                let both = self.length != Ok(None);
+                let both = self.length.value() != Ok(None);
                 return Ok((Framing::Chunked, keep_alive && !both));
             }
             None => {}
         }
-        match self.length {
+        match self.length.value() {
             Ok(Some(0)) => Ok((Framing::Empty, keep_alive)),
             Ok(Some(n)) => Ok((Framing::Length(n), keep_alive)),
             Ok(None) => Ok((Framing::UntilClose, false)),
             Err(()) => Err(invalid("an invalid or conflicting content-length")),
         }
     }
-}
-
-/// The `content-length`: `Ok(None)` when absent, `Err` when a value is not a number or the
-/// values disagree (RFC 9110 §8.6 allows the same number repeated, in one field or several).
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ()> {
-    headers
-        .get_all(header::CONTENT_LENGTH)
-        .iter()
-        .try_fold(None, |found, v| add_length(found, v.as_bytes()))
-}
-
-/// `found` with one more `content-length` field value (a list of numbers) taken in.
-pub(crate) fn add_length(mut found: Option<u64>, value: &[u8]) -> Result<Option<u64>, ()> {
-    for part in value.split(|b| *b == b',') {
-        let part = part.trim_ascii();
-        if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
-            return Err(());
-        }
-        let n = part.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
-        if found.is_some_and(|f| f != n) {
-            return Err(());
-        }
-        found = Some(n);
-    }
-    Ok(found)
 }
 
 /// Whether the last transfer coding is `chunked`.
@@ -520,164 +500,4 @@ fn ends_in_chunked(value: &[u8]) -> bool {
         .rsplit(|b| *b == b',')
         .next()
         .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
-}
-
-/// What a body's decoder gives next (a response's from an upstream, a request's from a client).
-#[derive(Debug, PartialEq)]
-pub(crate) enum Decoded {
-    /// Body bytes.
-    Data(Bytes),
-    /// The trailer section of a chunked body (then the end).
-    Trailers(HeaderMap),
-    /// The body is complete.
-    End,
-    /// More bytes are needed.
-    More,
-}
-
-/// A body's decoder state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Decoder {
-    /// This many bytes left.
-    Length(u64),
-    /// A chunked body: expecting a chunk-size line.
-    ChunkSize,
-    /// A chunked body: this many bytes of the current chunk left.
-    ChunkData(u64),
-    /// A chunked body: the CRLF after a chunk's data.
-    ChunkEnd,
-    /// A chunked body: the trailer section after the last chunk.
-    Trailers,
-    /// Until the connection closes.
-    UntilClose,
-    /// Complete.
-    Done,
-}
-
-impl Decoder {
-    pub(crate) fn new(framing: Framing) -> Self {
-        match framing {
-            Framing::Empty | Framing::Length(0) => Decoder::Done,
-            Framing::Length(n) => Decoder::Length(n),
-            Framing::Chunked => Decoder::ChunkSize,
-            Framing::UntilClose => Decoder::UntilClose,
-        }
-    }
-
-    /// Whether the body is complete.
-    pub(crate) fn is_done(&self) -> bool {
-        *self == Decoder::Done
-    }
-
-    /// Bytes left when the body has a length.
-    pub(crate) fn remaining(&self) -> Option<u64> {
-        match self {
-            Decoder::Length(n) => Some(*n),
-            Decoder::Done => Some(0),
-            _ => None,
-        }
-    }
-
-    /// Takes the next piece of the body from the front of `buf`.
-    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
-        loop {
-            match *self {
-                Decoder::Done => return Ok(Decoded::End),
-                Decoder::Length(left) | Decoder::ChunkData(left) => {
-                    if buf.is_empty() {
-                        return Ok(Decoded::More);
-                    }
-                    let take = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
-                    let rest = left - take as u64;
-                    *self = match (*self, rest) {
-                        (Decoder::Length(_), 0) => Decoder::Done,
-                        (Decoder::Length(_), r) => Decoder::Length(r),
-                        (_, 0) => Decoder::ChunkEnd,
-                        (_, r) => Decoder::ChunkData(r),
-                    };
-                    return Ok(Decoded::Data(buf.split_to(take).freeze()));
-                }
-                Decoder::UntilClose => {
-                    if buf.is_empty() {
-                        return Ok(Decoded::More);
-                    }
-                    return Ok(Decoded::Data(buf.split().freeze()));
-                }
-                Decoder::ChunkSize => {
-                    let Some(end) = buf.iter().position(|b| *b == b'\n') else {
-                        if buf.len() > MAX_CHUNK_LINE {
-                            return Err(invalid("a chunk-size line longer than 4 KiB"));
-                        }
-                        return Ok(Decoded::More);
-                    };
-                    let size = chunk_size(&buf[..end])?;
-                    buf.advance(end + 1);
-                    *self = if size == 0 {
-                        Decoder::Trailers
-                    } else {
-                        Decoder::ChunkData(size)
-                    };
-                }
-                Decoder::ChunkEnd => {
-                    if buf.len() < 2 {
-                        return Ok(Decoded::More);
-                    }
-                    if &buf[..2] != b"\r\n" {
-                        return Err(invalid("chunk data not followed by CRLF"));
-                    }
-                    buf.advance(2);
-                    *self = Decoder::ChunkSize;
-                }
-                Decoder::Trailers => {
-                    if buf.starts_with(b"\r\n") {
-                        buf.advance(2);
-                        *self = Decoder::Done;
-                        return Ok(Decoded::End);
-                    }
-                    if buf.len() < 2 {
-                        return Ok(Decoded::More);
-                    }
-                    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-                    let (len, map) = match httparse::parse_headers(buf, &mut fields) {
-                        Ok(httparse::Status::Complete((len, fields))) => {
-                            let mut map = HeaderMap::with_capacity(fields.len());
-                            for f in fields.iter() {
-                                let name = HeaderName::from_bytes(f.name.as_bytes())
-                                    .map_err(|_| invalid("a trailer name that is not a token"))?;
-                                let value = HeaderValue::from_bytes(f.value).map_err(|_| {
-                                    invalid("a trailer value with control characters")
-                                })?;
-                                map.append(name, value);
-                            }
-                            (len, map)
-                        }
-                        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
-                            return Err(invalid("a trailer section larger than the head limit"))
-                        }
-                        Ok(httparse::Status::Partial) => return Ok(Decoded::More),
-                        Err(e) => return Err(invalid(format!("trailer section: {e}"))),
-                    };
-                    buf.advance(len);
-                    *self = Decoder::Done;
-                    return Ok(Decoded::Trailers(map));
-                }
-            }
-        }
-    }
-}
-
-/// The size on a chunk-size line (without its LF): hex digits, then optional extensions.
-fn chunk_size(line: &[u8]) -> Result<u64, WireError> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    let rest = line[digits..].trim_ascii_start();
-    if digits == 0 || digits > 16 || !(rest.is_empty() || rest.starts_with(b";")) {
-        return Err(invalid("a chunk-size line that is not a hexadecimal size"));
-    }
-    let mut n = 0u64;
-    for d in &line[..digits] {
-        // Checked above: at most 16 hex digits fit in a u64.
-        n = n << 4 | u64::from(char::from(*d).to_digit(16).unwrap_or(0));
-    }
-    Ok(n)
 }
