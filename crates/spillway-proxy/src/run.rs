@@ -157,6 +157,9 @@ pub fn run(source: Source) -> Result<(), RunError> {
         let state = load(&source)?;
         let admin_cfg = state.config().admin.clone();
         let admin = if admin_cfg.enabled {
+            if let Some(w) = admin_cfg.no_token_warning() {
+                crate::metrics::log(&w);
+            }
             let listen = admin_cfg.listen;
             let server = crate::admin::AdminServer::bind(Arc::clone(&state), admin_cfg)
                 .await

@@ -39,6 +39,21 @@ pub struct Runtime {
     started: std::time::Instant,
 }
 
+/// Sets the label caps from `cfg` and offers its names first, so configured customers and
+/// routes get series of their own before callers' values do.
+fn apply_label_caps(labels: &crate::admin::labels::MetricLabels, cfg: &ProxyConfig) {
+    labels.customers.set_max(cfg.admin.max_customer_labels);
+    labels.operations.set_max(cfg.admin.max_operation_labels);
+    let c = &cfg.classify;
+    labels.customers.seed(
+        std::iter::once(c.default_customer.as_str()).chain(c.api_keys.values().map(String::as_str)),
+    );
+    labels.operations.seed(
+        std::iter::once(crate::route::UNMATCHED_OPERATION)
+            .chain(cfg.routes.iter().map(|r| r.name.as_str())),
+    );
+}
+
 /// The controller's utilisation, refreshed at most every 10 ms (and the in-flight, limit,
 /// utilisation and throttle gauges with it): a snapshot locks the queue and allocates, too much
 /// to take per request.
@@ -116,6 +131,9 @@ pub struct ProxyState {
     origin: RwLock<String>,
     /// Fault counters (bad input, upstream failures).
     pub faults: crate::metrics::Faults,
+    /// Which customers and operations have metric series of their own (survives reloads, so
+    /// every series stays monotonic).
+    labels: crate::admin::labels::MetricLabels,
 }
 
 /// Asked to switch degradation for a route that does not exist.
@@ -160,7 +178,10 @@ impl ProxyState {
         config_path: Option<PathBuf>,
     ) -> Result<Arc<Self>, ConfigError> {
         let runtime = build_runtime(Arc::new(cfg), None, origin)?;
+        let labels = crate::admin::labels::MetricLabels::new(0, 0);
+        apply_label_caps(&labels, &runtime.config);
         Ok(Arc::new(ProxyState {
+            labels,
             runtime: RwLock::new(Arc::new(runtime)),
             epoch: AtomicU64::new(0),
             config_path,
@@ -220,6 +241,11 @@ impl ProxyState {
         }
     }
 
+    /// The caps on customer and operation label values (`admin.max_*_labels`).
+    pub fn labels(&self) -> &crate::admin::labels::MetricLabels {
+        &self.labels
+    }
+
     /// The effective configuration.
     pub fn config(&self) -> Arc<ProxyConfig> {
         Arc::clone(&self.runtime().config)
@@ -235,6 +261,7 @@ impl ProxyState {
         });
         match result {
             Ok(rt) => {
+                apply_label_caps(&self.labels, &rt.config);
                 *self.runtime.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(rt);
                 // After the swap: a thread that sees the new epoch reads the new runtime.
                 self.epoch.fetch_add(1, Ordering::Release);

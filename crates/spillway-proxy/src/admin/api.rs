@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use spillway_core::Criticality;
 
 use super::metrics::MetricsHandle;
+use super::origin::{self, OwnAddress};
 use super::params::Params;
 use super::reply::{self, AdminBody, ApiError};
 use super::{auth, metrics as m, redact, AdminConfig};
@@ -57,6 +58,8 @@ pub struct AdminApi {
     token: Option<Box<[u8]>>,
     protect_reads: bool,
     max_body_bytes: usize,
+    /// The addresses a change must be sent to (see `super::origin`).
+    own: OwnAddress,
     metrics: Result<MetricsHandle, m::MetricsError>,
     dashboard: Arc<crate::dashboard::Dashboard>,
 }
@@ -78,8 +81,15 @@ impl AdminApi {
             token,
             protect_reads: cfg.protect_reads,
             max_body_bytes: cfg.max_body_bytes,
+            own: OwnAddress::new(cfg.listen, &cfg.allowed_hosts),
             metrics: m::install_recorder(),
         })
+    }
+
+    /// Sets the address the listener is bound to (its real port when `admin.listen` asked
+    /// for port 0): requests that change state must name it (or an `allowed_hosts` entry).
+    pub fn set_bound_addr(&mut self, addr: SocketAddr, allowed_hosts: &[String]) {
+        self.own = OwnAddress::new(addr, allowed_hosts);
     }
 
     /// The proxy this API acts on.
@@ -160,6 +170,16 @@ impl AdminApi {
                 HeaderValue::from_static(if allowed == "GET" { "GET" } else { "POST" }),
             );
             return Ok(r);
+        }
+        // A change (or the deployment's description) only when addressed to this listener
+        // by something that is not a web page: see `super::origin` for the threat.
+        if access == Access::Protected {
+            self.own.check_addressed(req.headers(), req.uri())?;
+            // With a token the check below needs `Authorization`, which is not simple already
+            // (and a missing token is better answered with 401 and how to send it).
+            if req.method() == Method::POST && self.token.is_none() {
+                origin::check_not_simple(req.headers())?;
+            }
         }
         self.authorise(access, &req)?;
         if req.method() == Method::GET {

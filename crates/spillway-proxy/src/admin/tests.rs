@@ -72,7 +72,14 @@ impl Reply {
 }
 
 async fn call(api: &AdminApi, method: &str, uri: &str, body: &str, token: Option<&str>) -> Reply {
-    let mut b = Request::builder().method(method).uri(uri);
+    // What curl sends to the default listener; POSTs as a script sends them (not a form).
+    let mut b = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("host", "127.0.0.1:9901");
+    if method == "POST" {
+        b = b.header(ADMIN_HEADER, "1");
+    }
     if let Some(t) = token {
         b = b.header("authorization", format!("Bearer {t}"));
     }
@@ -530,4 +537,121 @@ fn admin_config_validation() {
     let parsed: AdminConfig = toml_edit::de::from_str("listen = \"127.0.0.1:0\"\n").unwrap();
     assert_eq!(parsed.max_connections, 64);
     assert!(toml_edit::de::from_str::<AdminConfig>("tokn = \"x\"\n").is_err());
+}
+
+async fn raw(api: &AdminApi, method: &str, uri: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut b = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = api
+        .handle(b.body(Full::new(Bytes::new())).unwrap(), None)
+        .await;
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        headers,
+        text: String::from_utf8(bytes.to_vec()).unwrap(),
+    }
+}
+
+#[tokio::test]
+async fn changes_need_the_admin_address_and_a_request_no_form_can_make() {
+    let api = open_api();
+    let own = ("host", "127.0.0.1:9901");
+    let script = (ADMIN_HEADER, "1");
+    for (why, headers) in [
+        ("foreign host", vec![("host", "evil.example:9901"), script]),
+        ("no host", vec![script]),
+        (
+            "foreign origin",
+            vec![own, script, ("origin", "https://evil.example")],
+        ),
+        ("null origin", vec![own, script, ("origin", "null")]),
+        (
+            "form post",
+            vec![own, ("content-type", "application/x-www-form-urlencoded")],
+        ),
+        ("text/plain post", vec![own, ("content-type", "text/plain")]),
+    ] {
+        let r = raw(&api, "POST", "/controls/admit-percent?percent=0", &headers).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{why}: {}", r.text);
+        assert!(!r.json()["error"].as_str().unwrap().is_empty(), "{why}");
+        assert!(
+            api.state()
+                .controls()
+                .snapshot(std::time::Instant::now())
+                .admit_percent
+                .is_none(),
+            "{why}"
+        );
+    }
+    // /config describes the deployment: addressed like a change.
+    let r = raw(&api, "GET", "/config", &[("host", "evil.example:9901")]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    // Reads answer whatever name they were sent to.
+    for uri in ["/metrics", "/status", "/controls", "/api/series?since=0"] {
+        let r = raw(&api, "GET", uri, &[("host", "evil.example:9901")]).await;
+        assert_eq!(r.status, StatusCode::OK, "{uri}");
+    }
+    // The legitimate forms: the header, a JSON body, the dashboard's same-origin fetch.
+    for headers in [
+        vec![own, script],
+        vec![
+            ("host", "localhost:9901"),
+            ("content-type", "application/json"),
+        ],
+        vec![
+            own,
+            ("content-type", "application/json"),
+            ("origin", "http://127.0.0.1:9901"),
+            ("sec-fetch-site", "same-origin"),
+        ],
+    ] {
+        let r = raw(&api, "POST", "/controls/reset", &headers).await;
+        assert_eq!(r.status, StatusCode::OK, "{headers:?}: {}", r.text);
+    }
+}
+
+#[test]
+fn allowed_hosts_and_label_caps_are_validated() {
+    let bad = AdminConfig {
+        allowed_hosts: vec!["http://admin.example".into()],
+        ..AdminConfig::default()
+    };
+    assert_eq!(bad.validate().unwrap_err().field, "allowed_hosts");
+    let bad = AdminConfig {
+        max_customer_labels: 10_001,
+        ..AdminConfig::default()
+    };
+    assert_eq!(bad.validate().unwrap_err().field, "max_customer_labels");
+    let ok = AdminConfig {
+        allowed_hosts: vec!["admin.example:9901".into()],
+        max_customer_labels: 0,
+        ..AdminConfig::default()
+    };
+    assert!(ok.validate().is_ok());
+}
+
+#[test]
+fn a_listener_without_a_token_is_warned_about() {
+    let w = AdminConfig::default()
+        .no_token_warning()
+        .expect("no token: a warning");
+    assert!(
+        w.contains("127.0.0.1:9901") && w.contains("token_file"),
+        "{w}"
+    );
+    let with_token = AdminConfig {
+        token: Some(TOKEN.into()),
+        ..AdminConfig::default()
+    };
+    assert_eq!(with_token.no_token_warning(), None);
+    let disabled = AdminConfig {
+        enabled: false,
+        ..AdminConfig::default()
+    };
+    assert_eq!(disabled.no_token_warning(), None);
 }

@@ -24,10 +24,9 @@ use std::time::Instant;
 use http::header::HeaderValue;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use metrics::SharedString;
 use spillway_core::controller::{Admission, AdmissionRequest};
 use spillway_tower::context::RequestContext;
-use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
+use spillway_tower::metrics as tower_metrics;
 use spillway_tower::wire::Protocol;
 
 use crate::degrade::{self, Mode};
@@ -95,11 +94,10 @@ pub fn handle(
         if !class.health_check {
             crate::admin::record_offered(class.criticality, class.cost);
         }
-        let labels = RequestLabels {
-            customer: Arc::clone(&class.customer),
-            operation: SharedString::from(Arc::clone(&class.operation)),
-            criticality: class.criticality,
-        };
+        // Capped: a caller's customer names must not grow the metrics without bound.
+        let labels = state
+            .labels()
+            .request(&class.customer, &class.operation, class.criticality);
         // Refreshes the cached utilisation (and the gauges) at most every 10 ms.
         let utilisation = rt.utilisation(now);
 
