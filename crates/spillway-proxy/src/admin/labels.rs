@@ -20,9 +20,11 @@
 //!
 //! A customer literally named `other` shares the aggregate's series.
 //!
-//! Cost per request: one read lock and one hash lookup per label (two per request); a value's
-//! first sighting takes the write lock once.
+//! Cost per request: one hash lookup per label in the thread's own copy of the kept values and
+//! one atomic load (two per request); a value that can still get a series takes the write lock
+//! once.
 
+use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -38,80 +40,139 @@ pub const DEFAULT_MAX_VALUES: usize = 100;
 /// Largest accepted cap.
 pub const MAX_MAX_VALUES: usize = 10_000;
 
+/// Caps a thread keeps copies of before it starts afresh (a process has two; tests make more).
+const MAX_LOCAL_CAPS: usize = 16;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
 /// The values of one label that have series of their own.
+///
+/// Why a per-thread copy: every request asks, on every data-plane thread, and a shared lock's
+/// reader count is a cache line all threads write (the reason `state::Current` exists). The
+/// set only grows, so a thread's copy is brought up to date by appending what is new, when the
+/// version (bumped on each new value and on a cap change: at most K times plus reloads) moved.
 #[derive(Debug)]
 pub struct LabelCap {
+    id: u64,
     max: AtomicUsize,
-    kept: RwLock<HashSet<Arc<str>>>,
+    /// Bumped after every change to `kept` or `max`.
+    version: AtomicU64,
+    /// The values with series, as a set (membership) and in order of arrival (so a thread's
+    /// copy takes only the new ones).
+    kept: RwLock<(HashSet<Arc<str>>, Vec<Arc<str>>)>,
+}
+
+/// One thread's copy of one [`LabelCap`].
+struct Local {
+    id: u64,
+    version: u64,
+    kept: HashSet<Arc<str>>,
+    synced: usize,
+    full: bool,
+    /// This thread's own `other` (its reference count is touched by this thread only).
     other: Arc<str>,
-    /// Label lookups answered with `other` (how much traffic the cap folds).
-    folded: AtomicU64,
+}
+
+thread_local! {
+    static LOCAL: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
 }
 
 impl LabelCap {
     /// At most `max` values get series of their own.
     pub fn new(max: usize) -> Self {
         LabelCap {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             max: AtomicUsize::new(max),
-            kept: RwLock::new(HashSet::new()),
-            other: Arc::from(OTHER),
-            folded: AtomicU64::new(0),
+            version: AtomicU64::new(0),
+            kept: RwLock::new((HashSet::new(), Vec::new())),
         }
     }
 
     /// Changes the cap (values that have series keep them).
     pub fn set_max(&self, max: usize) {
         self.max.store(max, Ordering::Relaxed);
+        self.version.fetch_add(1, Ordering::Release);
     }
 
     /// The label to record `value` under: `value` itself if it has (or can get) its own
     /// series, else [`OTHER`].
     pub fn label(&self, value: &Arc<str>) -> Arc<str> {
-        let max = self.max.load(Ordering::Relaxed);
-        {
-            let kept = self.kept.read().unwrap_or_else(|p| p.into_inner());
-            if kept.contains(&**value) {
-                return Arc::clone(value);
+        let version = self.version.load(Ordering::Acquire);
+        let local = LOCAL.try_with(|l| {
+            let mut l = l.try_borrow_mut().ok()?;
+            let i = match l.iter().position(|c| c.id == self.id) {
+                Some(i) => i,
+                None => {
+                    if l.len() >= MAX_LOCAL_CAPS {
+                        l.clear();
+                    }
+                    l.push(Local {
+                        id: self.id,
+                        version: u64::MAX,
+                        kept: HashSet::new(),
+                        synced: 0,
+                        full: false,
+                        other: Arc::from(OTHER),
+                    });
+                    l.len() - 1
+                }
+            };
+            let c = &mut l[i];
+            if c.version != version {
+                let g = self.kept.read().unwrap_or_else(|p| p.into_inner());
+                c.kept
+                    .extend(g.1[c.synced.min(g.1.len())..].iter().cloned());
+                c.synced = g.1.len();
+                c.full = g.1.len() >= self.max.load(Ordering::Relaxed);
+                c.version = version;
             }
-            if kept.len() >= max {
-                self.folded.fetch_add(1, Ordering::Relaxed);
-                return Arc::clone(&self.other);
+            if c.kept.contains(&**value) {
+                Some(Some(Arc::clone(value)))
+            } else if c.full {
+                Some(Some(Arc::clone(&c.other)))
+            } else {
+                Some(None)
             }
+        });
+        match local {
+            Ok(Some(Some(label))) => label,
+            // New here and there is room (or the thread is exiting): ask the shared set.
+            _ => self.admit(value),
         }
-        let mut kept = self.kept.write().unwrap_or_else(|p| p.into_inner());
-        if kept.contains(&**value) {
+    }
+
+    fn admit(&self, value: &Arc<str>) -> Arc<str> {
+        let mut g = self.kept.write().unwrap_or_else(|p| p.into_inner());
+        if g.0.contains(&**value) {
             return Arc::clone(value);
         }
-        if kept.len() >= max {
-            self.folded.fetch_add(1, Ordering::Relaxed);
-            return Arc::clone(&self.other);
+        if g.1.len() >= self.max.load(Ordering::Relaxed) {
+            return Arc::from(OTHER);
         }
-        // A copy of the string, not the caller's `Arc`: a request's customer `Arc` may share
-        // its allocation with nothing else we want to keep alive.
-        kept.insert(Arc::from(&**value));
+        // A copy of the string: the caller's `Arc` may be a request's own allocation.
+        let kept: Arc<str> = Arc::from(&**value);
+        g.0.insert(Arc::clone(&kept));
+        g.1.push(kept);
+        drop(g);
+        self.version.fetch_add(1, Ordering::Release);
         Arc::clone(value)
     }
 
     /// Offers `values` in order (configured names, before any traffic).
     pub fn seed<'a>(&self, values: impl IntoIterator<Item = &'a str>) {
         for v in values {
-            let _ = self.label(&Arc::from(v));
+            let _ = self.admit(&Arc::from(v));
         }
     }
 
     /// Values with series of their own.
     pub fn len(&self) -> usize {
-        self.kept.read().unwrap_or_else(|p| p.into_inner()).len()
+        self.kept.read().unwrap_or_else(|p| p.into_inner()).1.len()
     }
 
     /// Whether no value has a series of its own yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// Lookups answered with `other` so far.
-    pub fn folded(&self) -> u64 {
-        self.folded.load(Ordering::Relaxed)
     }
 }
 
@@ -166,7 +227,37 @@ mod tests {
         assert_eq!(&*cap.label(&a("a")), "a", "a kept value stays");
         assert_eq!(&*cap.label(&a("d")), OTHER, "a folded value stays folded");
         assert_eq!(cap.len(), 3);
-        assert_eq!(cap.folded(), 2);
+    }
+
+    #[test]
+    fn every_thread_sees_the_same_values_kept() {
+        let cap = Arc::new(LabelCap::new(50));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let cap = Arc::clone(&cap);
+                std::thread::spawn(move || {
+                    (0..200)
+                        .map(|i| cap.label(&a(&format!("v{}", (i * 7 + t * 13) % 200))))
+                        .filter(|l| &**l != OTHER)
+                        .map(|l| l.to_string())
+                        .collect::<HashSet<String>>()
+                })
+            })
+            .collect();
+        let mut union = HashSet::new();
+        for t in threads {
+            union.extend(t.join().unwrap());
+        }
+        assert_eq!(cap.len(), 50);
+        assert_eq!(
+            union.len(),
+            50,
+            "no thread gave a series to a value past the cap"
+        );
+        // Whatever a thread learnt first, all now agree.
+        for v in &union {
+            assert_eq!(&*cap.label(&a(v)), v.as_str());
+        }
     }
 
     #[test]
