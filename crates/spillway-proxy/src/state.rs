@@ -134,6 +134,8 @@ pub struct ProxyState {
     /// Which customers and operations have metric series of their own (survives reloads, so
     /// every series stays monotonic).
     labels: crate::admin::labels::MetricLabels,
+    /// Set on SIGTERM: `/ready` answers 503 from then on.
+    draining: AtomicBool,
 }
 
 /// Asked to switch degradation for a route that does not exist.
@@ -167,6 +169,8 @@ pub struct StatusReport {
     pub degradation_all_off: bool,
     /// Fault counters.
     pub faults: crate::metrics::FaultCounts,
+    /// Shutting down after SIGTERM (`/ready` answers 503).
+    pub draining: bool,
 }
 
 impl ProxyState {
@@ -182,6 +186,7 @@ impl ProxyState {
         apply_label_caps(&labels, &runtime.config);
         Ok(Arc::new(ProxyState {
             labels,
+            draining: AtomicBool::new(false),
             runtime: RwLock::new(Arc::new(runtime)),
             epoch: AtomicU64::new(0),
             config_path,
@@ -239,6 +244,16 @@ impl ProxyState {
             // During thread exit, or re-entered from a drop: a snapshot of its own.
             _ => fresh(),
         }
+    }
+
+    /// Marks the proxy as leaving: `/ready` answers 503 from now on (see [`crate::drain`]).
+    pub fn begin_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the proxy is leaving (SIGTERM received).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// The caps on customer and operation label values (`admin.max_*_labels`).
@@ -333,6 +348,7 @@ impl ProxyState {
             routes,
             degradation_all_off: self.degrade_all_off.load(Ordering::Relaxed),
             faults: self.faults.snapshot(),
+            draining: self.is_draining(),
         }
     }
 

@@ -33,6 +33,8 @@ GET  /metrics                     Prometheus text format\n\
 GET  /status                      JSON: admission, upstreams, routes, controls, offered demand\n\
 GET  /controls                    JSON: incident controls\n\
 GET  /config                      JSON: effective configuration, secrets redacted\n\
+GET  /ready                       200 when traffic should be sent here, 503 (and why) when not\n\
+GET  /live                        200 while the process answers\n\
 POST /reload                      re-read the configuration file (or reload the TOML body)\n\
 POST /degradation                 {\"route\": \"name\", \"enabled\": false}  (no route = all)\n\
 POST /controls/shed-below         {\"criticality\": \"SHEDDABLE_PLUS\"} or \"off\"\n\
@@ -140,6 +142,30 @@ impl AdminApi {
         B::Error: Into<BoxError>,
     {
         let path = req.uri().path().to_string();
+        // Probes: open whatever the token settings (an orchestrator's probe carries none) and
+        // telling nothing but whether to send traffic.
+        if path == "/ready" || path == "/live" {
+            if req.method() != Method::GET && req.method() != Method::HEAD {
+                let mut r = ApiError::status(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("{path} accepts GET only"),
+                )
+                .into_response();
+                r.headers_mut()
+                    .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+                return Ok(r);
+            }
+            if path == "/live" {
+                return Ok(reply::json(StatusCode::OK, &json!({"live": true})));
+            }
+            let r = crate::drain::readiness(&self.state).await;
+            let status = if r.ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            return Ok(reply::json(status, &r));
+        }
         // The dashboard (crate::dashboard): its pages hold no data; its data is a read.
         if path.starts_with("/api/") {
             self.authorise(Access::Read, &req)?;

@@ -655,3 +655,22 @@ fn a_listener_without_a_token_is_warned_about() {
     };
     assert_eq!(disabled.no_token_warning(), None);
 }
+
+#[tokio::test]
+async fn probes_need_no_token_and_ready_follows_draining() {
+    // protect_reads: everything else needs the token; an orchestrator's probe has none.
+    let api = token_api(true);
+    let r = get(&api, "/live").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    // The test upstream (127.0.0.1:9) refuses connections: not ready, and the body says why.
+    let r = get(&api, "/ready").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text);
+    assert_eq!(r.json()["ready"], false);
+    assert!(r.json()["reason"].as_str().unwrap().contains("127.0.0.1:9"));
+    api.state().begin_draining();
+    let r = get(&api, "/ready").await;
+    assert!(r.json()["reason"].as_str().unwrap().contains("draining"));
+    assert_eq!(get(&api, "/status").await.status, StatusCode::UNAUTHORIZED);
+    let r = call(&api, "POST", "/ready", "", Some(TOKEN)).await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+}

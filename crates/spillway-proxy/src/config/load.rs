@@ -395,6 +395,9 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
         .validate()
         .map_err(|e| core_err("admission", &e))?;
     cfg.admin.validate().map_err(|e| core_err("admin", &e))?;
+    cfg.shutdown
+        .validate()
+        .map_err(|e| core_err("shutdown", &e))?;
 
     let c = &cfg.classify;
     for (i, cidr) in c.trusted.iter().enumerate() {

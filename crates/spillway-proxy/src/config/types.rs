@@ -30,6 +30,8 @@ pub struct ProxyConfig {
     pub routes: Vec<RouteConfig>,
     /// The admin listener (`crate::admin::AdminConfig`, documented there).
     pub admin: crate::admin::AdminConfig,
+    /// Leaving on SIGTERM (`crate::drain::ShutdownConfig`, documented there).
+    pub shutdown: crate::drain::ShutdownConfig,
 }
 
 impl Default for ProxyConfig {
@@ -42,6 +44,7 @@ impl Default for ProxyConfig {
             signals: SignalsConfig::default(),
             routes: Vec::new(),
             admin: crate::admin::AdminConfig::default(),
+            shutdown: crate::drain::ShutdownConfig::default(),
         }
     }
 }
