@@ -71,6 +71,10 @@ struct Local {
     full: bool,
     /// This thread's own `other` (its reference count is touched by this thread only).
     other: Arc<str>,
+    /// The value asked last and its label: consecutive requests mostly share a customer and
+    /// an operation, and a string comparison is much cheaper than hashing (the reasoning of
+    /// `spillway_tower::metrics`'s own last-used entry).
+    last: Option<(Arc<str>, Arc<str>)>,
 }
 
 thread_local! {
@@ -113,6 +117,7 @@ impl LabelCap {
                         synced: 0,
                         full: false,
                         other: Arc::from(OTHER),
+                        last: None,
                     });
                     l.len() - 1
                 }
@@ -125,14 +130,22 @@ impl LabelCap {
                 c.synced = g.1.len();
                 c.full = g.1.len() >= self.max.load(Ordering::Relaxed);
                 c.version = version;
+                c.last = None; // an `other` may have become a value of its own
             }
-            if c.kept.contains(&**value) {
-                Some(Some(Arc::clone(value)))
+            if let Some((v, label)) = &c.last {
+                if Arc::ptr_eq(v, value) || **v == **value {
+                    return Some(Some(Arc::clone(label)));
+                }
+            }
+            let label = if c.kept.contains(&**value) {
+                Arc::clone(value)
             } else if c.full {
-                Some(Some(Arc::clone(&c.other)))
+                Arc::clone(&c.other)
             } else {
-                Some(None)
-            }
+                return Some(None);
+            };
+            c.last = Some((Arc::clone(value), Arc::clone(&label)));
+            Some(Some(label))
         });
         match local {
             Ok(Some(Some(label))) => label,
