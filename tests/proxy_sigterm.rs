@@ -123,6 +123,7 @@ fn sigterm_turns_ready_off_serves_through_the_delay_then_drains_and_exits() {
         format!(
             "[listen]\naddress = \"127.0.0.1:{data_port}\"\n\n[admin]\nlisten = \
              \"127.0.0.1:{admin_port}\"\n\n[upstream]\naddresses = [\"127.0.0.1:{backend_port}\"]\n\n\
+             [classify]\nhealth_paths = [\"/healthz\"]\n\n\
              [shutdown]\ndrain_delay_ms = 2000\ndrain_timeout_ms = 10000\n"
         ),
     )
@@ -136,6 +137,7 @@ fn sigterm_turns_ready_off_serves_through_the_delay_then_drains_and_exits() {
     .1;
     assert!(body.contains("accepts connections"), "{body}");
     assert_eq!(get(admin, "/live").map(|r| r.0), Some(200));
+    assert_eq!(get(data, "/healthz").map(|r| r.0), Some(200), "forwarded");
     let mut kept = wait_for("the proxy to accept", || connect(data));
     send(&mut kept, "/warm");
     assert_eq!(read_response(&mut kept).0, 200);
@@ -151,6 +153,16 @@ fn sigterm_turns_ready_off_serves_through_the_delay_then_drains_and_exits() {
     })
     .1;
     assert!(body.contains("draining"), "{body}");
+    // Within the delay: a load balancer's health check through the data port is told too,
+    // without waiting for the upstream.
+    let (status, body) = get(data, "/healthz").expect("health check answered");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("shutting down"), "{body}");
+    assert_eq!(
+        get(admin, "/live").map(|r| r.0),
+        Some(200),
+        "live while draining"
+    );
     // Within the delay: an open connection and a new one are both still served.
     send(&mut kept, "/during-delay-kept");
     let mut fresh = connect(data).expect("the listener still accepts during the delay");
@@ -161,11 +173,6 @@ fn sigterm_turns_ready_off_serves_through_the_delay_then_drains_and_exits() {
         // The listener closed while the request was in progress: told to go elsewhere.
         assert!(head.contains("connection: close"), "{name}: {head}");
     }
-    assert_eq!(
-        get(admin, "/live").map(|r| r.0),
-        Some(200),
-        "live while draining"
-    );
 
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {

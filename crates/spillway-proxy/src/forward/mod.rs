@@ -93,6 +93,14 @@ pub fn handle(
         // the load balancers' probes, not demand (they are never refused either).
         if !class.health_check {
             crate::admin::record_offered(class.criticality, class.cost);
+        } else if state.is_draining() {
+            // A load balancer probing through the data port hears what `/ready` says: during
+            // `[shutdown] drain_delay_ms` it takes this task out before the listener closes.
+            return Ok(respond::unavailable(
+                protocol,
+                "draining",
+                "this proxy is shutting down (SIGTERM): send to another task".into(),
+            ));
         }
         // Capped: a caller's customer names must not grow the metrics without bound.
         let labels = state
