@@ -121,7 +121,9 @@ async fn forged_browser_requests_cannot_change_the_proxy() {
     let form = ("content-type", "application/x-www-form-urlencoded");
     let script = ("x-spillway-admin", "1");
     let evil_host = format!("evil.example:{}", s.admin.port());
-    let cases: Vec<(&str, &str, Vec<(&str, &str)>, &str)> = vec![
+    // (why, path, headers, body)
+    type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "cross-origin form post",
             "/controls/admit-percent?percent=0",

@@ -59,8 +59,11 @@ pub struct LabelCap {
     version: AtomicU64,
     /// The values with series, as a set (membership) and in order of arrival (so a thread's
     /// copy takes only the new ones).
-    kept: RwLock<(HashSet<Arc<str>>, Vec<Arc<str>>)>,
+    kept: RwLock<Kept>,
 }
+
+/// The kept values as a set and in order of arrival.
+type Kept = (HashSet<Arc<str>>, Vec<Arc<str>>);
 
 /// One thread's copy of one [`LabelCap`].
 struct Local {
