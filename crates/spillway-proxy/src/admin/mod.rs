@@ -46,6 +46,8 @@ mod server;
 mod stall;
 
 #[cfg(test)]
+mod guard_tests;
+#[cfg(test)]
 mod tests;
 
 use std::net::{Ipv4Addr, SocketAddr};
