@@ -67,11 +67,19 @@ export function getJSON(url, timeoutMs = 5000) {
   return request(url, { method: "GET", headers: headers() }, timeoutMs);
 }
 
-/** POST `body` as JSON to `url` with the token; gives up after `timeoutMs`. */
+/**
+ * POST `body` as JSON to `url` with the token; gives up after `timeoutMs`. The JSON type and
+ * `X-Spillway-Admin` make it a request no other site's page can send without a CORS preflight,
+ * which the admin API never grants: how it tells this page from a forged form post.
+ */
 export function postJSON(url, body, timeoutMs = 5000) {
   return request(
     url,
-    { method: "POST", headers: headers({ "Content-Type": "application/json" }), body: JSON.stringify(body) },
+    {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json", "X-Spillway-Admin": "1" }),
+      body: JSON.stringify(body),
+    },
     timeoutMs,
   );
 }

@@ -16,6 +16,7 @@
 //! | [`forward`] | one request's path: controls → degrade → admit → forward → permit held |
 //! | [`upstream`] | the tasks: pools, p2c balancing, throttles, retries, ejection, health checks |
 //! | [`degrade`] | graceful degradation per route |
+//! | [`drain`] | readiness (`/ready`), the drain delay and timeout after SIGTERM |
 //! | [`run`] | the process: one single-threaded runtime per core for the data plane, a control runtime for admin, signals and reloads |
 //! | [`listener`] | accept with back-pressure, HTTP/1.1 + h2c, header limits, graceful shutdown, `SO_REUSEPORT` sockets per thread |
 //! | [`tls`] | optional TLS on the listener (cargo feature `tls`, rustls) |
@@ -32,6 +33,7 @@ pub mod config;
 pub mod controls;
 pub mod dashboard;
 pub mod degrade;
+pub mod drain;
 pub mod forward;
 pub mod hostcpu;
 pub mod listener;

@@ -17,7 +17,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::config::{self, ConfigError, ProxyConfig};
 use crate::state::ProxyState;
@@ -95,7 +94,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// Stops accepting, drains open connections (up to 5 s) and waits.
+    /// Stops accepting, drains open connections (up to `[shutdown] drain_timeout_ms`) and
+    /// waits.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
@@ -124,7 +124,8 @@ pub async fn start(state: Arc<ProxyState>, addr: Option<SocketAddr>) -> Result<R
         let shutdown = async move {
             let _ = rx.wait_for(|v| *v).await;
         };
-        crate::listener::serve(listener, st, tls, shutdown, DRAIN).await;
+        let drain = st.config().shutdown.timeout();
+        crate::listener::serve(listener, st, tls, shutdown, drain).await;
     });
     Ok(Running {
         addr,
@@ -134,12 +135,12 @@ pub async fn start(state: Arc<ProxyState>, addr: Option<SocketAddr>) -> Result<R
     })
 }
 
-/// How long open connections get to finish on shutdown.
-const DRAIN: Duration = Duration::from_secs(5);
-
 /// Runs the proxy until SIGINT/SIGTERM: `[listen] threads` data-plane threads (see the module
 /// doc), the admin listener (if enabled); SIGHUP reloads the `--config` file (an invalid file
-/// is refused and the old configuration kept).
+/// is refused and the old configuration kept). On SIGTERM `/ready` turns 503 and the proxy
+/// keeps serving for `[shutdown] drain_delay_ms` (SIGINT or a second SIGTERM cut it short),
+/// then stops accepting and drains (see [`crate::drain`]); the admin listener answers until
+/// the data plane is done.
 pub fn run(source: Source) -> Result<(), RunError> {
     let io = |what: &str| {
         let what = what.to_string();
@@ -157,6 +158,9 @@ pub fn run(source: Source) -> Result<(), RunError> {
         let state = load(&source)?;
         let admin_cfg = state.config().admin.clone();
         let admin = if admin_cfg.enabled {
+            if let Some(w) = admin_cfg.no_token_warning() {
+                crate::metrics::log(&w);
+            }
             let listen = admin_cfg.listen;
             let server = crate::admin::AdminServer::bind(Arc::clone(&state), admin_cfg)
                 .await
@@ -191,8 +195,28 @@ pub fn run(source: Source) -> Result<(), RunError> {
         } else {
             None
         };
-        wait_for_signals(&state).await;
+        let signal = wait_for_signals(&state).await;
+        state.begin_draining();
+        let delay = state.config().shutdown.delay();
+        if signal == Stop::Terminate && !delay.is_zero() {
+            crate::metrics::log(&format!(
+                "SIGTERM: /ready now answers 503; serving for shutdown.drain_delay_ms = {} \
+                 before closing the listener (SIGINT or another SIGTERM: close now)",
+                delay.as_millis()
+            ));
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                _ = wait_for_signals(&state) => {
+                    crate::metrics::log("second signal: drain delay cut short");
+                }
+            }
+        }
         crate::metrics::log("shutting down: draining connections");
+        // The data plane first, while the admin listener still answers /ready and /metrics.
+        let drained = tokio::task::spawn_blocking(move || data.shutdown()).await;
+        if drained.is_err() {
+            crate::metrics::log("the data plane's drain panicked");
+        }
         let _ = admin_stop.send(true);
         if let Some(a) = admin {
             if let Ok(Err(e)) = a.await {
@@ -201,9 +225,16 @@ pub fn run(source: Source) -> Result<(), RunError> {
         }
         Ok(())
     });
-    // Also on an admin error: the data threads stop accepting and drain (each up to DRAIN).
-    data.shutdown();
     result
+}
+
+/// Which signal ended [`run`]'s wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// SIGTERM: an orchestrator; the drain delay applies.
+    Terminate,
+    /// SIGINT (Ctrl-C), or no signal handling: stop now.
+    Interrupt,
 }
 
 /// The data plane of [`run`]: `[listen] threads` threads, each serving its own listener on its
@@ -229,8 +260,8 @@ impl DataPlane {
         self.threads.len()
     }
 
-    /// Stops accepting, lets each thread drain its open connections (up to 5 s) and joins the
-    /// threads (blocking).
+    /// Stops accepting, lets each thread drain its open connections (up to `[shutdown]
+    /// drain_timeout_ms`) and joins the threads (blocking).
     pub fn shutdown(self) {
         if let Some((rt, running)) = self.work_stealing {
             rt.block_on(running.shutdown());
@@ -261,6 +292,8 @@ pub fn start_threads(state: &Arc<ProxyState>) -> Result<DataPlane, RunError> {
     let tls = crate::tls::acceptor(&listen).map_err(RunError::Tls)?;
     let cap = Arc::new(tokio::sync::Semaphore::new(listen.max_connections));
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    // Read at start: the threads' drain is fixed when they begin serving.
+    let drain = state.config().shutdown.timeout();
 
     // Every fallible step (runtimes, registering the sockets) before any thread starts.
     let mut workers = Vec::with_capacity(listen.threads);
@@ -303,7 +336,7 @@ pub fn start_threads(state: &Arc<ProxyState>) -> Result<DataPlane, RunError> {
                     let shutdown = async move {
                         let _ = rx.wait_for(|v| *v).await;
                     };
-                    crate::listener::serve_capped(listener, state, tls, cap, shutdown, DRAIN).await;
+                    crate::listener::serve_capped(listener, state, tls, cap, shutdown, drain).await;
                 });
             })
             .map_err(io("cannot start a data-plane thread"))?;
@@ -357,14 +390,14 @@ fn start_work_stealing(state: &Arc<ProxyState>, threads: usize) -> Result<DataPl
 }
 
 #[cfg(unix)]
-async fn wait_for_signals(state: &Arc<ProxyState>) {
+async fn wait_for_signals(state: &Arc<ProxyState>) -> Stop {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut hup), Ok(mut term)) = (
         signal(SignalKind::hangup()),
         signal(SignalKind::terminate()),
     ) else {
         let _ = tokio::signal::ctrl_c().await;
-        return;
+        return Stop::Interrupt;
     };
     loop {
         tokio::select! {
@@ -372,13 +405,14 @@ async fn wait_for_signals(state: &Arc<ProxyState>) {
                 // reload_from_file logs success or the refusal itself.
                 let _ = state.reload_from_file();
             }
-            _ = term.recv() => return,
-            _ = tokio::signal::ctrl_c() => return,
+            _ = term.recv() => return Stop::Terminate,
+            _ = tokio::signal::ctrl_c() => return Stop::Interrupt,
         }
     }
 }
 
 #[cfg(not(unix))]
-async fn wait_for_signals(_state: &Arc<ProxyState>) {
+async fn wait_for_signals(_state: &Arc<ProxyState>) -> Stop {
     let _ = tokio::signal::ctrl_c().await;
+    Stop::Interrupt
 }

@@ -39,6 +39,21 @@ pub struct Runtime {
     started: std::time::Instant,
 }
 
+/// Sets the label caps from `cfg` and offers its names first, so configured customers and
+/// routes get series of their own before callers' values do.
+fn apply_label_caps(labels: &crate::admin::labels::MetricLabels, cfg: &ProxyConfig) {
+    labels.customers.set_max(cfg.admin.max_customer_labels);
+    labels.operations.set_max(cfg.admin.max_operation_labels);
+    let c = &cfg.classify;
+    labels.customers.seed(
+        std::iter::once(c.default_customer.as_str()).chain(c.api_keys.values().map(String::as_str)),
+    );
+    labels.operations.seed(
+        std::iter::once(crate::route::UNMATCHED_OPERATION)
+            .chain(cfg.routes.iter().map(|r| r.name.as_str())),
+    );
+}
+
 /// The controller's utilisation, refreshed at most every 10 ms (and the in-flight, limit,
 /// utilisation and throttle gauges with it): a snapshot locks the queue and allocates, too much
 /// to take per request.
@@ -119,6 +134,11 @@ pub struct ProxyState {
     /// Request bodies buffered for retries, all requests together
     /// (`upstream.retry_buffer_total_bytes`; outlives reloads, which set its limit).
     body_budget: Arc<crate::forward::BodyBudget>,
+    /// Which customers and operations have metric series of their own (survives reloads, so
+    /// every series stays monotonic).
+    labels: crate::admin::labels::MetricLabels,
+    /// Set on SIGTERM: `/ready` answers 503 from then on.
+    draining: AtomicBool,
 }
 
 /// Asked to switch degradation for a route that does not exist.
@@ -152,6 +172,8 @@ pub struct StatusReport {
     pub degradation_all_off: bool,
     /// Fault counters.
     pub faults: crate::metrics::FaultCounts,
+    /// Shutting down after SIGTERM (`/ready` answers 503).
+    pub draining: bool,
 }
 
 impl ProxyState {
@@ -164,8 +186,12 @@ impl ProxyState {
     ) -> Result<Arc<Self>, ConfigError> {
         let body_budget = crate::forward::BodyBudget::new(cfg.upstream.retry_buffer_total_bytes);
         let runtime = build_runtime(Arc::new(cfg), None, origin)?;
+        let labels = crate::admin::labels::MetricLabels::new(0, 0);
+        apply_label_caps(&labels, &runtime.config);
         Ok(Arc::new(ProxyState {
             body_budget,
+            labels,
+            draining: AtomicBool::new(false),
             runtime: RwLock::new(Arc::new(runtime)),
             epoch: AtomicU64::new(0),
             config_path,
@@ -230,6 +256,21 @@ impl ProxyState {
         &self.body_budget
     }
 
+    /// Marks the proxy as leaving: `/ready` answers 503 from now on (see [`crate::drain`]).
+    pub fn begin_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the proxy is leaving (SIGTERM received).
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// The caps on customer and operation label values (`admin.max_*_labels`).
+    pub fn labels(&self) -> &crate::admin::labels::MetricLabels {
+        &self.labels
+    }
+
     /// The effective configuration.
     pub fn config(&self) -> Arc<ProxyConfig> {
         Arc::clone(&self.runtime().config)
@@ -247,6 +288,7 @@ impl ProxyState {
             Ok(rt) => {
                 self.body_budget
                     .set_limit(rt.config.upstream.retry_buffer_total_bytes);
+                apply_label_caps(&self.labels, &rt.config);
                 *self.runtime.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(rt);
                 // After the swap: a thread that sees the new epoch reads the new runtime.
                 self.epoch.fetch_add(1, Ordering::Release);
@@ -318,6 +360,7 @@ impl ProxyState {
             routes,
             degradation_all_off: self.degrade_all_off.load(Ordering::Relaxed),
             faults: self.faults.snapshot(),
+            draining: self.is_draining(),
         }
     }
 

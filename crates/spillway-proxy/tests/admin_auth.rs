@@ -110,6 +110,118 @@ async fn token_required_on_mutations_and_config() {
     s.shutdown().await;
 }
 
+/// Without a token, a web page the operator opens (a cross-origin form post, or DNS
+/// rebinding) must not be able to change the proxy: changes need the admin's own Host/Origin
+/// and a request a form cannot make. Reads stay open under any name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_browser_requests_cannot_change_the_proxy() {
+    let up = upstream().await;
+    let s = stack(&config(up.addr), AdminConfig::default()).await;
+    let own_origin = format!("http://{}", s.admin);
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let script = ("x-spillway-admin", "1");
+    let evil_host = format!("evil.example:{}", s.admin.port());
+    // (why, path, headers, body)
+    type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "cross-origin form post",
+            "/controls/admit-percent?percent=0",
+            vec![form, ("origin", "https://evil.example")],
+            "percent=0",
+        ),
+        (
+            "forged origin with the script header",
+            "/controls/admit-percent?percent=0",
+            vec![script, ("origin", "https://evil.example")],
+            "",
+        ),
+        (
+            "DNS rebinding (foreign Host)",
+            "/controls/admit-percent?percent=0",
+            vec![
+                script,
+                ("host", evil_host.as_str()),
+                ("origin", "http://evil.example"),
+            ],
+            "",
+        ),
+        (
+            "reload via DNS rebinding",
+            "/reload",
+            vec![
+                ("host", evil_host.as_str()),
+                ("content-type", "application/json"),
+            ],
+            "[classify]\ntrusted = [\"0.0.0.0/0\"]\n",
+        ),
+        (
+            "simple form post from the admin's own origin",
+            "/controls/shed-below",
+            vec![form, ("origin", own_origin.as_str())],
+            "criticality=CRITICAL_PLUS",
+        ),
+        (
+            "text/plain post without an origin",
+            "/controls/admit-percent?percent=0",
+            vec![("content-type", "text/plain")],
+            "",
+        ),
+    ];
+    for (why, path, headers, body) in &cases {
+        let r = s.send(s.admin, Method::POST, path, headers, body).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{why}: {}", r.text);
+        let msg = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(
+            msg.contains("Host") || msg.contains("Origin") || msg.contains("X-Spillway-Admin"),
+            "{why}: the 403 says what is missing: {msg}"
+        );
+    }
+    // Nothing changed: traffic flows, controls off, the configuration is the original one.
+    assert_eq!(s.get_proxy("/x", &[]).await.status, StatusCode::OK);
+    let c = s.admin_get("/controls").await.json();
+    assert_eq!(c["admit_percent"], serde_json::Value::Null);
+    assert_eq!(c["shed_below"], serde_json::Value::Null);
+    assert_eq!(s.state.status().reloads, 0);
+    // Reads answer under any name (Prometheus, dashboards behind other names).
+    for path in ["/metrics", "/status", "/controls", "/api/series?since=0"] {
+        let r = s
+            .send(
+                s.admin,
+                Method::GET,
+                path,
+                &[("host", evil_host.as_str())],
+                "",
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+    }
+    // The legitimate callers: a script (curl with the header), and the dashboard's JSON fetch.
+    let r = s
+        .admin_post(
+            "/controls/shed-below",
+            r#"{"criticality": "CRITICAL_PLUS"}"#,
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = s
+        .send(
+            s.admin,
+            Method::POST,
+            "/controls/reset",
+            &[
+                ("content-type", "application/json"),
+                ("origin", own_origin.as_str()),
+                ("sec-fetch-site", "same-origin"),
+            ],
+            "{}",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    s.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protect_reads_puts_everything_behind_the_token() {
     let up = upstream().await;

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use spillway_core::Criticality;
 
 use super::metrics::MetricsHandle;
+use super::origin::{self, OwnAddress};
 use super::params::Params;
 use super::reply::{self, AdminBody, ApiError};
 use super::{auth, metrics as m, redact, AdminConfig};
@@ -32,6 +33,8 @@ GET  /metrics                     Prometheus text format\n\
 GET  /status                      JSON: admission, upstreams, routes, controls, offered demand\n\
 GET  /controls                    JSON: incident controls\n\
 GET  /config                      JSON: effective configuration, secrets redacted\n\
+GET  /ready                       200 when traffic should be sent here, 503 (and why) when not\n\
+GET  /live                        200 while the process answers\n\
 POST /reload                      re-read the configuration file (or reload the TOML body)\n\
 POST /degradation                 {\"route\": \"name\", \"enabled\": false}  (no route = all)\n\
 POST /controls/shed-below         {\"criticality\": \"SHEDDABLE_PLUS\"} or \"off\"\n\
@@ -57,6 +60,8 @@ pub struct AdminApi {
     token: Option<Box<[u8]>>,
     protect_reads: bool,
     max_body_bytes: usize,
+    /// The addresses a change must be sent to (see `super::origin`).
+    own: OwnAddress,
     metrics: Result<MetricsHandle, m::MetricsError>,
     dashboard: Arc<crate::dashboard::Dashboard>,
 }
@@ -78,8 +83,15 @@ impl AdminApi {
             token,
             protect_reads: cfg.protect_reads,
             max_body_bytes: cfg.max_body_bytes,
+            own: OwnAddress::new(cfg.listen, &cfg.allowed_hosts),
             metrics: m::install_recorder(),
         })
+    }
+
+    /// Sets the address the listener is bound to (its real port when `admin.listen` asked
+    /// for port 0): requests that change state must name it (or an `allowed_hosts` entry).
+    pub fn set_bound_addr(&mut self, addr: SocketAddr, allowed_hosts: &[String]) {
+        self.own = OwnAddress::new(addr, allowed_hosts);
     }
 
     /// The proxy this API acts on.
@@ -130,6 +142,30 @@ impl AdminApi {
         B::Error: Into<BoxError>,
     {
         let path = req.uri().path().to_string();
+        // Probes: open whatever the token settings (an orchestrator's probe carries none) and
+        // telling nothing but whether to send traffic.
+        if path == "/ready" || path == "/live" {
+            if req.method() != Method::GET && req.method() != Method::HEAD {
+                let mut r = ApiError::status(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!("{path} accepts GET only"),
+                )
+                .into_response();
+                r.headers_mut()
+                    .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+                return Ok(r);
+            }
+            if path == "/live" {
+                return Ok(reply::json(StatusCode::OK, &json!({"live": true})));
+            }
+            let r = crate::drain::readiness(&self.state).await;
+            let status = if r.ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            return Ok(reply::json(status, &r));
+        }
         // The dashboard (crate::dashboard): its pages hold no data; its data is a read.
         if path.starts_with("/api/") {
             self.authorise(Access::Read, &req)?;
@@ -160,6 +196,16 @@ impl AdminApi {
                 HeaderValue::from_static(if allowed == "GET" { "GET" } else { "POST" }),
             );
             return Ok(r);
+        }
+        // A change (or the deployment's description) only when addressed to this listener
+        // by something that is not a web page: see `super::origin` for the threat.
+        if access == Access::Protected {
+            self.own.check_addressed(req.headers(), req.uri())?;
+            // With a token the check below needs `Authorization`, which is not simple already
+            // (and a missing token is better answered with 401 and how to send it).
+            if req.method() == Method::POST && self.token.is_none() {
+                origin::check_not_simple(req.headers())?;
+            }
         }
         self.authorise(access, &req)?;
         if req.method() == Method::GET {

@@ -14,6 +14,8 @@
 //! | GET | `/metrics` | only with `protect_reads` | Prometheus text format |
 //! | GET | `/status` | only with `protect_reads` | JSON: admission, upstreams, routes, controls, offered demand |
 //! | GET | `/controls` | only with `protect_reads` | JSON: the incident controls |
+//! | GET | `/ready` | never | 200 when traffic should be sent here, else 503 and why ([`crate::drain`]) |
+//! | GET | `/live` | never | 200 while the process answers |
 //! | GET | `/config` | yes | the effective configuration as JSON, secrets redacted |
 //! | POST | `/reload` | yes | re-read the config file (or reload the TOML body) |
 //! | POST | `/degradation` | yes | `{"route": "..", "enabled": false}`: the off switch |
@@ -23,6 +25,10 @@
 //! | POST | `/controls/exercise-degraded` | yes | `{"fraction": 0.01}` |
 //! | POST | `/controls/reset` | yes | every control off |
 //!
+//! Changes (every POST) and `/config` must also be addressed to this listener (`Host`,
+//! `Origin`) and, without a token, not be a request a web form can make (module `origin` has the
+//! threat model: cross-origin form posts and DNS rebinding).
+//!
 //! Reads are open by default when a token is set because they hold no secrets and Prometheus
 //! and dashboards scrape them; `/config` needs the token because it describes the deployment.
 //! `protect_reads = true` puts every endpoint behind the token.
@@ -30,13 +36,17 @@
 mod api;
 mod auth;
 pub mod histograms;
+pub mod labels;
 pub mod metrics;
+mod origin;
 mod params;
 mod redact;
 mod reply;
 mod server;
 mod stall;
 
+#[cfg(test)]
+mod guard_tests;
 #[cfg(test)]
 mod tests;
 
@@ -49,6 +59,7 @@ use spillway_core::ConfigError;
 pub use api::AdminApi;
 pub use auth::{bearer_matches, MIN_TOKEN_LEN};
 pub use metrics::{record_offered, OFFERED_COST, OFFERED_REQUESTS};
+pub use origin::{OwnAddress, ADMIN_HEADER};
 pub use redact::{is_secret_key, redact};
 pub use reply::{AdminBody, ApiError};
 pub use server::{serve_admin, AdminError, AdminServer};
@@ -70,6 +81,9 @@ pub const DEFAULT_LISTEN: SocketAddr =
 /// header_read_timeout_ms = 5000
 /// send_timeout_ms = 10000
 /// max_body_bytes = 1048576
+/// allowed_hosts = []             # other names a change may be addressed to (see `origin`)
+/// max_customer_labels = 100      # customers with series of their own; the rest are "other"
+/// max_operation_labels = 100     # the same for operations
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -94,6 +108,15 @@ pub struct AdminConfig {
     pub send_timeout_ms: u64,
     /// Largest accepted request body (a TOML config posted to `/reload`). Default 1 MiB.
     pub max_body_bytes: usize,
+    /// Names (`host` or `host:port`) besides the listener's own address that requests
+    /// changing state may carry in `Host`/`Origin`, e.g. the DNS name a remote operator uses.
+    /// Default none.
+    pub allowed_hosts: Vec<String>,
+    /// Customers that get metric series of their own (the first ones seen keep them; later
+    /// ones are counted as `other`). Default 100.
+    pub max_customer_labels: usize,
+    /// Operations that get metric series of their own, as for customers. Default 100.
+    pub max_operation_labels: usize,
 }
 
 impl Default for AdminConfig {
@@ -108,6 +131,9 @@ impl Default for AdminConfig {
             header_read_timeout_ms: 5000,
             send_timeout_ms: 10_000,
             max_body_bytes: 1 << 20,
+            allowed_hosts: Vec::new(),
+            max_customer_labels: labels::DEFAULT_MAX_VALUES,
+            max_operation_labels: labels::DEFAULT_MAX_VALUES,
         }
     }
 }
@@ -167,7 +193,40 @@ impl AdminConfig {
                 "bytes from 1024 to 67108864 (64 MiB)",
             ));
         }
+        if self.allowed_hosts.len() > origin::MAX_ALLOWED_HOSTS {
+            return Err(ConfigError::new(
+                "allowed_hosts",
+                format!("({} entries)", self.allowed_hosts.len()),
+                "at most 64 entries",
+            ));
+        }
+        for h in &self.allowed_hosts {
+            origin::check_allowed_host(h)?;
+        }
+        for (field, v) in [
+            ("max_customer_labels", self.max_customer_labels),
+            ("max_operation_labels", self.max_operation_labels),
+        ] {
+            if v > labels::MAX_MAX_VALUES {
+                return Err(ConfigError::new(
+                    field,
+                    v,
+                    "an integer from 0 to 10000 (each value costs about 35 series in /metrics)",
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The warning the proxy prints at start when the admin listener is enabled without a
+    /// token; `None` when it has one (or is disabled).
+    pub fn no_token_warning(&self) -> Option<String> {
+        (self.enabled && self.token.is_none() && self.token_file.is_none()).then(|| {
+            format!(
+                "warning: the admin API on {} has no token: every local user and process can                  change admission, controls and the configuration (web pages cannot: changes                  need the admin's own Host/Origin and a non-form request). Set admin.token_file                  to require a bearer token.",
+                self.listen
+            )
+        })
     }
 
     /// The token, from `token` or read from `token_file`; `None` when neither is set.

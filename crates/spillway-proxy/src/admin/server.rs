@@ -57,14 +57,18 @@ pub struct AdminServer {
 impl AdminServer {
     /// Validates `cfg`, installs the metrics recorder and binds `cfg.listen`.
     pub async fn bind(state: Arc<ProxyState>, cfg: AdminConfig) -> Result<Self, AdminError> {
-        let api = Arc::new(AdminApi::new(state, &cfg)?);
-        let listener = TcpListener::bind(cfg.listen)
-            .await
-            .map_err(|source| AdminError::Bind {
-                addr: cfg.listen,
-                source,
-            })?;
-        Ok(AdminServer { listener, api, cfg })
+        let mut api = AdminApi::new(state, &cfg)?;
+        let bind_err = |source| AdminError::Bind {
+            addr: cfg.listen,
+            source,
+        };
+        let listener = TcpListener::bind(cfg.listen).await.map_err(bind_err)?;
+        api.set_bound_addr(listener.local_addr().map_err(bind_err)?, &cfg.allowed_hosts);
+        Ok(AdminServer {
+            listener,
+            api: Arc::new(api),
+            cfg,
+        })
     }
 
     /// The bound address.

@@ -12,7 +12,7 @@ use spillway_core::Criticality;
 use super::*;
 use crate::state::ProxyState;
 
-const TOKEN: &str = "test-token-0123456789";
+pub(super) const TOKEN: &str = "test-token-0123456789";
 
 const CONFIG: &str = r#"
 [upstream]
@@ -44,11 +44,11 @@ fn api_with(state: Arc<ProxyState>, cfg: AdminConfig) -> AdminApi {
     AdminApi::new(state, &cfg).expect("admin config valid")
 }
 
-fn open_api() -> AdminApi {
+pub(super) fn open_api() -> AdminApi {
     api_with(state(), AdminConfig::default())
 }
 
-fn token_api(protect_reads: bool) -> AdminApi {
+pub(super) fn token_api(protect_reads: bool) -> AdminApi {
     api_with(
         state(),
         AdminConfig {
@@ -59,20 +59,33 @@ fn token_api(protect_reads: bool) -> AdminApi {
     )
 }
 
-struct Reply {
-    status: StatusCode,
-    headers: http::HeaderMap,
-    text: String,
+pub(super) struct Reply {
+    pub(super) status: StatusCode,
+    pub(super) headers: http::HeaderMap,
+    pub(super) text: String,
 }
 
 impl Reply {
-    fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
     }
 }
 
-async fn call(api: &AdminApi, method: &str, uri: &str, body: &str, token: Option<&str>) -> Reply {
-    let mut b = Request::builder().method(method).uri(uri);
+pub(super) async fn call(
+    api: &AdminApi,
+    method: &str,
+    uri: &str,
+    body: &str,
+    token: Option<&str>,
+) -> Reply {
+    // What curl sends to the default listener; POSTs as a script sends them (not a form).
+    let mut b = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("host", "127.0.0.1:9901");
+    if method == "POST" {
+        b = b.header(ADMIN_HEADER, "1");
+    }
     if let Some(t) = token {
         b = b.header("authorization", format!("Bearer {t}"));
     }
@@ -88,7 +101,7 @@ async fn call(api: &AdminApi, method: &str, uri: &str, body: &str, token: Option
     }
 }
 
-async fn get(api: &AdminApi, uri: &str) -> Reply {
+pub(super) async fn get(api: &AdminApi, uri: &str) -> Reply {
     call(api, "GET", uri, "", None).await
 }
 

@@ -32,6 +32,8 @@ pub struct ProxyConfig {
     pub admin: crate::admin::AdminConfig,
     /// Request target and header-name hygiene before routing (`request.rs`).
     pub request: super::RequestConfig,
+    /// Leaving on SIGTERM (`crate::drain::ShutdownConfig`, documented there).
+    pub shutdown: crate::drain::ShutdownConfig,
 }
 
 impl Default for ProxyConfig {
@@ -45,6 +47,7 @@ impl Default for ProxyConfig {
             routes: Vec::new(),
             admin: crate::admin::AdminConfig::default(),
             request: super::RequestConfig::default(),
+            shutdown: crate::drain::ShutdownConfig::default(),
         }
     }
 }

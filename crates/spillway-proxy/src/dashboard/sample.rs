@@ -16,8 +16,10 @@ use super::prom::PromReading;
 /// At most this many customers (and operations) are listed per sample, the largest first; the
 /// rest are summed under [`OTHER`]. Bounds the payload whatever the label cardinality.
 pub const TOP_N: usize = 8;
-/// The key under which the smaller customers/operations are summed.
-pub const OTHER: &str = "(other)";
+/// The key under which the smaller customers/operations are summed: the same `other` the
+/// metrics count customers and operations past `admin.max_*_labels` under, so the two merge
+/// into one entry instead of showing two kinds of "other".
+pub const OTHER: &str = crate::admin::labels::OTHER;
 
 /// Cumulative counters and current gauges, read once a second.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -428,5 +430,18 @@ mod tests {
         assert_eq!(t.len(), TOP_N + 1);
         assert_eq!(t["c19"], 19.0);
         assert_eq!(t[OTHER], (0..12).sum::<i32>() as f64);
+    }
+
+    #[test]
+    fn the_metrics_other_and_the_dashboards_other_are_one_entry() {
+        let mut m: BTreeMap<String, f64> = (0..20)
+            .map(|i| (format!("c{i:02}"), f64::from(i)))
+            .collect();
+        m.insert(OTHER.to_string(), 1000.0); // customers past the label cap
+        let t = top_n(m);
+        // other is among the largest, so it and 7 customers are listed; the rest join it.
+        assert_eq!(t.len(), TOP_N);
+        assert_eq!(t["c13"], 13.0);
+        assert_eq!(t[OTHER], 1000.0 + (0..13).sum::<i32>() as f64);
     }
 }

@@ -27,10 +27,9 @@ use std::time::Instant;
 use http::header::HeaderValue;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use metrics::SharedString;
 use spillway_core::controller::{Admission, AdmissionRequest};
 use spillway_tower::context::RequestContext;
-use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
+use spillway_tower::metrics as tower_metrics;
 use spillway_tower::wire::Protocol;
 
 use crate::degrade::{self, Mode};
@@ -109,12 +108,19 @@ pub fn handle(
         // the load balancers' probes, not demand (they are never refused either).
         if !class.health_check {
             crate::admin::record_offered(class.criticality, class.cost);
+        } else if state.is_draining() {
+            // A load balancer probing through the data port hears what `/ready` says: during
+            // `[shutdown] drain_delay_ms` it takes this task out before the listener closes.
+            return Ok(respond::unavailable(
+                protocol,
+                "draining",
+                "this proxy is shutting down (SIGTERM): send to another task".into(),
+            ));
         }
-        let labels = RequestLabels {
-            customer: Arc::clone(&class.customer),
-            operation: SharedString::from(Arc::clone(&class.operation)),
-            criticality: class.criticality,
-        };
+        // Capped: a caller's customer names must not grow the metrics without bound.
+        let labels = state
+            .labels()
+            .request(&class.customer, &class.operation, class.criticality);
         // Refreshes the cached utilisation (and the gauges) at most every 10 ms.
         let utilisation = rt.utilisation(now);
 

@@ -201,13 +201,14 @@ impl Stack {
         self.send(self.admin, Method::GET, path, &[], "").await
     }
 
-    /// `POST` on the admin listener, with the token if `token` is set.
+    /// `POST` on the admin listener as a script sends it (`x-spillway-admin: 1`), with the
+    /// token if `token` is set.
     pub async fn admin_post(&self, path: &str, body: &str, token: Option<&str>) -> Reply {
         let auth = token.map(|t| format!("Bearer {t}"));
-        let headers: Vec<(&str, &str)> = auth
-            .as_deref()
-            .map(|a| vec![("authorization", a)])
-            .unwrap_or_default();
+        let mut headers: Vec<(&str, &str)> = vec![("x-spillway-admin", "1")];
+        if let Some(a) = auth.as_deref() {
+            headers.push(("authorization", a));
+        }
         self.send(self.admin, Method::POST, path, &headers, body)
             .await
     }

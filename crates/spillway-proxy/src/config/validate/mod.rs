@@ -59,6 +59,9 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
         .validate()
         .map_err(|e| core_err("admission", &e))?;
     cfg.admin.validate().map_err(|e| core_err("admin", &e))?;
+    cfg.shutdown
+        .validate()
+        .map_err(|e| core_err("shutdown", &e))?;
     classify::validate(&cfg.classify)?;
     if cfg.signals.orca_max_age_ms == 0 {
         return Err(bad("signals.orca_max_age_ms", 0, "milliseconds >= 1"));
