@@ -37,9 +37,12 @@ use crate::sim::shape::{exp, ms_to_nanos, service_nanos};
 use crate::sim::time::{SimClock, SimRandom};
 
 /// Simulated offering window of a cell, s.
-pub fn duration_s(spec: &CellSpec) -> f64 {
+pub fn duration_s(spec: &CellSpec, model: &ModelConfig) -> f64 {
     let rate = match spec.arrivals {
-        ArrivalKind::Closed(_) => spec.capacity(),
+        // What the clients send when every answer takes the mean service time.
+        ArrivalKind::Closed(n) => spec
+            .capacity()
+            .max(f64::from(n) / ((model.closed_think_ms + spec.mean_ms) / 1e3)),
         _ => spec.offered * spec.capacity(),
     };
     (spec.max_requests / rate.max(1e-9)).clamp(spec.min_duration_s, spec.max_duration_s)
@@ -158,7 +161,7 @@ pub fn run_cell(
     protected: bool,
 ) -> Result<RunFigures, spillway_core::ConfigError> {
     let seed = cell_seed(sweep.seed, spec);
-    let duration = duration_s(spec);
+    let duration = duration_s(spec, &sweep.model);
     let origin = Instant::now();
     let clock = Arc::new(SimClock::new(origin));
     let proxy = if protected {

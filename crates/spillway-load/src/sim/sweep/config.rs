@@ -69,8 +69,9 @@ pub struct ModelConfig {
     /// it). Default 0.5.
     #[serde(default = "default_half")]
     pub burst_on_share: f64,
-    /// Closed loop: a client's pause between an answer and its next request, ms (the round
-    /// trip of a load generator on the same host). Default 0.05.
+    /// Closed loop: a client's pause between an answer and its next request, ms: the round
+    /// trip through a load generator and a proxy sharing one busy host (issue 28's `wrk -c
+    /// 256` run cycled each connection in ~3 ms). Default 1.
     #[serde(default = "default_think")]
     pub closed_think_ms: f64,
     /// Slowdown backend: service time × `1 + alpha · max(0, held / workers − threshold_x)`,
@@ -695,7 +696,7 @@ fn default_half() -> f64 {
     0.5
 }
 fn default_think() -> f64 {
-    0.05
+    1.0
 }
 fn default_drop_at() -> f64 {
     0.4

@@ -197,7 +197,7 @@ pub fn describe(check: Check, spec: &CellSpec, p: &RunFigures, u: &RunFigures) -
         ),
         Check::DoNoHarm => format!(
             "goodput protected {:.0}/s vs limit off {:.0}/s ({:+.2}%) = {:.3}x capacity; \
-             refused {} ({})",
+             refused {} ({}){}",
             p.goodput_rps,
             u.goodput_rps,
             if u.goodput_rps > 0.0 {
@@ -207,7 +207,12 @@ pub fn describe(check: Check, spec: &CellSpec, p: &RunFigures, u: &RunFigures) -
             },
             p.goodput_rps / cap,
             p.refused,
-            reasons(p)
+            reasons(p),
+            if p.truncated {
+                format!("; stopped at {:.3} s (the request cap)", p.duration_s)
+            } else {
+                String::new()
+            }
         ),
         Check::Critical => format!(
             "CRITICAL success {} ({} of {} served in time; unprotected {}); refused {} ({})",
