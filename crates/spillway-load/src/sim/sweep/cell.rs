@@ -123,6 +123,8 @@ struct Sim<'a> {
     propagate_deadline: bool,
     now: u64,
     end: u64,
+    /// The window's middle: requests offered from here are also counted as "late".
+    half: u64,
     hard_cap: u64,
     seq: u64,
     events: BinaryHeap<Reverse<(u64, u64, u8, u32, u32)>>,
@@ -189,6 +191,7 @@ pub fn run_cell(
         propagate_deadline: sweep.propagate_deadline,
         now: 0,
         end,
+        half: end / 2,
         hard_cap: (spec.max_requests * 10.0) as u64,
         seq: 0,
         events: BinaryHeap::new(),
@@ -583,15 +586,17 @@ impl Sim<'_> {
         let r = &mut self.reqs[id as usize];
         r.phase = Phase::Free;
         r.held = Held::None;
-        let (critical, client) = (r.critical, r.client);
+        let (critical, client, late) = (r.critical, r.client, r.arrival >= self.half);
         self.free.push(id);
         self.open -= 1;
         let f = &mut self.figures;
         f.offered += 1;
         f.critical_offered += u64::from(critical);
+        f.late_offered += u64::from(late);
         match end {
             End::Ok => {
                 f.ok += 1;
+                f.late_ok += u64::from(late);
                 f.critical_ok += u64::from(critical);
             }
             End::Refused => f.refused += 1,

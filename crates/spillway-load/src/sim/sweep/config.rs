@@ -44,7 +44,7 @@ pub struct SweepConfig {
     /// What each requirement demands.
     #[serde(default)]
     pub thresholds: Thresholds,
-    /// The sub-matrices; cells appearing in several are run once.
+    /// The sub-matrices; a cell appearing in several runs once, with the budget of the first.
     #[serde(rename = "matrix")]
     pub matrices: Vec<Matrix>,
 }
@@ -490,10 +490,12 @@ impl SweepConfig {
         if self.matrices.is_empty() {
             return Err(self.invalid("matrix".into(), "none".into(), "one [[matrix]] or more"));
         }
+        // A cell is its label (the budget aside: the first matrix listing it sets that).
+        let mut seen = std::collections::HashSet::new();
         let mut cells: Vec<CellSpec> = Vec::new();
         for mx in &self.matrices {
             for c in self.expand(mx)? {
-                if !cells.contains(&c) {
+                if seen.insert(c.label()) {
                     cells.push(c);
                 }
             }
@@ -650,9 +652,7 @@ impl SweepConfig {
                                             min_duration_s,
                                             max_duration_s,
                                         };
-                                        if !out.contains(&c) {
-                                            out.push(c);
-                                        }
+                                        out.push(c);
                                     }
                                 }
                             }

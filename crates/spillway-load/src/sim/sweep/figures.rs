@@ -19,6 +19,10 @@ pub struct RunFigures {
     pub critical_offered: u64,
     /// CRITICAL requests served in time.
     pub critical_ok: u64,
+    /// Requests offered in the window's second half (past the proxy's first moments).
+    pub late_offered: u64,
+    /// Of those, served in time.
+    pub late_ok: u64,
     /// Successes per second.
     pub goodput_rps: f64,
     /// The most any policy could serve in time without buffering across phases: the integral
@@ -50,6 +54,11 @@ impl RunFigures {
     /// Share of offered requests served in time.
     pub fn success(&self) -> f64 {
         ratio(self.ok, self.offered)
+    }
+
+    /// Share of the second half's requests served in time.
+    pub fn late_success(&self) -> f64 {
+        ratio(self.late_ok, self.late_offered)
     }
 
     /// Share of CRITICAL requests served in time (`None` if none was offered).
@@ -85,6 +94,8 @@ impl RunFigures {
             timed_out: 0,
             critical_offered: 0,
             critical_ok: 0,
+            late_offered: 0,
+            late_ok: 0,
             goodput_rps: 0.0,
             reference_rps: 0.0,
             refusal_median_ms: None,

@@ -188,10 +188,14 @@ pub fn describe(check: Check, spec: &CellSpec, p: &RunFigures, u: &RunFigures) -
     let cap = spec.capacity();
     match check {
         Check::DoNoHarm if spec.arrivals.is_open() => format!(
-            "success protected {} vs unprotected {} ({:+.2} pp); refused {} ({})",
+            "success protected {} vs unprotected {} ({:+.2} pp; second half of {:.3} s: {} vs \
+             {}); refused {} ({})",
             pct(p.success()),
             pct(u.success()),
             (p.success() - u.success()) * 100.0,
+            p.duration_s,
+            pct(p.late_success()),
+            pct(u.late_success()),
             p.refused,
             reasons(p)
         ),
@@ -215,13 +219,15 @@ pub fn describe(check: Check, spec: &CellSpec, p: &RunFigures, u: &RunFigures) -
             }
         ),
         Check::Critical => format!(
-            "CRITICAL success {} ({} of {} served in time; unprotected {}); refused {} ({})",
+            "CRITICAL success {} ({} of {} served in time; unprotected {}); refused {} ({}), \
+             timed out {}",
             pct(p.critical_success().unwrap_or(1.0)),
             p.critical_ok,
             p.critical_offered,
             pct(u.critical_success().unwrap_or(1.0)),
             p.refused,
-            reasons(p)
+            reasons(p),
+            p.timed_out
         ),
         Check::Goodput => format!(
             "goodput {:.0}/s = {} of min(offered, capacity) {:.0}/s (unprotected {}); \

@@ -206,6 +206,11 @@ fn shipped_sweep_files_parse() {
     ] {
         assert!(cells.iter().any(|c| c.arrivals == a), "{a:?}");
     }
+    // A cell listed by two matrices runs once.
+    let mut labels: Vec<_> = cells.iter().map(|c| c.label()).collect();
+    labels.sort();
+    labels.dedup();
+    assert_eq!(labels.len(), cells.len());
     // A closed loop is one cell, whatever the offered axis says.
     assert!(cells
         .iter()
