@@ -20,14 +20,16 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 pub use super::figures::RunFigures;
+pub use super::spec::{cell_seed, duration_s};
+use super::state::{End, Held, Phase, Req, Wakeup};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use spillway_core::controller::{
-    Admission, AdmissionController, AdmissionRequest, Outcome, Permit, QueuedAdmission, Refusal,
+    Admission, AdmissionController, AdmissionRequest, Outcome, Refusal,
 };
 use spillway_core::{Clock, Criticality};
 
@@ -36,86 +38,11 @@ use crate::sim::config::ServiceDist;
 use crate::sim::shape::{exp, ms_to_nanos, service_nanos};
 use crate::sim::time::{SimClock, SimRandom};
 
-/// Simulated offering window of a cell, s.
-pub fn duration_s(spec: &CellSpec, model: &ModelConfig) -> f64 {
-    let rate = match spec.arrivals {
-        // What the clients send when every answer takes the mean service time.
-        ArrivalKind::Closed(n) => spec
-            .capacity()
-            .max(f64::from(n) / ((model.closed_think_ms + spec.mean_ms) / 1e3)),
-        _ => spec.offered * spec.capacity(),
-    };
-    (spec.max_requests / rate.max(1e-9)).clamp(spec.min_duration_s, spec.max_duration_s)
-}
-
-/// The seed of a cell: the sweep's, salted with the cell's label (FNV-1a), so that a cell's
-/// result does not depend on which other cells the file lists.
-pub fn cell_seed(seed: u64, spec: &CellSpec) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
-    for b in spec.label().bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
 const ARRIVAL: u8 = 0;
 const SEND: u8 = 1;
 const TIMEOUT: u8 = 2;
 const GIVE_UP: u8 = 3;
 const DONE: u8 = 4;
-
-/// What the proxy holds for a request.
-enum Held {
-    None,
-    Queued(QueuedAdmission),
-    Permit(Permit),
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Free,
-    Queued,
-    Backend,
-}
-
-struct Req {
-    gen: u32,
-    phase: Phase,
-    arrival: u64,
-    deadline: u64,
-    service: u64,
-    critical: bool,
-    /// The closed-loop client that sent it (`u32::MAX`: open loop).
-    client: u32,
-    held: Held,
-}
-
-/// A waker that records which request a release granted (or the queue refused).
-struct Wakeup {
-    id: u32,
-    gen: u32,
-    woken: Arc<Mutex<Vec<(u32, u32)>>>,
-}
-
-impl Wake for Wakeup {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woken
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((self.id, self.gen));
-    }
-}
-
-#[derive(Clone, Copy)]
-enum End {
-    Ok,
-    Refused,
-    TimedOut,
-}
 
 struct Sim<'a> {
     spec: &'a CellSpec,

@@ -14,6 +14,8 @@ pub mod config;
 mod figures;
 pub mod judge;
 mod output;
+mod spec;
+mod state;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
