@@ -447,8 +447,12 @@ impl Sim<'_> {
         match std::mem::replace(&mut self.reqs[id as usize].held, Held::None) {
             Held::Queued(q) => {
                 self.left_queue(id);
-                // Dropping it takes it out of the core's queue.
+                // Dropping it takes it out of the core's queue. Given up on while queued, it
+                // was refused in all but name, at its deadline: R4a counts it so.
                 drop(q);
+                self.figures.abandoned_in_queue += 1;
+                self.refusal_ns
+                    .push(self.now - self.reqs[id as usize].arrival);
             }
             Held::Permit(p) => {
                 // The proxy lets go when its client does; the backend is not told.

@@ -28,7 +28,10 @@ pub struct RunFigures {
     /// The most any policy could serve in time without buffering across phases: the integral
     /// of min(offered rate, capacity) over the window, per second (closed loops: capacity).
     pub reference_rps: f64,
-    /// Median time from arrival to refusal, ms (none refused: `None`).
+    /// Of the timed-out requests, those whose client gave up while the proxy still queued them.
+    pub abandoned_in_queue: u64,
+    /// Median time from arrival to refusal, ms, counting a request abandoned in the proxy's
+    /// queue as refused at its deadline (none of either: `None`).
     pub refusal_median_ms: Option<f64>,
     /// Requests that left the proxy's queue (admitted, refused or abandoned) after waiting
     /// longer than their deadline minus the mean service time.
@@ -99,6 +102,7 @@ impl RunFigures {
             goodput_rps: 0.0,
             reference_rps: 0.0,
             refusal_median_ms: None,
+            abandoned_in_queue: 0,
             late_queue_exits: 0,
             late_queue_worst_ms: 0.0,
             refused_by_reason: BTreeMap::new(),

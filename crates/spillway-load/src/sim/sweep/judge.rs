@@ -9,7 +9,8 @@
 //! - R2 CRITICAL: open-loop cells offered 1×–10× with CRITICAL traffic at most 0.8 of the
 //!   lowest capacity of the run (a capacity drop lowers it) — CRITICAL success ≥ 99.9 %.
 //! - R3 goodput: open-loop cells offered 1×–10× — goodput ≥ 95 % of ∫ min(offered, capacity).
-//! - R4a refuse early: open-loop cells offered ≥ 2× — median arrival → refusal ≤ 10 ms.
+//! - R4a refuse early: open-loop cells offered ≥ 2× — median arrival → refusal ≤ 10 ms, a
+//!   request whose client gave up while the proxy queued it counting as refused at its deadline.
 //! - R4b deadline-bounded queueing: every protected run — no request leaves the proxy's queue
 //!   after its deadline minus the mean service time.
 
@@ -240,11 +241,13 @@ pub fn describe(check: Check, spec: &CellSpec, p: &RunFigures, u: &RunFigures) -
             p.timed_out
         ),
         Check::RefuseEarly => format!(
-            "median arrival->refusal {} over {} refusals ({}); timed out {}",
+            "median arrival->refusal {} over {} refusals ({}) and {} abandoned in the proxy's \
+             queue; timed out {}",
             p.refusal_median_ms
                 .map_or("none refused".to_owned(), |m| format!("{m:.2} ms")),
             p.refused,
             reasons(p),
+            p.abandoned_in_queue,
             p.timed_out
         ),
         Check::QueueWait => format!(
