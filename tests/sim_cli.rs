@@ -1,5 +1,6 @@
 //! `spillway sim` end to end: the sharding flags run a scenario in shards and report it, and
-//! bad values exit 2 with a message naming the key and the flag that fixes it.
+//! bad values exit 2 with a message naming the key and the flag that fixes it; `--sweep` prints
+//! its verdicts and writes its cells.
 
 use std::process::{Command, Output};
 
@@ -56,5 +57,49 @@ fn a_scenario_runs_in_shards_and_its_report_says_so() {
         &text[..text.len().min(400)]
     );
     assert!(report["summary"]["offered"].as_u64().unwrap_or(0) > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_sweep_prints_each_requirement_and_writes_its_cells() {
+    let dir = std::env::temp_dir().join(format!("spillway-sweep-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("sweep.toml");
+    std::fs::write(
+        &file,
+        "name = \"tiny\"\nmax_requests = 500\nmin_duration_s = 0.05\n[[matrix]]\n\
+         name = \"m\"\nworkers = [4]\nmean_ms = [5]\ndistribution = [\"exp\"]\n\
+         timeout_x = [5]\noffered = [0.5, 2]\ncritical_share = [0.5]\n\
+         arrivals = [\"poisson\"]\n",
+    )
+    .expect("write sweep file");
+    let (json, html) = (dir.join("sweep.json"), dir.join("sweep.html"));
+    let o = sim(&[
+        "--sweep",
+        file.to_str().expect("utf-8 path"),
+        "--json",
+        json.to_str().expect("utf-8 path"),
+        "--html",
+        html.to_str().expect("utf-8 path"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for id in ["R1 ", "R2 ", "R3 ", "R4a", "R4b"] {
+        assert!(out.contains(id), "{id} missing:\n{out}");
+    }
+    assert!(
+        out.contains("2 cells") && out.contains("worst: c=4 mean=5ms"),
+        "{out}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("JSON written")).expect("JSON");
+    assert_eq!(v["cells"].as_array().map(Vec::len), Some(2));
+    assert!(std::fs::read_to_string(&html)
+        .expect("HTML written")
+        .contains("<table>"));
+    std::fs::write(&file, "name = \"bad\"\nmatrix = []\n").expect("write");
+    let o = sim(&["--sweep", file.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("matrix"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -35,6 +35,7 @@ mod pages;
 pub mod shape;
 mod sharded;
 mod stats;
+pub mod sweep;
 pub mod time;
 
 pub use config::{ConfigError, Scenario};

@@ -1,0 +1,595 @@
+//! One cell of the sweep: clients → (the proxy's zero-config admission) → a backend, in
+//! simulated time.
+//!
+//! Why an event loop of its own rather than a scenario of the fleet engine: a cell is one proxy
+//! in front of one backend, but it needs what the fleet engine does not model — closed-loop
+//! clients, a bimodal service time, a backend that slows with what it holds — and it must be
+//! cheap enough to run thousands of times. The policy is still the core's own: an
+//! `AdmissionController` built from `spillway_proxy::ProxyConfig::default().admission`, on a
+//! simulated clock with seeded randomness, exactly as the fleet engine builds a
+//! `proxy_admission` layer (`sim::model`), driven through `admit_at`, its `QueuedAdmission`
+//! future (polled with a waker that names the request) and its `Permit`'s release.
+//!
+//! The pieces map as `sim::demo` maps `spillway demo`: the proxy does no work of its own and
+//! releases its permit (`Dropped`) when the client gives up; the backend is a plain one — its
+//! workers, an unbounded FIFO, and work for callers who left still done (it is never told).
+//! Protected and unprotected runs of a cell draw the same arrival times, criticalities and
+//! service times (common random numbers), so their difference is the policy's, not noise.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+pub use super::figures::RunFigures;
+pub use super::spec::{cell_seed, duration_s};
+use super::state::{End, Held, Phase, Req, Wakeup};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use spillway_core::controller::{
+    Admission, AdmissionController, AdmissionRequest, Outcome, Refusal,
+};
+use spillway_core::{Clock, Criticality};
+
+use super::config::{ArrivalKind, BackendKind, CellSpec, Dist, ModelConfig, SweepConfig};
+use crate::sim::config::ServiceDist;
+use crate::sim::shape::{exp, ms_to_nanos, service_nanos};
+use crate::sim::time::{SimClock, SimRandom};
+
+const ARRIVAL: u8 = 0;
+const SEND: u8 = 1;
+const TIMEOUT: u8 = 2;
+const GIVE_UP: u8 = 3;
+const DONE: u8 = 4;
+
+struct Sim<'a> {
+    spec: &'a CellSpec,
+    model: &'a ModelConfig,
+    propagate_deadline: bool,
+    now: u64,
+    end: u64,
+    /// The window's middle: requests offered from here are also counted as "late".
+    half: u64,
+    hard_cap: u64,
+    seq: u64,
+    events: BinaryHeap<Reverse<(u64, u64, u8, u32, u32)>>,
+    origin: Instant,
+    clock: Arc<SimClock>,
+    proxy: Option<AdmissionController>,
+    woken: Arc<Mutex<Vec<(u32, u32)>>>,
+    reqs: Vec<Req>,
+    free: Vec<u32>,
+    open: u64,
+    sent: u64,
+    arrivals_rng: fastrand::Rng,
+    service_rng: fastrand::Rng,
+    // Backend.
+    busy: u32,
+    fifo: VecDeque<(u32, u32, u64, u64)>,
+    wait_sum: u64,
+    drop_window: (u64, u64),
+    // Open-loop arrivals.
+    rate: f64,
+    p_critical: f64,
+    period: u64,
+    on_len: u64,
+    // Closed loop.
+    think: u64,
+    timeout: u64,
+    allowed_wait: u64,
+    figures: RunFigures,
+    refusal_ns: Vec<u64>,
+}
+
+/// Runs `spec` once, behind the proxy's zero-config admission (`protected`) or not.
+pub fn run_cell(
+    spec: &CellSpec,
+    sweep: &SweepConfig,
+    protected: bool,
+) -> Result<RunFigures, spillway_core::ConfigError> {
+    let seed = cell_seed(sweep.seed, spec);
+    let duration = duration_s(spec, &sweep.model);
+    let origin = Instant::now();
+    let clock = Arc::new(SimClock::new(origin));
+    let proxy = if protected {
+        let admission = spillway_proxy::ProxyConfig::default().admission;
+        let c: Arc<dyn Clock> = clock.clone();
+        // Seeded as the fleet engine seeds a task's controller (`sim::model`).
+        let limit_random = Box::new(SimRandom::new(seed ^ 0x9e37_79b9_7f4a_7c15));
+        Some(
+            AdmissionController::with_limit_random(admission, c, limit_random)?
+                .with_random(Arc::new(SimRandom::new(seed))),
+        )
+    } else {
+        None
+    };
+    let end = ms_to_nanos(duration * 1e3);
+    let m = &sweep.model;
+    let capacity = spec.capacity();
+    let rate = spec.offered * capacity;
+    let critical_rate = (spec.critical_share * capacity).min(rate);
+    let period = end / u64::from(m.burst_cycles.max(1));
+    let timeout = ms_to_nanos(spec.timeout_ms());
+    let mut sim = Sim {
+        spec,
+        model: m,
+        propagate_deadline: sweep.propagate_deadline,
+        now: 0,
+        end,
+        half: end / 2,
+        hard_cap: (spec.max_requests * 10.0) as u64,
+        seq: 0,
+        events: BinaryHeap::new(),
+        origin,
+        clock,
+        proxy,
+        woken: Arc::new(Mutex::new(Vec::new())),
+        reqs: Vec::new(),
+        free: Vec::new(),
+        open: 0,
+        sent: 0,
+        arrivals_rng: fastrand::Rng::with_seed(seed ^ 0x5151),
+        service_rng: fastrand::Rng::with_seed(seed ^ 0xa5a5),
+        busy: 0,
+        fifo: VecDeque::new(),
+        wait_sum: 0,
+        drop_window: match spec.backend {
+            BackendKind::CapacityDrop => (
+                (m.drop_at * end as f64) as u64,
+                ((m.drop_at + m.drop_for) * end as f64) as u64,
+            ),
+            _ => (0, 0),
+        },
+        rate,
+        p_critical: if rate > 0.0 {
+            critical_rate / rate
+        } else {
+            0.0
+        },
+        period,
+        on_len: (period as f64 * m.burst_on_share) as u64,
+        think: ms_to_nanos(m.closed_think_ms),
+        timeout,
+        allowed_wait: timeout.saturating_sub(ms_to_nanos(spec.mean_ms)),
+        figures: RunFigures::empty(),
+        refusal_ns: Vec::new(),
+    };
+    sim.start();
+    sim.run();
+    Ok(sim.finish())
+}
+
+impl Sim<'_> {
+    fn push(&mut self, at: u64, kind: u8, id: u32, gen: u32) {
+        self.seq += 1;
+        self.events.push(Reverse((at, self.seq, kind, id, gen)));
+    }
+
+    fn nanos(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.origin).as_nanos() as u64
+    }
+
+    fn start(&mut self) {
+        match self.spec.arrivals {
+            ArrivalKind::Closed(n) => {
+                let critical = (f64::from(n) * self.spec.critical_share).round() as u32;
+                let mean = ms_to_nanos(self.spec.mean_ms);
+                for client in 0..n {
+                    // Staggered over one mean service time: clients that all start at the
+                    // same instant would be a burst no real fleet of clients sends.
+                    let at = (self.arrivals_rng.f64() * mean as f64) as u64;
+                    self.push(at, SEND, client, u32::from(client < critical));
+                }
+            }
+            _ => {
+                if self.rate > 0.0 {
+                    if let Some(t) = self.next_arrival(0) {
+                        self.push(t, ARRIVAL, 0, 0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next open-loop arrival after `t`: Poisson at the offered rate, or at the rate
+    /// scaled up while a burst is on and none while it is off (memoryless, so a draw that
+    /// lands in an off phase restarts at the next on phase).
+    fn next_arrival(&mut self, mut t: u64) -> Option<u64> {
+        let on_off = self.spec.arrivals == ArrivalKind::OnOff && self.on_len < self.period;
+        let peak = if on_off {
+            self.rate / self.model.burst_on_share
+        } else {
+            self.rate
+        };
+        let mean_gap = 1e9 / peak;
+        loop {
+            if t >= self.end {
+                return None;
+            }
+            if !on_off {
+                let next = t + exp(&mut self.arrivals_rng, mean_gap) as u64;
+                return (next < self.end).then_some(next);
+            }
+            let phase = t % self.period;
+            if phase >= self.on_len {
+                t += self.period - phase;
+                continue;
+            }
+            let on_end = t - phase + self.on_len;
+            let next = t + exp(&mut self.arrivals_rng, mean_gap) as u64;
+            if next < on_end {
+                return (next < self.end).then_some(next);
+            }
+            t = on_end;
+        }
+    }
+
+    fn run(&mut self) {
+        while let Some(Reverse((at, _, kind, id, gen))) = self.events.pop() {
+            if at >= self.end && self.open == 0 {
+                break;
+            }
+            self.now = at;
+            self.clock.set(at);
+            self.figures.events += 1;
+            match kind {
+                ARRIVAL => {
+                    let critical = self.arrivals_rng.f64() < self.p_critical;
+                    self.new_request(critical, u32::MAX);
+                    if let Some(t) = self.next_arrival(at) {
+                        self.push(t, ARRIVAL, 0, 0);
+                    }
+                }
+                SEND => {
+                    if at < self.end {
+                        self.new_request(gen == 1, id);
+                    }
+                }
+                TIMEOUT => self.client_timeout(id, gen),
+                GIVE_UP => self.queue_give_up(id, gen),
+                DONE => self.backend_done(id, gen),
+                _ => unreachable!("only the kinds above are pushed"),
+            }
+            self.drain_woken();
+        }
+    }
+
+    fn alloc(&mut self) -> u32 {
+        if let Some(id) = self.free.pop() {
+            return id;
+        }
+        self.reqs.push(Req {
+            gen: 0,
+            phase: Phase::Free,
+            arrival: 0,
+            deadline: 0,
+            service: 0,
+            critical: false,
+            client: u32::MAX,
+            held: Held::None,
+        });
+        (self.reqs.len() - 1) as u32
+    }
+
+    fn live(&self, id: u32, gen: u32) -> bool {
+        self.reqs
+            .get(id as usize)
+            .is_some_and(|r| r.gen == gen && r.phase != Phase::Free)
+    }
+
+    fn draw_service(&mut self) -> u64 {
+        let mean = self.spec.mean_ms;
+        let rng = &mut self.service_rng;
+        match self.spec.dist {
+            Dist::Const => service_nanos(rng, &ServiceDist::Const { mean_ms: mean }, 1.0),
+            Dist::Exp => service_nanos(rng, &ServiceDist::Exp { mean_ms: mean }, 1.0),
+            Dist::Lognormal => service_nanos(
+                rng,
+                &ServiceDist::Lognormal {
+                    mean_ms: mean,
+                    sigma: self.model.lognormal_sigma,
+                },
+                1.0,
+            ),
+            Dist::Bimodal => {
+                // Two constant modes with the cell's mean: fast · (1 − s + s · f) = mean.
+                let (s, f) = (
+                    self.model.bimodal_slow_share,
+                    self.model.bimodal_slow_factor,
+                );
+                let fast = mean / (1.0 - s + s * f);
+                ms_to_nanos(if rng.f64() < s { fast * f } else { fast })
+            }
+        }
+    }
+
+    fn new_request(&mut self, critical: bool, client: u32) {
+        self.sent += 1;
+        if self.sent >= self.hard_cap && self.now < self.end {
+            // A closed loop spinning on instant refusals: stop offering, say so.
+            self.end = self.now.max(1);
+            self.figures.truncated = true;
+        }
+        let service = self.draw_service();
+        let id = self.alloc();
+        let now = self.now;
+        let deadline = now + self.timeout;
+        let r = &mut self.reqs[id as usize];
+        r.gen = r.gen.wrapping_add(1);
+        r.phase = Phase::Queued;
+        r.arrival = now;
+        r.deadline = deadline;
+        r.service = service;
+        r.critical = critical;
+        r.client = client;
+        let gen = r.gen;
+        self.open += 1;
+        self.push(deadline, TIMEOUT, id, gen);
+        let Some(proxy) = &self.proxy else {
+            return self.to_backend(id, Held::None);
+        };
+        let crit = if critical {
+            Criticality::Critical
+        } else {
+            Criticality::Sheddable
+        };
+        let mut req = AdmissionRequest::new("sweep", crit);
+        if self.propagate_deadline {
+            req.deadline = Some(self.clock.at(deadline));
+        }
+        match proxy.admit_at(&req, self.clock.at(now)) {
+            Admission::Admitted(p) => self.to_backend(id, Held::Permit(p)),
+            Admission::Refused(r) => self.refuse(id, r),
+            Admission::Queued(mut q) => {
+                let waker = Waker::from(Arc::new(Wakeup {
+                    id,
+                    gen,
+                    woken: self.woken.clone(),
+                }));
+                match Pin::new(&mut q).poll(&mut Context::from_waker(&waker)) {
+                    Poll::Ready(Ok(p)) => self.to_backend(id, Held::Permit(p)),
+                    Poll::Ready(Err(r)) => self.refuse(id, r),
+                    Poll::Pending => {
+                        let at = self.nanos(q.give_up_at());
+                        self.reqs[id as usize].held = Held::Queued(q);
+                        self.push(at, GIVE_UP, id, gen);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Leaving the proxy's queue: a wait past deadline − mean service is one R4 forbids.
+    fn left_queue(&mut self, id: u32) {
+        let waited = self.now - self.reqs[id as usize].arrival;
+        if waited > self.allowed_wait {
+            self.figures.late_queue_exits += 1;
+            let late = (waited - self.allowed_wait) as f64 / 1e6;
+            self.figures.late_queue_worst_ms = self.figures.late_queue_worst_ms.max(late);
+        }
+    }
+
+    fn to_backend(&mut self, id: u32, held: Held) {
+        let r = &mut self.reqs[id as usize];
+        let was_queued = matches!(r.held, Held::Queued(_));
+        r.phase = Phase::Backend;
+        r.held = held;
+        let entry = (id, r.gen, r.service, self.now);
+        if was_queued {
+            self.left_queue(id);
+        }
+        self.fifo.push_back(entry);
+        self.start_work();
+    }
+
+    /// Backend workers take FIFO work, including that of callers who left.
+    fn start_work(&mut self) {
+        while self.busy < self.spec.workers {
+            let Some((id, gen, base, enqueued)) = self.fifo.pop_front() else {
+                return;
+            };
+            self.busy += 1;
+            self.figures.backend_started += 1;
+            if self.now > enqueued {
+                self.figures.backend_waited += 1;
+                self.wait_sum += self.now - enqueued;
+            }
+            let mut factor = 1.0;
+            if self.spec.backend == BackendKind::Slowdown {
+                let held =
+                    (self.fifo.len() as f64 + f64::from(self.busy)) / f64::from(self.spec.workers);
+                factor +=
+                    self.model.slowdown_alpha * (held - self.model.slowdown_threshold_x).max(0.0);
+            }
+            let (from, to) = self.drop_window;
+            if self.now >= from && self.now < to {
+                factor /= self.model.drop_factor;
+            }
+            let service = ((base as f64 * factor) as u64).max(1);
+            self.push(self.now + service, DONE, id, gen);
+        }
+    }
+
+    fn backend_done(&mut self, id: u32, gen: u32) {
+        self.busy -= 1;
+        self.start_work();
+        if self.live(id, gen) && self.reqs[id as usize].phase == Phase::Backend {
+            self.release(id, Outcome::Success);
+            self.end_request(id, End::Ok);
+        }
+    }
+
+    fn release(&mut self, id: u32, outcome: Outcome) {
+        if let Held::Permit(mut p) = std::mem::replace(&mut self.reqs[id as usize].held, Held::None)
+        {
+            p.set_outcome(outcome);
+            p.release_at(self.clock.at(self.now));
+        }
+    }
+
+    fn refuse(&mut self, id: u32, r: Refusal) {
+        *self
+            .figures
+            .refused_by_reason
+            .entry(r.reason.as_str().to_owned())
+            .or_default() += 1;
+        self.refusal_ns
+            .push(self.now - self.reqs[id as usize].arrival);
+        self.end_request(id, End::Refused);
+    }
+
+    fn client_timeout(&mut self, id: u32, gen: u32) {
+        if !self.live(id, gen) {
+            return;
+        }
+        match std::mem::replace(&mut self.reqs[id as usize].held, Held::None) {
+            Held::Queued(q) => {
+                self.left_queue(id);
+                // Dropping it takes it out of the core's queue. Given up on while queued, it
+                // was refused in all but name, at its deadline: R4a counts it so.
+                drop(q);
+                self.figures.abandoned_in_queue += 1;
+                self.refusal_ns
+                    .push(self.now - self.reqs[id as usize].arrival);
+            }
+            Held::Permit(p) => {
+                // The proxy lets go when its client does; the backend is not told.
+                self.reqs[id as usize].held = Held::Permit(p);
+                self.release(id, Outcome::Dropped);
+            }
+            Held::None => {}
+        }
+        self.end_request(id, End::TimedOut);
+    }
+
+    fn queue_give_up(&mut self, id: u32, gen: u32) {
+        if !self.live(id, gen) || self.reqs[id as usize].phase != Phase::Queued {
+            return;
+        }
+        if let Held::Queued(q) = std::mem::replace(&mut self.reqs[id as usize].held, Held::None) {
+            self.left_queue(id);
+            let r = q.expire();
+            self.refuse(id, r);
+        }
+    }
+
+    /// Polls the queued admissions a release (or the queue) woke.
+    fn drain_woken(&mut self) {
+        loop {
+            let batch = std::mem::take(&mut *self.woken.lock().unwrap_or_else(|p| p.into_inner()));
+            if batch.is_empty() {
+                return;
+            }
+            for (id, gen) in batch {
+                if !self.live(id, gen) || self.reqs[id as usize].phase != Phase::Queued {
+                    continue;
+                }
+                let Held::Queued(mut q) =
+                    std::mem::replace(&mut self.reqs[id as usize].held, Held::None)
+                else {
+                    continue;
+                };
+                let waker = Waker::from(Arc::new(Wakeup {
+                    id,
+                    gen,
+                    woken: self.woken.clone(),
+                }));
+                match Pin::new(&mut q).poll(&mut Context::from_waker(&waker)) {
+                    Poll::Ready(Ok(p)) => {
+                        self.reqs[id as usize].held = Held::Queued(q);
+                        self.to_backend(id, Held::Permit(p));
+                    }
+                    Poll::Ready(Err(r)) => {
+                        self.reqs[id as usize].held = Held::Queued(q);
+                        self.left_queue(id);
+                        self.reqs[id as usize].held = Held::None;
+                        self.refuse(id, r);
+                    }
+                    Poll::Pending => self.reqs[id as usize].held = Held::Queued(q),
+                }
+            }
+        }
+    }
+
+    fn end_request(&mut self, id: u32, end: End) {
+        let r = &mut self.reqs[id as usize];
+        r.phase = Phase::Free;
+        r.held = Held::None;
+        let (critical, client, late) = (r.critical, r.client, r.arrival >= self.half);
+        self.free.push(id);
+        self.open -= 1;
+        let f = &mut self.figures;
+        f.offered += 1;
+        f.critical_offered += u64::from(critical);
+        f.late_offered += u64::from(late);
+        match end {
+            End::Ok => {
+                f.ok += 1;
+                f.late_ok += u64::from(late);
+                f.critical_ok += u64::from(critical);
+            }
+            End::Refused => f.refused += 1,
+            End::TimedOut => f.timed_out += 1,
+        }
+        if client != u32::MAX {
+            let at = self.now + self.think;
+            if at < self.end {
+                self.push(at, SEND, client, u32::from(critical));
+            }
+        }
+    }
+
+    fn finish(mut self) -> RunFigures {
+        let duration = self.end as f64 / 1e9;
+        let reference = self.reference(duration);
+        let mut f = std::mem::replace(&mut self.figures, RunFigures::empty());
+        f.duration_s = duration;
+        f.goodput_rps = f.ok as f64 / duration.max(1e-12);
+        f.reference_rps = reference;
+        if f.backend_started > 0 {
+            f.backend_wait_mean_ms = self.wait_sum as f64 / f.backend_started as f64 / 1e6;
+        }
+        if !self.refusal_ns.is_empty() {
+            let mid = self.refusal_ns.len() / 2;
+            let (_, m, _) = self.refusal_ns.select_nth_unstable(mid);
+            f.refusal_median_ms = Some(*m as f64 / 1e6);
+        }
+        f
+    }
+
+    /// ∫ min(offered rate, capacity) dt over the window, per second.
+    fn reference(&self, duration: f64) -> f64 {
+        let cap = self.spec.capacity();
+        if !self.spec.arrivals.is_open() {
+            return cap;
+        }
+        let steps = 10_000u64;
+        let dt = self.end / steps;
+        if dt == 0 {
+            return self.rate.min(cap);
+        }
+        let (from, to) = self.drop_window;
+        let mut sum = 0.0;
+        for i in 0..steps {
+            let t = i * dt + dt / 2;
+            let rate = if self.spec.arrivals == ArrivalKind::OnOff && self.on_len < self.period {
+                if t % self.period < self.on_len {
+                    self.rate / self.model.burst_on_share
+                } else {
+                    0.0
+                }
+            } else {
+                self.rate
+            };
+            let c = if t >= from && t < to {
+                cap * self.model.drop_factor
+            } else {
+                cap
+            };
+            sum += rate.min(c) * dt as f64 / 1e9;
+        }
+        sum / duration.max(1e-12)
+    }
+}
