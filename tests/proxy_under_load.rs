@@ -122,6 +122,16 @@ fn sigterm_under_load_finishes_in_flight_honours_the_delay_and_exits_0() {
         common::connect(local(up))
     });
     let mut proxy = common::proxy(&cfg, data);
+    // An HTTP/2 client too: one request served before the signal.
+    let mut h2 = common::connect(local(data)).expect("an h2c connection");
+    h2c_start(&mut h2);
+    h2c_get(&mut h2, 1);
+    let first = read_frames_until(&mut h2, |f| f.kind == HEADERS && f.stream == 1);
+    assert_eq!(
+        first.last().map(|f| f.payload.first()),
+        Some(Some(&0x88)),
+        "200"
+    );
 
     let start = Instant::now();
     let clients = common::run_clients(
@@ -133,12 +143,36 @@ fn sigterm_under_load_finishes_in_flight_honours_the_delay_and_exits_0() {
     );
     std::thread::sleep(Duration::from_secs(2));
     let term_at = start.elapsed();
+    h2c_get(&mut h2, 3); // in flight (300 ms) as the signal arrives
+                         // Read the HTTP/2 connection to its end as a client would (answering PING: the graceful
+                         // GOAWAY waits for one round trip).
+    let h2_reader = std::thread::spawn(move || read_frames_until(&mut h2, |_| false));
     proxy.signal("-TERM");
     let status = proxy
         .wait_exit(Duration::from_secs(20))
         .expect("the proxy exits within 20 s of SIGTERM");
     let exit_at = start.elapsed();
     let all = common::join_clients(clients);
+    // HTTP/2: the stream in flight at SIGTERM was answered 200, and the connection was told to
+    // go away (GOAWAY) rather than cut. What the proxy sent is still in the socket after its exit.
+    let frames = h2_reader.join().expect("h2 reader");
+    assert!(
+        frames.iter().any(|f| f.kind == GOAWAY),
+        "no GOAWAY: {frames:?}"
+    );
+    let answered = frames
+        .iter()
+        .find(|f| f.kind == HEADERS && f.stream == 3)
+        .unwrap_or_else(|| panic!("stream 3 not answered: {frames:?}"));
+    assert_eq!(
+        answered.payload.first(),
+        Some(&0x88),
+        "stream 3: :status 200"
+    );
+    assert!(
+        !frames.iter().any(|f| f.kind == RST_STREAM),
+        "a stream was reset: {frames:?}"
+    );
     let report: String = all.iter().map(|o| format!("{o:?}\n")).collect();
 
     assert!(status.success(), "exit status {status}");
@@ -146,6 +180,12 @@ fn sigterm_under_load_finishes_in_flight_honours_the_delay_and_exits_0() {
     assert!(
         exit_at - term_at >= delay,
         "exited {:?} after SIGTERM, delay {delay:?}",
+        exit_at - term_at
+    );
+    // And it ended because the work was done, not at the 10 s drain timeout.
+    assert!(
+        exit_at - term_at < Duration::from_secs(9),
+        "exited {:?} after SIGTERM: the drain timed out",
         exit_at - term_at
     );
     // Everything sent before the delay ended (with a margin for the signal's delivery) was
@@ -183,6 +223,87 @@ fn sigterm_under_load_finishes_in_flight_honours_the_delay_and_exits_0() {
         assert!(o.done - o.sent < Duration::from_secs(5), "{o:?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+const HEADERS: u8 = 1;
+const RST_STREAM: u8 = 3;
+const SETTINGS: u8 = 4;
+const PING: u8 = 6;
+const GOAWAY: u8 = 7;
+
+/// One HTTP/2 frame as read off the wire (RFC 9113 §4.1).
+#[derive(Debug)]
+struct Frame {
+    kind: u8,
+    flags: u8,
+    stream: u32,
+    payload: Vec<u8>,
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn write_frame(s: &mut std::net::TcpStream, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    use std::io::Write;
+    s.write_all(&frame(kind, flags, stream, payload))
+        .expect("write an h2 frame");
+}
+
+/// The client preface and an empty SETTINGS (h2c with prior knowledge).
+fn h2c_start(s: &mut std::net::TcpStream) {
+    use std::io::Write;
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .expect("preface");
+    write_frame(s, SETTINGS, 0, 0, &[]);
+}
+
+/// `GET /` on `stream`: HPACK static :method GET, :scheme http, :path /, and :authority as a
+/// literal without indexing; END_STREAM | END_HEADERS.
+fn h2c_get(s: &mut std::net::TcpStream, stream: u32) {
+    let block = [0x82, 0x86, 0x84, 0x01, 0x04, b't', b'e', b's', b't'];
+    write_frame(s, HEADERS, 0x5, stream, &block);
+}
+
+/// Reads frames (acknowledging the server's SETTINGS and PINGs) until one matches `done`, the connection ends, or a read waits 10 s; returns them all.
+fn read_frames_until(s: &mut std::net::TcpStream, done: impl Fn(&Frame) -> bool) -> Vec<Frame> {
+    use std::io::Read;
+    let mut frames = Vec::new();
+    loop {
+        let mut head = [0u8; 9];
+        if s.read_exact(&mut head).is_err() {
+            return frames;
+        }
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        if s.read_exact(&mut payload).is_err() {
+            return frames;
+        }
+        let f = Frame {
+            kind: head[3],
+            flags: head[4],
+            stream: u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff,
+            payload,
+        };
+        if f.kind == SETTINGS && f.flags & 1 == 0 {
+            use std::io::Write;
+            let _ = s.write_all(&[0, 0, 0, SETTINGS, 1, 0, 0, 0, 0]);
+        }
+        if f.kind == PING && f.flags & 1 == 0 {
+            use std::io::Write;
+            // The proxy may have closed by now: not an error of the test.
+            let _ = s.write_all(&frame(PING, 1, 0, &f.payload));
+        }
+        let end = done(&f);
+        frames.push(f);
+        if end {
+            return frames;
+        }
+    }
 }
 
 /// The metastable trigger: a backend of 4 workers x 20 ms (200/s, unbounded FIFO that serves
