@@ -220,6 +220,7 @@ fn resets_and_trickles_get_502_504_or_a_cut_within_the_timeouts_and_no_fd_leaks(
     assert_eq!(timed_get(addr, "/ok").0.map(|r| r.0), Ok(200));
     std::thread::sleep(Duration::from_millis(300));
     let baseline = proxy.fd_count();
+    assert!(baseline > 0, "the fd count reads /proc/PID/fd (Linux)");
 
     // 8 of each fault at once, twice over.
     for round in 0..2 {

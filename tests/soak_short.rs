@@ -7,7 +7,8 @@
 //!
 //! Bounded: the script stops by itself after DURATION + FD_WAIT s; a watchdog sends it SIGTERM
 //! (its trap stops every process it started) if it runs past 240 s. Loopback only.
-#![cfg(unix)]
+// /proc/PID/status and /proc/PID/fd: Linux only.
+#![cfg(target_os = "linux")]
 
 mod common;
 
