@@ -7,111 +7,24 @@
 //! backend stops by itself after 60 s; every wait below has a deadline).
 #![cfg(unix)]
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local address").port()
-}
+mod common;
 
-/// Kills the child on drop so that a failing assertion leaves no process behind.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(args: &[&str]) -> Proc {
-    Proc(
-        Command::new(env!("CARGO_BIN_EXE_spillway"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the spillway binary starts"),
-    )
-}
-
-fn signal(p: &Proc, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &p.0.id().to_string()])
-        .status()
-        .expect("kill runs")
-        .success();
-    assert!(ok, "kill {sig} failed");
-}
-
-/// Reads one HTTP/1.1 response (Content-Length or chunked body) from a keep-alive stream.
-fn read_response(s: &mut TcpStream) -> (u16, String) {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        let n = s.read(&mut byte).expect("read the response head");
-        assert_eq!(
-            n,
-            1,
-            "connection closed mid-head: {:?}",
-            String::from_utf8_lossy(&buf)
-        );
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
-    let status: u16 = head[9..12].parse().expect("status code");
-    let body = if let Some(len) = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map(|v| v.trim().parse::<usize>().expect("content-length"))
-    {
-        let mut body = vec![0u8; len];
-        s.read_exact(&mut body).expect("read the body");
-        body
-    } else {
-        assert!(head.contains("transfer-encoding: chunked"), "{head}");
-        let mut body = Vec::new();
-        while !body.ends_with(b"0\r\n\r\n") {
-            let n = s.read(&mut byte).expect("read a chunk");
-            assert_eq!(n, 1, "connection closed mid-body");
-            body.push(byte[0]);
-        }
-        body
-    };
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
+use common::{free_port, get, spawn};
 
 fn get_on(s: &mut TcpStream, path: &str) -> (u16, String) {
     write!(s, "GET {path} HTTP/1.1\r\nhost: test\r\n\r\n").expect("send a request");
-    read_response(s)
-}
-
-fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n"
-    )
-    .ok()?;
-    Some(read_response(&mut s))
+    let (status, _, body) = common::read_response(s).expect("a response");
+    (status, body)
 }
 
 /// Polls `f` every 50 ms until it returns `Some`, or fails naming `what` after 15 s.
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    common::wait_for(what, Duration::from_secs(15), f)
 }
 
 fn status_json(admin: SocketAddr) -> Option<serde_json::Value> {
@@ -175,7 +88,7 @@ fn sighup_reloads_valid_refuses_invalid_keeps_connections_and_sigterm_drains() {
 
     // A valid file: SIGHUP applies it.
     write_config(&path, data_port, admin_port, backend_port, "after");
-    signal(&proxy, "-HUP");
+    proxy.signal("-HUP");
     wait_for("SIGHUP to apply the new routes", || {
         (route_names(admin) == ["after"]).then_some(())
     });
@@ -187,7 +100,7 @@ fn sighup_reloads_valid_refuses_invalid_keeps_connections_and_sigterm_drains() {
 
     // An invalid file: refused, counted, the old configuration kept.
     std::fs::write(&path, "[[routes]]\nname = 5\n").expect("write a broken file");
-    signal(&proxy, "-HUP");
+    proxy.signal("-HUP");
     let s = wait_for("the refused reload to be counted", || {
         status_json(admin).filter(|s| s["reload_failures"] == 1)
     });
@@ -198,27 +111,12 @@ fn sighup_reloads_valid_refuses_invalid_keeps_connections_and_sigterm_drains() {
 
     // SIGTERM: stops, exit status 0, and the refusal was logged with the offending key.
     drop(kept);
-    signal(&proxy, "-TERM");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(st) = proxy.0.try_wait().expect("wait for the proxy") {
-            break st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the proxy did not exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    proxy.signal("-TERM");
+    let status = proxy
+        .wait_exit(Duration::from_secs(15))
+        .expect("the proxy exits after SIGTERM");
     assert!(status.success(), "proxy exit status {status}");
-    let mut log = String::new();
-    proxy
-        .0
-        .stderr
-        .take()
-        .expect("stderr piped")
-        .read_to_string(&mut log)
-        .expect("read the proxy's log");
+    let log = proxy.stderr();
     assert!(log.contains("configuration reload refused"), "{log}");
     assert!(log.contains("name"), "the refusal names the key: {log}");
     let _ = std::fs::remove_dir_all(&dir);

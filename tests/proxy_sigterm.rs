@@ -10,88 +10,26 @@
 //! seconds.
 #![cfg(unix)]
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
 
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local address").port()
-}
+mod common;
 
-/// Kills the child on drop so that a failing assertion leaves no process behind.
-struct Proc(Child);
+use common::{connect, free_port, get, spawn};
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(args: &[&str]) -> Proc {
-    Proc(
-        Command::new(env!("CARGO_BIN_EXE_spillway"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the spillway binary starts"),
-    )
-}
-
-/// One HTTP/1.1 response with a `content-length` body: (status, lower-case head, body).
+/// One HTTP/1.1 response: (status, lower-case head, body).
 fn read_response(s: &mut TcpStream) -> (u16, String, String) {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        let n = s.read(&mut byte).expect("read the response head");
-        assert_eq!(n, 1, "closed mid-head: {:?}", String::from_utf8_lossy(&buf));
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
-    let status: u16 = head[9..12].parse().expect("status code");
-    let len = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse::<usize>().expect("content-length"));
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).expect("read the body");
-    (status, head, String::from_utf8_lossy(&body).into_owned())
-}
-
-fn connect(addr: SocketAddr) -> Option<TcpStream> {
-    let s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    Some(s)
+    common::read_response(s).expect("a response")
 }
 
 fn send(s: &mut TcpStream, path: &str) {
     write!(s, "GET {path} HTTP/1.1\r\nhost: test\r\n\r\n").expect("send a request");
 }
 
-fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = connect(addr)?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let (status, _, body) = read_response(&mut s);
-    Some((status, body))
-}
-
 /// Polls `f` every 50 ms until it returns `Some`, or fails naming `what` after 20 s.
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    common::wait_for(what, Duration::from_secs(20), f)
 }
 
 #[test]
@@ -142,12 +80,7 @@ fn sigterm_turns_ready_off_serves_through_the_delay_then_drains_and_exits() {
     send(&mut kept, "/warm");
     assert_eq!(read_response(&mut kept).0, 200);
 
-    let ok = Command::new("kill")
-        .args(["-TERM", &proxy.0.id().to_string()])
-        .status()
-        .expect("kill runs")
-        .success();
-    assert!(ok, "kill -TERM failed");
+    proxy.signal("-TERM");
     let body = wait_for("/ready to answer 503 after SIGTERM", || {
         get(admin, "/ready").filter(|(s, _)| *s == 503)
     })
@@ -174,27 +107,12 @@ fn sigterm_turns_ready_off_serves_through_the_delay_then_drains_and_exits() {
         assert!(head.contains("connection: close"), "{name}: {head}");
     }
 
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(st) = proxy.0.try_wait().expect("wait for the proxy") {
-            break st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the proxy did not exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = proxy
+        .wait_exit(Duration::from_secs(20))
+        .expect("the proxy exits after SIGTERM");
     assert!(status.success(), "proxy exit status {status}");
     assert!(connect(data).is_none(), "nothing listens after exit");
-    let mut log = String::new();
-    proxy
-        .0
-        .stderr
-        .take()
-        .expect("stderr piped")
-        .read_to_string(&mut log)
-        .expect("read the proxy's log");
+    let log = proxy.stderr();
     assert!(log.contains("drain_delay_ms = 2000"), "{log}");
     assert!(
         log.contains("has no token"),
