@@ -105,7 +105,8 @@ pub struct AdmissionConfig {
     /// Share of the limit each criticality may fill (default 0.8 / 0.9 / 0.95 / 1.0, see
     /// [`crate::limiter`]).
     pub headroom: PerCriticality<f64>,
-    /// The admission queue (default: half the limit, 100 ms max wait, CoDel 5 ms / 100 ms).
+    /// The admission queue (default: half the limit, 100 ms max wait for requests without a
+    /// deadline, CoDel 5 ms / 100 ms).
     pub queue: QueueConfig,
     /// Shedding on utilisation (default thresholds 0.8 / 0.9 / 1.0 / never).
     pub shed: ShedConfig,
@@ -313,10 +314,17 @@ impl Inner {
         }
     }
 
-    /// Removes a waiter by ticket; `true` if it was still queued.
-    pub(crate) fn remove_waiter(&self, ticket: Ticket) -> bool {
+    /// Removes a waiter by ticket; `true` if it was still queued. `gave_up` is the waiter's
+    /// criticality when it leaves because it waited too long (not its own deadline, not a
+    /// cancellation): everything less critical is then refused too, as it would be served in
+    /// its place (see [`AdmissionQueue::drop_below`]).
+    pub(crate) fn remove_waiter(&self, ticket: Ticket, gave_up: Option<Criticality>) -> bool {
+        let now = self.clock.now();
         let mut q = self.lock_queue();
-        let removed = q.remove(self.clock.now(), ticket).is_some();
+        let removed = q.remove(now, ticket).is_some();
+        if let (true, Some(c)) = (removed, gave_up) {
+            q.drop_below(now, c, |e, why| self.drop_waiter(e, why, now));
+        }
         self.publish(&q);
         removed
     }
@@ -572,17 +580,40 @@ impl AdmissionController {
             inner.quota.settle(now, charge, 0.0);
             inner.refuse(reason, c)
         };
-        let capacity = inner.queue_cfg.capacity(inner.limiter.limit());
+        let limit = inner.limiter.limit();
+        let capacity = inner.queue_cfg.capacity(limit);
         if capacity == 0 {
             return refuse(RefusalReason::ConcurrencyLimit);
         }
+        let expected = inner.service.get();
         if let Some(d) = req.deadline {
-            if now.checked_add(inner.service.get()).map_or(true, |f| f > d) {
+            if now.checked_add(expected).map_or(true, |f| f > d) {
                 return refuse(RefusalReason::DeadlineExceeded);
             }
         }
+        // A slot frees about every `expected / limit` while the limiter is full (Little's law):
+        // the wait ahead of this request is that times the entries served before it (plus one
+        // if no slot is free now). Zero until the first service time is known.
+        let per_slot = expected / u32::try_from(limit.max(1)).unwrap_or(u32::MAX);
         let waiter = Arc::new(Waiter::new(c, charge));
         let mut q = inner.lock_queue();
+        let give_up_at = q.give_up_at(now, req.deadline, expected);
+        let ahead = q.ahead_of(c, req.continuation) + usize::from(!inner.limiter.has_slot(c));
+        let wait = per_slot.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
+        if now.checked_add(wait).map_or(true, |t| t > give_up_at) {
+            // It could not start in time: refuse now instead of after waiting in vain. Past
+            // its own deadline's budget that is `DeadlineExceeded`; past the queue's max wait
+            // it is a queueing refusal, and then nothing less critical may keep waiting in
+            // its place either.
+            if req.deadline.is_some() {
+                drop(q);
+                return refuse(RefusalReason::DeadlineExceeded);
+            }
+            q.drop_below(now, c, |e, why| inner.drop_waiter(e, why, now));
+            inner.publish(&q);
+            drop(q);
+            return refuse(RefusalReason::QueueFull);
+        }
         let pushed = match q.push(
             now,
             Arc::clone(&waiter),
@@ -601,11 +632,13 @@ impl AdmissionController {
         for e in pushed.evicted {
             inner.drop_waiter(e, DropReason::Evicted, now);
         }
+        q.drop_pushed_back(now, c, per_slot, expected, |e, why| {
+            inner.drop_waiter(e, why, now)
+        });
         // Publish the length, then dispatch: a release that decremented in-flight before this
         // store is caught by this dispatch; one after it sees `queued > 0` and dispatches.
         inner.publish(&q);
         inner.dispatch(&mut q, now);
-        let give_up_at = q.give_up_at(now, req.deadline);
         drop(q);
         #[cfg(test)]
         interleave::between_dispatch_and_answer();

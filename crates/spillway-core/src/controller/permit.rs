@@ -262,7 +262,8 @@ pub struct QueuedAdmission {
 }
 
 impl QueuedAdmission {
-    /// When the caller should give up waiting: `min(enqueued + max wait, deadline)`.
+    /// When the caller should give up waiting: its deadline less the expected service time,
+    /// or without a deadline `enqueued + max wait`.
     pub fn give_up_at(&self) -> Instant {
         self.give_up_at
     }
@@ -284,11 +285,13 @@ impl QueuedAdmission {
         self.expire_now()
     }
 
-    /// The refusal for giving up now.
+    /// The refusal for giving up now: with a deadline its budget is what ran out
+    /// (`give_up_at` is the deadline less the expected service time), without one the
+    /// queue's max wait.
     fn timeout_refusal(&self) -> Refusal {
         let reason = match self.deadline {
-            Some(d) if d <= self.give_up_at => RefusalReason::DeadlineExceeded,
-            _ => RefusalReason::QueueTimeout,
+            Some(_) => RefusalReason::DeadlineExceeded,
+            None => RefusalReason::QueueTimeout,
         };
         self.inner.refusal(reason, self.waiter.criticality)
     }
@@ -297,7 +300,8 @@ impl QueuedAdmission {
         self.done = true;
         let inner = &self.inner;
         let c = self.waiter.criticality;
-        if inner.remove_waiter(self.ticket) {
+        let gave_up = self.deadline.is_none().then_some(c);
+        if inner.remove_waiter(self.ticket, gave_up) {
             self.waiter.take();
             inner
                 .quota
@@ -385,7 +389,7 @@ impl Drop for QueuedAdmission {
         let inner = &self.inner;
         let c = self.waiter.criticality;
         let now = inner.clock.now();
-        if inner.remove_waiter(self.ticket) {
+        if inner.remove_waiter(self.ticket, None) {
             self.waiter.take();
             inner.quota.settle(now, self.waiter.charge, 0.0);
             Counters::bump(&inner.counters.cancelled[c.index()]);

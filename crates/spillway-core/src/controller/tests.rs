@@ -16,7 +16,9 @@ use crate::random::FixedRandom;
 use crate::signal::ManualSignal;
 use Criticality::*;
 
+mod early;
 mod interleave;
+mod order;
 mod props;
 mod stress;
 
