@@ -155,8 +155,8 @@ async fn huge_headers_get_431() {
 async fn killed_upstream_mid_run_every_request_answered_and_retried_elsewhere() {
     let a = backend("a").await;
     let b = backend("b").await;
-    // A fixed limit: the zero-config Envoy gradient starts pinned at 5 while it measures minRTT,
-    // which would refuse part of this burst (503) for reasons unrelated to the kill.
+    // A fixed limit: the zero-config Envoy gradient starts at 20 and grows in slow start, which
+    // could queue or refuse part of this burst (503) for reasons unrelated to the kill.
     let p = proxy_toml(&format!(
         "[upstream]\naddresses = [\"{}\", \"{}\"]\n[upstream.retry]\nbudget_ratio = 1.0\nmin_retries_per_sec = 1000.0\n[admission.limit]\nalgorithm = \"fixed\"\nlimit = 100\n",
         a.addr, b.addr

@@ -25,6 +25,7 @@ mod hints;
 #[path = "tests/layout.rs"]
 mod layout_tests;
 mod permit;
+mod preset;
 mod refusal;
 mod request;
 #[cfg(test)]
@@ -70,7 +71,7 @@ use crate::clock::Clock;
 use crate::criticality::{Criticality, PerCriticality};
 use crate::error::ConfigError;
 use crate::limit::{LimitConfig, Sample};
-use crate::limiter::{validate_headroom, Limiter, DEFAULT_HEADROOM};
+use crate::limiter::{validate_headroom, Limiter};
 use crate::queue::{
     AdmissionQueue, DropReason, QueueConfig, QueueEntry, ServiceTimeEstimate, SlotSource, Ticket,
 };
@@ -95,20 +96,22 @@ pub const DEFAULT_OVERLOAD_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Load signals a controller can hold (more can be combined into one with `MaxSignal`).
 pub const MAX_SIGNALS: usize = 16;
 
-/// Everything the controller needs.
+/// Everything the controller needs. `Default` is [`AdmissionConfig::zero_config`], the policy
+/// `spillway proxy` runs with no configuration.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default))]
 pub struct AdmissionConfig {
-    /// The concurrency-limit algorithm (default Gradient2).
+    /// The concurrency-limit algorithm (default: the Envoy gradient of
+    /// [`zero_config`](Self::zero_config)).
     pub limit: LimitConfig,
     /// Share of the limit each criticality may fill (default 0.8 / 0.9 / 0.95 / 1.0, see
     /// [`crate::limiter`]).
     pub headroom: PerCriticality<f64>,
-    /// The admission queue (default: half the limit, 100 ms max wait for requests without a
+    /// The admission queue (default: 64 entries, 100 ms max wait for requests without a
     /// deadline, CoDel 5 ms / 100 ms).
     pub queue: QueueConfig,
-    /// Shedding on utilisation (default thresholds 0.8 / 0.9 / 1.0 / never).
+    /// Shedding on utilisation (default: SHEDDABLE at 1.0, ramp 0.03, the rest never).
     pub shed: ShedConfig,
     /// Per-customer quotas (default: none, i.e. unlimited).
     pub quota: QuotaConfig,
@@ -123,20 +126,6 @@ pub struct AdmissionConfig {
         )
     )]
     pub overload_retry_after: Option<Duration>,
-}
-
-impl Default for AdmissionConfig {
-    fn default() -> Self {
-        AdmissionConfig {
-            limit: LimitConfig::default(),
-            headroom: DEFAULT_HEADROOM,
-            queue: QueueConfig::default(),
-            shed: ShedConfig::default(),
-            quota: QuotaConfig::default(),
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
-            overload_retry_after: Some(DEFAULT_OVERLOAD_RETRY_AFTER),
-        }
-    }
 }
 
 impl AdmissionConfig {
@@ -202,6 +191,13 @@ pub(crate) struct Inner {
     queue: Mutex<AdmissionQueue<Arc<Waiter>>>,
     queue_cfg: QueueConfig,
     overload_retry_after: Option<Duration>,
+    /// Whether the latency budget has come from a deadline yet (until then it is the queue's
+    /// max wait).
+    budget_from_deadlines: AtomicBool,
+    /// The callers' latency budget in nanoseconds ([`Inner::note_budget`]), handed to the
+    /// limit algorithm with each sample. Read only on release with a sample; out of the hot
+    /// lines.
+    budget_ns: AtomicU64,
 }
 
 /// How many bytes at the start of [`Inner`] (counted from its `Arc` allocation, counts
@@ -307,7 +303,8 @@ impl Inner {
 
     /// Returns a slot, then dispatches to waiters if any (see the module docs for the order).
     pub(crate) fn release_slot(&self, c: Criticality, sample: Option<&Sample>) {
-        self.limiter.release(c, sample);
+        let budget = sample.map(|_| Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed)));
+        self.limiter.release_with_budget(c, sample, budget);
         if self.queued.load(Ordering::SeqCst) > 0 {
             let mut q = self.lock_queue();
             self.dispatch(&mut q, self.clock.now());
@@ -365,6 +362,28 @@ impl Inner {
             }
         }
         self.publish(q);
+    }
+
+    /// Folds a caller's remaining time into the latency budget the limit algorithm sees
+    /// ([`crate::limit::Limit::set_latency_budget`]): an EWMA with gain 1/16, stored only
+    /// when it moves by more than 1/8 (callers with one timeout give nearly the same budget
+    /// each time, so the shared line is rarely written).
+    fn note_budget(&self, remaining: Duration) {
+        let old = Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed));
+        let x = remaining.as_secs_f64();
+        let o = old.as_secs_f64();
+        let next = if self.budget_from_deadlines.load(Ordering::Relaxed) {
+            o + (x - o) / 16.0
+        } else {
+            // The first deadline replaces the max-wait stand-in outright.
+            self.budget_from_deadlines.store(true, Ordering::Relaxed);
+            x
+        };
+        if (next - o).abs() > o / 8.0 || !(o > 0.0) {
+            let next = Duration::try_from_secs_f64(next).unwrap_or(old);
+            self.budget_ns
+                .store(crate::clock::saturating_nanos(next), Ordering::Relaxed);
+        }
     }
 
     /// Publishes the queue's length (and where its next dequeue will read, for hints).
@@ -446,6 +465,7 @@ impl AdmissionController {
         cfg.validate()?;
         let origin = clock.now();
         let limiter = Limiter::new(cfg.limit.build_with_random(origin, random), cfg.headroom)?;
+        let max_wait_ns = crate::clock::saturating_nanos(cfg.queue.max_wait);
         let quota = QuotaBook::new(cfg.quota, origin)?;
         let shed = ShedPolicy::new(cfg.shed)?;
         let queue = Mutex::new(AdmissionQueue::new(cfg.queue.clone())?);
@@ -475,6 +495,10 @@ impl AdmissionController {
                 service: ServiceTimeEstimate::new(),
                 max_attempts: cfg.max_attempts,
                 overload_retry_after: cfg.overload_retry_after,
+                budget_from_deadlines: AtomicBool::new(false),
+                // Callers that send no deadline are given the queue's max wait: what the
+                // controller itself lets them wait.
+                budget_ns: AtomicU64::new(max_wait_ns),
                 counters: Counters::default(),
             }),
         })
@@ -527,8 +551,11 @@ impl AdmissionController {
         if req.health_check {
             return Admission::Admitted(Permit::health(Arc::clone(inner), c, now));
         }
-        if req.deadline.is_some_and(|d| d <= now) {
-            return inner.refuse(RefusalReason::DeadlineExceeded, c);
+        if let Some(d) = req.deadline {
+            if d <= now {
+                return inner.refuse(RefusalReason::DeadlineExceeded, c);
+            }
+            inner.note_budget(d - now);
         }
         let utilisation = inner.utilisation(now);
         let queued = inner.queued.load(Ordering::SeqCst);
