@@ -81,7 +81,7 @@ use crate::shed::{ShedConfig, ShedPolicy};
 use crate::signal::LoadSignal;
 
 pub use permit::{Outcome, Permit, QueuedAdmission};
-pub use refusal::{Refusal, RefusalCounts, RefusalReason};
+pub use refusal::{Refusal, RefusalCounts, RefusalReason, EPISODE_GAP, SUSTAINED_AFTER};
 pub use request::{Admission, AdmissionRequest};
 
 use permit::{Waiter, WaiterState};
@@ -198,6 +198,8 @@ pub(crate) struct Inner {
     /// limit algorithm with each sample. Read only on release with a sample; out of the hot
     /// lines.
     budget_ns: AtomicU64,
+    /// How long overload refusals have gone on (momentary or sustained).
+    episode: refusal::Episode,
 }
 
 /// How many bytes at the start of [`Inner`] (counted from its `Arc` allocation, counts
@@ -274,8 +276,9 @@ impl Inner {
         utilisation >= self.overloaded_at || self.limiter.is_full() || queued > 0
     }
 
-    pub(crate) fn refusal(&self, reason: RefusalReason, c: Criticality) -> Refusal {
-        let retry_after = if reason.retry_elsewhere_can_help() {
+    pub(crate) fn refusal(&self, reason: RefusalReason, c: Criticality, now: Instant) -> Refusal {
+        let overload = reason.retry_elsewhere_can_help();
+        let retry_after = if overload {
             self.overload_retry_after
         } else {
             None
@@ -284,12 +287,13 @@ impl Inner {
             reason,
             criticality: c,
             retry_after,
+            sustained: overload && self.episode.refused(now),
         }
     }
 
-    fn refuse(&self, reason: RefusalReason, c: Criticality) -> Admission {
+    fn refuse(&self, reason: RefusalReason, c: Criticality, now: Instant) -> Admission {
         self.counters.refused(reason, c);
-        Admission::Refused(self.refusal(reason, c))
+        Admission::Refused(self.refusal(reason, c, now))
     }
 
     fn lock_queue(&self) -> MutexGuard<'_, AdmissionQueue<Arc<Waiter>>> {
@@ -334,7 +338,11 @@ impl Inner {
             DropReason::Evicted => RefusalReason::QueueFull,
         };
         let w = e.item;
-        if w.resolve(WaiterState::Refused(self.refusal(reason, w.criticality))) {
+        if w.resolve(WaiterState::Refused(self.refusal(
+            reason,
+            w.criticality,
+            now,
+        ))) {
             self.quota.settle(now, w.charge, 0.0);
             self.counters.refused(reason, w.criticality);
         }
@@ -499,6 +507,7 @@ impl AdmissionController {
                 // Callers that send no deadline are given the queue's max wait: what the
                 // controller itself lets them wait.
                 budget_ns: AtomicU64::new(max_wait_ns),
+                episode: refusal::Episode::new(origin),
                 counters: Counters::default(),
             }),
         })
@@ -553,7 +562,7 @@ impl AdmissionController {
         }
         if let Some(d) = req.deadline {
             if d <= now {
-                return inner.refuse(RefusalReason::DeadlineExceeded, c);
+                return inner.refuse(RefusalReason::DeadlineExceeded, c, now);
             }
             inner.note_budget(d - now);
         }
@@ -561,7 +570,7 @@ impl AdmissionController {
         let queued = inner.queued.load(Ordering::SeqCst);
         let overloaded = inner.overloaded(utilisation, queued);
         if overloaded && req.attempt > inner.max_attempts {
-            return inner.refuse(RefusalReason::TooManyAttempts, c);
+            return inner.refuse(RefusalReason::TooManyAttempts, c, now);
         }
         let charge =
             match inner
@@ -575,12 +584,13 @@ impl AdmissionController {
                         reason: RefusalReason::OverQuota,
                         criticality: c,
                         retry_after: Some(over.retry_after),
+                        sustained: false,
                     });
                 }
             };
         if inner.should_shed(c, utilisation) {
             inner.quota.settle(now, charge, 0.0);
-            return inner.refuse(RefusalReason::Shed, c);
+            return inner.refuse(RefusalReason::Shed, c, now);
         }
         // Nobody waiting: take a slot directly. Otherwise join the queue, so an arrival never
         // overtakes a more critical waiter.
@@ -605,7 +615,7 @@ impl AdmissionController {
         let c = req.criticality;
         let refuse = |reason| {
             inner.quota.settle(now, charge, 0.0);
-            inner.refuse(reason, c)
+            inner.refuse(reason, c, now)
         };
         let limit = inner.limiter.limit();
         let capacity = inner.queue_cfg.capacity(limit);

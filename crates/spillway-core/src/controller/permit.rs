@@ -293,7 +293,8 @@ impl QueuedAdmission {
             Some(_) => RefusalReason::DeadlineExceeded,
             None => RefusalReason::QueueTimeout,
         };
-        self.inner.refusal(reason, self.waiter.criticality)
+        self.inner
+            .refusal(reason, self.waiter.criticality, self.inner.clock.now())
     }
 
     fn expire_now(&mut self) -> Refusal {

@@ -73,3 +73,41 @@ fn with_a_deadline_the_budget_is_the_deadline_less_the_service_time() {
         other => panic!("expected a deadline refusal, got {other:?}"),
     }
 }
+
+#[test]
+fn overload_refusals_become_sustained_after_a_second_and_momentary_after_a_pause() {
+    // Limit 1, no queue: every second request is refused `concurrency_limit`.
+    let (ctl, clock) = controller(config(1, 0));
+    let _held = admitted(ctl.admit(&req(Critical)));
+    let first = refused(ctl.admit(&req(Critical)));
+    assert_eq!(first.reason, RefusalReason::ConcurrencyLimit);
+    assert!(
+        !first.sustained && first.retry_can_help(),
+        "momentary: retry elsewhere"
+    );
+    for _ in 0..9 {
+        clock.advance(100 * MS);
+        assert!(
+            !refused(ctl.admit(&req(Critical))).sustained,
+            "under a second"
+        );
+    }
+    clock.advance(100 * MS);
+    let r = refused(ctl.admit(&req(Critical)));
+    assert!(
+        r.sustained && !r.retry_can_help(),
+        "1 s of refusals: sustained"
+    );
+    assert_eq!(r.retry_after, Some(DEFAULT_OVERLOAD_RETRY_AFTER));
+    // A pause longer than the episode gap: momentary again.
+    clock.advance(EPISODE_GAP + MS);
+    assert!(!refused(ctl.admit(&req(Critical))).sustained);
+    // Refusals that are not about overload never are.
+    clock.advance(2 * SUSTAINED_AFTER);
+    let d = refused(ctl.admit(&AdmissionRequest {
+        deadline: Some(ctl.now()),
+        ..req(Critical)
+    }));
+    assert_eq!(d.reason, RefusalReason::DeadlineExceeded);
+    assert!(!d.sustained && !d.retry_can_help());
+}
