@@ -634,8 +634,17 @@ impl AdmissionController {
         let per_slot = expected / u32::try_from(limit.max(1)).unwrap_or(u32::MAX);
         let waiter = Arc::new(Waiter::new(c, charge));
         let mut q = inner.lock_queue();
+        if q.standing().is_some_and(|lowest| c <= lowest) {
+            // A standing queue CoDel is dropping from, holding work at least as critical:
+            // refuse at the door (nothing less critical waits, so none takes its place).
+            drop(q);
+            return refuse(RefusalReason::QueueFull);
+        }
         let give_up_at = q.give_up_at(now, req.deadline, expected);
-        let ahead = q.ahead_of(c, req.continuation) + usize::from(!inner.limiter.has_slot(c));
+        // Slots to free before one is this level's: those beyond its allowance (a cut of the
+        // limit leaves more in flight than the new limit) and one more.
+        let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));
+        let ahead = q.ahead_of(c, req.continuation) + blocked;
         let wait = per_slot.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
         if now.checked_add(wait).map_or(true, |t| t > give_up_at) {
             // It could not start in time: refuse now instead of after waiting in vain. Past

@@ -28,7 +28,8 @@
 //!   the requests served are the ones whose callers are still waiting); and CoDel (Nichols &
 //!   Jacobson 2012, RFC 8289; see `codel.rs`) which drops at dequeue once the sojourn time has
 //!   stayed above target for an interval — dropping the oldest entry of the lowest criticality
-//!   queued, never the head while something less critical waits (SRE book ch. 21).
+//!   queued, and only sheddable work (below CRITICAL): CRITICAL work waits out its own budget
+//!   (SRE book ch. 21: shed the least critical first).
 //!
 //! The queue is a plain data structure driven by `now` arguments and a [`SlotSource`], so its
 //! ordering and dropping logic is unit-tested on its own; the controller keeps it behind a mutex.
@@ -318,6 +319,9 @@ fn highest(set: u32) -> Option<usize> {
 
 const _: () = assert!(CLASSES <= u32::BITS as usize, "one bit per class");
 
+/// The classes of sheddable work (criticality below CRITICAL), the only ones CoDel drops.
+const SHEDDABLE_CLASSES: u32 = (1 << (Criticality::Critical.index() * 2)) - 1;
+
 #[inline]
 fn class_of(c: Criticality, continuation: bool) -> usize {
     c.index() * 2 + usize::from(continuation)
@@ -393,6 +397,21 @@ impl<T> AdmissionQueue<T> {
             .filter(|&k| k >= class)
             .map(|k| self.classes[k].len())
             .sum()
+    }
+
+    /// The criticality of the lowest class queued while CoDel holds it to be a standing queue
+    /// (its dropping state); `None` otherwise. The controller refuses arrivals of that
+    /// criticality or below at the door (they would join the back of a queue CoDel is already
+    /// dropping from — PIE, RFC 8033, likewise drops at enqueue on the queue's delay): under
+    /// sustained overload the refusal comes at once instead of after a wait.
+    pub fn standing(&self) -> Option<Criticality> {
+        if !self.codel.as_ref().is_some_and(Codel::is_dropping) {
+            return None;
+        }
+        classes_in(self.nonempty & SHEDDABLE_CLASSES)
+            .next()
+            .and_then(|c| self.classes[c].front())
+            .map(|e| e.criticality)
     }
 
     /// Removes every entry of criticality below `criticality`, handing each to `on_drop` as
@@ -665,23 +684,32 @@ impl<T> AdmissionQueue<T> {
                 return None;
             }
             let len = self.len;
-            // CoDel judges the standing delay — the longest wait of anyone queued (the fronts
-            // hold each class's oldest) — but its victim is the oldest entry of the LOWEST
-            // class present, not the head: the SRE book (ch. 21, "Handling Overload") sheds
-            // the least critical work first, so a CRITICAL waiter is dropped only when nothing
-            // less critical is queued. Dropping the head (the most critical waiter) is what
-            // made CRITICAL requests fail while SHEDDABLE ones still waited behind them.
-            let classes = &self.classes;
-            let oldest = classes_in(self.nonempty)
-                .filter_map(|c| classes[c].front())
-                .map(|e| e.enqueued_at);
-            let sojourn = now.saturating_duration_since(oldest.min().unwrap_or(enqueued_at));
+            // CoDel drops only *sheddable* work (SHEDDABLE, SHEDDABLE_PLUS), the oldest entry of
+            // the lowest class present, and judges that class's standing delay — how long its
+            // oldest entry has waited. The SRE book (ch. 21, "Handling Overload") sheds the
+            // least critical work first; dropping the head (the most critical waiter) made
+            // CRITICAL requests fail while SHEDDABLE ones still waited behind them. And
+            // CRITICAL work is not CoDel's to drop at all: when a cut of the limit leaves more
+            // in flight than CRITICAL may use, CRITICAL waiters stand for a round trip though
+            // CRITICAL demand is well within capacity; judged on a 5 ms target they were
+            // dropped (issue 28: CRITICAL refused `queue_timeout`). CRITICAL work waits until
+            // its own budget runs out (its deadline, else `max_wait`) and is refused on
+            // arrival when it could not start in time.
+            let sheddable = self.nonempty & SHEDDABLE_CLASSES;
             if let Some(codel) = self.codel.as_mut() {
-                if codel.should_drop(sojourn, now, len) {
-                    let lowest = classes_in(self.nonempty).next();
-                    let e = self.take(now, lowest.unwrap_or(class), 0)?;
-                    on_drop(e, DropReason::Codel);
-                    continue;
+                match classes_in(sheddable).next() {
+                    None => codel.on_empty(),
+                    Some(victim) => {
+                        let oldest = self.classes[victim]
+                            .front()
+                            .map_or(enqueued_at, |e| e.enqueued_at);
+                        let sojourn = now.saturating_duration_since(oldest);
+                        if codel.should_drop(sojourn, now, len) {
+                            let e = self.take(now, victim, 0)?;
+                            on_drop(e, DropReason::Codel);
+                            continue;
+                        }
+                    }
                 }
             }
             if !slots.take_slot(c) {

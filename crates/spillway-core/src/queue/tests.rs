@@ -113,7 +113,7 @@ fn codel_drops_after_an_interval_above_target() {
     let t0 = Instant::now();
     let mut q = queue(QueueDiscipline::codel());
     for i in 0..20 {
-        push(&mut q, t0 + i * MS, i, Critical, false);
+        push(&mut q, t0 + i * MS, i, Sheddable, false);
     }
     let slots = Slots::new(usize::MAX);
     let mut dropped = Vec::new();
@@ -199,6 +199,36 @@ fn codel_drops_critical_only_when_nothing_less_critical_waits() {
     // Lowest class first: SHEDDABLE new work, SHEDDABLE continuation, SHEDDABLE_PLUS.
     assert_eq!(victims, vec![12, 11, 10]);
     assert_eq!(served, vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn codel_never_drops_critical_work() {
+    // A cut of the limit can hold CRITICAL waiters for a round trip while CRITICAL demand is
+    // well within capacity: they wait out their own budget (max wait, deadline), never a
+    // 5 ms target (issue 28).
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::codel());
+    for i in 0..6 {
+        push(&mut q, t0, i, Critical, false);
+    }
+    push(&mut q, t0, 10, SheddablePlus, false);
+    let mut dropped = Vec::new();
+    let mut served = Vec::new();
+    for ms in [10, 200, 400, 600, 800, 1000, 1200] {
+        let slot = Slots::new(1);
+        if let Some(e) = q.dequeue(t0 + ms * MS, Duration::ZERO, &slot, |e, r| {
+            dropped.push((e.item, r))
+        }) {
+            served.push(e.item);
+        }
+    }
+    assert_eq!(
+        dropped,
+        vec![(10, DropReason::Codel)],
+        "only the sheddable one"
+    );
+    assert_eq!(served, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(q.standing(), None, "no standing sheddable work");
 }
 
 #[test]

@@ -44,6 +44,9 @@ pub(super) struct LiveMinRtt {
     percentile: f64,
     /// A measurement older than this starts again.
     max_age_ns: u64,
+    /// No measurement has completed yet: every low-concurrency sample updates the provisional
+    /// minRTT.
+    provisional: bool,
 }
 
 impl LiveMinRtt {
@@ -55,22 +58,20 @@ impl LiveMinRtt {
             request_count: request_count.max(1),
             percentile,
             max_age_ns,
+            provisional: true,
         }
     }
 
-    /// Feeds one sample. Returns a minRTT when a measurement completes, or — while `known` is
-    /// false (no minRTT yet) — the provisional one from the samples so far.
-    pub(super) fn on_sample(
-        &mut self,
-        now_ns: u64,
-        rtt_ns: u64,
-        in_flight: usize,
-        known: bool,
-    ) -> Option<f64> {
+    /// Feeds one sample. Returns a minRTT when a measurement completes, or — until the first
+    /// one has — the provisional one from the low-concurrency samples so far.
+    pub(super) fn on_sample(&mut self, now_ns: u64, rtt_ns: u64, in_flight: usize) -> Option<f64> {
         if in_flight > self.low {
             return None;
         }
-        if self.hist.count() > 0 && now_ns.saturating_sub(self.started_ns) > self.max_age_ns {
+        if self.hist.count() > 0
+            && !self.provisional
+            && now_ns.saturating_sub(self.started_ns) > self.max_age_ns
+        {
             self.hist.clear();
         }
         if self.hist.count() == 0 {
@@ -80,12 +81,13 @@ impl LiveMinRtt {
         if self.hist.count() >= self.request_count {
             let q = self.hist.quantile(self.percentile);
             self.hist.clear();
+            self.provisional = false;
             return q;
         }
-        if known {
-            None
-        } else {
+        if self.provisional {
             self.hist.quantile(self.percentile)
+        } else {
+            None
         }
     }
 

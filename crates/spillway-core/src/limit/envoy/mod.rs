@@ -622,8 +622,7 @@ impl Limit for EnvoyGradientLimit {
         let rtt_ns = saturating_nanos(s.rtt);
 
         if let Some(live) = self.live.as_mut() {
-            let known = self.measured_min_rtt_ns > 0.0;
-            if let Some(m) = live.on_sample(now_ns, rtt_ns, s.in_flight, known) {
+            if let Some(m) = live.on_sample(now_ns, rtt_ns, s.in_flight) {
                 // A measurement supersedes a futile-cut re-baseline, as Envoy's window does.
                 self.min_rtt_ns = m;
                 self.measured_min_rtt_ns = m;
