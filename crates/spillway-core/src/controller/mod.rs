@@ -375,10 +375,13 @@ impl Inner {
     /// Folds a caller's remaining time into the latency budget the limit algorithm sees
     /// ([`crate::limit::Limit::set_latency_budget`]): an EWMA with gain 1/16, stored only
     /// when it moves by more than 1/8 (callers with one timeout give nearly the same budget
-    /// each time, so the shared line is rarely written).
+    /// each time, so the shared line is rarely written). Each reading is capped at the queue's
+    /// max wait: a deadline says when the caller gives up on the whole call, not how long one
+    /// attempt may take (`spillway demo`'s clients allow a third of it per attempt), and the
+    /// controller itself lets no request without one wait longer.
     fn note_budget(&self, remaining: Duration) {
         let old = Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed));
-        let x = remaining.as_secs_f64();
+        let x = remaining.min(self.queue_cfg.max_wait).as_secs_f64();
         let o = old.as_secs_f64();
         let next = if self.budget_from_deadlines.load(Ordering::Relaxed) {
             o + (x - o) / 16.0

@@ -36,7 +36,8 @@ impl AdmissionConfig {
     ///   30–34.5 s refused or queued what the service would have served), and a slow start
     ///   from 20 that doubles per round trip while latency stays at minRTT (`envoy/live.rs`).
     /// - `latency_slack = 0.1`: latency up to minRTT + 10 % of the callers' budget (their
-    ///   deadlines, or the queue's 100 ms max wait when they send none) is never cut. A fast
+    ///   deadlines capped at the queue's 100 ms max wait, which stands in when they send none:
+    ///   at most 10 ms) is never cut. A fast
     ///   upstream behind a busy host answers in milliseconds instead of microseconds whatever
     ///   the concurrency; the gradient alone read that as a queue and cut the limit to 11
     ///   while the upstream had room for all (goodput 17–32 % of the limit turned off). A

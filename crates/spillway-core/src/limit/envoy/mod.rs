@@ -154,7 +154,7 @@ pub struct EnvoyGradientConfig {
     /// `min_concurrency` (Envoy).
     pub initial_limit: Option<usize>,
     /// Latency above minRTT always tolerated, as a fraction in `[0, 1]` of the callers' latency
-    /// budget ([`Limit::set_latency_budget`]: their deadlines, or the queue's max wait): the
+    /// budget ([`Limit::set_latency_budget`]: their deadlines capped at the queue's max wait): the
     /// limit is cut only while the window's latency exceeds both `minRTT·(1 + buffer)` and
     /// `minRTT + latency_slack · budget`. Default 0 (Envoy: only the buffer).
     pub latency_slack: f64,
