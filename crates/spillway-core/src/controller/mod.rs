@@ -631,10 +631,11 @@ impl AdmissionController {
                 return refuse(RefusalReason::DeadlineExceeded);
             }
         }
-        // A slot frees about every `expected / limit` while the limiter is full (Little's law):
-        // the wait ahead of this request is that times the entries served before it (plus one
-        // if no slot is free now). Zero until the first service time is known.
-        let per_slot = expected / u32::try_from(limit.max(1)).unwrap_or(u32::MAX);
+        // A slot frees about every `expected / in flight` while the limiter is full (Little's
+        // law; the limit when fewer run): the wait ahead of this request is that times the
+        // slots to free before one is its own. Zero until the first service time is known.
+        let running = limit.max(inner.limiter.in_flight()).max(1);
+        let per_slot = expected / u32::try_from(running).unwrap_or(u32::MAX);
         let waiter = Arc::new(Waiter::new(c, charge));
         let mut q = inner.lock_queue();
         if q.standing().is_some_and(|lowest| c <= lowest) {
@@ -652,9 +653,11 @@ impl AdmissionController {
         if now.checked_add(wait).map_or(true, |t| t > give_up_at) {
             // It could not start in time: refuse now instead of after waiting in vain. Past
             // its own deadline's budget that is `DeadlineExceeded`; past the queue's max wait
-            // it is a queueing refusal, and then nothing less critical may keep waiting in
-            // its place either.
-            if req.deadline.is_some() {
+            // it is a queueing refusal (another task may serve it: retryable while the
+            // overload is momentary), and then nothing less critical may keep waiting in its
+            // place either.
+            if give_up_at < now + inner.queue_cfg.max_wait {
+                // Its deadline, not the max wait, set the budget: retrying cannot help.
                 drop(q);
                 return refuse(RefusalReason::DeadlineExceeded);
             }

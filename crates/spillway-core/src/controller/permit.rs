@@ -262,8 +262,8 @@ pub struct QueuedAdmission {
 }
 
 impl QueuedAdmission {
-    /// When the caller should give up waiting: its deadline less the expected service time,
-    /// or without a deadline `enqueued + max wait`.
+    /// When the caller should give up waiting: `enqueued + max wait`, or earlier its deadline
+    /// less the expected service time.
     pub fn give_up_at(&self) -> Instant {
         self.give_up_at
     }
@@ -285,13 +285,13 @@ impl QueuedAdmission {
         self.expire_now()
     }
 
-    /// The refusal for giving up now: with a deadline its budget is what ran out
-    /// (`give_up_at` is the deadline less the expected service time), without one the
-    /// queue's max wait.
+    /// The refusal for giving up now: `DeadlineExceeded` when the deadline (less the
+    /// expected service time) is what ran out, else `QueueTimeout` (the max wait).
     fn timeout_refusal(&self) -> Refusal {
+        let by_wait = self.enqueued_at + self.inner.queue_cfg.max_wait;
         let reason = match self.deadline {
-            Some(_) => RefusalReason::DeadlineExceeded,
-            None => RefusalReason::QueueTimeout,
+            Some(_) if self.give_up_at < by_wait => RefusalReason::DeadlineExceeded,
+            _ => RefusalReason::QueueTimeout,
         };
         self.inner
             .refusal(reason, self.waiter.criticality, self.inner.clock.now())
@@ -301,7 +301,7 @@ impl QueuedAdmission {
         self.done = true;
         let inner = &self.inner;
         let c = self.waiter.criticality;
-        let gave_up = self.deadline.is_none().then_some(c);
+        let gave_up = (self.timeout_refusal().reason == RefusalReason::QueueTimeout).then_some(c);
         if inner.remove_waiter(self.ticket, gave_up) {
             self.waiter.take();
             inner

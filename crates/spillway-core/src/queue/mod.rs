@@ -6,11 +6,10 @@
 //!   by default to half the concurrency limit — the SRE book (ch. 22 "Addressing Cascading
 //!   Failures", §"Queue management") advises a queue of at most 50% of the thread pool size for
 //!   steady traffic.
-//! - **Bounded in time too.** An entry with a deadline waits at most until it could no longer
-//!   finish by it given the expected service time (an EWMA of recent service times) — its
-//!   caller's own budget, not a flat limit; one without a deadline waits at most `max_wait`
-//!   (default 100 ms, one CoDel interval: a wait longer than that is a standing queue, not a
-//!   burst). Past that it is dropped rather than served, because its caller has given up or
+//! - **Bounded in time too.** An entry waits at most `max_wait` (default 100 ms, one CoDel
+//!   interval: a wait longer than that is a standing queue, not a burst), and one with a
+//!   deadline no longer than it could still finish by it given the expected service time (an
+//!   EWMA of recent service times). Past that it is dropped rather than served, because its caller has given up or
 //!   will have by the time the answer is ready. The controller refuses on arrival a request
 //!   whose expected wait ([`AdmissionQueue::ahead_of`] × the time between two slots freeing)
 //!   already exceeds that budget, and drops entries a more critical arrival pushed past theirs
@@ -134,8 +133,8 @@ pub struct QueueConfig {
     /// Maximum entries; `None` (default) = half the current concurrency limit (SRE book ch. 22:
     /// at most 50% of the worker pool). `Some(0)` disables queueing.
     pub max_len: Option<usize>,
-    /// Longest an entry without a deadline may wait (default 100 ms); one with a deadline
-    /// waits until it could no longer finish by it.
+    /// Longest an entry may wait (default 100 ms); one with a deadline gives up earlier if it
+    /// could no longer finish by it.
     #[cfg_attr(
         feature = "serde",
         serde(rename = "max_wait_ms", with = "crate::queue::millis")
@@ -371,21 +370,26 @@ impl<T> AdmissionQueue<T> {
     }
 
     /// When an entry enqueued at `enqueued_at` with `deadline` should give up waiting, given
-    /// the `expected` service time: with a deadline, `deadline - expected` (the last moment it
-    /// could still start and finish in time — its caller's budget, not a flat limit); without
-    /// one, `enqueued_at + max_wait`.
+    /// the `expected` service time: `enqueued_at + max_wait`, or earlier `deadline -
+    /// expected` — the last moment it could still start and finish in time.
+    ///
+    /// Why still `max_wait` with a far deadline: a deadline says when the caller gives up on
+    /// the whole call, not on this attempt. `spillway demo`'s clients give each of 3 attempts
+    /// a third of a 1 s deadline; waiting up to the deadline kept abandoned attempts queued
+    /// and goodput fell to 24 % of capacity at 5× in one run.
     pub fn give_up_at(
         &self,
         enqueued_at: Instant,
         deadline: Option<Instant>,
         expected: Duration,
     ) -> Instant {
+        let by_wait = enqueued_at + self.cfg.max_wait;
         match deadline {
             Some(d) => d
                 .checked_sub(expected)
                 .unwrap_or(enqueued_at)
-                .max(enqueued_at),
-            None => enqueued_at + self.cfg.max_wait,
+                .clamp(enqueued_at, by_wait),
+            None => by_wait,
         }
     }
 
@@ -579,9 +583,9 @@ impl<T> AdmissionQueue<T> {
         Some(e)
     }
 
-    /// Drops every entry at the front of its class that has run out of time: one with a
-    /// deadline once it can no longer finish by it given `expected` service time
-    /// (`DeadlineExceeded`), one without once it has waited `max_wait` (`QueueTimeout`). A
+    /// Drops every entry at the front of its class that has run out of time: once it can no
+    /// longer finish by its deadline given `expected` service time (`DeadlineExceeded`), or
+    /// has waited `max_wait` (`QueueTimeout`). A
     /// `QueueTimeout` at criticality `c` also drops everything queued below `c`
     /// ([`drop_below`](Self::drop_below)): it would be served in the timed-out entry's place.
     pub fn purge(
@@ -602,14 +606,12 @@ impl<T> AdmissionQueue<T> {
             }
             let q = &mut self.classes[class];
             while let Some(front) = q.front() {
-                let reason = match front.deadline {
-                    Some(_) if cannot_finish(now, expected, front.deadline) => {
-                        DropReason::DeadlineExceeded
-                    }
-                    None if now.saturating_duration_since(front.enqueued_at) >= max_wait => {
-                        DropReason::QueueTimeout
-                    }
-                    _ => break,
+                let reason = if cannot_finish(now, expected, front.deadline) {
+                    DropReason::DeadlineExceeded
+                } else if now.saturating_duration_since(front.enqueued_at) >= max_wait {
+                    DropReason::QueueTimeout
+                } else {
+                    break;
                 };
                 if let Some(e) = q.pop_front() {
                     dropped += 1;

@@ -44,7 +44,7 @@ fn refused_on_arrival_when_the_wait_ahead_exceeds_the_max_wait() {
 }
 
 #[test]
-fn with_a_deadline_the_budget_is_the_deadline_less_the_service_time() {
+fn with_a_deadline_the_wait_ends_when_it_could_no_longer_finish() {
     let (ctl, clock, _held) = saturated();
     // 60 ms left, 50 of them needed for service: 10 ms to wait, less than a slot's 25 ms.
     let r = refused(ctl.admit(&AdmissionRequest {
@@ -52,7 +52,28 @@ fn with_a_deadline_the_budget_is_the_deadline_less_the_service_time() {
         ..req(Critical)
     }));
     assert_eq!(r.reason, RefusalReason::DeadlineExceeded);
-    // 400 ms left: queued past the 100 ms max wait, which binds only requests without one.
+    // 130 ms left: queued, and given up at 80 ms (deadline less the 50 ms service time),
+    // before the 100 ms max wait.
+    let q = match ctl.admit(&AdmissionRequest {
+        deadline: Some(ctl.now() + 130 * MS),
+        ..req(Critical)
+    }) {
+        Admission::Queued(q) => q,
+        other => panic!("expected queued, got {other:?}"),
+    };
+    assert_eq!(q.give_up_at(), ctl.now() + 80 * MS);
+    clock.advance(60 * MS);
+    let mut q = q;
+    assert!(
+        poll(&mut q, &noop()).is_pending(),
+        "still within its budget"
+    );
+    clock.advance(20 * MS);
+    match poll(&mut q, &noop()) {
+        Poll::Ready(Err(r)) => assert_eq!(r.reason, RefusalReason::DeadlineExceeded),
+        other => panic!("expected a deadline refusal, got {other:?}"),
+    }
+    // 400 ms left: the max wait bounds it (a deadline is the whole call's, not an attempt's).
     let q = match ctl.admit(&AdmissionRequest {
         deadline: Some(ctl.now() + 400 * MS),
         ..req(Critical)
@@ -60,17 +81,12 @@ fn with_a_deadline_the_budget_is_the_deadline_less_the_service_time() {
         Admission::Queued(q) => q,
         other => panic!("expected queued, got {other:?}"),
     };
-    assert_eq!(q.give_up_at(), ctl.now() + 350 * MS);
-    clock.advance(200 * MS);
+    assert_eq!(q.give_up_at(), ctl.now() + 100 * MS);
+    clock.advance(100 * MS);
     let mut q = q;
-    assert!(
-        poll(&mut q, &noop()).is_pending(),
-        "still within its budget"
-    );
-    clock.advance(150 * MS);
     match poll(&mut q, &noop()) {
-        Poll::Ready(Err(r)) => assert_eq!(r.reason, RefusalReason::DeadlineExceeded),
-        other => panic!("expected a deadline refusal, got {other:?}"),
+        Poll::Ready(Err(r)) => assert_eq!(r.reason, RefusalReason::QueueTimeout),
+        other => panic!("expected a queue timeout, got {other:?}"),
     }
 }
 
