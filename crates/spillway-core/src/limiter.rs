@@ -239,8 +239,19 @@ impl Limiter {
     /// Returns a slot taken by [`try_acquire`](Self::try_acquire) for level `c`, first feeding
     /// `sample` (if any) to the algorithm and mirroring the new limit.
     pub fn release(&self, c: Criticality, sample: Option<&Sample>) {
+        self.release_with_budget(c, sample, None);
+    }
+
+    /// [`release`](Self::release), telling the algorithm the callers' latency `budget` with
+    /// the sample ([`Limit::set_latency_budget`]).
+    pub fn release_with_budget(
+        &self,
+        c: Criticality,
+        sample: Option<&Sample>,
+        budget: Option<Duration>,
+    ) {
         if let Some(s) = sample {
-            self.record(s);
+            self.record_with_budget(s, budget);
         }
         self.by_criticality[c.index()].fetch_sub(1, Ordering::Relaxed);
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -248,12 +259,21 @@ impl Limiter {
 
     /// Feeds one sample to the algorithm and mirrors its limit (the only lock in the limiter).
     pub fn record(&self, sample: &Sample) {
+        self.record_with_budget(sample, None);
+    }
+
+    /// [`record`](Self::record), first telling the algorithm the callers' latency `budget`
+    /// ([`Limit::set_latency_budget`]).
+    pub fn record_with_budget(&self, sample: &Sample, budget: Option<Duration>) {
         // A panic inside an algorithm poisons the mutex; the algorithm state is still the best
         // estimate there is, so keep using it rather than failing every later release.
         let mut algo = match self.algorithm.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
+        if let Some(b) = budget {
+            algo.set_latency_budget(b);
+        }
         algo.on_sample(sample);
         let limit = algo.limit();
         if limit != self.limit.load(Ordering::Relaxed) {

@@ -52,8 +52,13 @@ fn allocations_in(f: impl FnOnce()) -> u64 {
 #[test]
 fn admit_and_release_allocate_nothing() {
     let clock = ManualClock::new();
-    let c = AdmissionController::new(AdmissionConfig::default(), Arc::new(clock.clone()))
-        .expect("valid");
+    // The core's shed ladder (SHEDDABLE from 0.8), so that the refusals below are sheds: the
+    // default policy sheds SHEDDABLE only above full and would queue them.
+    let cfg = AdmissionConfig {
+        shed: spillway_core::shed::ShedConfig::default(),
+        ..AdmissionConfig::default()
+    };
+    let c = AdmissionController::new(cfg, Arc::new(clock.clone())).expect("valid");
     let req = AdmissionRequest::new("alice", Criticality::Critical);
     // Warm up: first-use initialisation (thread-local RNG, lazily built state) is not per decision.
     for _ in 0..10 {

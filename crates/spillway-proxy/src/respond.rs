@@ -94,6 +94,7 @@ pub fn deadline_passed(criticality: Criticality, protocol: Protocol) -> Response
         reason: RefusalReason::DeadlineExceeded,
         criticality,
         retry_after: None,
+        sustained: false,
     };
     refusal(&r, protocol)
 }
@@ -314,6 +315,7 @@ mod tests {
                         reason,
                         criticality: Criticality::Sheddable,
                         retry_after,
+                        sustained: false,
                     };
                     let ours = refusal(&r, protocol);
                     let theirs = refusal_response(&r, protocol, Duration::from_secs(1));

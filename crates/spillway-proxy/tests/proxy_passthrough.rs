@@ -155,8 +155,8 @@ async fn huge_headers_get_431() {
 async fn killed_upstream_mid_run_every_request_answered_and_retried_elsewhere() {
     let a = backend("a").await;
     let b = backend("b").await;
-    // A fixed limit: the zero-config Envoy gradient starts pinned at 5 while it measures minRTT,
-    // which would refuse part of this burst (503) for reasons unrelated to the kill.
+    // A fixed limit: the zero-config Envoy gradient starts at 20 and grows in slow start, which
+    // could queue or refuse part of this burst (503) for reasons unrelated to the kill.
     let p = proxy_toml(&format!(
         "[upstream]\naddresses = [\"{}\", \"{}\"]\n[upstream.retry]\nbudget_ratio = 1.0\nmin_retries_per_sec = 1000.0\n[admission.limit]\nalgorithm = \"fixed\"\nlimit = 100\n",
         a.addr, b.addr
@@ -354,4 +354,32 @@ async fn overload_refusal_retried_once_on_another_task() {
     for _ in 0..10 {
         assert_eq!(get(&c, p.addr, "/r", &[]).await.0, 200);
     }
+}
+
+#[tokio::test]
+async fn callers_deadlines_running_out_do_not_eject_a_healthy_task() {
+    // Issue 28: a gateway ejected an idle, healthy task after five calls whose callers' 20 ms
+    // deadlines ran out. A wait cut short by the caller's own deadline is not the task's
+    // failure (ejection, balancing) nor a throttle rejection.
+    // Two tasks: at most half of them may be ejected, so one can be.
+    let a = backend("a").await;
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\", \"{}\"]\n",
+        a.addr, b.addr
+    ))
+    .await;
+    let c = client();
+    for _ in 0..16 {
+        let (s, _, body) = get(&c, p.addr, "/slow", &[("x-spillway-deadline-ms", "20")]).await;
+        assert_eq!(s, 504, "{body}");
+        assert!(body.contains("deadline"), "{body}");
+    }
+    for task in &p.state.status().upstreams {
+        assert!(!task.ejected, "{task:?}");
+        assert_eq!(task.times_ejected, 0, "{task:?}");
+        assert_eq!(task.failures_total, 0, "{task:?}");
+        assert_eq!(task.throttle_accepts, task.throttle_requests, "{task:?}");
+    }
+    assert_eq!(get(&c, p.addr, "/", &[]).await.0, 200);
 }

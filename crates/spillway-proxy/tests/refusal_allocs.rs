@@ -91,6 +91,7 @@ fn a_controller_refusal_allocates_only_its_header_map() {
                 reason,
                 criticality: Criticality::Sheddable,
                 retry_after,
+                sustained: false,
             };
             let n = allocations(|| respond::refusal(&r, Protocol::Http));
             assert!(

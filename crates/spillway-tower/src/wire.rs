@@ -455,10 +455,17 @@ impl<'a> RequestFields<'a> {
         f
     }
 
-    /// The attempt number from either field (HTTP form preferred); `Ok(1)` when absent.
+    /// The attempt number from either field — the larger when both are present (a hop that
+    /// rewrote one dialect cannot reset the count; a gRPC client's own retries show only in
+    /// `grpc-previous-rpc-attempts`); `Ok(1)` when absent. A malformed HTTP field is an error;
+    /// a malformed gRPC one beside a valid HTTP one is ignored.
     pub fn attempt(&self) -> Result<u32, HeaderError> {
         match (self.attempt, self.grpc_previous_attempts) {
-            (Some(v), _) => parse_attempt(v),
+            (Some(v), None) => parse_attempt(v),
+            (Some(v), Some(g)) => {
+                let a = parse_attempt(v)?;
+                Ok(parse_previous_attempts(g).map_or(a, |g| a.max(g)))
+            }
             (None, Some(v)) => parse_previous_attempts(v),
             (None, None) => Ok(1),
         }
@@ -475,7 +482,8 @@ impl<'a> RequestFields<'a> {
     }
 }
 
-/// Reads the attempt number from either header (HTTP form preferred); `Ok(1)` when absent.
+/// Reads the attempt number from either header (the larger when both are present); `Ok(1)`
+/// when absent.
 pub fn read_attempt(headers: &HeaderMap) -> Result<u32, HeaderError> {
     RequestFields::read(headers).attempt()
 }

@@ -143,7 +143,19 @@ fn attempt_conversion_between_dialects() {
     assert_eq!(h.get(GRPC_PREVIOUS_RPC_ATTEMPTS).unwrap(), "2");
     assert_eq!(read_attempt(&h), Ok(3));
     set_attempt(&mut h, 2, Protocol::Http);
-    assert_eq!(read_attempt(&h), Ok(2), "HTTP form preferred");
+    assert_eq!(
+        read_attempt(&h),
+        Ok(3),
+        "the larger of the two: a gRPC client's own retries count"
+    );
+    set_attempt(&mut h, 4, Protocol::Http);
+    assert_eq!(read_attempt(&h), Ok(4));
+    h.insert(GRPC_PREVIOUS_RPC_ATTEMPTS, hv("junk"));
+    assert_eq!(
+        read_attempt(&h),
+        Ok(4),
+        "a malformed gRPC count beside ours"
+    );
 }
 
 #[test]

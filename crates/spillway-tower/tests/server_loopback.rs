@@ -31,6 +31,9 @@ fn controller(limit: usize, quota: QuotaConfig) -> (AdmissionController, Arc<Man
         limit: LimitConfig::Fixed(FixedConfig { limit }),
         headroom: PerCriticality([1.0; 4]),
         quota,
+        // The core's shed ladder (0.8 / 0.9 / 1.0), not the default policy's SHEDDABLE-only
+        // 1.0: these tests drive shedding per level with a manual signal.
+        shed: spillway_core::shed::ShedConfig::default(),
         ..AdmissionConfig::default()
     };
     cfg.queue.max_len = Some(0);

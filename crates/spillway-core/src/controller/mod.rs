@@ -25,6 +25,7 @@ mod hints;
 #[path = "tests/layout.rs"]
 mod layout_tests;
 mod permit;
+mod preset;
 mod refusal;
 mod request;
 #[cfg(test)]
@@ -70,7 +71,7 @@ use crate::clock::Clock;
 use crate::criticality::{Criticality, PerCriticality};
 use crate::error::ConfigError;
 use crate::limit::{LimitConfig, Sample};
-use crate::limiter::{validate_headroom, Limiter, DEFAULT_HEADROOM};
+use crate::limiter::{validate_headroom, Limiter};
 use crate::queue::{
     AdmissionQueue, DropReason, QueueConfig, QueueEntry, ServiceTimeEstimate, SlotSource, Ticket,
 };
@@ -80,7 +81,7 @@ use crate::shed::{ShedConfig, ShedPolicy};
 use crate::signal::LoadSignal;
 
 pub use permit::{Outcome, Permit, QueuedAdmission};
-pub use refusal::{Refusal, RefusalCounts, RefusalReason};
+pub use refusal::{Refusal, RefusalCounts, RefusalReason, EPISODE_GAP, SUSTAINED_AFTER};
 pub use request::{Admission, AdmissionRequest};
 
 use permit::{Waiter, WaiterState};
@@ -95,19 +96,22 @@ pub const DEFAULT_OVERLOAD_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Load signals a controller can hold (more can be combined into one with `MaxSignal`).
 pub const MAX_SIGNALS: usize = 16;
 
-/// Everything the controller needs.
+/// Everything the controller needs. `Default` is [`AdmissionConfig::zero_config`], the policy
+/// `spillway proxy` runs with no configuration.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default))]
 pub struct AdmissionConfig {
-    /// The concurrency-limit algorithm (default Gradient2).
+    /// The concurrency-limit algorithm (default: the Envoy gradient of
+    /// [`zero_config`](Self::zero_config)).
     pub limit: LimitConfig,
     /// Share of the limit each criticality may fill (default 0.8 / 0.9 / 0.95 / 1.0, see
     /// [`crate::limiter`]).
     pub headroom: PerCriticality<f64>,
-    /// The admission queue (default: half the limit, 100 ms max wait, CoDel 5 ms / 100 ms).
+    /// The admission queue (default: 64 entries, 100 ms max wait for requests without a
+    /// deadline, CoDel 5 ms / 100 ms).
     pub queue: QueueConfig,
-    /// Shedding on utilisation (default thresholds 0.8 / 0.9 / 1.0 / never).
+    /// Shedding on utilisation (default: SHEDDABLE at 1.0, ramp 0.03, the rest never).
     pub shed: ShedConfig,
     /// Per-customer quotas (default: none, i.e. unlimited).
     pub quota: QuotaConfig,
@@ -122,20 +126,6 @@ pub struct AdmissionConfig {
         )
     )]
     pub overload_retry_after: Option<Duration>,
-}
-
-impl Default for AdmissionConfig {
-    fn default() -> Self {
-        AdmissionConfig {
-            limit: LimitConfig::default(),
-            headroom: DEFAULT_HEADROOM,
-            queue: QueueConfig::default(),
-            shed: ShedConfig::default(),
-            quota: QuotaConfig::default(),
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
-            overload_retry_after: Some(DEFAULT_OVERLOAD_RETRY_AFTER),
-        }
-    }
 }
 
 impl AdmissionConfig {
@@ -201,6 +191,15 @@ pub(crate) struct Inner {
     queue: Mutex<AdmissionQueue<Arc<Waiter>>>,
     queue_cfg: QueueConfig,
     overload_retry_after: Option<Duration>,
+    /// Whether the latency budget has come from a deadline yet (until then it is the queue's
+    /// max wait).
+    budget_from_deadlines: AtomicBool,
+    /// The callers' latency budget in nanoseconds ([`Inner::note_budget`]), handed to the
+    /// limit algorithm with each sample. Read only on release with a sample; out of the hot
+    /// lines.
+    budget_ns: AtomicU64,
+    /// How long overload refusals have gone on (momentary or sustained).
+    episode: refusal::Episode,
 }
 
 /// How many bytes at the start of [`Inner`] (counted from its `Arc` allocation, counts
@@ -277,8 +276,9 @@ impl Inner {
         utilisation >= self.overloaded_at || self.limiter.is_full() || queued > 0
     }
 
-    pub(crate) fn refusal(&self, reason: RefusalReason, c: Criticality) -> Refusal {
-        let retry_after = if reason.retry_elsewhere_can_help() {
+    pub(crate) fn refusal(&self, reason: RefusalReason, c: Criticality, now: Instant) -> Refusal {
+        let overload = reason.retry_elsewhere_can_help();
+        let retry_after = if overload {
             self.overload_retry_after
         } else {
             None
@@ -287,12 +287,13 @@ impl Inner {
             reason,
             criticality: c,
             retry_after,
+            sustained: overload && self.episode.refused(now),
         }
     }
 
-    fn refuse(&self, reason: RefusalReason, c: Criticality) -> Admission {
+    fn refuse(&self, reason: RefusalReason, c: Criticality, now: Instant) -> Admission {
         self.counters.refused(reason, c);
-        Admission::Refused(self.refusal(reason, c))
+        Admission::Refused(self.refusal(reason, c, now))
     }
 
     fn lock_queue(&self) -> MutexGuard<'_, AdmissionQueue<Arc<Waiter>>> {
@@ -306,17 +307,25 @@ impl Inner {
 
     /// Returns a slot, then dispatches to waiters if any (see the module docs for the order).
     pub(crate) fn release_slot(&self, c: Criticality, sample: Option<&Sample>) {
-        self.limiter.release(c, sample);
+        let budget = sample.map(|_| Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed)));
+        self.limiter.release_with_budget(c, sample, budget);
         if self.queued.load(Ordering::SeqCst) > 0 {
             let mut q = self.lock_queue();
             self.dispatch(&mut q, self.clock.now());
         }
     }
 
-    /// Removes a waiter by ticket; `true` if it was still queued.
-    pub(crate) fn remove_waiter(&self, ticket: Ticket) -> bool {
+    /// Removes a waiter by ticket; `true` if it was still queued. `gave_up` is the waiter's
+    /// criticality when it leaves because it waited too long (not its own deadline, not a
+    /// cancellation): everything less critical is then refused too, as it would be served in
+    /// its place (see [`AdmissionQueue::drop_below`]).
+    pub(crate) fn remove_waiter(&self, ticket: Ticket, gave_up: Option<Criticality>) -> bool {
+        let now = self.clock.now();
         let mut q = self.lock_queue();
-        let removed = q.remove(self.clock.now(), ticket).is_some();
+        let removed = q.remove(now, ticket).is_some();
+        if let (true, Some(c)) = (removed, gave_up) {
+            q.drop_below(now, c, |e, why| self.drop_waiter(e, why, now));
+        }
         self.publish(&q);
         removed
     }
@@ -329,7 +338,11 @@ impl Inner {
             DropReason::Evicted => RefusalReason::QueueFull,
         };
         let w = e.item;
-        if w.resolve(WaiterState::Refused(self.refusal(reason, w.criticality))) {
+        if w.resolve(WaiterState::Refused(self.refusal(
+            reason,
+            w.criticality,
+            now,
+        ))) {
             self.quota.settle(now, w.charge, 0.0);
             self.counters.refused(reason, w.criticality);
         }
@@ -357,6 +370,31 @@ impl Inner {
             }
         }
         self.publish(q);
+    }
+
+    /// Folds a caller's remaining time into the latency budget the limit algorithm sees
+    /// ([`crate::limit::Limit::set_latency_budget`]): an EWMA with gain 1/16, stored only
+    /// when it moves by more than 1/8 (callers with one timeout give nearly the same budget
+    /// each time, so the shared line is rarely written). Each reading is capped at the queue's
+    /// max wait: a deadline says when the caller gives up on the whole call, not how long one
+    /// attempt may take (`spillway demo`'s clients allow a third of it per attempt), and the
+    /// controller itself lets no request without one wait longer.
+    fn note_budget(&self, remaining: Duration) {
+        let old = Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed));
+        let x = remaining.min(self.queue_cfg.max_wait).as_secs_f64();
+        let o = old.as_secs_f64();
+        let next = if self.budget_from_deadlines.load(Ordering::Relaxed) {
+            o + (x - o) / 16.0
+        } else {
+            // The first deadline replaces the max-wait stand-in outright.
+            self.budget_from_deadlines.store(true, Ordering::Relaxed);
+            x
+        };
+        if (next - o).abs() > o / 8.0 || !(o > 0.0) {
+            let next = Duration::try_from_secs_f64(next).unwrap_or(old);
+            self.budget_ns
+                .store(crate::clock::saturating_nanos(next), Ordering::Relaxed);
+        }
     }
 
     /// Publishes the queue's length (and where its next dequeue will read, for hints).
@@ -438,6 +476,7 @@ impl AdmissionController {
         cfg.validate()?;
         let origin = clock.now();
         let limiter = Limiter::new(cfg.limit.build_with_random(origin, random), cfg.headroom)?;
+        let max_wait_ns = crate::clock::saturating_nanos(cfg.queue.max_wait);
         let quota = QuotaBook::new(cfg.quota, origin)?;
         let shed = ShedPolicy::new(cfg.shed)?;
         let queue = Mutex::new(AdmissionQueue::new(cfg.queue.clone())?);
@@ -467,6 +506,11 @@ impl AdmissionController {
                 service: ServiceTimeEstimate::new(),
                 max_attempts: cfg.max_attempts,
                 overload_retry_after: cfg.overload_retry_after,
+                budget_from_deadlines: AtomicBool::new(false),
+                // Callers that send no deadline are given the queue's max wait: what the
+                // controller itself lets them wait.
+                budget_ns: AtomicU64::new(max_wait_ns),
+                episode: refusal::Episode::new(origin),
                 counters: Counters::default(),
             }),
         })
@@ -519,14 +563,17 @@ impl AdmissionController {
         if req.health_check {
             return Admission::Admitted(Permit::health(Arc::clone(inner), c, now));
         }
-        if req.deadline.is_some_and(|d| d <= now) {
-            return inner.refuse(RefusalReason::DeadlineExceeded, c);
+        if let Some(d) = req.deadline {
+            if d <= now {
+                return inner.refuse(RefusalReason::DeadlineExceeded, c, now);
+            }
+            inner.note_budget(d - now);
         }
         let utilisation = inner.utilisation(now);
         let queued = inner.queued.load(Ordering::SeqCst);
         let overloaded = inner.overloaded(utilisation, queued);
         if overloaded && req.attempt > inner.max_attempts {
-            return inner.refuse(RefusalReason::TooManyAttempts, c);
+            return inner.refuse(RefusalReason::TooManyAttempts, c, now);
         }
         let charge =
             match inner
@@ -540,12 +587,13 @@ impl AdmissionController {
                         reason: RefusalReason::OverQuota,
                         criticality: c,
                         retry_after: Some(over.retry_after),
+                        sustained: false,
                     });
                 }
             };
         if inner.should_shed(c, utilisation) {
             inner.quota.settle(now, charge, 0.0);
-            return inner.refuse(RefusalReason::Shed, c);
+            return inner.refuse(RefusalReason::Shed, c, now);
         }
         // Nobody waiting: take a slot directly. Otherwise join the queue, so an arrival never
         // overtakes a more critical waiter.
@@ -570,19 +618,54 @@ impl AdmissionController {
         let c = req.criticality;
         let refuse = |reason| {
             inner.quota.settle(now, charge, 0.0);
-            inner.refuse(reason, c)
+            inner.refuse(reason, c, now)
         };
-        let capacity = inner.queue_cfg.capacity(inner.limiter.limit());
+        let limit = inner.limiter.limit();
+        let capacity = inner.queue_cfg.capacity(limit);
         if capacity == 0 {
             return refuse(RefusalReason::ConcurrencyLimit);
         }
+        let expected = inner.service.get();
         if let Some(d) = req.deadline {
-            if now.checked_add(inner.service.get()).map_or(true, |f| f > d) {
+            if now.checked_add(expected).map_or(true, |f| f > d) {
                 return refuse(RefusalReason::DeadlineExceeded);
             }
         }
+        // A slot frees about every `expected / in flight` while the limiter is full (Little's
+        // law; the limit when fewer run): the wait ahead of this request is that times the
+        // slots to free before one is its own. Zero until the first service time is known.
+        let running = limit.max(inner.limiter.in_flight()).max(1);
+        let per_slot = expected / u32::try_from(running).unwrap_or(u32::MAX);
         let waiter = Arc::new(Waiter::new(c, charge));
         let mut q = inner.lock_queue();
+        if q.standing().is_some_and(|lowest| c <= lowest) {
+            // A standing queue CoDel is dropping from, holding work at least as critical:
+            // refuse at the door (nothing less critical waits, so none takes its place).
+            drop(q);
+            return refuse(RefusalReason::QueueFull);
+        }
+        let give_up_at = q.give_up_at(now, req.deadline, expected);
+        // Slots to free before one is this level's: those beyond its allowance (a cut of the
+        // limit leaves more in flight than the new limit) and one more.
+        let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));
+        let ahead = q.ahead_of(c, req.continuation) + blocked;
+        let wait = per_slot.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
+        if now.checked_add(wait).map_or(true, |t| t > give_up_at) {
+            // It could not start in time: refuse now instead of after waiting in vain. Past
+            // its own deadline's budget that is `DeadlineExceeded`; past the queue's max wait
+            // it is a queueing refusal (another task may serve it: retryable while the
+            // overload is momentary), and then nothing less critical may keep waiting in its
+            // place either.
+            if give_up_at < now + inner.queue_cfg.max_wait {
+                // Its deadline, not the max wait, set the budget: retrying cannot help.
+                drop(q);
+                return refuse(RefusalReason::DeadlineExceeded);
+            }
+            q.drop_below(now, c, |e, why| inner.drop_waiter(e, why, now));
+            inner.publish(&q);
+            drop(q);
+            return refuse(RefusalReason::QueueFull);
+        }
         let pushed = match q.push(
             now,
             Arc::clone(&waiter),
@@ -601,11 +684,13 @@ impl AdmissionController {
         for e in pushed.evicted {
             inner.drop_waiter(e, DropReason::Evicted, now);
         }
+        q.drop_pushed_back(now, c, per_slot, expected, |e, why| {
+            inner.drop_waiter(e, why, now)
+        });
         // Publish the length, then dispatch: a release that decremented in-flight before this
         // store is caught by this dispatch; one after it sees `queued > 0` and dispatches.
         inner.publish(&q);
         inner.dispatch(&mut q, now);
-        let give_up_at = q.give_up_at(now, req.deadline);
         drop(q);
         #[cfg(test)]
         interleave::between_dispatch_and_answer();

@@ -262,7 +262,8 @@ pub struct QueuedAdmission {
 }
 
 impl QueuedAdmission {
-    /// When the caller should give up waiting: `min(enqueued + max wait, deadline)`.
+    /// When the caller should give up waiting: `enqueued + max wait`, or earlier its deadline
+    /// less the expected service time.
     pub fn give_up_at(&self) -> Instant {
         self.give_up_at
     }
@@ -284,20 +285,24 @@ impl QueuedAdmission {
         self.expire_now()
     }
 
-    /// The refusal for giving up now.
+    /// The refusal for giving up now: `DeadlineExceeded` when the deadline (less the
+    /// expected service time) is what ran out, else `QueueTimeout` (the max wait).
     fn timeout_refusal(&self) -> Refusal {
+        let by_wait = self.enqueued_at + self.inner.queue_cfg.max_wait;
         let reason = match self.deadline {
-            Some(d) if d <= self.give_up_at => RefusalReason::DeadlineExceeded,
+            Some(_) if self.give_up_at < by_wait => RefusalReason::DeadlineExceeded,
             _ => RefusalReason::QueueTimeout,
         };
-        self.inner.refusal(reason, self.waiter.criticality)
+        self.inner
+            .refusal(reason, self.waiter.criticality, self.inner.clock.now())
     }
 
     fn expire_now(&mut self) -> Refusal {
         self.done = true;
         let inner = &self.inner;
         let c = self.waiter.criticality;
-        if inner.remove_waiter(self.ticket) {
+        let gave_up = (self.timeout_refusal().reason == RefusalReason::QueueTimeout).then_some(c);
+        if inner.remove_waiter(self.ticket, gave_up) {
             self.waiter.take();
             inner
                 .quota
@@ -385,7 +390,7 @@ impl Drop for QueuedAdmission {
         let inner = &self.inner;
         let c = self.waiter.criticality;
         let now = inner.clock.now();
-        if inner.remove_waiter(self.ticket) {
+        if inner.remove_waiter(self.ticket, None) {
             self.waiter.take();
             inner.quota.settle(now, self.waiter.charge, 0.0);
             Counters::bump(&inner.counters.cancelled[c.index()]);

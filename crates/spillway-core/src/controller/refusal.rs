@@ -1,7 +1,7 @@
 //! Typed refusals, and the relaxed counters behind the status page.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::criticality::{Criticality, PerCriticality};
 
@@ -102,6 +102,67 @@ pub struct Refusal {
     pub criticality: Criticality,
     /// When the client may try again (`Retry-After`), if there is a useful hint.
     pub retry_after: Option<Duration>,
+    /// The task's overload is sustained, not momentary: it has refused work for
+    /// [`SUSTAINED_AFTER`] without a pause of [`EPISODE_GAP`]. A retry elsewhere would then
+    /// meet a fleet just as full and only add load (gRFC A6: the server's pushback tells the
+    /// client not to retry; SRE book ch. 21: retries amplify overload), so the edge marks it
+    /// "don't retry" whatever the reason.
+    pub sustained: bool,
+}
+
+impl Refusal {
+    /// Whether the caller may usefully retry (on another task): the reason allows it and the
+    /// overload is momentary. The edge's "don't retry" marker and gRPC pushback follow this.
+    pub const fn retry_can_help(&self) -> bool {
+        self.reason.retry_elsewhere_can_help() && !self.sustained
+    }
+}
+
+/// An overload that has gone on this long is sustained: 1 s, ten CoDel intervals — longer than
+/// a burst a queue absorbs, short enough that retries amplify only its first second (at 3×
+/// overload for 15 s, at most about 1.1 attempts per call reach the task).
+pub const SUSTAINED_AFTER: Duration = Duration::from_secs(1);
+/// An overload episode ends after this long without an overload refusal: 1 s.
+pub const EPISODE_GAP: Duration = Duration::from_secs(1);
+
+/// How long the task has been refusing work for overload (reasons where retrying elsewhere can
+/// help), to tell a momentary overload from a sustained one. Two relaxed atomics; the last
+/// refusal's time is written at most once per millisecond, so refusals, the bulk of the work
+/// under overload, rarely write a shared line.
+#[derive(Debug)]
+pub(crate) struct Episode {
+    origin: Instant,
+    /// Nanoseconds since `origin` + 1 of the episode's first refusal (0: none yet).
+    start: AtomicU64,
+    /// The same for its latest refusal (to within a millisecond).
+    last: AtomicU64,
+}
+
+impl Episode {
+    pub(crate) fn new(origin: Instant) -> Self {
+        Episode {
+            origin,
+            start: AtomicU64::new(0),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// Notes an overload refusal at `now`; whether the overload is sustained.
+    pub(crate) fn refused(&self, now: Instant) -> bool {
+        let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
+        let last = self.last.load(Ordering::Relaxed);
+        let gap = crate::clock::saturating_nanos(EPISODE_GAP);
+        if last == 0 || t.saturating_sub(last) > gap {
+            self.start.store(t, Ordering::Relaxed);
+            self.last.store(t, Ordering::Relaxed);
+            return SUSTAINED_AFTER.is_zero();
+        }
+        if t > last.saturating_add(1_000_000) {
+            self.last.store(t, Ordering::Relaxed);
+        }
+        let start = self.start.load(Ordering::Relaxed);
+        t.saturating_sub(start) >= crate::clock::saturating_nanos(SUSTAINED_AFTER)
+    }
 }
 
 /// Relaxed counters: exact per thread, eventually consistent across threads — fine for a status

@@ -78,3 +78,53 @@ fn envoy_gradient_with_the_futile_cut_rule_settles_as_without() {
     };
     assert_eq!(run(&cfg(true), 150_000), run(&cfg(false), 150_000));
 }
+
+/// The zero-config preset's limit (live minRTT, no pinning, slack of the callers' budget).
+fn preset(budget: Option<Duration>) -> LimitConfig {
+    let mut cfg = crate::controller::AdmissionConfig::zero_config().limit;
+    if let (LimitConfig::EnvoyGradient(c), None) = (&mut cfg, budget) {
+        c.latency_slack = 0.0;
+    }
+    cfg
+}
+
+#[test]
+fn the_preset_settles_near_capacity_when_latency_follows_the_limit() {
+    // Budget 100 ms (no deadlines: the queue's max wait) against a 10 ms service: the slack
+    // (a tenth of it, 10 ms) tolerates up to 20 ms, 2 × BASE, so the limit settles where
+    // latency is about that, about twice CAPACITY, never at max_concurrency_limit.
+    for budget in [None, Some(Duration::from_millis(100))] {
+        let cfg = preset(budget);
+        let t0 = Instant::now();
+        let mut l = cfg.build_with_random(t0, Box::new(SeededRandom::new(7)));
+        if let Some(b) = budget {
+            l.set_latency_budget(b);
+        }
+        let mut now = t0;
+        let mut tail = Vec::new();
+        for i in 0..150_000 {
+            let limit = l.limit();
+            let rtt_ns = BASE_NS * (limit as f64 / CAPACITY).max(1.0);
+            now += Duration::from_nanos((rtt_ns / limit as f64) as u64);
+            l.on_sample(&Sample {
+                rtt: Duration::from_nanos(rtt_ns as u64),
+                in_flight: limit,
+                dropped: false,
+                now,
+            });
+            if i >= 75_000 {
+                tail.push(l.limit());
+            }
+        }
+        let (lo, hi) = (
+            tail.iter().copied().min().unwrap_or(0),
+            tail.iter().copied().max().unwrap_or(0),
+        );
+        let ceiling = if budget.is_some() { 3.0 } else { 2.0 };
+        assert!(lo >= CAPACITY as usize, "{budget:?}: tail {lo}..{hi}");
+        assert!(
+            hi <= (ceiling * CAPACITY) as usize,
+            "{budget:?}: tail {lo}..{hi}"
+        );
+    }
+}

@@ -17,10 +17,11 @@
 //! | [`Gradient2Limit`] | short RTT vs long-term average RTT | Netflix concurrency-limits `Gradient2Limit` |
 //! | [`EnvoyGradientLimit`] | windowed RTT percentile vs periodically measured minRTT | Envoy adaptive concurrency filter, gradient controller |
 //!
-//! The default is [`Gradient2Limit`]: it is adaptive and, unlike a fixed limit, needs no capacity
-//! figure from the operator; unlike the Envoy controller it never pins the limit low to re-measure.
-//! Its `max_limit` still matters: under latency that grows smoothly with concurrency Gradient2
-//! drifts up to it, while the Envoy controller settles near capacity (tests in `closed_loop.rs`).
+//! [`LimitConfig::default`] is [`Gradient2Limit`] with Netflix's parameters. The admission
+//! policy everyone runs by default (`AdmissionConfig::zero_config`, the proxy's and the tower
+//! layer's) uses the Envoy controller instead, with live minRTT (never pinned) and a latency
+//! slack: under latency that grows smoothly with concurrency Gradient2 drifts up to its
+//! `max_limit`, while the Envoy controller settles near capacity (tests in `closed_loop.rs`).
 //!
 //! Rules every implementation keeps: time comes only from [`Sample::now`] (never the system
 //! clock), no allocation in [`Limit::on_sample`], no panic on any sample (rtt of zero or of
@@ -78,6 +79,11 @@ pub trait Limit: Send + std::fmt::Debug {
     fn limit(&self) -> usize;
     /// Feeds one completed request into the estimate.
     fn on_sample(&mut self, s: &Sample);
+    /// How long callers give a request, as far as the admission controller knows (their
+    /// deadlines, or the queue's max wait when they send none), set before each sample. An
+    /// algorithm may tolerate latency up to a share of it before cutting (the Envoy
+    /// gradient's `latency_slack`); the default ignores it.
+    fn set_latency_budget(&mut self, _budget: Duration) {}
 }
 
 /// Which algorithm to run, with its parameters.

@@ -606,5 +606,7 @@ fn invalid_configs_name_the_field() {
 mod envoy_app_limited_cap;
 #[path = "tests/envoy_futile_cut.rs"]
 mod envoy_futile_cut;
+#[path = "tests/envoy_live.rs"]
+mod envoy_live;
 #[path = "tests/envoy_once_per_rtt.rs"]
 mod envoy_once_per_rtt;

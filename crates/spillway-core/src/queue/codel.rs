@@ -47,6 +47,11 @@ impl Codel {
         }
     }
 
+    /// Whether CoDel is in its dropping state (a standing queue).
+    pub(crate) fn is_dropping(&self) -> bool {
+        self.dropping
+    }
+
     /// The queue went empty: there is no standing queue any more.
     pub(crate) fn on_empty(&mut self) {
         self.first_above = None;

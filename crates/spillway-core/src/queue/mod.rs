@@ -6,11 +6,18 @@
 //!   by default to half the concurrency limit — the SRE book (ch. 22 "Addressing Cascading
 //!   Failures", §"Queue management") advises a queue of at most 50% of the thread pool size for
 //!   steady traffic.
-//! - **Bounded in time too.** Every entry has a maximum wait (default 100 ms, one CoDel interval:
-//!   a wait longer than that is a standing queue, not a burst) and its own deadline; an entry
-//!   past either — or that cannot finish by its deadline given the expected service time (an
-//!   EWMA of recent service times) — is dropped rather than served, because its caller has
-//!   given up or will have by the time the answer is ready.
+//! - **Bounded in time too.** An entry waits at most `max_wait` (default 100 ms, one CoDel
+//!   interval: a wait longer than that is a standing queue, not a burst), and one with a
+//!   deadline no longer than it could still finish by it given the expected service time (an
+//!   EWMA of recent service times). Past that it is dropped rather than served, because its caller has given up or
+//!   will have by the time the answer is ready. The controller refuses on arrival a request
+//!   whose expected wait ([`AdmissionQueue::ahead_of`] × the time between two slots freeing)
+//!   already exceeds that budget, and drops entries a more critical arrival pushed past theirs
+//!   ([`AdmissionQueue::drop_pushed_back`]): a refusal that comes at once costs the caller
+//!   nothing and leaves it time to try elsewhere.
+//! - **Strict criticality order.** Nothing less critical keeps waiting once a more critical
+//!   entry has given up for queueing (`QueueTimeout`): it would be served in that entry's
+//!   place ([`AdmissionQueue::drop_below`]).
 //! - **Priority.** Higher criticality leaves first; at equal criticality a request that finishes
 //!   work already started (`continuation`: the next page, the commit) goes before new work
 //!   (AWS Builders' Library, "Using load shedding to avoid overload"). When full, an arrival of
@@ -20,7 +27,8 @@
 //!   the requests served are the ones whose callers are still waiting); and CoDel (Nichols &
 //!   Jacobson 2012, RFC 8289; see `codel.rs`) which drops at dequeue once the sojourn time has
 //!   stayed above target for an interval — dropping the oldest entry of the lowest criticality
-//!   queued, never the head while something less critical waits (SRE book ch. 21).
+//!   queued, and only sheddable work (below CRITICAL): CRITICAL work waits out its own budget
+//!   (SRE book ch. 21: shed the least critical first).
 //!
 //! The queue is a plain data structure driven by `now` arguments and a [`SlotSource`], so its
 //! ordering and dropping logic is unit-tested on its own; the controller keeps it behind a mutex.
@@ -125,7 +133,8 @@ pub struct QueueConfig {
     /// Maximum entries; `None` (default) = half the current concurrency limit (SRE book ch. 22:
     /// at most 50% of the worker pool). `Some(0)` disables queueing.
     pub max_len: Option<usize>,
-    /// Longest an entry may wait (default 100 ms).
+    /// Longest an entry may wait (default 100 ms); one with a deadline gives up earlier if it
+    /// could no longer finish by it.
     #[cfg_attr(
         feature = "serde",
         serde(rename = "max_wait_ms", with = "crate::queue::millis")
@@ -309,6 +318,9 @@ fn highest(set: u32) -> Option<usize> {
 
 const _: () = assert!(CLASSES <= u32::BITS as usize, "one bit per class");
 
+/// The classes of sheddable work (criticality below CRITICAL), the only ones CoDel drops.
+const SHEDDABLE_CLASSES: u32 = (1 << (Criticality::Critical.index() * 2)) - 1;
+
 #[inline]
 fn class_of(c: Criticality, continuation: bool) -> usize {
     c.index() * 2 + usize::from(continuation)
@@ -357,13 +369,111 @@ impl<T> AdmissionQueue<T> {
         out
     }
 
-    /// When an entry enqueued at `enqueued_at` with `deadline` should give up waiting:
-    /// `min(enqueued_at + max_wait, deadline)`.
-    pub fn give_up_at(&self, enqueued_at: Instant, deadline: Option<Instant>) -> Instant {
+    /// When an entry enqueued at `enqueued_at` with `deadline` should give up waiting, given
+    /// the `expected` service time: `enqueued_at + max_wait`, or earlier `deadline -
+    /// expected` — the last moment it could still start and finish in time.
+    ///
+    /// Why still `max_wait` with a far deadline: a deadline says when the caller gives up on
+    /// the whole call, not on this attempt. `spillway demo`'s clients give each of 3 attempts
+    /// a third of a 1 s deadline; waiting up to the deadline kept abandoned attempts queued
+    /// and goodput fell to 24 % of capacity at 5× in one run.
+    pub fn give_up_at(
+        &self,
+        enqueued_at: Instant,
+        deadline: Option<Instant>,
+        expected: Duration,
+    ) -> Instant {
         let by_wait = enqueued_at + self.cfg.max_wait;
         match deadline {
-            Some(d) if d < by_wait => d,
-            _ => by_wait,
+            Some(d) => d
+                .checked_sub(expected)
+                .unwrap_or(enqueued_at)
+                .clamp(enqueued_at, by_wait),
+            None => by_wait,
+        }
+    }
+
+    /// Entries that would be served before a new arrival of `criticality` / `continuation`
+    /// (those of its class and above; FIFO order assumed).
+    pub fn ahead_of(&self, criticality: Criticality, continuation: bool) -> usize {
+        let class = class_of(criticality, continuation);
+        classes_in(self.nonempty)
+            .filter(|&k| k >= class)
+            .map(|k| self.classes[k].len())
+            .sum()
+    }
+
+    /// The criticality of the lowest class queued while CoDel holds it to be a standing queue
+    /// (its dropping state); `None` otherwise. The controller refuses arrivals of that
+    /// criticality or below at the door (they would join the back of a queue CoDel is already
+    /// dropping from — PIE, RFC 8033, likewise drops at enqueue on the queue's delay): under
+    /// sustained overload the refusal comes at once instead of after a wait.
+    pub fn standing(&self) -> Option<Criticality> {
+        if !self.codel.as_ref().is_some_and(Codel::is_dropping) {
+            return None;
+        }
+        classes_in(self.nonempty & SHEDDABLE_CLASSES)
+            .next()
+            .and_then(|c| self.classes[c].front())
+            .map(|e| e.criticality)
+    }
+
+    /// Removes every entry of criticality below `criticality`, handing each to `on_drop` as
+    /// [`DropReason::Evicted`]: once a request of `criticality` has given up waiting, nothing
+    /// less critical may keep waiting to be served in its place.
+    pub fn drop_below(
+        &mut self,
+        now: Instant,
+        criticality: Criticality,
+        mut on_drop: impl FnMut(QueueEntry<T>, DropReason),
+    ) {
+        let below = class_of(criticality, false);
+        let mut dropped = 0;
+        for class in classes_in(self.nonempty).filter(|&k| k < below) {
+            while let Some(e) = self.classes[class].pop_back() {
+                dropped += 1;
+                on_drop(e, DropReason::Evicted);
+            }
+            self.note_class(class);
+        }
+        if dropped > 0 {
+            self.len -= dropped;
+            self.note_len(now);
+        }
+    }
+
+    /// After an arrival of `criticality` joined, drops the entries it pushed back so far that
+    /// they can no longer start in time: the newest of the lowest class below `criticality`,
+    /// while its expected wait (`len × per_slot`, it being served last) ends after its
+    /// give-up time. Each goes to `on_drop` as [`DropReason::Evicted`] (a more critical
+    /// request took its place) — refused now rather than after waiting in vain.
+    pub fn drop_pushed_back(
+        &mut self,
+        now: Instant,
+        criticality: Criticality,
+        per_slot: Duration,
+        expected: Duration,
+        mut on_drop: impl FnMut(QueueEntry<T>, DropReason),
+    ) {
+        if per_slot.is_zero() {
+            return;
+        }
+        let below = class_of(criticality, false);
+        while let Some(class) = classes_in(self.nonempty).next().filter(|&k| k < below) {
+            let Some(back) = self.classes[class].back() else {
+                break;
+            };
+            let give_up = self.give_up_at(back.enqueued_at, back.deadline, expected);
+            let wait = per_slot.saturating_mul(u32::try_from(self.len).unwrap_or(u32::MAX));
+            if now.checked_add(wait).is_some_and(|t| t <= give_up) {
+                break;
+            }
+            if let Some(e) = self.classes[class].pop_back() {
+                self.note_class(class);
+                self.len -= 1;
+                self.note_len(now);
+                on_drop(e, DropReason::Evicted);
+            }
         }
     }
 
@@ -408,8 +518,10 @@ impl<T> AdmissionQueue<T> {
     /// of lower criticality (then the item is handed back: refuse it `QueueFull`).
     ///
     /// If full, the newest entries of the lowest criticality below `criticality` are evicted
-    /// (non-continuations before continuations) — only as many as needed, and only if that
-    /// makes room; the queue never holds more than `capacity` after a push.
+    /// (non-continuations before continuations) — as many as needed to get back to
+    /// `capacity`, or every one there is if that is not enough (the capacity shrank with the
+    /// limit): a request is never refused while a less critical one keeps its place. The
+    /// queue never grows past `capacity` by a push.
     pub fn push(
         &mut self,
         now: Instant,
@@ -424,9 +536,10 @@ impl<T> AdmissionQueue<T> {
             let need = self.len + 1 - capacity;
             let lower = class_of(criticality, false);
             let evictable: usize = self.classes[..lower].iter().map(VecDeque::len).sum();
-            if evictable < need {
+            if evictable == 0 {
                 return Err(item);
             }
+            let need = need.min(evictable);
             for class in 0..lower {
                 while evicted.len() < need {
                     match self.classes[class].pop_back() {
@@ -470,15 +583,30 @@ impl<T> AdmissionQueue<T> {
         Some(e)
     }
 
-    /// Drops every entry, oldest of each class first, that has waited `max_wait` or whose
-    /// deadline has passed at the front of its class.
-    pub fn purge(&mut self, now: Instant, mut on_drop: impl FnMut(QueueEntry<T>, DropReason)) {
+    /// Drops every entry at the front of its class that has run out of time: once it can no
+    /// longer finish by its deadline given `expected` service time (`DeadlineExceeded`), or
+    /// has waited `max_wait` (`QueueTimeout`). A
+    /// `QueueTimeout` at criticality `c` also drops everything queued below `c`
+    /// ([`drop_below`](Self::drop_below)): it would be served in the timed-out entry's place.
+    pub fn purge(
+        &mut self,
+        now: Instant,
+        expected: Duration,
+        mut on_drop: impl FnMut(QueueEntry<T>, DropReason),
+    ) {
         let max_wait = self.cfg.max_wait;
         let mut dropped = 0;
-        for class in classes_in(self.nonempty) {
+        let mut timed_out: Option<Criticality> = None;
+        // Highest class first, so that a timeout's cascade covers every class below it.
+        let mut set = self.nonempty;
+        while let Some(class) = highest(set) {
+            set &= !(1 << class);
+            if timed_out.is_some_and(|c| class < class_of(c, false)) {
+                break;
+            }
             let q = &mut self.classes[class];
             while let Some(front) = q.front() {
-                let reason = if front.deadline.is_some_and(|d| d <= now) {
+                let reason = if cannot_finish(now, expected, front.deadline) {
                     DropReason::DeadlineExceeded
                 } else if now.saturating_duration_since(front.enqueued_at) >= max_wait {
                     DropReason::QueueTimeout
@@ -487,6 +615,9 @@ impl<T> AdmissionQueue<T> {
                 };
                 if let Some(e) = q.pop_front() {
                     dropped += 1;
+                    if reason == DropReason::QueueTimeout && timed_out.is_none() {
+                        timed_out = Some(e.criticality);
+                    }
                     on_drop(e, reason);
                 }
             }
@@ -495,6 +626,9 @@ impl<T> AdmissionQueue<T> {
         if dropped > 0 {
             self.len -= dropped;
             self.note_len(now);
+        }
+        if let Some(c) = timed_out {
+            self.drop_below(now, c, &mut on_drop);
         }
     }
 
@@ -538,7 +672,7 @@ impl<T> AdmissionQueue<T> {
         slots: &S,
         mut on_drop: impl FnMut(QueueEntry<T>, DropReason),
     ) -> Option<QueueEntry<T>> {
-        self.purge(now, &mut on_drop);
+        self.purge(now, expected_service, &mut on_drop);
         loop {
             let (class, pos) = self.head(now)?;
             let e = self.classes[class].get(pos)?;
@@ -552,23 +686,32 @@ impl<T> AdmissionQueue<T> {
                 return None;
             }
             let len = self.len;
-            // CoDel judges the standing delay — the longest wait of anyone queued (the fronts
-            // hold each class's oldest) — but its victim is the oldest entry of the LOWEST
-            // class present, not the head: the SRE book (ch. 21, "Handling Overload") sheds
-            // the least critical work first, so a CRITICAL waiter is dropped only when nothing
-            // less critical is queued. Dropping the head (the most critical waiter) is what
-            // made CRITICAL requests fail while SHEDDABLE ones still waited behind them.
-            let classes = &self.classes;
-            let oldest = classes_in(self.nonempty)
-                .filter_map(|c| classes[c].front())
-                .map(|e| e.enqueued_at);
-            let sojourn = now.saturating_duration_since(oldest.min().unwrap_or(enqueued_at));
+            // CoDel drops only *sheddable* work (SHEDDABLE, SHEDDABLE_PLUS), the oldest entry of
+            // the lowest class present, and judges that class's standing delay — how long its
+            // oldest entry has waited. The SRE book (ch. 21, "Handling Overload") sheds the
+            // least critical work first; dropping the head (the most critical waiter) made
+            // CRITICAL requests fail while SHEDDABLE ones still waited behind them. And
+            // CRITICAL work is not CoDel's to drop at all: when a cut of the limit leaves more
+            // in flight than CRITICAL may use, CRITICAL waiters stand for a round trip though
+            // CRITICAL demand is well within capacity; judged on a 5 ms target they were
+            // dropped (issue 28: CRITICAL refused `queue_timeout`). CRITICAL work waits until
+            // its own budget runs out (its deadline, else `max_wait`) and is refused on
+            // arrival when it could not start in time.
+            let sheddable = self.nonempty & SHEDDABLE_CLASSES;
             if let Some(codel) = self.codel.as_mut() {
-                if codel.should_drop(sojourn, now, len) {
-                    let lowest = classes_in(self.nonempty).next();
-                    let e = self.take(now, lowest.unwrap_or(class), 0)?;
-                    on_drop(e, DropReason::Codel);
-                    continue;
+                match classes_in(sheddable).next() {
+                    None => codel.on_empty(),
+                    Some(victim) => {
+                        let oldest = self.classes[victim]
+                            .front()
+                            .map_or(enqueued_at, |e| e.enqueued_at);
+                        let sojourn = now.saturating_duration_since(oldest);
+                        if codel.should_drop(sojourn, now, len) {
+                            let e = self.take(now, victim, 0)?;
+                            on_drop(e, DropReason::Codel);
+                            continue;
+                        }
+                    }
                 }
             }
             if !slots.take_slot(c) {
@@ -579,12 +722,13 @@ impl<T> AdmissionQueue<T> {
     }
 }
 
-/// Whether a request starting at `now` and taking `expected` would finish after `deadline`.
+/// Whether a request starting at `now` and taking `expected` would finish after `deadline`
+/// (or the deadline has come already).
 #[inline]
 fn cannot_finish(now: Instant, expected: Duration, deadline: Option<Instant>) -> bool {
     match deadline {
         None => false,
-        Some(d) => now.checked_add(expected).map_or(true, |finish| finish > d),
+        Some(d) => d <= now || now.checked_add(expected).map_or(true, |finish| finish > d),
     }
 }
 

@@ -113,7 +113,7 @@ fn codel_drops_after_an_interval_above_target() {
     let t0 = Instant::now();
     let mut q = queue(QueueDiscipline::codel());
     for i in 0..20 {
-        push(&mut q, t0 + i * MS, i, Critical, false);
+        push(&mut q, t0 + i * MS, i, Sheddable, false);
     }
     let slots = Slots::new(usize::MAX);
     let mut dropped = Vec::new();
@@ -202,6 +202,36 @@ fn codel_drops_critical_only_when_nothing_less_critical_waits() {
 }
 
 #[test]
+fn codel_never_drops_critical_work() {
+    // A cut of the limit can hold CRITICAL waiters for a round trip while CRITICAL demand is
+    // well within capacity: they wait out their own budget (max wait, deadline), never a
+    // 5 ms target (issue 28).
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::codel());
+    for i in 0..6 {
+        push(&mut q, t0, i, Critical, false);
+    }
+    push(&mut q, t0, 10, SheddablePlus, false);
+    let mut dropped = Vec::new();
+    let mut served = Vec::new();
+    for ms in [10, 200, 400, 600, 800, 1000, 1200] {
+        let slot = Slots::new(1);
+        if let Some(e) = q.dequeue(t0 + ms * MS, Duration::ZERO, &slot, |e, r| {
+            dropped.push((e.item, r))
+        }) {
+            served.push(e.item);
+        }
+    }
+    assert_eq!(
+        dropped,
+        vec![(10, DropReason::Codel)],
+        "only the sheddable one"
+    );
+    assert_eq!(served, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(q.standing(), None, "no standing sheddable work");
+}
+
+#[test]
 fn codel_does_not_drop_without_a_free_slot() {
     let t0 = Instant::now();
     let mut q = queue(QueueDiscipline::codel());
@@ -262,11 +292,105 @@ fn max_wait_drops_old_entries_even_behind_higher_criticality() {
     q.push(t0 + 50 * MS, 2, Critical, false, None, 10)
         .expect("room");
     let mut dropped = Vec::new();
-    q.purge(t0 + 100 * MS, |e, r| dropped.push((e.item, r)));
+    q.purge(t0 + 100 * MS, MS, |e, r| dropped.push((e.item, r)));
     assert_eq!(dropped, vec![(1, DropReason::QueueTimeout)]);
     assert_eq!(q.len(), 1);
-    assert_eq!(q.give_up_at(t0, None), t0 + 100 * MS);
-    assert_eq!(q.give_up_at(t0, Some(t0 + 10 * MS)), t0 + 10 * MS);
+    assert_eq!(q.give_up_at(t0, None, 3 * MS), t0 + 100 * MS);
+    assert_eq!(
+        q.give_up_at(t0, Some(t0 + 10 * MS), 3 * MS),
+        t0 + 7 * MS,
+        "a deadline's budget less the expected service time"
+    );
+    assert_eq!(
+        q.give_up_at(t0, Some(t0 + 1000 * MS), 3 * MS),
+        t0 + 100 * MS,
+        "a far deadline is the whole call's, not this attempt's: max_wait still bounds"
+    );
+    assert_eq!(q.give_up_at(t0, Some(t0 + MS), 3 * MS), t0);
+}
+
+#[test]
+fn a_timeout_drops_everything_less_critical() {
+    // Strict criticality order: once a CRITICAL waiter has given up, SHEDDABLE ones queued
+    // behind it (even younger, or with a far deadline) would be served in its place.
+    let t0 = Instant::now();
+    let mut q = AdmissionQueue::new(QueueConfig {
+        max_len: None,
+        max_wait: 100 * MS,
+        discipline: QueueDiscipline::Fifo,
+    })
+    .expect("valid");
+    q.push(t0, 1, Critical, false, None, 10).expect("room");
+    q.push(t0 + 90 * MS, 2, Sheddable, false, None, 10)
+        .expect("room");
+    q.push(
+        t0 + 90 * MS,
+        3,
+        SheddablePlus,
+        true,
+        Some(t0 + 5000 * MS),
+        10,
+    )
+    .expect("room");
+    q.push(t0 + 90 * MS, 4, CriticalPlus, false, None, 10)
+        .expect("room");
+    let mut dropped = Vec::new();
+    q.purge(t0 + 100 * MS, MS, |e, r| dropped.push((e.item, r)));
+    assert_eq!(
+        dropped,
+        vec![
+            (1, DropReason::QueueTimeout),
+            (2, DropReason::Evicted),
+            (3, DropReason::Evicted)
+        ]
+    );
+    assert_eq!(q.len(), 1, "CRITICAL_PLUS keeps waiting");
+}
+
+#[test]
+fn full_queue_over_a_shrunk_capacity_still_admits_the_more_critical() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::Fifo);
+    for i in 0..4 {
+        q.push(t0, i, Critical, false, None, 10).expect("room");
+    }
+    q.push(t0, 9, Sheddable, false, None, 10).expect("room");
+    // The capacity fell to 2 with the limit: one SHEDDABLE is all there is to evict, and it is.
+    let p = q.push(t0, 10, Critical, true, None, 2).expect("evicts");
+    assert_eq!(
+        p.evicted.iter().map(|e| e.item).collect::<Vec<_>>(),
+        vec![9]
+    );
+    assert_eq!(q.len(), 5, "never longer than before the push");
+    assert_eq!(q.push(t0, 11, Critical, true, None, 2).err(), Some(11));
+}
+
+#[test]
+fn pushed_back_entries_that_cannot_start_in_time_are_dropped() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::Fifo);
+    q.push(t0, 1, Sheddable, false, None, 10).expect("room");
+    q.push(t0, 2, Sheddable, false, Some(t0 + 45 * MS), 10)
+        .expect("room");
+    for i in 3..6 {
+        q.push(t0, i, Critical, false, None, 10).expect("room");
+    }
+    let mut dropped = Vec::new();
+    // 5 queued × 10 ms per slot: the last SHEDDABLE (deadline +45, 5 ms service) would start
+    // at +50, too late; the first (no deadline, 100 ms max wait) still can at +40.
+    q.drop_pushed_back(t0, Critical, 10 * MS, 5 * MS, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert_eq!(dropped, vec![(2, DropReason::Evicted)]);
+    assert_eq!(q.len(), 4);
+    // Nothing is dropped for an arrival of its own class, or without an estimate.
+    q.drop_pushed_back(t0, Sheddable, 50 * MS, 5 * MS, |_, _| panic!("own class"));
+    q.drop_pushed_back(t0, Critical, Duration::ZERO, 5 * MS, |_, _| {
+        panic!("no estimate")
+    });
+    assert_eq!(q.ahead_of(Critical, false), 3);
+    assert_eq!(q.ahead_of(Sheddable, false), 4);
+    assert_eq!(q.ahead_of(CriticalPlus, false), 0);
 }
 
 #[test]

@@ -5,12 +5,9 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 use spillway_core::controller::AdmissionConfig;
-use spillway_core::limit::{EnvoyGradientConfig, LimitConfig};
-use spillway_core::queue::QueueConfig;
 use spillway_core::retry::RetryConfig;
-use spillway_core::shed::ShedConfig;
 use spillway_core::throttle::ThrottleConfig;
-use spillway_core::{Criticality, PerCriticality};
+use spillway_core::Criticality;
 
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,78 +49,11 @@ impl Default for ProxyConfig {
     }
 }
 
-/// The zero-config admission default: the Envoy gradient controller with a pinned floor.
-///
-/// Why not the core's Gradient2 default: Gradient2 compares short-term to *long-term* average
-/// latency, so when latency rises smoothly with load the long-term average follows it and the
-/// limit drifts to `max_limit` (spillway-core `limit/closed_loop.rs`); a proxy that knows no
-/// capacity figure would then protect nothing. Envoy's controller compares against a minRTT
-/// re-measured periodically at a low pinned concurrency, so it settles near the knee
-/// (Envoy adaptive concurrency filter docs). Buffer 0.5 (latency up to 1.5 × minRTT tolerated)
-/// so ordinary jitter on a shared host does not shrink the limit; minRTT from 25 requests at a
-/// pinned concurrency of 5 (Envoy: 50 at 3) so the pinned phase is short, every 30 s (Envoy's
-/// docs example: 60 s). While pinned, requests beyond 5 wait in the queue, so the queue is
-/// 64 long instead of the core's "half the limit" (2 at a limit of 5, which refused bursts of a
-/// lightly loaded service: 74 of 10 090 requests at 2 000 req/s to a 64-worker backend); CoDel
-/// (5 ms target) still keeps it from standing. Measured in `tests/proxy_default_limit.rs` and
-/// CONFIG.md.
-///
-/// `app_limited_growth = 2` (Netflix's app-limited rule, RFC 7661; see spillway-core
-/// `limit/envoy.rs`): Envoy's controller grows the limit whenever latency is near minRTT, so at
-/// light load it reached 1000 within a second and the next surge sent 296 requests at once to a
-/// 4-worker backend (`spillway demo`, 10× jump); the limit now grows only while at least half
-/// of it is in use, and to at most twice the peak in flight (it doubled 15 → 35 as a queue
-/// drained; the demo's jump then sent 28 at once and 2 of 953 CRITICAL requests failed).
-///
-/// `one_change_per_rtt = true` (spillway-core `limit/envoy.rs`; TCP's one reduction per window
-/// of data, RFC 5681/6582): with 100 ms windows and requests that wait longer than that, a window
-/// after a change was judged on requests admitted under the previous limit, so the limit swung
-/// 22 → 6 → 22 within 0.7 s in `spillway demo` and a backend worker sat idle at the troughs
-/// (2 % of samples with fewer than 4 in flight); now it moves once per round trip on requests
-/// admitted at the current limit (lowest limit in the overloaded seconds 6 → 10).
-///
-/// `rebaseline_on_futile_cut` stays off (spillway-core `limit/envoy/futile.rs`): with a core of
-/// foreign work at 7,400 req/s the limit's refusals are the host's CPU running out, not a
-/// misjudged upstream (the fixed-limit proxy, which refuses nothing, kept 18–100 % of requests
-/// within 500 ms, p99 484 ms; zero-config 92–96 %), and the rule did not do better there
-/// (goodput 77–96 %, bench/results/proxy-overhead.md, fifth round); at 3,000 and 4,500 req/s
-/// with the same foreign core neither refused anything.
-///
-/// Shed threshold 1.0 for SHEDDABLE only (ramp 0.03), never for the others (the core's: 0.8 /
-/// 0.9 / 1.0 / never, ramp 0.1): the core's defaults are for a task shedding on its *own*
-/// utilisation, its only protection (SRE ch. 21). Here the adaptive limit already keeps the
-/// upstream's queue short, and the upstream's ORCA utilisation is busy time, which reads near
-/// 1.0 both when the upstream is used at its best and when it is overloaded — it cannot tell
-/// the two apart, queueing (which the limit watches) can. Any threshold below 1.0 therefore
-/// sheds while the upstream merely works at capacity: from 0.8 the demo backend was held at
-/// 0.85–0.95 busy (goodput 60–90 % of capacity); from 0.95 / 0.97, `spillway demo` at 1 ×
-/// offered load shed 33 of 220 SHEDDABLE requests (goodput 93.5 % of what was servable) and
-/// shed 56 of the well-behaved customer's SHEDDABLE_PLUS at busy 0.97–1.0. At 1.0 SHEDDABLE is
-/// shed only when utilisation exceeds 1, i.e. in-flight / limit > 1 (the limit shrank below the
-/// requests running) or an executor/CPU signal reads over-full. SHEDDABLE_PLUS and CRITICAL are
-/// not shed on utilisation: the limit's headroom ladder and the criticality-ordered queue
-/// protect the upstream from them, as the core's default does for CRITICAL_PLUS.
+/// The zero-config admission default: spillway-core's [`AdmissionConfig::zero_config`], the
+/// same policy `spillway-tower` gets from `AdmissionConfig::default()` (its documentation says
+/// what it does and why; CONFIG.md lists the values).
 pub fn default_admission() -> AdmissionConfig {
-    AdmissionConfig {
-        queue: QueueConfig {
-            max_len: Some(64),
-            ..QueueConfig::default()
-        },
-        shed: ShedConfig {
-            thresholds: PerCriticality([Some(1.0), None, None, None]),
-            ramp: 0.03,
-        },
-        limit: LimitConfig::EnvoyGradient(EnvoyGradientConfig {
-            interval: std::time::Duration::from_secs(30),
-            request_count: 25,
-            buffer: 0.5,
-            min_concurrency: 5,
-            app_limited_growth: Some(2.0),
-            one_change_per_rtt: true,
-            ..EnvoyGradientConfig::default()
-        }),
-        ..AdmissionConfig::default()
-    }
+    AdmissionConfig::zero_config()
 }
 
 /// The client-facing listener.

@@ -236,8 +236,14 @@ pub(super) fn forward<'a>(
                     }
                 };
             let mut timeout = Duration::from_millis(cfg.request_timeout_ms);
+            // Whether the caller's own deadline, not the configured timeout, bounds the wait.
+            let mut callers_deadline = false;
             if let Some(d) = class.deadline {
-                timeout = timeout.min(d.saturating_duration_since(now));
+                let left = d.saturating_duration_since(now);
+                if left < timeout {
+                    timeout = left;
+                    callers_deadline = true;
+                }
             }
             let result = tokio::time::timeout(
                 timeout,
@@ -248,9 +254,19 @@ pub(super) fn forward<'a>(
             match result {
                 Err(_) => {
                     state.faults.count(Fault::UpstreamTimeout);
-                    pool.record_failure(&task, now);
                     retry.record_outcome(now, task.id, false);
-                    permit.set_outcome(Outcome::Dropped);
+                    if callers_deadline {
+                        // The caller's deadline ran out, not the task: a 20 ms budget says
+                        // nothing about a healthy task (five such calls ejected an idle one).
+                        // No failure for ejection or balancing, no rejection for the throttle
+                        // (the task refused nothing), no congestion sample for the limit (the
+                        // latency is only known to exceed what the caller allowed).
+                        task.throttle(class.criticality).record_accept(now);
+                        permit.set_outcome(Outcome::Ignore);
+                    } else {
+                        pool.record_failure(&task, now);
+                        permit.set_outcome(Outcome::Dropped);
+                    }
                     return (
                         respond::timeout(
                             protocol,
@@ -260,7 +276,7 @@ pub(super) fn forward<'a>(
                                 timeout.as_millis(),
                                 // (`cfg` read again: a value kept across the wait would
                                 // grow every request's future.)
-                                if timeout < Duration::from_millis(cfg.request_timeout_ms) {
+                                if callers_deadline {
                                     " (what was left of the request's deadline)"
                                 } else {
                                     ""

@@ -2,12 +2,16 @@
 //!
 //! HTTP: 429 when the *customer* is over quota (their problem; RFC 6585), 503 when the *server*
 //! is overloaded (RFC 9110), both with `Retry-After` in whole seconds (≥ 1), and
-//! `x-spillway-dont-retry: 1` when the refusal reason says retrying elsewhere cannot help.
+//! `x-spillway-dont-retry: 1` when retrying cannot help: the reason says so, or the overload is
+//! sustained ([`Refusal::retry_can_help`]).
 //!
 //! gRPC: a Trailers-Only response (gRPC over HTTP/2 spec: HTTP 200 with `grpc-status` in the
 //! headers and END_STREAM, no messages) with `RESOURCE_EXHAUSTED` (8) for over-quota and
 //! `UNAVAILABLE` (14) for overload, plus `grpc-retry-pushback-ms` (gRFC A6): the delay when a
-//! retry may help (for over-quota: the quota's refill time), `-1` when it cannot.
+//! retry may help — a momentary overload of this task, which another may absorb (for
+//! over-quota: the quota's refill time) — and `-1` when it cannot, including an overload that
+//! has lasted [`SUSTAINED_AFTER`](spillway_core::controller::SUSTAINED_AFTER) (gRFC A6: a
+//! server under sustained load tells its clients not to retry).
 //!
 //! Cost: rejections allocate only the response and its header map; bodies and messages are
 //! static (`Bytes::from_static`, `HeaderValue::from_static`). The 400 for a malformed header
@@ -51,7 +55,8 @@ pub fn grpc_trailers_only(status: u16, message: HeaderValue) -> Response<Bytes> 
 /// gRPC: Trailers-Only with `RESOURCE_EXHAUSTED` / `UNAVAILABLE` and `grpc-retry-pushback-ms`
 /// (the delay when retrying may help; for over-quota the refill delay; `-1` otherwise). Both:
 /// `Retry-After` (the refusal's own delay, else `default_retry_after`; whole seconds, at least
-/// one), [`REASON`], and `x-spillway-dont-retry: 1` when retrying elsewhere cannot help.
+/// one), [`REASON`], and `x-spillway-dont-retry: 1` when retrying cannot help
+/// ([`Refusal::retry_can_help`]: the reason, or a sustained overload).
 ///
 /// The body is [`Bytes`] (empty for gRPC, so the response ends with its headers); map it to
 /// your body type with [`Response::map`].
@@ -61,7 +66,7 @@ pub fn refusal_response(
     default_retry_after: Duration,
 ) -> Response<Bytes> {
     let over_quota = r.reason.is_customer_over_quota();
-    let dont_retry = !r.reason.retry_elsewhere_can_help();
+    let dont_retry = !r.retry_can_help();
     let retry_after = r.retry_after.unwrap_or(default_retry_after);
     let reason = r.reason.as_str();
     let mut res = match protocol {
@@ -209,6 +214,7 @@ mod tests {
             reason,
             criticality: Criticality::Sheddable,
             retry_after,
+            sustained: false,
         }
     }
 
@@ -231,6 +237,30 @@ mod tests {
         );
         assert_eq!(r.status(), 503);
         assert_eq!(r.headers()[wire::RETRY_AFTER], "1", "at least one second");
+    }
+
+    #[test]
+    fn a_sustained_overload_is_marked_dont_retry_in_both_dialects() {
+        let r = Refusal {
+            sustained: true,
+            ..refused(RefusalReason::QueueFull, Some(Duration::from_secs(1)))
+        };
+        let h: R = refusal(&r, Protocol::Http, Duration::from_secs(1));
+        assert!(wire::is_dont_retry(h.headers()));
+        assert_eq!(h.status(), 503);
+        let g: R = refusal(&r, Protocol::Grpc, Duration::from_secs(1));
+        assert_eq!(
+            g.headers()[wire::GRPC_RETRY_PUSHBACK_MS],
+            "-1",
+            "gRFC A6: no retry"
+        );
+        // The same refusal while momentary invites a retry after the delay.
+        let g: R = refusal(
+            &refused(RefusalReason::QueueFull, Some(Duration::from_secs(1))),
+            Protocol::Grpc,
+            Duration::from_secs(1),
+        );
+        assert_eq!(g.headers()[wire::GRPC_RETRY_PUSHBACK_MS], "1000");
     }
 
     #[test]

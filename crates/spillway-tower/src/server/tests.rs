@@ -24,9 +24,12 @@ use crate::wire::{self, OverloadGiveUp};
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn config(limit: usize, queue: Option<usize>) -> AdmissionConfig {
+    // The core's shed ladder (0.8 / 0.9 / 1.0), not the default policy's SHEDDABLE-only 1.0:
+    // these tests drive shedding per level with a manual signal.
     let mut cfg = AdmissionConfig {
         limit: LimitConfig::Fixed(FixedConfig { limit }),
         headroom: PerCriticality([1.0; 4]),
+        shed: spillway_core::shed::ShedConfig::default(),
         ..AdmissionConfig::default()
     };
     cfg.queue.max_len = queue;

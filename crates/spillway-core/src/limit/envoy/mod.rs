@@ -81,6 +81,7 @@
 use std::time::{Duration, Instant};
 
 use self::futile::FutileCuts;
+use self::live::LiveMinRtt;
 use super::histogram::LatencyHistogram;
 use super::{clamp_limit, Limit, Sample};
 use crate::clock::{nanos_since, saturating_nanos};
@@ -88,6 +89,7 @@ use crate::error::{check_range, ConfigError};
 use crate::random::RandomSource;
 
 mod futile;
+mod live;
 
 pub(super) const NAME: &str = "envoy_gradient";
 
@@ -144,6 +146,18 @@ pub struct EnvoyGradientConfig {
     /// host, not our concurrency, is slowing requests; see `futile.rs`). Needs `one_change_per_rtt`. Default
     /// false (Envoy: cut until the floor, then re-measure after 5 windows there).
     pub rebaseline_on_futile_cut: bool,
+    /// Measure minRTT on live traffic — from requests that started with at most
+    /// `min_concurrency` in flight — and never pin the limit (see `live.rs`). Default false
+    /// (Envoy: pin to `min_concurrency` at start and every `interval`).
+    pub live_min_rtt: bool,
+    /// The limit to start from, within `[floor, max_concurrency_limit]`. Default unset:
+    /// `min_concurrency` (Envoy).
+    pub initial_limit: Option<usize>,
+    /// Latency above minRTT always tolerated, as a fraction in `[0, 1]` of the callers' latency
+    /// budget ([`Limit::set_latency_budget`]: their deadlines capped at the queue's max wait): the
+    /// limit is cut only while the window's latency exceeds both `minRTT·(1 + buffer)` and
+    /// `minRTT + latency_slack · budget`. Default 0 (Envoy: only the buffer).
+    pub latency_slack: f64,
     /// Use this minRTT instead of measuring it (Envoy `fixed_value`), `> 0` if set. Default unset.
     #[cfg_attr(
         feature = "serde",
@@ -167,6 +181,9 @@ impl Default for EnvoyGradientConfig {
             app_limited_growth: None,
             one_change_per_rtt: false,
             rebaseline_on_futile_cut: false,
+            live_min_rtt: false,
+            initial_limit: None,
+            latency_slack: 0.0,
             fixed_min_rtt: None,
         }
     }
@@ -256,6 +273,22 @@ impl EnvoyGradientConfig {
                 "false unless one_change_per_rtt = true (a cut is judged on requests admitted after it)",
             ));
         }
+        if let Some(i) = self.initial_limit {
+            if i < floor || i > self.max_concurrency_limit {
+                return Err(ConfigError::new(
+                    "limit.envoy_gradient.initial_limit",
+                    i,
+                    "an integer within [min_concurrency_limit (or min_concurrency), max_concurrency_limit], or unset",
+                ));
+            }
+        }
+        check_range(
+            "limit.envoy_gradient.latency_slack",
+            self.latency_slack,
+            0.0,
+            1.0,
+            "a fraction in [0, 1] of the callers' latency budget (0 = none)",
+        )?;
         if self.fixed_min_rtt.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::new(
                 "limit.envoy_gradient.fixed_min_rtt_ms",
@@ -288,6 +321,14 @@ pub struct EnvoyGradientLimit {
     one_change_per_rtt: bool,
     /// `rebaseline_on_futile_cut` (only with `one_change_per_rtt`).
     futile: Option<FutileCuts>,
+    /// `live_min_rtt` (only with a dynamic minRTT).
+    live: Option<LiveMinRtt>,
+    latency_slack: f64,
+    /// The callers' latency budget in nanoseconds (0 = unknown).
+    budget_ns: f64,
+    /// With `live_min_rtt`: growing by one per fast sample until a window is slow (see
+    /// `live.rs`).
+    slow_start: bool,
     // State.
     limit: usize,
     deferred_limit: usize,
@@ -339,19 +380,22 @@ impl EnvoyGradientLimit {
         let floor = cfg.min_concurrency_limit.unwrap_or(min_concurrency).max(1);
         let max = cfg.max_concurrency_limit.max(floor).max(min_concurrency);
         let fixed = cfg.fixed_min_rtt.map(|d| saturating_nanos(d).max(1) as f64);
+        let interval_ns = saturating_nanos(cfg.interval).max(1_000_000);
+        let percentile = finite_or(cfg.sample_percentile, 0.0, 1.0, 0.5);
+        let request_count = cfg.request_count.max(1);
         let mut me = EnvoyGradientLimit {
             rng,
             origin,
-            interval_ns: saturating_nanos(cfg.interval).max(1_000_000),
+            interval_ns,
             update_ns: saturating_nanos(cfg.update_interval).max(1),
             jitter: finite_or(cfg.jitter, 0.0, 1.0, 0.15),
-            request_count: cfg.request_count.max(1),
+            request_count,
             min_concurrency,
             floor,
             max,
             pin: cfg.min_concurrency_limit.is_none(),
             buffer: finite_or(cfg.buffer, 0.0, 10.0, 0.25),
-            percentile: finite_or(cfg.sample_percentile, 0.0, 1.0, 0.5),
+            percentile,
             dynamic_min_rtt: fixed.is_none(),
             app_limited_growth: cfg
                 .app_limited_growth
@@ -360,7 +404,15 @@ impl EnvoyGradientLimit {
             one_change_per_rtt: cfg.one_change_per_rtt,
             futile: (cfg.rebaseline_on_futile_cut && cfg.one_change_per_rtt)
                 .then(FutileCuts::default),
-            limit: min_concurrency.clamp(floor, max),
+            live: (cfg.live_min_rtt && fixed.is_none())
+                .then(|| LiveMinRtt::new(min_concurrency, request_count, percentile, interval_ns)),
+            latency_slack: finite_or(cfg.latency_slack, 0.0, 1.0, 0.0),
+            budget_ns: 0.0,
+            slow_start: cfg.live_min_rtt && fixed.is_none(),
+            limit: cfg
+                .initial_limit
+                .unwrap_or(min_concurrency)
+                .clamp(floor, max),
             deferred_limit: 0,
             in_min_rtt_window: false,
             min_rtt_epoch_ns: 0,
@@ -375,7 +427,7 @@ impl EnvoyGradientLimit {
             window_peak_counted: 0,
             hist: LatencyHistogram::new(),
         };
-        if me.dynamic_min_rtt {
+        if me.periodic_min_rtt() {
             me.enter_min_rtt_window(0);
         }
         me
@@ -410,6 +462,19 @@ impl EnvoyGradientLimit {
     /// When the next minRTT window is due (only meaningful outside a window).
     pub fn next_min_rtt_at(&self) -> Instant {
         self.origin + Duration::from_nanos(self.next_min_rtt_ns)
+    }
+
+    /// Whether minRTT is measured in windows that pin the limit (Envoy's way), rather than
+    /// fixed or measured live.
+    fn periodic_min_rtt(&self) -> bool {
+        self.dynamic_min_rtt && self.live.is_none()
+    }
+
+    /// Latency tolerated before the limit is cut: minRTT with its buffer, or with the slack
+    /// share of the callers' budget, whichever is larger.
+    fn tolerated_ns(&self) -> f64 {
+        let min_rtt = self.min_rtt_ns.max(0.0);
+        (min_rtt * (1.0 + self.buffer)).max(min_rtt + self.latency_slack * self.budget_ns)
     }
 
     fn enter_min_rtt_window(&mut self, now_ns: u64) {
@@ -459,9 +524,30 @@ impl EnvoyGradientLimit {
         };
         self.hist.clear();
         self.sample_rtt_ns = sample;
+        if self.live.is_some() && self.measured_min_rtt_ns <= 0.0 {
+            // No minRTT yet (live measurement): nothing to compare with; hold the limit — and
+            // if no request has run at low concurrency for 5 windows (a load that was heavy
+            // from its first request on, which a real start hardly produces: its first request
+            // runs alone), drop to the floor, where every request does.
+            self.consecutive_at_floor += 1;
+            if self.consecutive_at_floor >= STALE_MIN_RTT_WINDOWS {
+                self.consecutive_at_floor = 0;
+                self.limit = self.floor;
+                if self.one_change_per_rtt {
+                    self.change_epoch_ns = now_ns;
+                }
+            }
+            return;
+        }
+        if self.slow_start && sample > self.min_rtt_ns * (1.0 + self.buffer) {
+            // Latency has left minRTT's own tolerance: the knee is near, growth is the
+            // gradient's from now on.
+            self.slow_start = false;
+        }
+        let tolerated = self.tolerated_ns();
         if let Some(f) = self.futile.as_mut() {
             let tolerance = 1.0 + self.buffer;
-            if sample > self.min_rtt_ns * tolerance && peak_counted >= self.limit {
+            if sample > tolerated && peak_counted >= self.limit {
                 if let Some(r) = f.congested(now_ns, self.limit, sample) {
                     // futile.rs: the latency now seen is the host's, not our queue's.
                     let step = self.min_rtt_ns * futile::MAX_STEP;
@@ -496,15 +582,21 @@ impl EnvoyGradientLimit {
             self.consecutive_at_floor = 0;
         }
         if self.dynamic_min_rtt && self.consecutive_at_floor >= STALE_MIN_RTT_WINDOWS {
-            // Envoy re-arms the minRTT timer at 0 ms: the window opens with the next sample.
-            self.next_min_rtt_ns = now_ns;
+            if let Some(live) = self.live.as_mut() {
+                // At the floor every sample is a low-concurrency one: measure afresh.
+                live.restart();
+                self.consecutive_at_floor = 0;
+            } else {
+                // Envoy re-arms the minRTT timer at 0 ms: the window opens with the next sample.
+                self.next_min_rtt_ns = now_ns;
+            }
         }
     }
 
     fn calculate_new_limit(&self) -> usize {
         // Both ≥ 1 ns; a 0 ns minRTT (coarse clock) still yields a finite gradient (0.5).
         let sample = self.sample_rtt_ns.max(1.0);
-        let buffered_min = self.min_rtt_ns.max(0.0) * (1.0 + self.buffer);
+        let buffered_min = self.tolerated_ns();
         let gradient = (buffered_min / sample).clamp(GRADIENT_MIN, GRADIENT_MAX);
         let scaled = self.limit as f64 * gradient;
         let headroom = scaled.sqrt();
@@ -521,16 +613,40 @@ impl Limit for EnvoyGradientLimit {
         self.limit
     }
 
+    fn set_latency_budget(&mut self, budget: Duration) {
+        self.budget_ns = saturating_nanos(budget) as f64;
+    }
+
     fn on_sample(&mut self, s: &Sample) {
         let now_ns = nanos_since(self.origin, s.now);
         let rtt_ns = saturating_nanos(s.rtt);
 
+        if let Some(live) = self.live.as_mut() {
+            if let Some(m) = live.on_sample(now_ns, rtt_ns, s.in_flight) {
+                // A measurement supersedes a futile-cut re-baseline, as Envoy's window does.
+                self.min_rtt_ns = m;
+                self.measured_min_rtt_ns = m;
+            }
+            // Slow start (live.rs): one more slot per request answered within minRTT's
+            // tolerance while at least half the limit was in use — doubling per round trip,
+            // as TCP's slow start grows its window by one per acknowledgement.
+            if self.slow_start
+                && self.measured_min_rtt_ns > 0.0
+                && (rtt_ns as f64) <= self.min_rtt_ns * (1.0 + self.buffer)
+                && s.in_flight.saturating_mul(2) >= self.limit
+                && self.limit < self.max
+            {
+                self.limit += 1;
+            }
+        }
+
+        let periodic = self.periodic_min_rtt();
         if !self.in_min_rtt_window {
-            if self.dynamic_min_rtt && now_ns >= self.next_min_rtt_ns {
+            if periodic && now_ns >= self.next_min_rtt_ns {
                 self.enter_min_rtt_window(now_ns);
             } else if now_ns.saturating_sub(self.window_start_ns) >= self.update_ns {
                 self.close_sample_window(now_ns);
-                if self.dynamic_min_rtt && now_ns >= self.next_min_rtt_ns {
+                if self.periodic_min_rtt() && now_ns >= self.next_min_rtt_ns {
                     self.enter_min_rtt_window(now_ns);
                 }
             }

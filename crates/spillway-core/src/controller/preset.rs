@@ -1,0 +1,95 @@
+//! The one default admission policy: what `spillway proxy` runs with no configuration, and
+//! what `AdmissionConfig::default()` gives a `spillway-tower` service.
+
+use std::time::Duration;
+
+use crate::criticality::PerCriticality;
+use crate::limit::{EnvoyGradientConfig, LimitConfig};
+use crate::queue::QueueConfig;
+use crate::shed::ShedConfig;
+
+use super::{AdmissionConfig, DEFAULT_MAX_ATTEMPTS, DEFAULT_OVERLOAD_RETRY_AFTER};
+use crate::limiter::DEFAULT_HEADROOM;
+use crate::quota::QuotaConfig;
+
+impl Default for AdmissionConfig {
+    /// [`AdmissionConfig::zero_config`].
+    fn default() -> Self {
+        AdmissionConfig::zero_config()
+    }
+}
+
+impl AdmissionConfig {
+    /// The zero-config policy, the same for the proxy and for `spillway-tower`: an adaptive
+    /// limit that needs no capacity figure, a criticality-ordered queue, SHEDDABLE shed only
+    /// above full.
+    ///
+    /// **Limit: the Envoy gradient** (`limit::envoy`) with four of this project's additions.
+    /// Not Gradient2 (the core's `LimitConfig::default()`): Gradient2 compares short-term with
+    /// its own *long-term* latency, so when latency rises smoothly with load the baseline
+    /// follows and the limit drifts to `max_limit` (`limit/closed_loop.rs`) — the tower default
+    /// that "rode to its ceiling of 200" (issue 28). The Envoy gradient compares with the
+    /// latency seen at low concurrency (minRTT) and settles near the knee.
+    ///
+    /// - `live_min_rtt` + `initial_limit = 20`: minRTT from requests that ran with at most 5 in
+    ///   flight, never by pinning the limit to 5 (Envoy's way, which at start and every
+    ///   30–34.5 s refused or queued what the service would have served), and a slow start
+    ///   from 20 that doubles per round trip while latency stays at minRTT (`envoy/live.rs`).
+    /// - `latency_slack = 0.1`: latency up to minRTT + 10 % of the callers' budget (their
+    ///   deadlines capped at the queue's 100 ms max wait, which stands in when they send none:
+    ///   at most 10 ms) is never cut. A fast
+    ///   upstream behind a busy host answers in milliseconds instead of microseconds whatever
+    ///   the concurrency; the gradient alone read that as a queue and cut the limit to 11
+    ///   while the upstream had room for all (goodput 17–32 % of the limit turned off). A
+    ///   slow service is judged by its buffer as before (at 50 ms, 1.5 × minRTT = 75 ms is
+    ///   more than minRTT + 10 ms).
+    /// - `buffer = 0.5`: latency up to 1.5 × minRTT is not queueing, so ordinary jitter on a
+    ///   shared host does not shrink the limit.
+    /// - `app_limited_growth = 2` (Netflix's app-limited rule, RFC 7661): the limit grows only
+    ///   while at least half of it is in use, and to at most twice the peak in flight; at
+    ///   light load Envoy's rule reached 1000 within a second and the next surge sent 296
+    ///   requests at once to a 4-worker backend (`spillway demo`).
+    /// - `one_change_per_rtt` (TCP's one reduction per window of data, RFC 5681/6582): a
+    ///   window is judged only on requests admitted at the current limit (without it the limit
+    ///   swung 22 → 6 → 22 within 0.7 s in `spillway demo`).
+    ///
+    /// **Queue:** 64 entries (not half the limit: a short queue refused bursts of a lightly
+    /// loaded service), CoDel 5 ms / 100 ms, highest criticality first; a request waits at
+    /// most until its deadline less the expected service time (100 ms without a deadline) and
+    /// is refused on arrival when it could not start in time.
+    ///
+    /// **Shedding:** SHEDDABLE at utilisation 1.0 (ramp 0.03), nothing else: the limit already
+    /// keeps the upstream's queue short, and a busy-time utilisation reads near 1.0 both at
+    /// best use and at overload, so lower thresholds shed a service merely working at capacity
+    /// (from 0.8 `spillway demo`'s backend was held at 0.85–0.95 busy, goodput 60–90 %). The
+    /// headroom ladder (0.8 / 0.9 / 0.95 / 1.0 of the limit) and the criticality-ordered queue
+    /// protect the rest.
+    pub fn zero_config() -> Self {
+        AdmissionConfig {
+            limit: LimitConfig::EnvoyGradient(EnvoyGradientConfig {
+                interval: Duration::from_secs(30),
+                request_count: 25,
+                buffer: 0.5,
+                min_concurrency: 5,
+                app_limited_growth: Some(2.0),
+                one_change_per_rtt: true,
+                live_min_rtt: true,
+                initial_limit: Some(20),
+                latency_slack: 0.1,
+                ..EnvoyGradientConfig::default()
+            }),
+            headroom: DEFAULT_HEADROOM,
+            queue: QueueConfig {
+                max_len: Some(64),
+                ..QueueConfig::default()
+            },
+            shed: ShedConfig {
+                thresholds: PerCriticality([Some(1.0), None, None, None]),
+                ramp: 0.03,
+            },
+            quota: QuotaConfig::default(),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            overload_retry_after: Some(DEFAULT_OVERLOAD_RETRY_AFTER),
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Refusing early: a request that cannot start in time is refused on arrival, not after
+//! waiting out the queue.
+
+use super::*;
+
+/// Limit 2 (no headroom), queue of 10, 100 ms max wait, FIFO; service time learnt as 50 ms
+/// and both slots taken: a slot frees about every 25 ms.
+fn saturated() -> (AdmissionController, ManualClock, Vec<Permit>) {
+    let mut cfg = config(2, 10);
+    cfg.queue.max_wait = 100 * MS;
+    cfg.headroom = PerCriticality([1.0; Criticality::COUNT]);
+    let (ctl, clock) = controller(cfg);
+    let warm = admitted(ctl.admit(&req(Critical)));
+    clock.advance(50 * MS);
+    drop(warm);
+    let held = vec![
+        admitted(ctl.admit(&req(Sheddable))),
+        admitted(ctl.admit(&req(Sheddable))),
+    ];
+    (ctl, clock, held)
+}
+
+#[test]
+fn refused_on_arrival_when_the_wait_ahead_exceeds_the_max_wait() {
+    let (ctl, _clock, _held) = saturated();
+    assert_eq!(ctl.snapshot().expected_service_time, 50 * MS);
+    // Expected waits 25, 50, 75, 100 ms: queued; 125 ms: refused at once.
+    let queued: Vec<_> = (0..4)
+        .map(|_| match ctl.admit(&req(Sheddable)) {
+            Admission::Queued(q) => q,
+            other => panic!("expected queued, got {other:?}"),
+        })
+        .collect();
+    let r = refused(ctl.admit(&req(Sheddable)));
+    assert_eq!(r.reason, RefusalReason::QueueFull);
+    assert_eq!(ctl.snapshot().queued, 4);
+    // A CRITICAL arrival goes first; the SHEDDABLE it pushes past 100 ms is refused now.
+    let c = ctl.admit(&req(Critical));
+    assert!(c.is_queued(), "{c:?}");
+    let snap = ctl.snapshot();
+    assert_eq!(snap.queued, 4);
+    assert_eq!(snap.refused.get(RefusalReason::QueueFull, Sheddable), 2);
+    drop(queued);
+}
+
+#[test]
+fn with_a_deadline_the_wait_ends_when_it_could_no_longer_finish() {
+    let (ctl, clock, _held) = saturated();
+    // 60 ms left, 50 of them needed for service: 10 ms to wait, less than a slot's 25 ms.
+    let r = refused(ctl.admit(&AdmissionRequest {
+        deadline: Some(ctl.now() + 60 * MS),
+        ..req(Critical)
+    }));
+    assert_eq!(r.reason, RefusalReason::DeadlineExceeded);
+    // 130 ms left: queued, and given up at 80 ms (deadline less the 50 ms service time),
+    // before the 100 ms max wait.
+    let q = match ctl.admit(&AdmissionRequest {
+        deadline: Some(ctl.now() + 130 * MS),
+        ..req(Critical)
+    }) {
+        Admission::Queued(q) => q,
+        other => panic!("expected queued, got {other:?}"),
+    };
+    assert_eq!(q.give_up_at(), ctl.now() + 80 * MS);
+    clock.advance(60 * MS);
+    let mut q = q;
+    assert!(
+        poll(&mut q, &noop()).is_pending(),
+        "still within its budget"
+    );
+    clock.advance(20 * MS);
+    match poll(&mut q, &noop()) {
+        Poll::Ready(Err(r)) => assert_eq!(r.reason, RefusalReason::DeadlineExceeded),
+        other => panic!("expected a deadline refusal, got {other:?}"),
+    }
+    // 400 ms left: the max wait bounds it (a deadline is the whole call's, not an attempt's).
+    let q = match ctl.admit(&AdmissionRequest {
+        deadline: Some(ctl.now() + 400 * MS),
+        ..req(Critical)
+    }) {
+        Admission::Queued(q) => q,
+        other => panic!("expected queued, got {other:?}"),
+    };
+    assert_eq!(q.give_up_at(), ctl.now() + 100 * MS);
+    clock.advance(100 * MS);
+    let mut q = q;
+    match poll(&mut q, &noop()) {
+        Poll::Ready(Err(r)) => assert_eq!(r.reason, RefusalReason::QueueTimeout),
+        other => panic!("expected a queue timeout, got {other:?}"),
+    }
+}
+
+#[test]
+fn overload_refusals_become_sustained_after_a_second_and_momentary_after_a_pause() {
+    // Limit 1, no queue: every second request is refused `concurrency_limit`.
+    let (ctl, clock) = controller(config(1, 0));
+    let _held = admitted(ctl.admit(&req(Critical)));
+    let first = refused(ctl.admit(&req(Critical)));
+    assert_eq!(first.reason, RefusalReason::ConcurrencyLimit);
+    assert!(
+        !first.sustained && first.retry_can_help(),
+        "momentary: retry elsewhere"
+    );
+    for _ in 0..9 {
+        clock.advance(100 * MS);
+        assert!(
+            !refused(ctl.admit(&req(Critical))).sustained,
+            "under a second"
+        );
+    }
+    clock.advance(100 * MS);
+    let r = refused(ctl.admit(&req(Critical)));
+    assert!(
+        r.sustained && !r.retry_can_help(),
+        "1 s of refusals: sustained"
+    );
+    assert_eq!(r.retry_after, Some(DEFAULT_OVERLOAD_RETRY_AFTER));
+    // A pause longer than the episode gap: momentary again.
+    clock.advance(EPISODE_GAP + MS);
+    assert!(!refused(ctl.admit(&req(Critical))).sustained);
+    // Refusals that are not about overload never are.
+    clock.advance(2 * SUSTAINED_AFTER);
+    let d = refused(ctl.admit(&AdmissionRequest {
+        deadline: Some(ctl.now()),
+        ..req(Critical)
+    }));
+    assert_eq!(d.reason, RefusalReason::DeadlineExceeded);
+    assert!(!d.sustained && !d.retry_can_help());
+}

@@ -1,0 +1,99 @@
+//! `live_min_rtt`: minRTT measured on live traffic, never by pinning the limit.
+//!
+//! Why: Envoy measures minRTT by pinning the limit to `min_concurrency` until `request_count`
+//! requests have completed, at start and every `interval`. Whatever the load, that refuses or
+//! queues everything beyond a handful of requests for the measurement's duration: the
+//! zero-config proxy started at 5 and refused traffic a cold service would have served, and
+//! every 30–34.5 s pinned a busy service's limit to 5 (issue 28). The pin exists to see the
+//! latency the upstream gives with almost nothing else in flight. Live traffic shows that
+//! too, without being held back: every completed request reports how many were in flight when
+//! it started ([`Sample::in_flight`](crate::limit::Sample)), so the samples that started with
+//! at most `min_concurrency` in flight are exactly the pinned window's samples — taken when
+//! the load happens to be light (the first requests after a start, troughs between bursts), or
+//! when the limit has been cut to its floor, where every sample qualifies (Envoy's stale-minRTT
+//! case: there minRTT is re-measured as before). So:
+//!
+//! - minRTT is the `sample_percentile` of the last `request_count` low-concurrency samples; a
+//!   measurement whose first sample is older than `interval` starts again (an old trough says
+//!   little about the upstream now);
+//! - until the first measurement completes, the percentile of the low-concurrency samples seen
+//!   so far stands in (the very first request of a start qualifies), and the limit does not
+//!   move before there is one;
+//! - from the start the limit grows in slow start: by one per request answered within
+//!   `minRTT·(1 + buffer)` while at least half of it was in use — doubling per round trip, as
+//!   TCP's window grows by one per acknowledgement (RFC 5681 §3.1) — so a cold start reaches
+//!   what the service can run in a few round trips rather than a few 100 ms windows, and stops
+//!   by itself where latency starts to rise (past the knee few requests are that fast). The
+//!   first window whose latency leaves that tolerance ends slow start; from then on only the
+//!   gradient moves the limit;
+//! - the limit is never pinned: a load that never goes light keeps the last minRTT, which is
+//!   what pinning would re-measure too unless the upstream changed — and if it got slower the
+//!   gradient cuts to the floor, whose samples then measure it.
+
+use super::super::histogram::LatencyHistogram;
+
+/// The low-concurrency samples of the measurement in progress.
+#[derive(Debug)]
+pub(super) struct LiveMinRtt {
+    hist: LatencyHistogram,
+    /// When the measurement in progress took its first sample (ns since the origin).
+    started_ns: u64,
+    /// Samples that started with at most this many in flight measure minRTT.
+    low: usize,
+    request_count: u32,
+    percentile: f64,
+    /// A measurement older than this starts again.
+    max_age_ns: u64,
+    /// No measurement has completed yet: every low-concurrency sample updates the provisional
+    /// minRTT.
+    provisional: bool,
+}
+
+impl LiveMinRtt {
+    pub(super) fn new(low: usize, request_count: u32, percentile: f64, max_age_ns: u64) -> Self {
+        LiveMinRtt {
+            hist: LatencyHistogram::new(),
+            started_ns: 0,
+            low: low.max(1),
+            request_count: request_count.max(1),
+            percentile,
+            max_age_ns,
+            provisional: true,
+        }
+    }
+
+    /// Feeds one sample. Returns a minRTT when a measurement completes, or — until the first
+    /// one has — the provisional one from the low-concurrency samples so far.
+    pub(super) fn on_sample(&mut self, now_ns: u64, rtt_ns: u64, in_flight: usize) -> Option<f64> {
+        if in_flight > self.low {
+            return None;
+        }
+        if self.hist.count() > 0
+            && !self.provisional
+            && now_ns.saturating_sub(self.started_ns) > self.max_age_ns
+        {
+            self.hist.clear();
+        }
+        if self.hist.count() == 0 {
+            self.started_ns = now_ns;
+        }
+        self.hist.record(rtt_ns);
+        if self.hist.count() >= self.request_count {
+            let q = self.hist.quantile(self.percentile);
+            self.hist.clear();
+            self.provisional = false;
+            return q;
+        }
+        if self.provisional {
+            self.hist.quantile(self.percentile)
+        } else {
+            None
+        }
+    }
+
+    /// Drops the measurement in progress (the limit sat at its floor: minRTT may be stale, and
+    /// only samples from now on should measure it).
+    pub(super) fn restart(&mut self) {
+        self.hist.clear();
+    }
+}

@@ -1,0 +1,177 @@
+//! `live_min_rtt`, `initial_limit` and `latency_slack`: the Envoy gradient without pinning, and
+//! with a latency tolerance the callers' budget allows (issue 28, "do no harm below capacity").
+
+use super::*;
+
+fn live_cfg() -> EnvoyGradientConfig {
+    EnvoyGradientConfig {
+        live_min_rtt: true,
+        initial_limit: Some(20),
+        min_concurrency: 3,
+        request_count: 5,
+        jitter: 0.0,
+        interval: Duration::from_secs(1),
+        ..EnvoyGradientConfig::default()
+    }
+}
+
+fn live(cfg: &EnvoyGradientConfig, t0: Instant) -> EnvoyGradientLimit {
+    EnvoyGradientLimit::new(cfg, t0, Box::new(FixedRandom(0.0))).expect("valid config")
+}
+
+#[test]
+fn starts_at_the_initial_limit_and_never_pins() {
+    let t0 = Instant::now();
+    let mut l = live(&live_cfg(), t0);
+    assert_eq!(l.limit(), 20, "no pinned measurement at start");
+    assert!(!l.measuring_min_rtt());
+    // The first request of a start ran alone: it is minRTT's first (provisional) sample.
+    l.on_sample(&sample(at(t0, 10), 10 * MS, 1, false));
+    assert!((l.min_rtt_nanos() - 10e6).abs() <= 0.05 * 10e6);
+    // A minute of steady load at minRTT with every slot used: the limit grows (app-limited
+    // rule off here) and is never pinned back, where Envoy's window would pin it every 1 s.
+    let mut lowest = usize::MAX;
+    for w in 1..600u64 {
+        let n = l.limit().min(64);
+        envoy_window_at(&mut l, t0, 100 * w, 10, n);
+        lowest = lowest.min(l.limit());
+        assert!(!l.measuring_min_rtt());
+    }
+    assert!(lowest >= 20, "lowest limit {lowest}");
+}
+
+#[test]
+fn min_rtt_comes_only_from_low_concurrency_samples() {
+    let t0 = Instant::now();
+    let mut l = live(&live_cfg(), t0);
+    // Busy from the start: 40 ms answers with 30 in flight say nothing about minRTT; with no
+    // minRTT the limit holds.
+    for w in 0..4u64 {
+        envoy_window_at(&mut l, t0, 100 * w, 40, 30);
+    }
+    assert_eq!(l.min_rtt_nanos(), 0.0);
+    assert_eq!(l.limit(), 20, "no minRTT yet: the limit holds");
+    // Had nothing run at low concurrency for 5 windows, it would go to the floor to find out.
+    let mut never = live(&live_cfg(), t0);
+    for w in 0..7u64 {
+        envoy_window_at(&mut never, t0, 100 * w, 40, 30);
+    }
+    assert_eq!(never.limit(), 3);
+    // A trough: requests that ran with at most 3 in flight measure it.
+    for i in 0..5u64 {
+        l.on_sample(&sample(at(t0, 450 + i), 8 * MS, 2, false));
+    }
+    assert!(
+        (l.min_rtt_nanos() - 8e6).abs() <= 0.05 * 8e6,
+        "{}",
+        l.min_rtt_nanos()
+    );
+    // Later busy windows do not move it.
+    for w in 5..10u64 {
+        {
+            let n = l.limit();
+            envoy_window_at(&mut l, t0, 100 * w, 40, n);
+        }
+    }
+    assert!((l.min_rtt_nanos() - 8e6).abs() <= 0.05 * 8e6);
+    assert!(l.limit() < 20, "40 ms against 8 ms: cut");
+}
+
+#[test]
+fn a_slower_upstream_is_re_measured_at_the_floor() {
+    let t0 = Instant::now();
+    let mut l = live(&live_cfg(), t0);
+    l.on_sample(&sample(at(t0, 10), 10 * MS, 1, false));
+    // The upstream now takes 40 ms at any concurrency: cut to the floor (3) …
+    let mut w = 1u64;
+    while l.limit() > 3 {
+        {
+            let n = l.limit();
+            envoy_window_at(&mut l, t0, 100 * w, 40, n);
+        }
+        w += 1;
+        assert!(w < 100, "cut to the floor");
+    }
+    // … where every sample is a low-concurrency one: minRTT becomes 40 ms and the limit
+    // grows again.
+    for _ in 0..12 {
+        {
+            let n = l.limit();
+            envoy_window_at(&mut l, t0, 100 * w, 40, n);
+        }
+        w += 1;
+    }
+    assert!(
+        (l.min_rtt_nanos() - 40e6).abs() <= 0.05 * 40e6,
+        "{}",
+        l.min_rtt_nanos()
+    );
+    assert!(l.limit() > 3, "grows again at the new minRTT");
+}
+
+#[test]
+fn latency_within_the_slack_of_the_budget_is_not_cut() {
+    let t0 = Instant::now();
+    // A fast upstream (1 ms alone) behind a busy host: 20 ms at any concurrency. Returns the
+    // lowest limit on the way.
+    let run = |slack: f64| {
+        let cfg = EnvoyGradientConfig {
+            latency_slack: slack,
+            ..live_cfg()
+        };
+        let mut l = live(&cfg, t0);
+        l.set_latency_budget(Duration::from_millis(100));
+        l.on_sample(&sample(at(t0, 10), MS, 1, false));
+        let mut lowest = l.limit();
+        for w in 1..30u64 {
+            let n = l.limit();
+            envoy_window_at(&mut l, t0, 100 * w, 20, n);
+            lowest = lowest.min(l.limit());
+        }
+        lowest
+    };
+    // Envoy's rule alone: 20 ms ≫ 1.25 ms, cut to the floor (until minRTT is re-measured
+    // there, refusing meanwhile).
+    assert_eq!(run(0.0), 3);
+    assert_eq!(run(0.25), 20, "20 ms ≤ 1 ms + 25 ms: never cut");
+    // Beyond the slack the gradient cuts as before.
+    let cfg = EnvoyGradientConfig {
+        latency_slack: 0.25,
+        ..live_cfg()
+    };
+    let mut l = live(&cfg, t0);
+    l.set_latency_budget(Duration::from_millis(100));
+    l.on_sample(&sample(at(t0, 10), MS, 1, false));
+    for w in 1..6u64 {
+        let n = l.limit();
+        envoy_window_at(&mut l, t0, 100 * w, 60, n);
+    }
+    assert!(l.limit() < 10, "60 ms > 26 ms tolerated: {}", l.limit());
+}
+
+#[test]
+fn new_fields_validate() {
+    let bad = |cfg: EnvoyGradientConfig| cfg.validate().expect_err("invalid").field;
+    assert_eq!(
+        bad(EnvoyGradientConfig {
+            initial_limit: Some(2),
+            ..live_cfg()
+        }),
+        "limit.envoy_gradient.initial_limit"
+    );
+    assert_eq!(
+        bad(EnvoyGradientConfig {
+            initial_limit: Some(5000),
+            ..live_cfg()
+        }),
+        "limit.envoy_gradient.initial_limit"
+    );
+    assert_eq!(
+        bad(EnvoyGradientConfig {
+            latency_slack: 1.5,
+            ..live_cfg()
+        }),
+        "limit.envoy_gradient.latency_slack"
+    );
+    assert!(live_cfg().validate().is_ok());
+}
