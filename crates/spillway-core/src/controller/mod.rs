@@ -623,6 +623,14 @@ impl AdmissionController {
         let limit = inner.limiter.limit();
         let capacity = inner.queue_cfg.capacity(limit);
         if capacity == 0 {
+            // The limit shrank below what leaves room to queue; work queued under the larger
+            // bound may still wait. Nothing less critical than this refused arrival may be
+            // served in its place, so it goes too (the lock only when someone waits).
+            if inner.queued.load(Ordering::SeqCst) > 0 {
+                let mut q = inner.lock_queue();
+                q.drop_below(now, c, |e, why| inner.drop_waiter(e, why, now));
+                inner.publish(&q);
+            }
             return refuse(RefusalReason::ConcurrencyLimit);
         }
         let expected = inner.service.get();
