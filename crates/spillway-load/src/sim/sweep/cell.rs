@@ -435,6 +435,13 @@ impl Sim<'_> {
             .refused_by_reason
             .entry(r.reason.as_str().to_owned())
             .or_default() += 1;
+        if self.reqs[id as usize].critical {
+            *self
+                .figures
+                .critical_refused_by_reason
+                .entry(r.reason.as_str().to_owned())
+                .or_default() += 1;
+        }
         self.refusal_ns
             .push(self.now - self.reqs[id as usize].arrival);
         self.end_request(id, End::Refused);
@@ -531,7 +538,10 @@ impl Sim<'_> {
                 f.critical_ok += u64::from(critical);
             }
             End::Refused => f.refused += 1,
-            End::TimedOut => f.timed_out += 1,
+            End::TimedOut => {
+                f.timed_out += 1;
+                f.critical_timed_out += u64::from(critical);
+            }
         }
         if client != u32::MAX {
             let at = self.now + self.think;

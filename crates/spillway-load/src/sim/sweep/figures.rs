@@ -40,6 +40,10 @@ pub struct RunFigures {
     pub late_queue_worst_ms: f64,
     /// Refusals by the core's reason.
     pub refused_by_reason: BTreeMap<String, u64>,
+    /// CRITICAL refusals by the core's reason (where R2 loses its requests).
+    pub critical_refused_by_reason: BTreeMap<String, u64>,
+    /// CRITICAL requests whose client's timeout ran out first.
+    pub critical_timed_out: u64,
     /// Requests the backend started (served or abandoned by their caller).
     pub backend_started: u64,
     /// Of those, how many found every worker busy and waited in its FIFO.
@@ -106,6 +110,8 @@ impl RunFigures {
             late_queue_exits: 0,
             late_queue_worst_ms: 0.0,
             refused_by_reason: BTreeMap::new(),
+            critical_refused_by_reason: BTreeMap::new(),
+            critical_timed_out: 0,
             backend_started: 0,
             backend_waited: 0,
             backend_wait_mean_ms: 0.0,

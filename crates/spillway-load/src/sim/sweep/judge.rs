@@ -220,12 +220,14 @@ pub fn describe(check: Check, spec: &CellSpec, p: &RunFigures, u: &RunFigures) -
             }
         ),
         Check::Critical => format!(
-            "CRITICAL success {} ({} of {} served in time; unprotected {}); refused {} ({}), \
-             timed out {}",
+            "CRITICAL success {} ({} of {} served in time; unprotected {}; CRITICAL refused {}, \
+             timed out {}); all refused {} ({}), timed out {}",
             pct(p.critical_success().unwrap_or(1.0)),
             p.critical_ok,
             p.critical_offered,
             pct(u.critical_success().unwrap_or(1.0)),
+            reason_list(&p.critical_refused_by_reason),
+            p.critical_timed_out,
             p.refused,
             reasons(p),
             p.timed_out
@@ -260,10 +262,14 @@ pub fn describe(check: Check, spec: &CellSpec, p: &RunFigures, u: &RunFigures) -
 }
 
 fn reasons(p: &RunFigures) -> String {
-    if p.refused_by_reason.is_empty() {
+    reason_list(&p.refused_by_reason)
+}
+
+fn reason_list(by_reason: &std::collections::BTreeMap<String, u64>) -> String {
+    if by_reason.is_empty() {
         return "none".into();
     }
-    p.refused_by_reason
+    by_reason
         .iter()
         .map(|(k, v)| format!("{k} {v}"))
         .collect::<Vec<_>>()

@@ -89,6 +89,30 @@ fn cells_are_deterministic_under_a_seed() {
     assert_eq!(r.protected.critical_offered, r.unprotected.critical_offered);
 }
 
+/// Every CRITICAL request ends served, refused (by some reason) or timed out, and those
+/// counts are part of all requests' counts: R2's report says where CRITICAL was lost.
+#[test]
+fn critical_requests_are_accounted_for() {
+    let sw = sweep("");
+    let r = run_one(&cell(4, 3.0, 3000.0), &sw).expect("runs");
+    for f in [&r.protected, &r.unprotected] {
+        let refused: u64 = f.critical_refused_by_reason.values().sum();
+        assert_eq!(
+            f.critical_ok + refused + f.critical_timed_out,
+            f.critical_offered,
+            "{f:?}"
+        );
+        assert!(f.critical_timed_out <= f.timed_out);
+        for (reason, n) in &f.critical_refused_by_reason {
+            assert!(*n <= f.refused_by_reason[reason], "{reason}");
+        }
+    }
+    // At 3x with a 5x timeout the protected run refuses some CRITICAL work or lets it time
+    // out, the unprotected run refuses nothing: both counts are exercised.
+    assert!(r.unprotected.critical_refused_by_reason.is_empty());
+    assert!(r.unprotected.critical_timed_out > 0);
+}
+
 #[test]
 fn the_report_names_the_worst_cell_of_each_requirement() {
     let sw = SweepConfig::from_toml(
