@@ -33,6 +33,9 @@ pub mod controls;
 pub mod dashboard;
 pub mod degrade;
 pub mod forward;
+// The fuzz harnesses (fuzz/, tests/fuzz_corpus.rs): not part of the API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hostcpu;
 pub mod listener;
 pub mod metrics;

@@ -46,6 +46,8 @@ pub(crate) use conn::{
     add_length, chunk_header, chunked_end, parsed_value, ConnectionTokens, Decoded, Decoder,
     Framing, NameCache, RawFields,
 };
+// For the fuzz harnesses (`crate::fuzzing`).
+pub(crate) use conn::{parse_response, MAX_HEAD};
 pub use conn::{Connections, UpstreamBody, UpstreamError};
 pub use eject::{max_ejected, Ejection};
 
