@@ -12,6 +12,7 @@
 //! must return, and return what the checks expect.
 
 mod http1;
+mod hyper_oracle;
 mod paths;
 mod values;
 

@@ -1,0 +1,80 @@
+//! hyper's HTTP/1.1 server as a second, independent reader of a request head: what the fast
+//! path takes must be what hyper's server (which serves everything the fast path leaves)
+//! would have taken — the same request, framed the same way — or a client could have one
+//! request read two ways depending on which side of the proxy reads it.
+
+use std::cell::RefCell;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Request, Response};
+use http_body::Body as _;
+use http_body_util::Empty;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
+
+/// What hyper's server made of the first request in a buffer.
+#[derive(Debug)]
+pub(super) struct HyperRead {
+    pub parts: Parts,
+    /// The body is empty (no body).
+    pub end: bool,
+    /// The body's exact length when hyper knows it (a `content-length`).
+    pub exact: Option<u64>,
+}
+
+/// A waker for polling by hand: the duplex stream in memory makes all progress within a poll.
+struct Noop;
+
+impl Wake for Noop {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// The first request hyper's HTTP/1.1 server reads from `bytes` (with the proxy's settings for
+/// the listener: `max_buf_size`, no header timeout), or `None` when it refuses them or waits
+/// for more.
+pub(super) fn hyper_reads(bytes: &[u8], max_buf: usize) -> Option<HyperRead> {
+    let waker = Waker::from(Arc::new(Noop));
+    let mut cx = Context::from_waker(&waker);
+    let (mut client, server) = tokio::io::duplex(bytes.len() + 64 * 1024);
+    // The duplex has room for all of it: written in one poll.
+    if pin!(client.write_all(bytes)).poll(&mut cx).is_pending() {
+        return None;
+    }
+    let seen: Rc<RefCell<Option<HyperRead>>> = Rc::default();
+    let record = Rc::clone(&seen);
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let mut seen = record.borrow_mut();
+        if seen.is_none() {
+            let end = req.body().is_end_stream();
+            let exact = req.body().size_hint().exact();
+            let (parts, _) = req.into_parts();
+            *seen = Some(HyperRead { parts, end, exact });
+        }
+        async { Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new())) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .header_read_timeout(None)
+        .max_buf_size(max_buf.max(8192));
+    let mut conn = pin!(builder.serve_connection(TokioIo::new(server), svc));
+    for _ in 0..64 {
+        if seen.borrow().is_some() {
+            break;
+        }
+        if let Poll::Ready(_) = conn.as_mut().poll(&mut cx) {
+            break;
+        }
+    }
+    drop(conn);
+    drop(client);
+    seen.take()
+}
