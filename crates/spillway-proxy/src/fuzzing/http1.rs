@@ -5,12 +5,12 @@ use bytes::BytesMut;
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, StatusCode, Version};
 
-use super::hyper_oracle::hyper_reads;
+use super::hyper_oracle::{hyper_reads, hyper_response};
 use super::Input;
 use crate::listener::http1::{parse_request, Parsed, RequestHead, MAX_HEADERS};
 use crate::upstream::{
     chunk_header, chunked_end, parse_response, Decoded, Decoder, Framing, NameCache, RawFields,
-    MAX_HEAD,
+    ResponseHead, MAX_HEAD,
 };
 
 /// The listener's request head parser (`listener::http1::codec::parse_request`), against
@@ -308,7 +308,9 @@ pub fn chunked(data: &[u8]) {
 /// - its framing and keep-alive are RFC 9112 §6.3's, computed separately from `httparse`'s
 ///   fields; a `content-length` beside `transfer-encoding` is not passed on;
 /// - a response the oracle finds well-formed is parsed, not refused (and the other way round);
-/// - a prefix of a head that parses is incomplete, never refused.
+/// - a prefix of a head that parses is incomplete, never refused;
+/// - hyper's HTTP/1.1 client (which the upstream side used before its own codec) reads the
+///   same status, version and fields, and the same body framing (`hyper_oracle`).
 pub fn response_head(data: &[u8]) {
     let mut input = Input::new(data);
     let control = input.byte();
@@ -364,6 +366,9 @@ pub fn response_head(data: &[u8]) {
             for v in head.headers.values() {
                 assert!(http::HeaderValue::from_bytes(v.as_bytes()).is_ok());
             }
+            if !with_raw {
+                same_response_as_hyper(head, bytes, &method);
+            }
             let prefix = cut % want.end;
             let (p, _) = parse(&bytes[..prefix]);
             assert!(
@@ -377,6 +382,36 @@ pub fn response_head(data: &[u8]) {
     }
     if let Err(e) = &result {
         assert!(!e.to_string().is_empty());
+    }
+}
+
+/// The response `parse_response` read is the one hyper's client reads from the same bytes,
+/// its body framed the same way (a chunked body and one read until the connection closes both
+/// have no length for hyper).
+fn same_response_as_hyper(head: &ResponseHead, bytes: &[u8], method: &Method) {
+    let Some(theirs) = hyper_response(bytes, method) else {
+        panic!("parsed a response hyper's client refuses: {head:?}");
+    };
+    let hyper = &theirs.parts;
+    assert_eq!(head.status, hyper.status, "status (hyper)");
+    assert_eq!(head.version, hyper.version, "version (hyper)");
+    let mut ours = head.headers.clone();
+    let mut hypers = hyper.headers.clone();
+    // hyper keeps a `content-length` beside `transfer-encoding`; the proxy drops it (RFC 9112
+    // §6.3), as it must before forwarding.
+    if hypers.contains_key(header::TRANSFER_ENCODING) {
+        hypers.remove(header::CONTENT_LENGTH);
+        ours.remove(header::CONTENT_LENGTH);
+    }
+    assert_eq!(ours, hypers, "fields (hyper)");
+    match head.framing {
+        Framing::Empty => assert!(theirs.end, "no body, hyper reads {theirs:?}"),
+        Framing::Length(n) => assert_eq!(theirs.exact, Some(n), "length (hyper)"),
+        Framing::Chunked | Framing::UntilClose => assert!(
+            !theirs.end && theirs.exact.is_none(),
+            "{:?}, hyper reads {theirs:?}",
+            head.framing
+        ),
     }
 }
 

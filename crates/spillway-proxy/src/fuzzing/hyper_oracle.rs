@@ -19,7 +19,7 @@ use http_body_util::Empty;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead as _, AsyncWriteExt};
 
 /// What hyper's server made of the first request in a buffer.
 #[derive(Debug)]
@@ -77,4 +77,70 @@ pub(super) fn hyper_reads(bytes: &[u8], max_buf: usize) -> Option<HyperRead> {
     drop(conn);
     drop(client);
     seen.take()
+}
+
+/// What hyper's HTTP/1.1 client made of a response.
+#[derive(Debug)]
+pub(super) struct HyperResponse {
+    pub parts: http::response::Parts,
+    /// The body is empty.
+    pub end: bool,
+    /// The body's exact length when hyper knows it.
+    pub exact: Option<u64>,
+}
+
+/// The response hyper's HTTP/1.1 client reads from `bytes` for a `method` request (the
+/// proxy's upstream side used hyper's client before its own codec), or `None` when it refuses
+/// them or waits for more.
+pub(super) fn hyper_response(bytes: &[u8], method: &http::Method) -> Option<HyperResponse> {
+    let waker = Waker::from(Arc::new(Noop));
+    let mut cx = Context::from_waker(&waker);
+    let (client, mut upstream) = tokio::io::duplex(bytes.len() + 64 * 1024);
+    let handshake = pin!(hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(
+        TokioIo::new(client)
+    ))
+    .poll(&mut cx);
+    let Poll::Ready(Ok((mut sender, conn))) = handshake else {
+        return None;
+    };
+    let req = Request::builder()
+        .method(method.clone())
+        .uri("/")
+        .header(http::header::HOST, "upstream")
+        .body(Empty::new())
+        .ok()?;
+    let mut conn = pin!(conn);
+    let mut response = pin!(sender.send_request(req));
+    let done = |res: Response<Incoming>| {
+        let end = res.body().is_end_stream();
+        let exact = res.body().size_hint().exact();
+        let (parts, _) = res.into_parts();
+        HyperResponse { parts, end, exact }
+    };
+    // The response is sent once the request has gone out (hyper's client refuses a response
+    // to no request).
+    let mut answered = false;
+    for _ in 0..64 {
+        if let Poll::Ready(r) = response.as_mut().poll(&mut cx) {
+            return r.ok().map(done);
+        }
+        if conn.as_mut().poll(&mut cx).is_ready() {
+            return match response.as_mut().poll(&mut cx) {
+                Poll::Ready(Ok(res)) => Some(done(res)),
+                _ => None,
+            };
+        }
+        if !answered {
+            let mut sink = [0u8; 1024];
+            let mut read = tokio::io::ReadBuf::new(&mut sink);
+            let got = pin!(&mut upstream).poll_read(&mut cx, &mut read);
+            if matches!(got, Poll::Ready(Ok(()))) && !read.filled().is_empty() {
+                if pin!(upstream.write_all(bytes)).poll(&mut cx).is_pending() {
+                    return None;
+                }
+                answered = true;
+            }
+        }
+    }
+    None
 }

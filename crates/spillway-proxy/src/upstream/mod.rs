@@ -47,7 +47,7 @@ pub(crate) use conn::{
     Framing, NameCache, RawFields,
 };
 // For the fuzz harnesses (`crate::fuzzing`).
-pub(crate) use conn::{parse_response, MAX_HEAD};
+pub(crate) use conn::{parse_response, ResponseHead, MAX_HEAD};
 pub use conn::{Connections, UpstreamBody, UpstreamError};
 pub use eject::{max_ejected, Ejection};
 

@@ -65,7 +65,7 @@ pub(crate) use self::codec::{
     Framing, NameCache, RawFields,
 };
 // For the fuzz harnesses (`crate::fuzzing`).
-pub(crate) use self::codec::{parse_response, MAX_HEAD};
+pub(crate) use self::codec::{parse_response, ResponseHead, MAX_HEAD};
 use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};
 use super::ProxyBody;
