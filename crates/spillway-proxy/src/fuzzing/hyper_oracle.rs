@@ -144,3 +144,23 @@ pub(super) fn hyper_response(bytes: &[u8], method: &http::Method) -> Option<Hype
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The oracles read what hyper reads: a plain request and response are taken, and hyper's
+    /// client refuses `transfer-encoding` on an HTTP/1.0 response (RFC 9112 §6.1), the
+    /// divergence `response_head` skips until the proxy refuses it too.
+    #[test]
+    fn hyper_reads_what_it_should() {
+        let req = hyper_reads(b"GET /a#b HTTP/1.1\r\nHost: x\r\n\r\n", 8192).expect("a request");
+        assert_eq!(req.parts.uri, "/a");
+        assert!(req.end);
+        let get = http::Method::GET;
+        let ok = hyper_response(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc", &get);
+        assert_eq!(ok.expect("a response").exact, Some(3));
+        let te10 = b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+        assert!(hyper_response(te10, &get).is_none());
+    }
+}
