@@ -427,6 +427,17 @@ fn same_response_as_hyper(head: &ResponseHead, bytes: &[u8], method: &Method) {
         hypers.remove(header::CONTENT_LENGTH);
         ours.remove(header::CONTENT_LENGTH);
     }
+    // Known (issue 29 item 2), as for requests: repeated `content-length` fields of one value,
+    // all kept here, hyper may keep one.
+    if ours.get_all(header::CONTENT_LENGTH).iter().count() > 1 {
+        assert_eq!(
+            ours.get(header::CONTENT_LENGTH),
+            hypers.get(header::CONTENT_LENGTH),
+            "content-length (hyper)"
+        );
+        ours.remove(header::CONTENT_LENGTH);
+        hypers.remove(header::CONTENT_LENGTH);
+    }
     assert_eq!(ours, hypers, "fields (hyper)");
     match head.framing {
         Framing::Empty => assert!(theirs.end, "no body, hyper reads {theirs:?}"),
