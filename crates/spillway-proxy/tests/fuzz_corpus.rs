@@ -42,6 +42,7 @@ fn run(target: &str) {
             failed.push(f.display().to_string());
         }
     }
+    eprintln!("{target}: {} inputs", all.len());
     assert!(
         failed.is_empty(),
         "{} of {} inputs of {target} failed: {failed:#?}",
