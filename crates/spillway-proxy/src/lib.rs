@@ -35,6 +35,9 @@ pub mod dashboard;
 pub mod degrade;
 pub mod drain;
 pub mod forward;
+// The fuzz harnesses (fuzz/, tests/fuzz_corpus.rs): not part of the API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hostcpu;
 pub mod listener;
 pub mod metrics;

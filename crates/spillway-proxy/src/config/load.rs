@@ -29,16 +29,32 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.origin)?;
+        escaped(f, &self.origin)?;
         if let Some(line) = self.line {
             write!(f, ":{line}")?;
         }
         f.write_str(": ")?;
         if !self.key.is_empty() {
-            write!(f, "{}: ", self.key)?;
+            escaped(f, &self.key)?;
+            f.write_str(": ")?;
         }
-        f.write_str(&self.message)
+        escaped(f, &self.message)
     }
+}
+
+/// `s` with its control characters escaped (`\n`, `\u{1b}`): keys and messages quote the file's
+/// own text (``unknown variant `\nfixed` `` for `algorithm = "\nfixed"`, found by the `config`
+/// fuzz target), and an error is printed as one line of `--check` output or of the log, which a
+/// value must not be able to break or forge lines in.
+fn escaped(f: &mut fmt::Formatter<'_>, s: &str) -> fmt::Result {
+    for c in s.chars() {
+        if c.is_control() {
+            write!(f, "{}", c.escape_default())?;
+        } else {
+            fmt::Write::write_char(f, c)?;
+        }
+    }
+    Ok(())
 }
 
 /// Reads an `[admission]` table over the proxy's zero-config defaults rather than the core's.
@@ -133,6 +149,14 @@ fn first_line_message(m: &str) -> String {
     // The standard library's address parser says what is wrong, not what is accepted.
     if m == "invalid socket address syntax" {
         return format!("{m}: expected ip:port, e.g. 127.0.0.1:8080 or [::1]:8080");
+    }
+    // The TOML parser's nesting limit, which it reports with no position (found by the
+    // `config` fuzz target: a table header of ~100 dotted parts).
+    if m == "recursion limit" {
+        return format!(
+            "{m}: tables, arrays or dotted keys are nested too deeply for the TOML parser (the \
+             proxy's own keys nest a few levels at most)"
+        );
     }
     m.to_string()
 }
@@ -258,6 +282,31 @@ fn span_of(root: &Item, path: &str) -> Option<Range<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value with a newline in an error's message does not make it two lines (the input the
+    /// `config` fuzz target found, fuzz/regressions/config/newline-in-message).
+    #[test]
+    fn an_error_prints_on_one_line() {
+        let text = "[admission.limit]\nalgorithm = \"\\nfixed\"\n";
+        let e = parse(text, "c.toml").unwrap_err();
+        assert!(
+            e.message.contains('\n'),
+            "the message keeps the value: {e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "c.toml:2: admission.limit.algorithm: unknown variant `\\nfixed`, expected one of \
+             `fixed`, `aimd`, `gradient2`, `envoy_gradient`"
+        );
+    }
+
+    /// The parser's nesting limit comes without a position; the message says what it is.
+    #[test]
+    fn too_deep_a_nesting_says_so() {
+        let text = format!("[admission{}]\n", ".a".repeat(200));
+        let e = parse(&text, "c.toml").unwrap_err();
+        assert!(e.message.contains("nested too deeply"), "{e:?}");
+    }
 
     #[test]
     fn errors_name_key_and_line() {

@@ -28,7 +28,7 @@ pub(super) use crate::upstream::Framing;
 use crate::upstream::{parsed_value, ConnectionTokens, Lengths, NameCache, RawFields};
 
 /// Most header fields a request head may have (hyper's server limit, as before).
-pub(super) const MAX_HEADERS: usize = 100;
+pub(crate) const MAX_HEADERS: usize = 100;
 
 /// Fields the proxy may add to a request before forwarding it (criticality, customer, deadline,
 /// attempt, `x-forwarded-for`, a degraded mark, with some to spare).
@@ -39,7 +39,7 @@ const ADDED_FIELDS: usize = 8;
 // allocation per request.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub(super) enum Parsed {
+pub(crate) enum Parsed {
     /// Not a whole head yet: read more.
     Partial,
     /// A request the fast path serves (its head removed from the buffer).
@@ -53,7 +53,7 @@ pub(super) enum Parsed {
 
 /// A parsed request head.
 #[derive(Debug)]
-pub(super) struct RequestHead {
+pub(crate) struct RequestHead {
     pub parts: request::Parts,
     /// The client lets the connection carry another request after this one.
     pub keep_alive: bool,
@@ -69,7 +69,7 @@ pub(super) struct RequestHead {
 
 /// Parses the request head at the front of `buf`, at most `max_head` bytes long, into `spare`
 /// (an empty map whose room is reused: the connection's previous answer's).
-pub(super) fn parse_request(
+pub(crate) fn parse_request(
     buf: &mut BytesMut,
     names: &mut NameCache,
     max_head: usize,

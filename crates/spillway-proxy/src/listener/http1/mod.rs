@@ -47,7 +47,9 @@ pub use body::{BodyError, RequestBody};
 pub use prefixed::Prefixed;
 
 use self::body::{Filler, Need};
-use self::codec::{Answering, Framing, Parsed, RequestHead};
+use self::codec::{Answering, Framing};
+// `pub(crate)` for the fuzz harnesses (`crate::fuzzing`).
+pub(crate) use self::codec::{parse_request, Parsed, RequestHead, MAX_HEADERS};
 use super::head::Progress;
 use crate::forward::{Peer, Unread};
 use crate::read_buffer::ReadBuffer;

@@ -64,6 +64,8 @@ pub(crate) use self::codec::{
     chunk_header, chunked_end, parsed_value, ConnectionTokens, Decoded, Decoder, Framing, Lengths,
     NameCache, RawFields,
 };
+// For the fuzz harnesses (`crate::fuzzing`).
+pub(crate) use self::codec::{parse_response, ResponseHead, MAX_HEAD};
 use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};
 use super::ProxyBody;

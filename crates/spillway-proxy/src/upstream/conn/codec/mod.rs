@@ -47,7 +47,7 @@ const MAX_HEADERS: usize = 100;
 
 /// Largest response head, in bytes (hyper's default read-buffer limit, so the proxy accepts
 /// what it accepted before).
-pub(super) const MAX_HEAD: usize = 8192 + 4096 * 100;
+pub(crate) const MAX_HEAD: usize = 8192 + 4096 * 100;
 
 /// Why a message from (or to) the upstream could not be framed.
 #[derive(Debug, thiserror::Error)]
@@ -190,7 +190,7 @@ pub(crate) fn chunked_end(buf: &mut Vec<u8>, after_data: bool, trailers: Option<
 
 /// A parsed response head.
 #[derive(Debug)]
-pub(super) struct ResponseHead {
+pub(crate) struct ResponseHead {
     pub status: StatusCode,
     pub version: Version,
     pub headers: HeaderMap,
@@ -206,7 +206,7 @@ pub(super) struct ResponseHead {
 /// With `raw` (the client writes bytes: [`raw`]), the fields the proxy does not act on go there
 /// instead of into the map when the response allows it ([`RawFields::is_active`] tells).
 /// `Ok(None)`: incomplete, read more.
-pub(super) fn parse_response(
+pub(crate) fn parse_response(
     buf: &mut BytesMut,
     method: &Method,
     names: &mut NameCache,

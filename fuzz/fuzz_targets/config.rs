@@ -1,0 +1,3 @@
+#![no_main]
+// The checks are in spillway_proxy::fuzzing::config (docs/fuzzing.md).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| spillway_proxy::fuzzing::config(data));
