@@ -457,6 +457,14 @@ impl Delimiters {
         {
             return Ok((Framing::Empty, keep_alive));
         }
+        // HTTP/1.0 has no transfer codings: such a message's framing is faulty (RFC 9112
+        // §6.1), and a reader that took it as chunked could be out of step with one that did
+        // not.
+        if self.chunked.is_some() && version == Version::HTTP_10 {
+            return Err(invalid(
+                "a transfer-encoding on an HTTP/1.0 response (faulty framing, RFC 9112 §6.1)",
+            ));
+        }
         match self.chunked {
             // Another coding (`gzip`, `gzip, chunked`): the proxy decodes only chunked, and
             // the rest could not be passed on — not to an HTTP/2 client, which has no transfer
