@@ -5,7 +5,7 @@
 //! in front of one backend, but it needs what the fleet engine does not model — closed-loop
 //! clients, a bimodal service time, a backend that slows with what it holds — and it must be
 //! cheap enough to run thousands of times. The policy is still the core's own: an
-//! `AdmissionController` built from `spillway_proxy::ProxyConfig::default().admission`, on a
+//! `AdmissionController` built from `AdmissionConfig::zero_config()` (the proxy's default), on a
 //! simulated clock with seeded randomness, exactly as the fleet engine builds a
 //! `proxy_admission` layer (`sim::model`), driven through `admit_at`, its `QueuedAdmission`
 //! future (polled with a waker that names the request) and its `Permit`'s release.
@@ -94,7 +94,7 @@ pub fn run_cell(
     let origin = Instant::now();
     let clock = Arc::new(SimClock::new(origin));
     let proxy = if protected {
-        let admission = spillway_proxy::ProxyConfig::default().admission;
+        let admission = spillway_core::controller::AdmissionConfig::zero_config();
         let c: Arc<dyn Clock> = clock.clone();
         // Seeded as the fleet engine seeds a task's controller (`sim::model`).
         let limit_random = Box::new(SimRandom::new(seed ^ 0x9e37_79b9_7f4a_7c15));
