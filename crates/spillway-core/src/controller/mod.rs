@@ -658,14 +658,19 @@ impl AdmissionController {
         let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));
         let ahead = q.ahead_of(c, req.continuation) + blocked;
         let wait = per_slot.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
-        if now.checked_add(wait).map_or(true, |t| t > give_up_at) {
+        let late = now.checked_add(wait).map_or(true, |t| t > give_up_at);
+        // Its deadline, not the max wait, set the budget: retrying cannot help.
+        let deadline_bound = give_up_at < now + inner.queue_cfg.max_wait;
+        if late && (deadline_bound || c < Criticality::Critical) {
             // It could not start in time: refuse now instead of after waiting in vain. Past
             // its own deadline's budget that is `DeadlineExceeded`; past the queue's max wait
             // it is a queueing refusal (another task may serve it: retryable while the
             // overload is momentary), and then nothing less critical may keep waiting in its
-            // place either.
-            if give_up_at < now + inner.queue_cfg.max_wait {
-                // Its deadline, not the max wait, set the budget: retrying cannot help.
+            // place either. Critical work bound only by the max wait is not refused on the
+            // estimate: it is a guess (a cut limit's slots free faster than the mean says),
+            // and such work is served ahead of all that queues after it, so it waits out its
+            // max wait instead.
+            if deadline_bound {
                 drop(q);
                 return refuse(RefusalReason::DeadlineExceeded);
             }
