@@ -383,3 +383,47 @@ async fn callers_deadlines_running_out_do_not_eject_a_healthy_task() {
     }
     assert_eq!(get(&c, p.addr, "/", &[]).await.0, 200);
 }
+
+#[tokio::test]
+async fn a_caller_that_goes_away_before_the_answer_is_not_the_tasks_failure() {
+    // Issue 28 (real grpcio callers with 20 ms deadlines): a caller that gives up first — its
+    // gRPC deadline fires in the client, which resets the stream — drops the proxy's request
+    // while it waits for the task's answer. That wait said nothing about the task: it must not
+    // count as a throttle rejection (sent, never accepted), a failure, or a service-time or
+    // limit sample of how long the caller happened to wait.
+    let a = backend("a").await;
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[upstream]\naddresses = [\"{}\", \"{}\"]\n",
+        a.addr, b.addr
+    ))
+    .await;
+    let service_before = p.state.status().admission.expected_service_time;
+    let c = h2_client();
+    for _ in 0..6 {
+        // No deadline the proxy could see: only the caller knows it has given up.
+        let gone =
+            tokio::time::timeout(Duration::from_millis(100), get(&c, p.addr, "/slow", &[])).await;
+        assert!(gone.is_err(), "/slow answered within 100 ms");
+    }
+    // The resets reach the proxy asynchronously: wait (bounded) until nothing is in flight.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while p.state.status().admission.in_flight > 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "requests still in flight"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = p.state.status();
+    for task in &status.upstreams {
+        assert!(!task.ejected, "{task:?}");
+        assert_eq!(task.failures_total, 0, "{task:?}");
+        assert_eq!(task.throttle_accepts, task.throttle_requests, "{task:?}");
+    }
+    assert_eq!(
+        status.admission.expected_service_time, service_before,
+        "a wait the caller cut short is not a service time"
+    );
+    assert_eq!(get(&c, p.addr, "/", &[]).await.0, 200);
+}

@@ -11,6 +11,7 @@ use http::{Request, Response, StatusCode, Version};
 use metrics::SharedString;
 use spillway_core::controller::{Outcome, Permit};
 use spillway_core::retry::{Failure, RetryDecision, RetryGate};
+use spillway_core::throttle::AdaptiveThrottle;
 use spillway_tower::client::overload_refusal;
 use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
 use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
@@ -27,6 +28,27 @@ use crate::metrics::Fault;
 use crate::respond;
 use crate::state::{ProxyState, Runtime};
 use crate::upstream::{empty_body, full_body, Pool, ProxyBody, Task, Tried, UpstreamBody};
+
+/// A request the task's client throttle counted as sent, not yet answered. Dropped unsettled
+/// — the request's future dropped because its caller went away before the task answered — it
+/// records an accept: the task refused nothing, and callers' short deadlines must not raise
+/// the throttle on a healthy task (issue 28).
+struct Unanswered<'a>(Option<&'a AdaptiveThrottle>);
+
+impl Unanswered<'_> {
+    /// The outcome is known (and recorded, or deliberately not, by the caller).
+    fn settled(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.0 {
+            t.record_accept(Instant::now());
+        }
+    }
+}
 
 /// An upstream's 101: its side of the tunnel, and what the tunnel holds until it closes.
 pub(super) struct Upgrade {
@@ -53,6 +75,11 @@ pub(super) fn forward<'a>(
     // polled (`upstream::Connections::send`). The parts are borrowed from `handle`'s future,
     // which holds them anyway, rather than copied into this one.
     async move {
+        // Until the task answers, a future dropped here (the caller went away: its gRPC deadline
+        // fired in the client, which reset the stream, or it cancelled) says nothing about the
+        // task: its wait is no service time and no limit sample. Every path below that ends the
+        // request sets the outcome it means; the answered one sets `Success`.
+        permit.set_outcome(Outcome::Ignore);
         let pool = &rt.pool;
         let cfg = &pool.cfg;
         let read_timeout = Duration::from_millis(rt.config.listen.header_read_timeout_ms);
@@ -142,7 +169,8 @@ pub(super) fn forward<'a>(
             let replayable = matches!(body, ReqBody::Buffered(..)) && !upgrade;
 
             // Client-side throttle (SRE ch. 21): refused locally, counted as that task refusing.
-            if task.throttle(class.criticality).try_acquire(now).is_err() {
+            let throttle = task.throttle(class.criticality);
+            if throttle.try_acquire(now).is_err() {
                 tower_metrics::throttled(&labels, dest(&task));
                 retry.record_outcome(now, task.id, true);
                 match decide(state, pool, &tried, now, attempt, false, replayable) {
@@ -166,6 +194,9 @@ pub(super) fn forward<'a>(
                 }
             }
 
+            // Counted as sent to the task: answered or not, from here on.
+            let mut unanswered = Unanswered(Some(throttle));
+
             let wait = Duration::from_millis(cfg.pool_wait_timeout_ms);
             // A free slot is taken at once; only a wait needs the timer.
             let free = Arc::clone(&task.slots).try_acquire_owned().ok();
@@ -178,6 +209,7 @@ pub(super) fn forward<'a>(
                 _ => {
                     state.faults.count(Fault::UpstreamUnavailable);
                     permit.set_outcome(Outcome::Dropped);
+                    unanswered.settled();
                     return (
                         respond::unavailable(
                             protocol,
@@ -203,6 +235,7 @@ pub(super) fn forward<'a>(
                     None => {
                         // Cannot happen (streamed bodies are never retried); answer rather than panic.
                         permit.set_outcome(Outcome::Ignore);
+                        unanswered.settled();
                         return (
                             respond::internal(protocol, "request body already sent".into()),
                             None,
@@ -226,6 +259,7 @@ pub(super) fn forward<'a>(
                     Ok(r) => r,
                     Err(e) => {
                         permit.set_outcome(Outcome::Ignore);
+                        unanswered.settled();
                         return (
                             respond::internal(
                                 protocol,
@@ -250,6 +284,7 @@ pub(super) fn forward<'a>(
                 pool.conns.send(task_index, req, http2, raw_fields, added),
             )
             .await;
+            unanswered.settled();
             let now = Instant::now();
             match result {
                 Err(_) => {
@@ -261,7 +296,7 @@ pub(super) fn forward<'a>(
                         // No failure for ejection or balancing, no rejection for the throttle
                         // (the task refused nothing), no congestion sample for the limit (the
                         // latency is only known to exceed what the caller allowed).
-                        task.throttle(class.criticality).record_accept(now);
+                        throttle.record_accept(now);
                         permit.set_outcome(Outcome::Ignore);
                     } else {
                         pool.record_failure(&task, now);
@@ -378,7 +413,8 @@ pub(super) fn forward<'a>(
                         }
                         permit.set_outcome(Outcome::Dropped);
                     } else {
-                        task.throttle(class.criticality).record_accept(now);
+                        throttle.record_accept(now);
+                        permit.set_outcome(Outcome::Success);
                         if res.status().is_server_error() {
                             pool.record_failure(&task, now);
                         } else {
