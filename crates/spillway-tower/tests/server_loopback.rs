@@ -340,7 +340,13 @@ async fn grpc_requests_get_trailers_only_refusals_with_pushback() {
     signal.set(0.95);
     let r = call(vec![("x-spillway-criticality", "SHEDDABLE")]).await;
     assert_eq!(wire::grpc_status(r.headers()), Some(wire::GRPC_UNAVAILABLE));
-    assert_eq!(r.headers()[wire::GRPC_RETRY_PUSHBACK_MS], "1000");
+    // About the 1 s hint: spread over ½–1½ of it, so a burst's callers do not return at once.
+    let pushback = wire::parse_pushback(&r.headers()[wire::GRPC_RETRY_PUSHBACK_MS]);
+    assert!(
+        matches!(pushback, wire::Pushback::RetryAfter(d)
+            if (std::time::Duration::from_millis(500)..=std::time::Duration::from_millis(1500)).contains(&d)),
+        "{pushback:?}"
+    );
     assert_eq!(r.headers()[wire::GRPC_MESSAGE], "shed");
 
     // A spent deadline: UNAVAILABLE, and "don't retry" (negative pushback, gRFC A6).

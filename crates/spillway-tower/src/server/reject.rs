@@ -7,9 +7,10 @@
 //!
 //! gRPC: a Trailers-Only response (gRPC over HTTP/2 spec: HTTP 200 with `grpc-status` in the
 //! headers and END_STREAM, no messages) with `RESOURCE_EXHAUSTED` (8) for over-quota and
-//! `UNAVAILABLE` (14) for overload, plus `grpc-retry-pushback-ms` (gRFC A6): the delay when a
-//! retry may help — a momentary overload of this task, which another may absorb (for
-//! over-quota: the quota's refill time) — and `-1` when it cannot, including an overload that
+//! `UNAVAILABLE` (14) for overload, plus `grpc-retry-pushback-ms` (gRFC A6): about the delay
+//! when a retry may help — a momentary overload of this task, which another may absorb (spread
+//! over ½–1½ × the delay, see `spread`; for over-quota: the quota's refill time exactly) — and
+//! `-1` when it cannot, including an overload that
 //! has lasted [`SUSTAINED_AFTER`](spillway_core::controller::SUSTAINED_AFTER) (gRFC A6: a
 //! server under sustained load tells its clients not to retry).
 //!
@@ -22,6 +23,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use spillway_core::controller::Refusal;
+use spillway_core::{RandomSource, ThreadRandom};
 
 use super::body::SpillwayBody;
 use crate::wire::{self, HeaderError, Protocol, Pushback};
@@ -53,7 +55,8 @@ pub fn grpc_trailers_only(status: u16, message: HeaderValue) -> Response<Bytes> 
 ///
 /// HTTP: 429 for a customer over quota, 503 otherwise, the reason as a `text/plain` body.
 /// gRPC: Trailers-Only with `RESOURCE_EXHAUSTED` / `UNAVAILABLE` and `grpc-retry-pushback-ms`
-/// (the delay when retrying may help; for over-quota the refill delay; `-1` otherwise). Both:
+/// (about the delay when retrying may help, spread over ½–1½ of it; for over-quota the refill
+/// delay; `-1` otherwise). Both:
 /// `Retry-After` (the refusal's own delay, else `default_retry_after`; whole seconds, at least
 /// one), [`REASON`], and `x-spillway-dont-retry: 1` when retrying cannot help
 /// ([`Refusal::retry_can_help`]: the reason, or a sustained overload).
@@ -81,7 +84,10 @@ pub fn refusal_response(
             // refusal with a refill time is a *delayed* retry that can succeed (pushback = that
             // delay); other refusals retrying cannot help get gRFC A6's negative value.
             let pushback = match (dont_retry, over_quota, r.retry_after) {
-                (false, _, _) => Pushback::RetryAfter(retry_after),
+                (false, true, _) => Pushback::RetryAfter(retry_after),
+                (false, false, _) => {
+                    Pushback::RetryAfter(spread(retry_after, ThreadRandom.uniform()))
+                }
                 (true, true, Some(later)) => Pushback::RetryAfter(later),
                 (true, _, _) => Pushback::DontRetry,
             };
@@ -112,6 +118,19 @@ pub fn refusal_response(
         h.insert(wire::DONT_RETRY, HeaderValue::from_static("1"));
     }
     res
+}
+
+/// A momentary overload's pushback: the delay times `½ + u` (`u` uniform in `[0, 1)`), so on
+/// average the delay and spread over as long again. gRFC A6 clients wait exactly a server's
+/// pushback (their own backoff is jittered, a pushback is not): one delay for every caller
+/// refused in a burst brings all their retries back at once, one delay later — the burst again,
+/// now met as a sustained overload that refuses them for good (`bench/grpc-retry.sh`, burst
+/// case: the refusals of a 0.4 s burst came back as one 0.4 s wave 1 s later). Spread around
+/// the delay rather than after it so that a client capping its wait at the delay (this crate's
+/// retry layer caps at 1 s) still spreads.
+fn spread(delay: Duration, u: f64) -> Duration {
+    let factor = 0.5 + u.clamp(0.0, 1.0);
+    Duration::try_from_secs_f64(delay.as_secs_f64() * factor).unwrap_or(delay)
 }
 
 /// A locally made body for this crate's server (an empty one ends with the headers).
@@ -254,13 +273,50 @@ mod tests {
             "-1",
             "gRFC A6: no retry"
         );
-        // The same refusal while momentary invites a retry after the delay.
+        // The same refusal while momentary invites a retry after about the delay, spread so
+        // that a burst's callers do not all come back at the same instant.
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..64 {
+            let g: R = refusal(
+                &refused(RefusalReason::QueueFull, Some(Duration::from_secs(1))),
+                Protocol::Grpc,
+                Duration::from_secs(1),
+            );
+            let Pushback::RetryAfter(d) =
+                wire::parse_pushback(&g.headers()[wire::GRPC_RETRY_PUSHBACK_MS])
+            else {
+                panic!("a momentary overload invites a retry");
+            };
+            assert!(
+                (Duration::from_millis(500)..=Duration::from_millis(1500)).contains(&d),
+                "{d:?}"
+            );
+            assert_eq!(g.headers()[wire::RETRY_AFTER], "1");
+            seen.insert(d);
+        }
+        assert!(seen.len() > 8, "pushbacks not spread: {seen:?}");
+    }
+
+    #[test]
+    fn momentary_pushback_spreads_around_the_delay() {
+        let s = Duration::from_secs(1);
+        assert_eq!(spread(s, 0.0), s / 2);
+        assert_eq!(spread(s, 0.5), s);
+        assert_eq!(spread(s, 7.0), s * 3 / 2, "draws are clamped to [0, 1]");
+        assert_eq!(spread(s, f64::NAN), s, "no draw: the delay");
+        assert_eq!(spread(Duration::MAX, 0.99), Duration::MAX, "no overflow");
+        assert_eq!(spread(Duration::ZERO, 0.5), Duration::ZERO);
+    }
+
+    #[test]
+    fn quota_pushback_is_the_refill_time_exactly() {
+        // A customer over quota may retry when its quota has refilled, not before: no spread.
         let g: R = refusal(
-            &refused(RefusalReason::QueueFull, Some(Duration::from_secs(1))),
+            &refused(RefusalReason::OverQuota, Some(Duration::from_millis(250))),
             Protocol::Grpc,
             Duration::from_secs(1),
         );
-        assert_eq!(g.headers()[wire::GRPC_RETRY_PUSHBACK_MS], "1000");
+        assert_eq!(g.headers()[wire::GRPC_RETRY_PUSHBACK_MS], "250");
     }
 
     #[test]
