@@ -92,9 +92,11 @@ async def run_client(args):
     for p in args.phases.split(","):
         rate, secs = p.split(":")
         phases.append((float(rate), float(secs)))
+    config = json.loads(json.dumps(SERVICE_CONFIG))
+    config["methodConfig"][0]["retryPolicy"]["maxAttempts"] = args.max_attempts
     options = [
         ("grpc.enable_retries", 1),
-        ("grpc.service_config", json.dumps(SERVICE_CONFIG)),
+        ("grpc.service_config", json.dumps(config)),
     ]
     rng = random.Random(args.seed)
     results = []
@@ -265,6 +267,12 @@ def main():
     c.add_argument("--deadline-ms", type=float, default=3000)
     c.add_argument("--critical", type=float, default=0.2)
     c.add_argument("--seed", type=int, default=1)
+    c.add_argument(
+        "--max-attempts",
+        type=int,
+        default=3,
+        help="retryPolicy.maxAttempts (gRPC's standard 3; grpc-core caps it at 5)",
+    )
     c.add_argument("--json", required=True)
     m = sub.add_parser("summary")
     m.add_argument("--dir", required=True)
