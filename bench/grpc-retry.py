@@ -165,6 +165,7 @@ async def run_client(args):
         json.dump(out, f)
 
 
+# /status lists refusals per reason in the order of spillway_core's `RefusalReason::ALL`.
 REASONS = [
     "over_quota",
     "shed",
