@@ -22,6 +22,9 @@
 #   bench/robustness.sh --list             # the cells and their parameters
 #   SKIP_BUILD=1 SKIP_INSTALL=1 bench/robustness.sh
 #   DURATION=12 REPEATS=3 OUT=bench/results bench/robustness.sh
+#   SPILLWAY_EXTRA=$'max_requests_per_task = 4096\n[upstream.throttle]\nk = 1000.0' \
+#     bench/robustness.sh CELL             # TOML added to the cells' proxy config after
+#                                          # [upstream]'s addresses (an experiment, not the default)
 #
 # Writes $OUT/robustness-<stamp>.{md,json} (OUT defaults to bench/results). Everything listens on
 # 127.0.0.1 only, every process started here is stopped on exit, every run stops by itself.
@@ -196,8 +199,10 @@ HAP
 }
 
 write_spillway() { # $1 = file, $2 = upstream, $3 = extra TOML (e.g. a fixed limit)
-  printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\n[classify]\ntrusted = ["127.0.0.0/8"]\n[admin]\nlisten = "%s"\n%s' \
-    "$FRONT" "$2" "$ADMIN" "${3:-}" >"$1"
+  # The extra goes right after [upstream]'s addresses: bare keys there are [upstream]'s, and a
+  # table header there opens its own table.
+  printf '[listen]\naddress = "%s"\n[upstream]\naddresses = ["%s"]\n%s\n[classify]\ntrusted = ["127.0.0.0/8"]\n[admin]\nlisten = "%s"\n' \
+    "$FRONT" "$2" "${3:-}" "$ADMIN" >"$1"
 }
 
 http_get() { # $1 = host:port, $2 = path: the body
@@ -213,7 +218,7 @@ run_cell() { # $1 = cell name, $2 = way (unprotected | spillway | haproxy)
   start_backend "$n"
   case $way in
     spillway)
-      write_spillway "$WORK/spillway.toml" "$BACKEND"
+      write_spillway "$WORK/spillway.toml" "$BACKEND" "${SPILLWAY_EXTRA:-}"
       "$BIN" proxy --config "$WORK/spillway.toml" >"$WORK/$n.$way.front.log" 2>&1 &
       front=$! ;;
     haproxy)

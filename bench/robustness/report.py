@@ -19,6 +19,11 @@ import os
 import sys
 
 WAYS = ("unprotected", "spillway", "haproxy")
+# spillway-core's RefusalReason::ALL order, and the criticality index of CRITICAL, as /status
+# lists its `refused` counters (reason x criticality).
+REASONS = ("over_quota", "shed", "concurrency_limit", "queue_full", "queue_timeout",
+           "deadline_exceeded", "too_many_attempts")
+CRITICAL_INDEX = 2
 GAP_PP = 3.0
 
 
@@ -75,6 +80,7 @@ def run_figures(report, c, ref):
     r = report[0]
     s = r["summary"]
     crit = s.get("by_criticality", {}).get("CRITICAL")
+    crit_rejected = crit["rejected"] if crit else 0
     refusal = r.get("meta", {}).get("refusal_ms") or {}
     dur = s["duration_s"] or 1.0
     return dict(
@@ -85,6 +91,7 @@ def run_figures(report, c, ref):
         goodput_rps=s["goodput"] / dur,
         goodput_fraction=(s["goodput"] / dur) / ref if ref else None,
         refusal_p50_ms=refusal.get("p50_ms") if refusal.get("count") else None,
+        critical_rejected=crit_rejected,
         send_lag_p99_ms=(r.get("meta", {}).get("send_lag") or {}).get("p99_ms"),
     )
 
@@ -143,7 +150,7 @@ def figure(req, c, run, base):
 
 
 REQS = [
-    ("R1", "do no harm: offered <= 0.9x success vs unprotected (pp); closed loop goodput vs unprotected (%)", "higher"),
+    ("R1", "do no harm: offered <= 0.9x success vs unprotected (pp; closed loops: goodput vs unprotected, %)", "higher"),
     ("R2", "CRITICAL success (%), share <= 0.8 of capacity, offered 1x-10x (target >= 99.9)", "higher"),
     ("R3", "goodput, % of min(offered, capacity), offered 1x-10x (target >= 95)", "higher"),
     ("R4a", "median arrival -> refusal (ms), offered >= 2x (target <= 10)", "lower"),
@@ -185,6 +192,12 @@ def main():
         simr = {"spillway": sim_figures(sc["protected"]) if sc else None,
                 "unprotected": sim_figures(sc["unprotected"]) if sc else None}
         status = load_json(os.path.join(work, f"{n}.spillway.status.json"))
+        adm = status.get("admission") if isinstance(status, dict) else None
+        real_reasons = {}
+        if adm:
+            for k, v in enumerate(adm.get("refused", [])):
+                if k < len(REASONS) and sum(v):
+                    real_reasons[REASONS[k]] = [sum(v), v[CRITICAL_INDEX] if len(v) > CRITICAL_INDEX else 0]
         verdicts = {}
         for req, _, _ in REQS:
             if not applies(req, c):
@@ -199,7 +212,14 @@ def main():
                     gaps[f"{w}.{key}"] = g
         rows.append(dict(cell=c, reference_rps=ref, runs=runs, sim=simr, verdicts=verdicts,
                          gaps=gaps, sim_label=sc["label"] if sc else None,
-                         spillway_status=status.get("admission") if isinstance(status, dict) else None))
+                         spillway_limit_at_end=adm.get("limit") if adm else None,
+                         spillway_faults={k: v for k, v in (status.get("faults") or {}).items() if v}
+                         if isinstance(status, dict) else None,
+                         spillway_refusals=real_reasons,
+                         sim_refusals=(sc["protected"]["refused_by_reason"] if sc else None),
+                         sim_critical_refusals=(sc["protected"]["critical_refused_by_reason"] if sc else None),
+                         sim_critical_timed_out=(sc["protected"]["critical_timed_out"] if sc else None),
+                         spillway_status=adm))
 
     fast = []
     try:
@@ -274,6 +294,25 @@ def render(rows, fast, duration, host):
         out.append(f"| `{r['cell']['name']}` | {capacity(r['cell']):.0f} | {cellfig(r['runs']['unprotected'])} | "
                    f"{cellfig(r['runs']['spillway'])} | {cellfig(r['runs']['haproxy'])} | "
                    f"{cellfig(r['sim']['spillway'])} | {cellfig(r['sim']['unprotected'])} | {gtxt} |")
+    noted = [r for r in rows if r["gaps"] and max(abs(v) for v in r["gaps"].values()) > GAP_PP]
+    if noted:
+        out += ["", "## Cells where the simulation is more than 3 pp from the real run", "",
+                "Spillway's refusals by reason (total, CRITICAL) real vs simulated, its limit at "
+                "the end, the generator's send lag p99 (ms; how late the busy host let it send).", ""]
+        for r in noted:
+            gl = ", ".join(f"{k} {v:+.1f}" for k, v in sorted(r["gaps"].items(), key=lambda kv: -abs(kv[1])) if abs(v) > GAP_PP)
+            lag = {w: (r["runs"][w] or {}).get("send_lag_p99_ms") for w in WAYS}
+            crit_sim = r.get("sim_critical_refusals") or {}
+            sim_txt = ", ".join(f"{k} {v} ({crit_sim.get(k, 0)})" for k, v in (r.get("sim_refusals") or {}).items())
+            real_txt = ", ".join(f"{k} {v[0]} ({v[1]})" for k, v in r["spillway_refusals"].items())
+            sp = r["runs"]["spillway"] or {}
+            # (can read below 0: a refusal that reached the client after its timeout counts there)
+            other = max(0, sp.get("critical_rejected", 0) - sum(v[1] for v in r["spillway_refusals"].values()))
+            out.append(f"- `{r['cell']['name']}` (sim − real: {gl}): real refusals {real_txt or 'none'}, "
+                       f"limit {r['spillway_limit_at_end']}; CRITICAL 503s not from admission {other} "
+                       f"(proxy faults {r.get('spillway_faults') or 'none'}); simulated {sim_txt or 'none'}, CRITICAL "
+                       f"timed out {r.get('sim_critical_timed_out')}; send lag p99 "
+                       + ", ".join(f"{w} {'-' if v is None else f'{v:.1f}'}" for w, v in lag.items()))
     if fast:
         out += ["", "## Fast upstream (requirement 1): 256 closed-loop connections, nginx static 200", "",
                 "| repeat | zero-config goodput/s (failed, limit at end) | fixed limit 1000 goodput/s (failed) | ratio |",
