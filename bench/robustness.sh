@@ -32,6 +32,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib/procs.sh
 . bench/lib/host.sh
+. bench/lib/status.sh
 
 DURATION=${DURATION:-12}   # s of offered load per run
 REPEATS=${REPEATS:-3}      # fast-upstream repeats (each: zero-config then fixed limit)
@@ -233,10 +234,18 @@ run_cell() { # $1 = cell name, $2 = way (unprotected | spillway | haproxy)
   fi
   # The load starts 0.5 s after the backend, so a capacity drop lands 40–70 % into the run.
   sleep "$(awk -v t0="$BACKEND_T0" -v now="$(date +%s.%N)" 'BEGIN {d = t0 + 0.5 - now; print (d > 0 ? d : 0)}')"
-  local args
+  local args sampler=
   mapfile -t args < <(load_args "$n" "$target")
+  if [ "$way" = spillway ]; then
+    # The proxy's limit, in flight and queued every 100 ms (what the report's limit spread reads).
+    : >"$WORK/$n.$way.limit.txt"
+    (sample_status "$ADMIN" "$WORK/$n.$way.limit.txt") &
+    sampler=$!
+    PIDS+=("$sampler")
+  fi
   "$BIN" load "${args[@]}" --title "$way" --json "$WORK/$n.$way.json" >"$WORK/$n.$way.txt" 2>&1 \
     || echo "  $way: load failed (see $WORK/$n.$way.txt)"
+  [ -n "$sampler" ] && stop "$sampler"
   if [ "$way" = spillway ]; then http_get "$ADMIN" /status >"$WORK/$n.$way.status.json" 2>/dev/null || true; fi
   [ -n "$front" ] && stop "$front"
   stop "$BACKEND_PID"

@@ -96,6 +96,19 @@ def run_figures(report, c, ref):
     )
 
 
+def limit_spread(path):
+    """min / median / p90 / max of the proxy's limit sampled every 100 ms during the run."""
+    try:
+        with open(path) as f:
+            xs = sorted(float(line.split()[0]) for line in f if line.split())
+    except (OSError, ValueError, IndexError):
+        return None
+    if not xs:
+        return None
+    q = lambda p: xs[min(len(xs) - 1, int(p * len(xs)))]
+    return dict(samples=len(xs), min=xs[0], p50=q(0.5), p90=q(0.9), max=xs[-1])
+
+
 def sim_figures(f):
     """The same figures from a simulated run (the sweep's RunFigures)."""
     if not f:
@@ -193,6 +206,7 @@ def main():
                 "unprotected": sim_figures(sc["unprotected"]) if sc else None}
         status = load_json(os.path.join(work, f"{n}.spillway.status.json"))
         adm = status.get("admission") if isinstance(status, dict) else None
+        limit = limit_spread(os.path.join(work, f"{n}.spillway.limit.txt"))
         real_reasons = {}
         if adm:
             for k, v in enumerate(adm.get("refused", [])):
@@ -213,6 +227,7 @@ def main():
         rows.append(dict(cell=c, reference_rps=ref, runs=runs, sim=simr, verdicts=verdicts,
                          gaps=gaps, sim_label=sc["label"] if sc else None,
                          spillway_limit_at_end=adm.get("limit") if adm else None,
+                         spillway_limit=limit,
                          spillway_faults={k: v for k, v in (status.get("faults") or {}).items() if v}
                          if isinstance(status, dict) else None,
                          spillway_refusals=real_reasons,
@@ -297,8 +312,8 @@ def render(rows, fast, duration, host):
     noted = [r for r in rows if r["gaps"] and max(abs(v) for v in r["gaps"].values()) > GAP_PP]
     if noted:
         out += ["", "## Cells where the simulation is more than 3 pp from the real run", "",
-                "Spillway's refusals by reason (total, CRITICAL) real vs simulated, its limit at "
-                "the end, the generator's send lag p99 (ms; how late the busy host let it send).", ""]
+                "Spillway's refusals by reason (total, CRITICAL) real vs simulated, its limit "
+                "(sampled every 100 ms), the generator's send lag p99 (ms; how late the busy host let it send).", ""]
         for r in noted:
             gl = ", ".join(f"{k} {v:+.1f}" for k, v in sorted(r["gaps"].items(), key=lambda kv: -abs(kv[1])) if abs(v) > GAP_PP)
             lag = {w: (r["runs"][w] or {}).get("send_lag_p99_ms") for w in WAYS}
@@ -309,7 +324,10 @@ def render(rows, fast, duration, host):
             # (can read below 0: a refusal that reached the client after its timeout counts there)
             other = max(0, sp.get("critical_rejected", 0) - sum(v[1] for v in r["spillway_refusals"].values()))
             out.append(f"- `{r['cell']['name']}` (sim − real: {gl}): real refusals {real_txt or 'none'}, "
-                       f"limit {r['spillway_limit_at_end']}; CRITICAL 503s not from admission {other} "
+                       f"limit {r['spillway_limit_at_end']} at the end"
+                       + ("" if not r.get("spillway_limit") else
+                          " (over the run: min {min:g}, median {p50:g}, p90 {p90:g}, max {max:g})".format(**r["spillway_limit"]))
+                       + f"; CRITICAL 503s not from admission {other} "
                        f"(proxy faults {r.get('spillway_faults') or 'none'}); simulated {sim_txt or 'none'}, CRITICAL "
                        f"timed out {r.get('sim_critical_timed_out')}; send lag p99 "
                        + ", ".join(f"{w} {'-' if v is None else f'{v:.1f}'}" for w, v in lag.items()))
