@@ -28,6 +28,8 @@ enum Dist {
     Uniform,
     /// Log-normal with mean --service-time and shape --sigma.
     Lognormal,
+    /// Two constant modes with mean --service-time: a share --slow-share takes --slow-factor × as long as the rest.
+    Bimodal,
 }
 
 /// How service time is spent.
@@ -60,6 +62,12 @@ pub struct BackendArgs {
     /// Log-normal shape: standard deviation of the underlying normal (0 < sigma <= 5).
     #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
     sigma: f64,
+    /// Bimodal distribution's share of slow requests (0..=1).
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
+    slow_share: f64,
+    /// Bimodal distribution's slow mode, as a multiple of the fast one (1..=1000).
+    #[arg(long, default_value_t = 20.0, allow_negative_numbers = true)]
+    slow_factor: f64,
     /// Sleep (default) or burn CPU for the service time.
     #[arg(long, value_enum, default_value = "sleep")]
     cpu: Cpu,
@@ -113,6 +121,10 @@ pub fn run(args: &BackendArgs) -> Result<()> {
                 spread: args.spread,
             },
             Dist::Lognormal => ServiceTime::LogNormal { sigma: args.sigma },
+            Dist::Bimodal => ServiceTime::Bimodal {
+                slow_share: args.slow_share,
+                slow_factor: args.slow_factor,
+            },
         },
         cpu: match args.cpu {
             Cpu::Sleep => CpuMode::Sleep,

@@ -51,6 +51,10 @@ pub struct LoadArgs {
     /// Arrival process.
     #[arg(long, value_enum, default_value = "poisson")]
     arrivals: ArrivalsArg,
+    /// Closed loop instead: N clients, each sending its next request as soon as its last one
+    /// ended (as a connection pool or `wrk -c N` does); --rate and --arrivals are not used.
+    #[arg(long, value_name = "N", conflicts_with_all = ["rate", "arrivals"], value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    connections: Option<u32>,
     /// Length of the run [default: 10s, or the total of --rate stages]; at most 1h.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     duration: Option<Duration>,
@@ -136,6 +140,7 @@ pub fn run(args: &LoadArgs) -> Result<()> {
     cfg.throttle.k = args.throttle_k;
     cfg.http2 = args.http2;
     cfg.seed = args.seed;
+    cfg.connections = args.connections;
     // Every setting error names its flag: exit 2 like clap's own.
     cfg.validate().map_err(|e| UsageError(e.to_string()))?;
     let report = load::run_blocking(cfg, !args.quiet)?;

@@ -29,8 +29,9 @@ enum Command {
     /// Where the utilisation knee is for your concurrency, and when to start refusing work
     /// (M/M/c queueing arithmetic).
     Calc(calc::CalcArgs),
-    /// Offer an open-loop load to a loopback target and report goodput, rejections, timeouts and
-    /// latency per second, criticality and customer (JSON and HTML reports).
+    /// Offer an open-loop (or, with --connections, closed-loop) load to a loopback target and
+    /// report goodput, rejections, timeouts and latency per second, criticality and customer
+    /// (JSON and HTML reports).
     Load(load::LoadArgs),
     /// Run a demo backend with the overload pathology: c workers, an unbounded FIFO queue that
     /// serves callers who have left, optional pressure slowdown and capacity drop.

@@ -178,3 +178,58 @@ fn only_loopback_targets_and_bounded_runs() {
         .to_string()
         .contains("--rate"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_loop_clients_wait_for_their_answers_and_keep_their_class() {
+    // Four clients against one worker of 20 ms: a client cannot send again before its answer,
+    // so at most 4 × (1 s / 20 ms + 1) requests are offered in a second whatever the timing.
+    let backend = Backend::start(BackendConfig {
+        workers: 1,
+        mean: Duration::from_millis(20),
+        distribution: ServiceTime::Constant,
+        ..BackendConfig::default()
+    })
+    .await
+    .unwrap();
+    let mut cfg = LoadConfig::new(backend.local_addr());
+    cfg.connections = Some(4);
+    cfg.duration = Duration::from_secs(1);
+    cfg.timeout = Duration::from_secs(2);
+    cfg.retry.max_attempts = 1;
+    // Three clients CRITICAL, one SHEDDABLE (by weight, fixed per client).
+    cfg.mix = spillway_load::load::Mix::new(vec![
+        spillway_load::load::TrafficClass::parse("criticality=CRITICAL,weight=3").unwrap(),
+        spillway_load::load::TrafficClass::parse("criticality=SHEDDABLE,weight=1").unwrap(),
+    ]);
+    let report = LoadGenerator::new(cfg).unwrap().run().await.unwrap();
+    let c = report.summary.counts;
+    assert!(c.is_balanced(), "{c:?}");
+    assert!(c.offered > 0 && c.offered <= 4 * 51, "{c:?}");
+    assert_eq!(c.goodput, c.offered, "{c:?}");
+    let by = &report.summary.by_criticality;
+    let (crit, shed) = (by["CRITICAL"].offered, by["SHEDDABLE"].offered);
+    // One worker serves the four clients in turn: the CRITICAL share is ~3/4 of requests.
+    assert!(
+        crit > 2 * shed && shed > 0,
+        "CRITICAL {crit}, SHEDDABLE {shed}"
+    );
+    assert_eq!(report.meta["connections"], 4);
+    assert_eq!(report.meta["refusal_ms"]["count"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_report_their_time_from_the_intended_send() {
+    let addr = refusing_target().await;
+    let mut cfg = LoadConfig::new(addr);
+    cfg.shape = RateShape::Constant(50.0);
+    cfg.duration = Duration::from_millis(500);
+    cfg.retry.max_attempts = 1;
+    let report = LoadGenerator::new(cfg).unwrap().run().await.unwrap();
+    let rejected = report.summary.counts.rejected;
+    assert!(rejected > 0, "{:?}", report.summary);
+    let r = &report.meta["refusal_ms"];
+    assert_eq!(r["count"].as_u64(), Some(rejected), "{r}");
+    let p50 = r["p50_ms"].as_f64().unwrap();
+    // Between the intended send and the end of its 1 s timeout.
+    assert!(p50 > 0.0 && p50 < 1000.0, "{r}");
+}

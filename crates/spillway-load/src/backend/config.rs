@@ -28,6 +28,16 @@ pub enum ServiceTime {
         /// Shape, `> 0`.
         sigma: f64,
     },
+    /// Two constant modes with the given mean: a share `slow_share` of requests takes
+    /// `slow_factor` times as long as the rest (e.g. 5% hitting a cold cache 20× slower), so
+    /// `fast · (1 − s + s · f) = mean`. The shape of issue 28's matrix (and `spillway sim
+    /// --sweep`'s `bimodal`): a rare slow mode inflates the tail but hardly the mean.
+    Bimodal {
+        /// Share of slow requests, in `[0, 1]`.
+        slow_share: f64,
+        /// How many times slower the slow mode is, `>= 1`.
+        slow_factor: f64,
+    },
 }
 
 /// How a request's service time is spent.
@@ -164,6 +174,14 @@ impl BackendConfig {
             {
                 return Err(err("--sigma", sigma, "a number in (0, 5]"));
             }
+            ServiceTime::Bimodal { slow_share, .. } if !(0.0..=1.0).contains(&slow_share) => {
+                return Err(err("--slow-share", slow_share, "a number in 0..=1"));
+            }
+            ServiceTime::Bimodal { slow_factor, .. }
+                if !(slow_factor.is_finite() && (1.0..=1000.0).contains(&slow_factor)) =>
+            {
+                return Err(err("--slow-factor", slow_factor, "a number in 1..=1000"));
+            }
             _ => {}
         }
         if let Some(s) = self.slowdown {
@@ -217,6 +235,17 @@ impl ServiceTime {
                 let mu = m.ln() - sigma * sigma / 2.0;
                 (mu + sigma * z).exp()
             }
+            ServiceTime::Bimodal {
+                slow_share,
+                slow_factor,
+            } => {
+                let fast = m / (1.0 - slow_share + slow_share * slow_factor);
+                if rng.f64() < slow_share {
+                    fast * slow_factor
+                } else {
+                    fast
+                }
+            }
         };
         // Cap at 100× the mean so one extreme draw cannot stall a worker for minutes.
         Duration::from_secs_f64(secs.clamp(0.0, 100.0 * m))
@@ -243,10 +272,37 @@ mod tests {
             ServiceTime::Exponential,
             ServiceTime::Uniform { spread: 0.5 },
             ServiceTime::LogNormal { sigma: 0.5 },
+            ServiceTime::Bimodal {
+                slow_share: 0.05,
+                slow_factor: 20.0,
+            },
         ] {
             let m = mean_of(d, 200_000);
             assert!((m - 0.010).abs() < 0.0003, "{d:?}: mean {m}");
         }
+    }
+
+    #[test]
+    fn bimodal_has_two_modes_in_the_given_proportion() {
+        let d = ServiceTime::Bimodal {
+            slow_share: 0.05,
+            slow_factor: 20.0,
+        };
+        let mut rng = fastrand::Rng::with_seed(3);
+        let m = Duration::from_millis(10);
+        // fast = 10 ms / (0.95 + 0.05 · 20) = 5.128 ms; slow = 102.6 ms.
+        let (mut slow, n) = (0, 100_000);
+        for _ in 0..n {
+            let t = d.sample(m, &mut rng).as_secs_f64() * 1e3;
+            if t > 50.0 {
+                assert!((t - 102.56).abs() < 0.01, "slow draw {t}");
+                slow += 1;
+            } else {
+                assert!((t - 5.128).abs() < 0.01, "fast draw {t}");
+            }
+        }
+        let share = f64::from(slow) / f64::from(n);
+        assert!((share - 0.05).abs() < 0.005, "slow share {share}");
     }
 
     #[test]
@@ -271,6 +327,14 @@ mod tests {
             ..BackendConfig::default()
         };
         assert_eq!(bad.validate().unwrap_err().flag, "--drop-workers");
+        let bad = BackendConfig {
+            distribution: ServiceTime::Bimodal {
+                slow_share: 0.05,
+                slow_factor: 0.5,
+            },
+            ..BackendConfig::default()
+        };
+        assert_eq!(bad.validate().unwrap_err().flag, "--slow-factor");
         assert!(BackendConfig::default().validate().is_ok());
         assert_eq!(BackendConfig::default().capacity_rps(), 400.0);
     }

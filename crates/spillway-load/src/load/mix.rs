@@ -155,6 +155,19 @@ impl Mix {
         &self.classes
     }
 
+    /// Index of the class at quantile `q` (in `[0, 1)`) of the cumulative weights: client `i`
+    /// of `n` closed-loop clients takes `class_at((i + 0.5) / n)`, so each class gets its share
+    /// of the clients (as `spillway sim --sweep` assigns closed-loop clients), not a fresh draw
+    /// per request.
+    pub fn class_at(&self, q: f64) -> usize {
+        let total = self.cumulative.last().copied().unwrap_or(0.0);
+        let x = q.clamp(0.0, 1.0) * total;
+        self.cumulative
+            .iter()
+            .position(|c| x < *c)
+            .unwrap_or(self.classes.len() - 1)
+    }
+
     /// Index of a class drawn with probability proportional to its weight.
     pub fn pick(&self, rng: &mut fastrand::Rng) -> usize {
         let total = self.cumulative.last().copied().unwrap_or(0.0);
@@ -210,5 +223,20 @@ mod tests {
         let b = (0..40_000).filter(|_| mix.pick(&mut rng) == 1).count();
         assert!((29_000..=31_000).contains(&b), "{b}");
         assert_eq!(Mix::new(vec![]).classes().len(), 1);
+    }
+
+    #[test]
+    fn splits_clients_by_weight() {
+        let mix = Mix::new(vec![
+            TrafficClass::parse("weight=3").unwrap(),
+            TrafficClass::parse("weight=1,customer=b").unwrap(),
+        ]);
+        let n = 256;
+        let first = (0..n)
+            .filter(|i| mix.class_at((f64::from(*i) + 0.5) / f64::from(n)) == 0)
+            .count();
+        assert_eq!(first, 192);
+        assert_eq!(mix.class_at(1.0), 1);
+        assert_eq!(mix.class_at(-1.0), 0);
     }
 }

@@ -16,6 +16,15 @@
 //!   `rate × timeout` requests are ever in flight — memory is bounded by construction.
 //!
 //! Results are per logical request, in the shared [`crate::report`] model.
+//!
+//! A closed loop is still there on request ([`LoadConfig::connections`]): some clients *are*
+//! closed loops (a connection pool, a benchmark like `wrk -c 256`), and a proxy must not serve
+//! them worse than no admission would (issue 28, requirement 1). Each of its clients sends its
+//! next request the moment the last one ended, with that moment as the intended time.
+//!
+//! Besides the report's per-second counts, `meta["refusal_ms"]` gives the spread of the time
+//! from a refused request's intended send time to its (last) refusal: how early a server says
+//! no.
 
 mod client;
 mod mix;
@@ -48,6 +57,8 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
 /// Upper bound on `peak rate × timeout`, the most requests that can be in flight at once: each
 /// may hold a loopback connection, and the file-descriptor limit is typically 20 000 or less.
 pub const MAX_IN_FLIGHT: f64 = 15_000.0;
+/// Most closed-loop clients (each may hold a loopback connection, as above).
+pub const MAX_CONNECTIONS: u32 = 10_000;
 
 /// A load run's settings.
 #[derive(Debug, Clone)]
@@ -78,6 +89,9 @@ pub struct LoadConfig {
     pub http2: bool,
     /// Seed for arrivals and the mix.
     pub seed: u64,
+    /// Closed loop: this many clients, each sending its next request as soon as its last one
+    /// ended (the shape and arrivals are then unused). `None`: open loop (the default).
+    pub connections: Option<u32>,
 }
 
 impl LoadConfig {
@@ -98,6 +112,7 @@ impl LoadConfig {
             throttle: ThrottleConfig::default(),
             http2: false,
             seed: 1,
+            connections: None,
         }
     }
 
@@ -146,6 +161,15 @@ impl LoadConfig {
         }
         if let Err(e) = self.throttle.validate() {
             return bad("--throttle-k", e.to_string());
+        }
+        if let Some(n) = self.connections {
+            if !(1..=MAX_CONNECTIONS).contains(&n) {
+                return bad(
+                    "--connections",
+                    format!("{n} is not in 1..={MAX_CONNECTIONS}"),
+                );
+            }
+            return Ok(());
         }
         let in_flight = self.shape.peak() * self.timeout.as_secs_f64();
         if in_flight > MAX_IN_FLIGHT {
@@ -229,12 +253,14 @@ impl Live {
     }
 }
 
-/// The generator's own timing accuracy, reported in the run's `meta["send_lag"]`.
+/// A spread of times: the generator's own timing accuracy, reported in the run's
+/// `meta["send_lag"]` (actual first send − intended send), and the time to refusal in
+/// `meta["refusal_ms"]` (a refusal's arrival − intended send).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct SendLag {
     /// Requests measured.
     pub count: u64,
-    /// Median of (actual first send − intended send), ms.
+    /// Median, ms.
     pub p50_ms: f64,
     /// 99th percentile, ms.
     pub p99_ms: f64,
@@ -290,127 +316,196 @@ impl LoadGenerator {
             }),
             task: 1,
         });
-        let client = client::http_client(cfg.http2);
         let mix = Arc::new(cfg.mix.clone());
-        let uris: Arc<Vec<http::Uri>> = Arc::new(
-            mix.classes()
-                .iter()
-                .map(|c| {
-                    format!("http://{}{}", cfg.target, c.path_and_query)
-                        .parse()
-                        .unwrap_or_else(|_| http::Uri::from_static("http://127.0.0.1/"))
-                })
-                .collect(),
-        );
+        let uris: Vec<http::Uri> = mix
+            .classes()
+            .iter()
+            .map(|c| {
+                format!("http://{}{}", cfg.target, c.path_and_query)
+                    .parse()
+                    .unwrap_or_else(|_| http::Uri::from_static("http://127.0.0.1/"))
+            })
+            .collect();
         let mut recorder = Recorder::new(cfg.title.clone(), cfg.duration);
         set_meta(&mut recorder, &cfg);
-        let recorder = Arc::new(Mutex::new(recorder));
-        let recorder_out = Arc::clone(&recorder);
-        let lag = Arc::new(Mutex::new(
-            Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds"),
-        ));
-        let lag_out = Arc::clone(&lag);
-        let attempt_timeout = cfg.effective_attempt_timeout();
-        let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
-        let mut rng = fastrand::Rng::with_seed(cfg.seed.wrapping_add(0x5eed));
         // Start a little in the future so the first intended times are not already late.
         let start = Instant::now() + Duration::from_millis(20);
-        let schedule = Schedule::new(cfg.shape.clone(), cfg.arrivals, cfg.duration, cfg.seed);
-        let timeout = cfg.timeout;
-        let runtime = tokio::runtime::Handle::current();
-        let launch = move |intended: Instant| {
-            let class = mix.pick(&mut rng);
-            live.offered.fetch_add(1, Ordering::Relaxed);
-            let (client, policies, live, mix, uris) = (
-                client.clone(),
-                Arc::clone(&policies),
-                Arc::clone(&live),
-                Arc::clone(&mix),
-                Arc::clone(&uris),
-            );
-            let (recorder, lag, done) = (Arc::clone(&recorder), Arc::clone(&lag), done_tx.clone());
-            runtime.spawn(async move {
-                let c = &mix.classes()[class];
-                let f = client::execute(
-                    &client,
-                    &policies,
-                    &live,
-                    &uris[class],
-                    c,
-                    intended,
-                    timeout,
-                    attempt_timeout,
-                )
-                .await;
-                let counter = match f.outcome {
-                    crate::report::Outcome::Success => &live.goodput,
-                    crate::report::Outcome::Rejected => &live.rejected,
-                    crate::report::Outcome::TimedOut => &live.timed_out,
-                    crate::report::Outcome::Throttled => &live.throttled,
-                    crate::report::Outcome::Error => &live.errors,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-                if let (Some(l), Ok(mut h)) = (f.send_lag, lag.lock()) {
-                    h.saturating_record(u64::try_from(l.as_micros()).unwrap_or(u64::MAX).max(1));
-                }
-                if let Ok(mut r) = recorder.lock() {
-                    r.record(&RequestRecord {
-                        offered_at: intended.saturating_duration_since(start),
-                        criticality: c.criticality,
-                        customer: &c.customer,
-                        attempts: f.attempts,
-                        outcome: f.outcome,
-                        latency: f.latency,
-                        queue_ms: f.queue_ms,
-                        service_ms: f.service_ms,
-                    });
-                }
-                drop(done);
-            });
-        };
-        // The schedule runs on a thread of its own: a task on the runtime would queue behind
-        // thousands of request tasks and tokio's 1 ms timer, and fall behind at high rates.
-        // Each request is spawned onto the runtime at its intended time; any delay until it is
-        // actually sent is measured (send lag) and counted in its latency.
-        let scheduler = std::thread::Builder::new()
-            .name("spillway-load-scheduler".into())
-            .spawn(move || {
-                let mut launch = launch;
-                for t in schedule {
-                    let intended = start + Duration::from_secs_f64(t);
-                    let now = Instant::now();
-                    if intended > now {
-                        std::thread::sleep(intended - now);
-                    }
-                    launch(intended);
-                }
-            });
-        match scheduler {
-            Ok(thread) => {
-                let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-            }
-            Err(e) => return Err(LoadError::Runtime(e)),
+        let one = Arc::new(OneRequest {
+            client: client::http_client(cfg.http2),
+            policies,
+            live,
+            mix,
+            uris,
+            recorder: Mutex::new(recorder),
+            lag: Mutex::new(histogram()),
+            refusal: Mutex::new(histogram()),
+            timeout: cfg.timeout,
+            attempt_timeout: cfg.effective_attempt_timeout(),
+            start,
+        });
+        match cfg.connections {
+            Some(n) => closed_loop(&one, n, start + cfg.duration).await,
+            None => open_loop(&one, &cfg).await?,
         }
-        // Every task ends by its deadline; the grace period only covers scheduling delays.
-        let _ = tokio::time::timeout(cfg.timeout + Duration::from_secs(1), done_rx.recv()).await;
-        let send_lag = lag_out.lock().map(|h| send_lag(&h)).unwrap_or_default();
-        let mut recorder = match Arc::try_unwrap(recorder_out) {
-            Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
+        let send_lag = one.lag.lock().map(|h| spread(&h)).unwrap_or_default();
+        let refusal = one.refusal.lock().map(|h| spread(&h)).unwrap_or_default();
+        let mut recorder = match Arc::try_unwrap(one) {
+            Ok(o) => o.recorder.into_inner().unwrap_or_else(|p| p.into_inner()),
             // A straggler still holds it (past the grace period): take a snapshot.
             Err(shared) => {
-                let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+                let mut guard = shared.recorder.lock().unwrap_or_else(|p| p.into_inner());
                 std::mem::replace(&mut *guard, Recorder::new(cfg.title.clone(), cfg.duration))
             }
         };
-        recorder.set_meta(
-            "send_lag",
-            serde_json::to_value(send_lag).unwrap_or(serde_json::Value::Null),
-        );
+        for (key, value) in [("send_lag", send_lag), ("refusal_ms", refusal)] {
+            recorder.set_meta(
+                key,
+                serde_json::to_value(value).unwrap_or(serde_json::Value::Null),
+            );
+        }
         Ok(recorder.finish())
     }
 }
 
-fn send_lag(h: &Histogram<u64>) -> SendLag {
+/// What every request of a run shares: the client, the policies, and where outcomes go.
+struct OneRequest {
+    client: client::HttpClient,
+    policies: Arc<client::Policies>,
+    live: Arc<Live>,
+    mix: Arc<Mix>,
+    uris: Vec<http::Uri>,
+    recorder: Mutex<Recorder>,
+    lag: Mutex<Histogram<u64>>,
+    refusal: Mutex<Histogram<u64>>,
+    timeout: Duration,
+    attempt_timeout: Duration,
+    start: Instant,
+}
+
+impl OneRequest {
+    /// Runs one logical request of `class` intended at `intended` and records its outcome.
+    async fn run(&self, class: usize, intended: Instant) {
+        let c = &self.mix.classes()[class];
+        let live = &self.live;
+        let f = client::execute(
+            &self.client,
+            &self.policies,
+            live,
+            &self.uris[class],
+            c,
+            intended,
+            self.timeout,
+            self.attempt_timeout,
+        )
+        .await;
+        let counter = match f.outcome {
+            crate::report::Outcome::Success => &live.goodput,
+            crate::report::Outcome::Rejected => &live.rejected,
+            crate::report::Outcome::TimedOut => &live.timed_out,
+            crate::report::Outcome::Throttled => &live.throttled,
+            crate::report::Outcome::Error => &live.errors,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if let (Some(l), Ok(mut h)) = (f.send_lag, self.lag.lock()) {
+            h.saturating_record(micros(l));
+        }
+        if f.outcome == crate::report::Outcome::Rejected {
+            if let Ok(mut h) = self.refusal.lock() {
+                h.saturating_record(micros(intended.elapsed()));
+            }
+        }
+        if let Ok(mut r) = self.recorder.lock() {
+            r.record(&RequestRecord {
+                offered_at: intended.saturating_duration_since(self.start),
+                criticality: c.criticality,
+                customer: &c.customer,
+                attempts: f.attempts,
+                outcome: f.outcome,
+                latency: f.latency,
+                queue_ms: f.queue_ms,
+                service_ms: f.service_ms,
+            });
+        }
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds")
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Open loop: each request is spawned at its intended time from the schedule.
+async fn open_loop(one: &Arc<OneRequest>, cfg: &LoadConfig) -> Result<(), LoadError> {
+    let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+    let mut rng = fastrand::Rng::with_seed(cfg.seed.wrapping_add(0x5eed));
+    let schedule = Schedule::new(cfg.shape.clone(), cfg.arrivals, cfg.duration, cfg.seed);
+    let runtime = tokio::runtime::Handle::current();
+    let (one_s, start) = (Arc::clone(one), one.start);
+    let launch = move |intended: Instant| {
+        let class = one_s.mix.pick(&mut rng);
+        one_s.live.offered.fetch_add(1, Ordering::Relaxed);
+        let (one, done) = (Arc::clone(&one_s), done_tx.clone());
+        runtime.spawn(async move {
+            one.run(class, intended).await;
+            drop(done);
+        });
+    };
+    // The schedule runs on a thread of its own: a task on the runtime would queue behind
+    // thousands of request tasks and tokio's 1 ms timer, and fall behind at high rates.
+    // Each request is spawned onto the runtime at its intended time; any delay until it is
+    // actually sent is measured (send lag) and counted in its latency.
+    let scheduler = std::thread::Builder::new()
+        .name("spillway-load-scheduler".into())
+        .spawn(move || {
+            let mut launch = launch;
+            for t in schedule {
+                let intended = start + Duration::from_secs_f64(t);
+                let now = Instant::now();
+                if intended > now {
+                    std::thread::sleep(intended - now);
+                }
+                launch(intended);
+            }
+        });
+    match scheduler {
+        Ok(thread) => {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        Err(e) => return Err(LoadError::Runtime(e)),
+    }
+    // Every task ends by its deadline; the grace period only covers scheduling delays.
+    let _ = tokio::time::timeout(cfg.timeout + Duration::from_secs(1), done_rx.recv()).await;
+    Ok(())
+}
+
+/// Closed loop: `n` clients, client `i` always sending class `class_at((i + ½) / n)`, each
+/// starting its next request when the last one ended, until `end`. Clients start spread over
+/// the first 10 ms: all at one instant would be a burst no real pool of clients sends.
+async fn closed_loop(one: &Arc<OneRequest>, n: u32, end: Instant) {
+    let mut clients = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let one = Arc::clone(one);
+        clients.spawn(async move {
+            let class = one.mix.class_at((f64::from(i) + 0.5) / f64::from(n));
+            let first = one.start + Duration::from_micros(u64::from(i) * 10_000 / u64::from(n));
+            tokio::time::sleep_until(first.into()).await;
+            loop {
+                let intended = Instant::now();
+                if intended >= end {
+                    return;
+                }
+                one.live.offered.fetch_add(1, Ordering::Relaxed);
+                one.run(class, intended).await;
+            }
+        });
+    }
+    while clients.join_next().await.is_some() {}
+}
+
+fn spread(h: &Histogram<u64>) -> SendLag {
     if h.is_empty() {
         return SendLag::default();
     }
@@ -436,6 +531,9 @@ fn set_meta(r: &mut Recorder, cfg: &LoadConfig) {
     );
     r.set_meta("max_attempts", cfg.retry.max_attempts);
     r.set_meta("seed", cfg.seed);
+    if let Some(n) = cfg.connections {
+        r.set_meta("connections", n);
+    }
     let classes: Vec<serde_json::Value> = cfg
         .mix
         .classes()

@@ -103,6 +103,15 @@ pub fn scenario(cfg: &DemoConfig, mode: Mode) -> Result<Scenario, String> {
         ServiceTime::LogNormal { sigma } => {
             format!("{{ dist = \"lognormal\", mean_ms = {mean}, sigma = {sigma} }}")
         }
+        // The scenario language's service times have no bimodal shape (the sweep's cells
+        // model it on their own): say so rather than simulate another demo.
+        ServiceTime::Bimodal { .. } => {
+            return Err(
+                "the simulated demo has no bimodal service time; use constant, \
+                        exponential, uniform or lognormal"
+                    .into(),
+            )
+        }
     };
     let _ = writeln!(
         toml,
