@@ -200,6 +200,8 @@ pub(crate) struct Inner {
     budget_ns: AtomicU64,
     /// How long overload refusals have gone on (momentary or sustained).
     episode: refusal::Episode,
+    /// Which levels are being refused for overload (the estimate's exemption, see `enqueue`).
+    shedding: refusal::Shedding,
 }
 
 /// How many bytes at the start of [`Inner`] (counted from its `Arc` allocation, counts
@@ -278,6 +280,9 @@ impl Inner {
 
     pub(crate) fn refusal(&self, reason: RefusalReason, c: Criticality, now: Instant) -> Refusal {
         let overload = reason.retry_elsewhere_can_help();
+        if overload {
+            self.shedding.refused(c, now);
+        }
         let retry_after = if overload {
             self.overload_retry_after
         } else {
@@ -511,6 +516,7 @@ impl AdmissionController {
                 // controller itself lets them wait.
                 budget_ns: AtomicU64::new(max_wait_ns),
                 episode: refusal::Episode::new(origin),
+                shedding: refusal::Shedding::new(origin),
                 counters: Counters::default(),
             }),
         })
@@ -661,7 +667,10 @@ impl AdmissionController {
         let late = now.checked_add(wait).map_or(true, |t| t > give_up_at);
         // Its deadline, not the max wait, set the budget: retrying cannot help.
         let deadline_bound = give_up_at < now + inner.queue_cfg.max_wait;
-        if late && (deadline_bound || c < Criticality::Critical) {
+        // The lowest level refused for overload within one max wait: the level being shed.
+        let shed_level = inner.shedding.lowest_within(now, inner.queue_cfg.max_wait);
+        let above_shed = shed_level.is_some_and(|s| s < c);
+        if late && (deadline_bound || (c < Criticality::Critical && !above_shed)) {
             // It could not start in time: refuse now instead of after waiting in vain. Past
             // its own deadline's budget that is `DeadlineExceeded`; past the queue's max wait
             // it is a queueing refusal (another task may serve it: retryable while the
@@ -669,7 +678,12 @@ impl AdmissionController {
             // place either. Critical work bound only by the max wait is not refused on the
             // estimate: it is a guess (a cut limit's slots free faster than the mean says),
             // and such work is served ahead of all that queues after it, so it waits out its
-            // max wait instead.
+            // max wait instead. So does any work above a level being shed (refused for
+            // overload within one max wait): the slots that level gives up come to it first,
+            // and refusing it on the guess let the shed level run in its place (`spillway
+            // demo`: the `good` customer's SHEDDABLE_PLUS, 10/s of a capacity of 100/s,
+            // refused `queue_full` on the estimate three attempts in a row while `noisy`'s
+            // SHEDDABLE was being served).
             if deadline_bound {
                 drop(q);
                 return refuse(RefusalReason::DeadlineExceeded);
@@ -697,7 +711,7 @@ impl AdmissionController {
         for e in pushed.evicted {
             inner.drop_waiter(e, DropReason::Evicted, now);
         }
-        q.drop_pushed_back(now, c, per_slot, expected, |e, why| {
+        q.drop_pushed_back(now, c, shed_level, per_slot, expected, |e, why| {
             inner.drop_waiter(e, why, now)
         });
         // Publish the length, then dispatch: a release that decremented in-flight before this

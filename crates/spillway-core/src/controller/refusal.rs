@@ -165,6 +165,48 @@ impl Episode {
     }
 }
 
+/// When each criticality was last refused for this task's overload: which level is being shed
+/// now. A request more critical than a level shed within its own wait is not refused on an
+/// estimate of that wait (`AdmissionController::enqueue`): the shed level's slots come free for
+/// it, and refusing it on a guess would let that less critical work run in its place. Relaxed
+/// atomics, written at most once per millisecond per level (refusals are the bulk of the work
+/// under overload).
+#[derive(Debug)]
+pub(crate) struct Shedding {
+    origin: Instant,
+    /// Nanoseconds since `origin` + 1 of each level's latest overload refusal (0: none yet).
+    last: [AtomicU64; Criticality::COUNT],
+}
+
+impl Shedding {
+    pub(crate) fn new(origin: Instant) -> Self {
+        Shedding {
+            origin,
+            last: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Notes an overload refusal of level `c` at `now`.
+    pub(crate) fn refused(&self, c: Criticality, now: Instant) {
+        let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
+        let cell = &self.last[c.index()];
+        if t > cell.load(Ordering::Relaxed).saturating_add(1_000_000) {
+            cell.store(t, Ordering::Relaxed);
+        }
+    }
+
+    /// The lowest level refused for overload within `within` before `now`, if any.
+    pub(crate) fn lowest_within(&self, now: Instant, within: Duration) -> Option<Criticality> {
+        let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
+        // The 1 ms write granularity: a level refused just now may read up to 1 ms old.
+        let window = crate::clock::saturating_nanos(within).saturating_add(1_000_000);
+        Criticality::ALL.into_iter().find(|c| {
+            let last = self.last[c.index()].load(Ordering::Relaxed);
+            last != 0 && t.saturating_sub(last) <= window
+        })
+    }
+}
+
 /// Relaxed counters: exact per thread, eventually consistent across threads — fine for a status
 /// page, and no fence on the hot path.
 /// `admitted` first (`repr(C)`): the fast path bumps it (see the controller's layout note).

@@ -13,9 +13,20 @@
 //! criticality present (SRE book ch. 21, "Handling Overload": shed the least critical first).
 //! The control law — when to drop — is unchanged.
 //!
+//! The state belongs to one criticality: the level whose waiters it has judged
+//! ([`Codel::should_drop_from`]). A standing queue of SHEDDABLE says nothing about the
+//! SHEDDABLE_PLUS waiters that remain once the SHEDDABLE ones are dropped or refused at the door:
+//! those wait behind CRITICAL work, not behind a backlog of their own, and judged by the state
+//! SHEDDABLE built they were refused at once (`spillway demo`: the `good` customer's
+//! SHEDDABLE_PLUS, 10 requests/s within a capacity of 100/s, refused `queue_full` while `noisy`
+//! was at 10×). So a higher level is judged afresh, over its own interval, and only once the
+//! lower level's dropping state has ended.
+//!
 //! Time is always an argument; the state is plain fields behind the queue's `&mut`.
 
 use std::time::{Duration, Instant};
+
+use crate::criticality::Criticality;
 
 /// CoDel state machine (RFC 8289 §5 pseudocode, re-expressed).
 #[derive(Debug, Clone)]
@@ -32,6 +43,8 @@ pub(crate) struct Codel {
     count: u32,
     /// `count` at the start of the previous episode (RFC 8289 `lastcount`).
     last_count: u32,
+    /// The criticality whose waiters the state describes (`None`: none judged yet).
+    level: Option<Criticality>,
 }
 
 impl Codel {
@@ -44,18 +57,45 @@ impl Codel {
             drop_next: None,
             count: 0,
             last_count: 0,
+            level: None,
         }
     }
 
-    /// Whether CoDel is in its dropping state (a standing queue).
-    pub(crate) fn is_dropping(&self) -> bool {
-        self.dropping
+    /// The criticality CoDel holds to be a standing queue (its dropping state), if any.
+    pub(crate) fn standing(&self) -> Option<Criticality> {
+        self.level.filter(|_| self.dropping)
     }
 
-    /// The queue went empty: there is no standing queue any more.
+    /// The queue went empty (or holds nothing CoDel may drop): there is no standing queue any
+    /// more.
     pub(crate) fn on_empty(&mut self) {
         self.first_above = None;
         self.dropping = false;
+        self.level = None;
+    }
+
+    /// [`should_drop`](Self::should_drop) for the oldest waiter of `level`, the lowest
+    /// criticality queued: the state is that level's. A lower level than the one judged starts
+    /// the judgement afresh (it has its own delay); a higher one — the judged level has left
+    /// the queue, dropped or refused at the door — is not judged while the lower level's
+    /// dropping state lasts (it ends when nothing droppable is queued), and afresh after.
+    pub(crate) fn should_drop_from(
+        &mut self,
+        level: Criticality,
+        sojourn: Duration,
+        now: Instant,
+        len: usize,
+    ) -> bool {
+        match self.level {
+            Some(judged) if judged == level => {}
+            Some(judged) if judged < level && self.dropping => return false,
+            _ => {
+                self.first_above = None;
+                self.dropping = false;
+                self.level = Some(level);
+            }
+        }
+        self.should_drop(sojourn, now, len)
     }
 
     /// RFC 8289 `dodequeue`'s `ok_to_drop`: has the sojourn time been above target for at least

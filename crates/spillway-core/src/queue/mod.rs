@@ -403,19 +403,20 @@ impl<T> AdmissionQueue<T> {
             .sum()
     }
 
-    /// The criticality of the lowest class queued while CoDel holds it to be a standing queue
-    /// (its dropping state); `None` otherwise. The controller refuses arrivals of that
-    /// criticality or below at the door (they would join the back of a queue CoDel is already
-    /// dropping from — PIE, RFC 8033, likewise drops at enqueue on the queue's delay): under
-    /// sustained overload the refusal comes at once instead of after a wait.
+    /// The criticality CoDel holds to be a standing queue (its dropping state: the level whose
+    /// own waiters stood above target for an interval, see `codel.rs`); `None` otherwise. The
+    /// controller refuses arrivals of that criticality or below at the door (they would join
+    /// the back of a queue CoDel is already dropping from — PIE, RFC 8033, likewise drops at
+    /// enqueue on the queue's delay): under sustained overload the refusal comes at once
+    /// instead of after a wait. More critical arrivals are queued: they wait behind none of
+    /// that level's backlog.
+    ///
+    /// Only while some of that level's work is queued: once it has all left, an arrival of
+    /// it waits (and restarts its judgement) as it did before the standing queue formed.
     pub fn standing(&self) -> Option<Criticality> {
-        if !self.codel.as_ref().is_some_and(Codel::is_dropping) {
-            return None;
-        }
-        classes_in(self.nonempty & SHEDDABLE_CLASSES)
-            .next()
-            .and_then(|c| self.classes[c].front())
-            .map(|e| e.criticality)
+        let level = self.codel.as_ref().and_then(Codel::standing)?;
+        let at_or_below = (1u32 << (class_of(level, true) + 1)) - 1;
+        (self.nonempty & at_or_below != 0).then_some(level)
     }
 
     /// Removes every entry of criticality below `criticality`, handing each to `on_drop` as
@@ -447,10 +448,15 @@ impl<T> AdmissionQueue<T> {
     /// while its expected wait (`len × per_slot`, it being served last) ends after its
     /// give-up time. Each goes to `on_drop` as [`DropReason::Evicted`] (a more critical
     /// request took its place) — refused now rather than after waiting in vain.
+    ///
+    /// With `shed_level` (a level being refused for overload), only entries of that level or
+    /// below are dropped on the estimate: those above it are first in line for the slots the
+    /// shed level gives up, and wait out their own budget instead.
     pub fn drop_pushed_back(
         &mut self,
         now: Instant,
         criticality: Criticality,
+        shed_level: Option<Criticality>,
         per_slot: Duration,
         expected: Duration,
         mut on_drop: impl FnMut(QueueEntry<T>, DropReason),
@@ -458,7 +464,8 @@ impl<T> AdmissionQueue<T> {
         if per_slot.is_zero() {
             return;
         }
-        let below = class_of(criticality, false);
+        let below =
+            class_of(criticality, false).min(shed_level.map_or(CLASSES, |s| class_of(s, true) + 1));
         while let Some(class) = classes_in(self.nonempty).next().filter(|&k| k < below) {
             let Some(back) = self.classes[class].back() else {
                 break;
@@ -702,11 +709,11 @@ impl<T> AdmissionQueue<T> {
                 match classes_in(sheddable).next() {
                     None => codel.on_empty(),
                     Some(victim) => {
-                        let oldest = self.classes[victim]
+                        let (oldest, level) = self.classes[victim]
                             .front()
-                            .map_or(enqueued_at, |e| e.enqueued_at);
+                            .map_or((enqueued_at, c), |e| (e.enqueued_at, e.criticality));
                         let sojourn = now.saturating_duration_since(oldest);
-                        if codel.should_drop(sojourn, now, len) {
+                        if codel.should_drop_from(level, sojourn, now, len) {
                             let e = self.take(now, victim, 0)?;
                             on_drop(e, DropReason::Codel);
                             continue;

@@ -186,9 +186,9 @@ fn codel_drops_critical_only_when_nothing_less_critical_waits() {
     let slots = Slots::new(usize::MAX);
     let mut dropped = Vec::new();
     let mut served = Vec::new();
-    // Arm at 10 ms (serving one CRITICAL), then drop at 110, 210, 281, 339 ms (the control
-    // law: interval / sqrt(count)), serving one entry after each drop.
-    for ms in [10, 110, 210, 281, 339] {
+    // Arm at 10 ms (serving one CRITICAL), then drop at 110 and 210 ms (the control law:
+    // interval / sqrt(count)), serving one entry at each step.
+    for ms in [10, 110, 210, 281] {
         if let Some(e) = q.dequeue(t0 + ms * MS, Duration::ZERO, &slots, |e, r| {
             dropped.push((e.item, r))
         }) {
@@ -196,9 +196,72 @@ fn codel_drops_critical_only_when_nothing_less_critical_waits() {
         }
     }
     let victims: Vec<u32> = dropped.iter().map(|d| d.0).collect();
-    // Lowest class first: SHEDDABLE new work, SHEDDABLE continuation, SHEDDABLE_PLUS.
-    assert_eq!(victims, vec![12, 11, 10]);
+    // Lowest class first: SHEDDABLE new work, then SHEDDABLE continuation (the same level's
+    // standing delay). The SHEDDABLE_PLUS left is not judged by the state SHEDDABLE built: it
+    // waited behind CRITICAL work, not behind a backlog of its own, and is served.
+    assert_eq!(victims, vec![12, 11]);
     assert_eq!(served, vec![0, 1, 2, 3]);
+    assert_eq!(
+        q.standing(),
+        None,
+        "no SHEDDABLE queued: none refused at the door"
+    );
+    let e = q.dequeue(t0 + 400 * MS, Duration::ZERO, &slots, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert_eq!(e.map(|e| e.item), Some(10));
+    assert_eq!(q.standing(), None, "empty: no standing queue");
+}
+
+#[test]
+fn codel_judges_a_higher_level_afresh_over_its_own_interval() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::codel());
+    push(&mut q, t0, 1, Sheddable, false);
+    push(&mut q, t0, 2, SheddablePlus, false);
+    for i in 0..3 {
+        push(&mut q, t0, 10 + i, Critical, false);
+    }
+    let slots = Slots::new(usize::MAX);
+    let dropped = std::cell::RefCell::new(Vec::new());
+    let step = |q: &mut AdmissionQueue<u32>, ms: u32| {
+        q.dequeue(t0 + ms * MS, Duration::ZERO, &slots, |e, r| {
+            dropped.borrow_mut().push((e.item, r))
+        })
+        .map(|e| e.item)
+    };
+    assert_eq!(step(&mut q, 10), Some(10), "arms on SHEDDABLE's delay");
+    assert_eq!(step(&mut q, 110), Some(11), "drops the SHEDDABLE");
+    assert_eq!(
+        q.standing(),
+        None,
+        "no SHEDDABLE queued: none refused at the door"
+    );
+    // The dropping state is SHEDDABLE's; it ends only when nothing droppable waits.
+    assert_eq!(step(&mut q, 300), Some(12));
+    assert_eq!(
+        step(&mut q, 320),
+        Some(2),
+        "SHEDDABLE_PLUS served, not dropped"
+    );
+    assert_eq!(*dropped.borrow(), vec![(1, DropReason::Codel)]);
+    // A standing queue of SHEDDABLE_PLUS itself is judged over its own interval.
+    for i in 0..4 {
+        push(&mut q, t0 + 400 * MS, 20 + i, SheddablePlus, false);
+    }
+    assert_eq!(
+        step(&mut q, 410),
+        Some(20),
+        "arms on SHEDDABLE_PLUS's own delay"
+    );
+    assert_eq!(q.standing(), None);
+    assert_eq!(
+        step(&mut q, 510),
+        Some(22),
+        "a full interval later: drops 21"
+    );
+    assert_eq!(q.standing(), Some(SheddablePlus));
+    assert_eq!(dropped.borrow().last(), Some(&(21, DropReason::Codel)));
 }
 
 #[test]
@@ -378,14 +441,16 @@ fn pushed_back_entries_that_cannot_start_in_time_are_dropped() {
     let mut dropped = Vec::new();
     // 5 queued × 10 ms per slot: the last SHEDDABLE (deadline +45, 5 ms service) would start
     // at +50, too late; the first (no deadline, 100 ms max wait) still can at +40.
-    q.drop_pushed_back(t0, Critical, 10 * MS, 5 * MS, |e, r| {
+    q.drop_pushed_back(t0, Critical, None, 10 * MS, 5 * MS, |e, r| {
         dropped.push((e.item, r))
     });
     assert_eq!(dropped, vec![(2, DropReason::Evicted)]);
     assert_eq!(q.len(), 4);
     // Nothing is dropped for an arrival of its own class, or without an estimate.
-    q.drop_pushed_back(t0, Sheddable, 50 * MS, 5 * MS, |_, _| panic!("own class"));
-    q.drop_pushed_back(t0, Critical, Duration::ZERO, 5 * MS, |_, _| {
+    q.drop_pushed_back(t0, Sheddable, None, 50 * MS, 5 * MS, |_, _| {
+        panic!("own class")
+    });
+    q.drop_pushed_back(t0, Critical, None, Duration::ZERO, 5 * MS, |_, _| {
         panic!("no estimate")
     });
     assert_eq!(q.ahead_of(Critical, false), 3);

@@ -24,6 +24,19 @@
 //! which the formula alone would throttle (`n` unanswered requests give `P = n / (n + 1)`). It is
 //! off by default, as the formula is specified; setting ~1 request/s is a sensible guard.
 //!
+//! **After a surge.** The window remembers a surge's requests long after the client stopped
+//! sending them: after 5 s at 10× capacity, a client back at its usual rate is still refused
+//! ~90% of that rate locally until the surge's seconds leave the window (`spillway demo`'s
+//! throttling clients, 10 s window: "not recovered" 6 s after the surge while the server
+//! answered everything sent). The formula's own idea is "send at most `K ×` what the backend
+//! accepts"; so the probability is also computed with the client's *recent* requests (the
+//! current and the previous bucket) against the window's accepts scaled to that span, and the
+//! smaller of the two is used. While the client keeps asking for the same, both agree; when it
+//! asks for more (a surge starting), the window's formula is the smaller and rules, as
+//! specified; when it asks for less than `K ×` the rate the backend has been accepting, it is
+//! not refused, whatever the window still holds. Throttled requests still count in both, and
+//! the throttle never refuses more than the formula alone would.
+//!
 //! The hot path ([`AdaptiveThrottle::try_acquire`]) takes no lock and allocates nothing, and its
 //! cost does not grow with the number of buckets: both counts are running totals
 //! ([`WindowedPair`]), corrected once per bucket as it leaves the window, so a decision is a
@@ -179,10 +192,27 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
         reject_probability(requests, accepts, self.k)
     }
 
-    /// The probability that a request sent at `now` is refused locally, in `[0, 1)`.
+    /// The probability that a request sent at `now` is refused locally, in `[0, 1)`: the
+    /// formula over the window, or less once the client's recent requests are within `K ×`
+    /// what the backend accepted per unit of time over the window (module docs, "After a
+    /// surge").
     pub fn probability(&self, now: Instant) -> f64 {
         let (requests, accepts) = self.counts(now);
-        self.probability_for(requests, accepts)
+        let p = self.probability_for(requests, accepts);
+        if p == 0.0 {
+            return 0.0;
+        }
+        let ([recent, _], span) = self.counts.recent(now);
+        let window = self.counts.window().as_secs_f64();
+        let share = span.as_secs_f64() / window;
+        let recent = recent as f64;
+        // The window's accepts scaled to the recent span: the backend's accept rate.
+        let now_p = (recent - self.k * accepts as f64 * share) / (recent + 1.0);
+        if now_p < p {
+            now_p.max(0.0)
+        } else {
+            p // also when `now_p` is NaN (a window of 0 s cannot be configured)
+        }
     }
 
     /// Decides whether a request may be sent at `now`. Counts it as a request either way.

@@ -136,6 +136,55 @@ fn window_forgets_after_120_seconds() {
 }
 
 #[test]
+fn a_client_back_within_k_times_the_accept_rate_is_not_refused_for_the_surge_it_left() {
+    // A 10 s window in 1 s buckets. Steady: 30 requests a second, all accepted.
+    let cfg = ThrottleConfig {
+        window: 10 * S,
+        buckets: 10,
+        ..ThrottleConfig::default()
+    };
+    let (t, clock) = throttle_with(cfg, 0.0);
+    for _ in 0..5 {
+        feed(&t, clock.now(), 30, 30);
+        clock.advance(S);
+    }
+    // A surge: 1,000 a second for 5 s, of which the backend accepts 40.
+    for _ in 0..5 {
+        assert!(
+            t.probability(clock.now()) <= {
+                let (r, a) = t.counts(clock.now());
+                t.probability_for(r, a)
+            },
+            "no more than the formula alone"
+        );
+        feed(&t, clock.now(), 1000, 40);
+        clock.advance(S);
+    }
+    let (requests, accepts) = t.counts(clock.now());
+    let formula = t.probability_for(requests, accepts);
+    // (5,120 − 2 · 320) / 5,121: the window holds 4 steady seconds and the surge.
+    assert!(formula > 0.87, "the window's formula: {formula}");
+    assert!(
+        (t.probability(clock.now()) - formula).abs() < 0.05,
+        "still asking for the surge's rate: about the formula"
+    );
+    // Back to 30 a second, within 2 × the 40 a second the backend has been accepting.
+    feed(&t, clock.now(), 30, 30);
+    clock.advance(S);
+    let (requests, accepts) = t.counts(clock.now());
+    assert!(
+        t.probability_for(requests, accepts) > 0.85,
+        "the window still holds the surge"
+    );
+    assert_eq!(
+        t.probability(clock.now()),
+        0.0,
+        "the recent rate is within K × accepts"
+    );
+    assert_eq!(t.try_acquire(clock.now()), Ok(()));
+}
+
+#[test]
 fn throttle_releases_itself_as_accepts_return() {
     let clock = ManualClock::new();
     let t =

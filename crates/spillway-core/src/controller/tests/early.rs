@@ -44,6 +44,36 @@ fn refused_on_arrival_when_the_wait_ahead_exceeds_the_max_wait() {
 }
 
 #[test]
+fn work_above_a_level_being_shed_waits_out_its_max_wait_instead_of_the_estimate() {
+    let (ctl, clock, _held) = saturated();
+    let queue = |a: Admission| match a {
+        Admission::Queued(q) => q,
+        other => panic!("expected queued, got {other:?}"),
+    };
+    let mut waiting: Vec<_> = (0..4)
+        .map(|_| queue(ctl.admit(&req(SheddablePlus))))
+        .collect();
+    // Nothing less critical is being shed: SHEDDABLE_PLUS is refused on the estimate (125 ms).
+    let r = refused(ctl.admit(&req(SheddablePlus)));
+    assert_eq!(r.reason, RefusalReason::QueueFull);
+    // SHEDDABLE is refused for overload (on the estimate too): it is the level being shed.
+    let r = refused(ctl.admit(&req(Sheddable)));
+    assert_eq!(r.reason, RefusalReason::QueueFull);
+    // Now SHEDDABLE_PLUS waits: the slots SHEDDABLE gives up come to it first.
+    waiting.push(queue(ctl.admit(&req(SheddablePlus))));
+    // A CRITICAL arrival pushes the SHEDDABLE_PLUS back without dropping them on the estimate.
+    waiting.push(queue(ctl.admit(&req(Critical))));
+    let snap = ctl.snapshot();
+    assert_eq!(snap.queued, 6);
+    assert_eq!(snap.refused.get(RefusalReason::QueueFull, SheddablePlus), 1);
+    // A max wait after SHEDDABLE was last refused, the estimate applies again.
+    clock.advance(102 * MS);
+    let r = refused(ctl.admit(&req(SheddablePlus)));
+    assert_eq!(r.reason, RefusalReason::QueueFull);
+    drop(waiting);
+}
+
+#[test]
 fn with_a_deadline_the_wait_ends_when_it_could_no_longer_finish() {
     let (ctl, clock, _held) = saturated();
     // 60 ms left, 50 of them needed for service: 10 ms to wait, less than a slot's 25 ms.

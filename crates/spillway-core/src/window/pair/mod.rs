@@ -301,6 +301,34 @@ impl WindowedPair {
             .map(|t| (t.load(Ordering::SeqCst) as i64).max(0) as u64)
     }
 
+    /// Both counts over the current slice and the one before it, and the time those span (one
+    /// slice plus what has passed of the current one; with a single bucket, the current slice
+    /// only): the recent rate, beside the window's. Read from the two buckets by their round
+    /// tags, without sweeping; a bucket not yet written in its slice reads as empty.
+    pub fn recent(&self, now: Instant) -> ([u64; 2], Duration) {
+        let slice_nanos = self.slices.slice_nanos;
+        let elapsed = crate::clock::nanos_since(self.slices.origin, now);
+        let (slice, into) = (elapsed / slice_nanos, elapsed % slice_nanos);
+        let len = self.len();
+        let mut sums = [0u64; 2];
+        let mut span = into;
+        let previous = (len >= 2 && slice > 0).then(|| slice - 1);
+        for s in std::iter::once(slice).chain(previous) {
+            if s != slice {
+                span = span.saturating_add(slice_nanos);
+            }
+            let Some(bucket) = self.buckets.get((s % len) as usize) else {
+                continue;
+            };
+            let w = Word::unpack(bucket.load(Ordering::SeqCst));
+            if w.tag == round_of(s, len) {
+                sums[0] += u64::from(w.counts[0]);
+                sums[1] += u64::from(w.counts[1]);
+            }
+        }
+        (sums, Duration::from_nanos(span))
+    }
+
     /// Retires the slices that left the window between the sweeps at slices `from` and `to`:
     /// slice `u` leaves when the window reaches `u + buckets`. Only the last `buckets` of them
     /// can still hold anything; each bucket is visited at most once.
