@@ -13,7 +13,11 @@
 //! when the limit has been cut to its floor, where every sample qualifies (Envoy's stale-minRTT
 //! case: there minRTT is re-measured as before). So:
 //!
-//! - minRTT is the `sample_percentile` of the last `request_count` low-concurrency samples; a
+//! - minRTT is the `sample_percentile` of the last `request_count` low-concurrency samples —
+//!   of requests that completed: a dropped (timed-out) one's latency is where its caller gave
+//!   up, and at a 1-worker service whose callers allow 5 service times, every sample ran at
+//!   low concurrency, the timed-out ones made "minRTT" the timeout, and no latency was ever
+//!   above tolerance again (issue 28's sweep); a
 //!   measurement whose first sample is older than `interval` starts again (an old trough says
 //!   little about the upstream now);
 //! - until the first measurement completes, the percentile of the low-concurrency samples seen
@@ -64,8 +68,15 @@ impl LiveMinRtt {
 
     /// Feeds one sample. Returns a minRTT when a measurement completes, or — until the first
     /// one has — the provisional one from the low-concurrency samples so far.
-    pub(super) fn on_sample(&mut self, now_ns: u64, rtt_ns: u64, in_flight: usize) -> Option<f64> {
-        if in_flight > self.low {
+    /// A dropped (timed-out) request is no sample: its latency is where its caller gave up.
+    pub(super) fn on_sample(
+        &mut self,
+        now_ns: u64,
+        rtt_ns: u64,
+        in_flight: usize,
+        dropped: bool,
+    ) -> Option<f64> {
+        if in_flight > self.low || dropped {
             return None;
         }
         if self.hist.count() > 0

@@ -67,6 +67,21 @@
 //! on live traffic and the cuts are taken back (see `futile.rs`, which also says why the proxy
 //! leaves it off: with real foreign CPU work the host itself ran out of CPU).
 //!
+//! A fourth addition, off by default: `exact_cuts`. Envoy adds `√limit` to every new limit, so
+//! that a limit holding just above tolerance does not decay; at small limits that headroom is
+//! most of the limit, and the limit cannot come down: from 5, any gradient above 0.64 gives 5
+//! or more, and even the steepest cut (×0.5) gives `2.5 + 1.6 → 4`; from 3 it gives 2, never
+//! 1 — on a 1-worker service whose callers allow 5 service times, 4–5 in flight is a queue as
+//! long as their patience (issue 28's sweep: goodput 0.2 % at 2×). With `exact_cuts` a window
+//! above tolerance lowers the limit by at least one (at large limits Envoy's formula already
+//! does, and is kept: cutting to `limit × gradient` there left the limit hugging the knee, and
+//! the lower criticalities' shares of it left workers idle). And a window in which at least
+//! half the requests were dropped (timed out) halves the limit exactly: their latency is where
+//! the caller gave up, a lower bound of the true one, so when the timeout is within
+//! `1 + buffer` of minRTT the gradient read from them says "near tolerance" however long the
+//! queue behind them has grown — TCP's response to loss, which does not ask by how much the
+//! delay rose.
+//!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
 //! [`Sample::now`]. Percentiles come from a fixed log-linear histogram (two significant digits,
@@ -158,6 +173,12 @@ pub struct EnvoyGradientConfig {
     /// limit is cut only while the window's latency exceeds both `minRTT·(1 + buffer)` and
     /// `minRTT + latency_slack · budget`. Default 0 (Envoy: only the buffer).
     pub latency_slack: f64,
+    /// Cut for real (see the module docs): a window above tolerance lowers the limit by at
+    /// least one (Envoy's `√limit` headroom kept small limits where they were), and a window
+    /// in which at least half the requests were dropped (timed out: their latency only bounds
+    /// the true one from below) halves it, without headroom. Default false (Envoy: headroom
+    /// always, dropped requests' latency taken as measured).
+    pub exact_cuts: bool,
     /// Use this minRTT instead of measuring it (Envoy `fixed_value`), `> 0` if set. Default unset.
     #[cfg_attr(
         feature = "serde",
@@ -184,6 +205,7 @@ impl Default for EnvoyGradientConfig {
             live_min_rtt: false,
             initial_limit: None,
             latency_slack: 0.0,
+            exact_cuts: false,
             fixed_min_rtt: None,
         }
     }
@@ -324,6 +346,7 @@ pub struct EnvoyGradientLimit {
     /// `live_min_rtt` (only with a dynamic minRTT).
     live: Option<LiveMinRtt>,
     latency_slack: f64,
+    exact_cuts: bool,
     /// The callers' latency budget in nanoseconds (0 = unknown).
     budget_ns: f64,
     /// With `live_min_rtt`: growing by one per fast sample until a window is slow (see
@@ -349,6 +372,10 @@ pub struct EnvoyGradientLimit {
     window_peak_in_flight: usize,
     /// Largest `Sample::in_flight` among the samples the open window counted (recorded).
     window_peak_counted: usize,
+    /// Dropped samples among those the open window counted.
+    window_dropped: u32,
+    /// Whether the last closed window had at least half its samples dropped.
+    censored: bool,
     hist: LatencyHistogram,
 }
 
@@ -407,6 +434,7 @@ impl EnvoyGradientLimit {
             live: (cfg.live_min_rtt && fixed.is_none())
                 .then(|| LiveMinRtt::new(min_concurrency, request_count, percentile, interval_ns)),
             latency_slack: finite_or(cfg.latency_slack, 0.0, 1.0, 0.0),
+            exact_cuts: cfg.exact_cuts,
             budget_ns: 0.0,
             slow_start: cfg.live_min_rtt && fixed.is_none(),
             limit: cfg
@@ -425,6 +453,8 @@ impl EnvoyGradientLimit {
             consecutive_at_floor: 0,
             window_peak_in_flight: 0,
             window_peak_counted: 0,
+            window_dropped: 0,
+            censored: false,
             hist: LatencyHistogram::new(),
         };
         if me.periodic_min_rtt() {
@@ -484,6 +514,7 @@ impl EnvoyGradientLimit {
             self.limit = self.min_concurrency;
         }
         self.hist.clear();
+        self.window_dropped = 0;
         self.min_rtt_epoch_ns = now_ns;
         self.consecutive_at_floor = 0;
         if let Some(f) = self.futile.as_mut() {
@@ -513,15 +544,18 @@ impl EnvoyGradientLimit {
         self.window_start_ns = now_ns;
         self.window_peak_in_flight = 0;
         self.window_peak_counted = 0;
+        self.window_dropped = 0;
     }
 
     fn close_sample_window(&mut self, now_ns: u64) {
         self.window_start_ns = now_ns;
         let peak = std::mem::take(&mut self.window_peak_in_flight);
         let peak_counted = std::mem::take(&mut self.window_peak_counted);
+        let dropped = std::mem::take(&mut self.window_dropped);
         let Some(sample) = self.hist.quantile(self.percentile) else {
             return;
         };
+        self.censored = u64::from(dropped) * 2 >= u64::from(self.hist.count());
         self.hist.clear();
         self.sample_rtt_ns = sample;
         if self.live.is_some() && self.measured_min_rtt_ns <= 0.0 {
@@ -597,10 +631,27 @@ impl EnvoyGradientLimit {
         // Both ≥ 1 ns; a 0 ns minRTT (coarse clock) still yields a finite gradient (0.5).
         let sample = self.sample_rtt_ns.max(1.0);
         let buffered_min = self.tolerated_ns();
-        let gradient = (buffered_min / sample).clamp(GRADIENT_MIN, GRADIENT_MAX);
+        let mut gradient = (buffered_min / sample).clamp(GRADIENT_MIN, GRADIENT_MAX);
+        if self.exact_cuts && self.censored {
+            // Most of the window timed out: its latency is only known to exceed what was
+            // measured, so the gradient above is an upper bound. Cut by the most allowed.
+            gradient = GRADIENT_MIN;
+        }
         let scaled = self.limit as f64 * gradient;
-        let headroom = scaled.sqrt();
-        clamp_limit((scaled + headroom).floor(), self.floor, self.max) as usize
+        let headroom = if self.exact_cuts && self.censored {
+            // Halving, exactly: with √limit on top a limit of 5 at a 1-worker service never
+            // came down (2.5 + 1.6 → 4, 1.5 + 1.2 → 2).
+            0.0
+        } else {
+            scaled.sqrt()
+        };
+        let new = clamp_limit((scaled + headroom).floor(), self.floor, self.max) as usize;
+        if self.exact_cuts && gradient < 1.0 && new >= self.limit {
+            // Above tolerance, yet √limit kept the limit where it was (small limits: from 5
+            // a gradient above 0.64 gives 5 or more): one less.
+            return self.limit.saturating_sub(1).max(self.floor);
+        }
+        new
     }
 }
 
@@ -622,7 +673,7 @@ impl Limit for EnvoyGradientLimit {
         let rtt_ns = saturating_nanos(s.rtt);
 
         if let Some(live) = self.live.as_mut() {
-            if let Some(m) = live.on_sample(now_ns, rtt_ns, s.in_flight) {
+            if let Some(m) = live.on_sample(now_ns, rtt_ns, s.in_flight, s.dropped) {
                 // A measurement supersedes a futile-cut re-baseline, as Envoy's window does.
                 self.min_rtt_ns = m;
                 self.measured_min_rtt_ns = m;
@@ -631,6 +682,7 @@ impl Limit for EnvoyGradientLimit {
             // tolerance while at least half the limit was in use — doubling per round trip,
             // as TCP's slow start grows its window by one per acknowledgement.
             if self.slow_start
+                && !s.dropped
                 && self.measured_min_rtt_ns > 0.0
                 && (rtt_ns as f64) <= self.min_rtt_ns * (1.0 + self.buffer)
                 && s.in_flight.saturating_mul(2) >= self.limit
@@ -671,6 +723,7 @@ impl Limit for EnvoyGradientLimit {
         }
         self.hist.record(rtt_ns);
         self.window_peak_counted = self.window_peak_counted.max(s.in_flight);
+        self.window_dropped += u32::from(s.dropped);
 
         if self.in_min_rtt_window && self.hist.count() >= self.request_count {
             self.finish_min_rtt_window(now_ns);
