@@ -610,3 +610,5 @@ mod envoy_futile_cut;
 mod envoy_live;
 #[path = "tests/envoy_once_per_rtt.rs"]
 mod envoy_once_per_rtt;
+#[path = "tests/envoy_small_limits.rs"]
+mod envoy_small_limits;

@@ -22,7 +22,12 @@
 //!   little about the upstream now);
 //! - until the first measurement completes, the percentile of the low-concurrency samples seen
 //!   so far stands in (the very first request of a start qualifies), and the limit does not
-//!   move before there is one;
+//!   move before there is one; slow start neither ends nor cuts on it unless a window is
+//!   clearly past it (twice its tolerance) or most of it timed out: the median of the first few requests of an exponential service lies
+//!   anywhere in 0.3–1.3 × the mean, and read as minRTT a low one ended slow start at once
+//!   and held a 100-worker service's cold start at 20–25 for a quarter of a second (issue
+//!   28's sweep: 547 refused at 0.9×). Growth on fast answers only still stops slow start
+//!   where the queue starts;
 //! - from the start the limit grows in slow start: by one per request answered within
 //!   `minRTT·(1 + buffer)` while at least half of it was in use — doubling per round trip, as
 //!   TCP's window grows by one per acknowledgement (RFC 5681 §3.1) — so a cold start reaches
@@ -100,6 +105,12 @@ impl LiveMinRtt {
         } else {
             None
         }
+    }
+
+    /// Whether no measurement has completed yet (minRTT is the provisional one, from fewer
+    /// than `request_count` samples).
+    pub(super) fn provisional(&self) -> bool {
+        self.provisional
     }
 
     /// Drops the measurement in progress (the limit sat at its floor: minRTT may be stale, and

@@ -82,6 +82,16 @@
 //! queue behind them has grown — TCP's response to loss, which does not ask by how much the
 //! delay rose.
 //!
+//! A fifth addition, off by default: `rtt_windows`. Envoy closes a sampling window every
+//! `update_interval` (100 ms) whatever the service's latency; for a 1 ms service that is a
+//! hundred round trips per decision, and a cold start at a limit too large for the service
+//! (20 at a 1-worker service) took four windows — 400 ms, the whole of a short run — to halve
+//! down to what it can take, its queue growing meanwhile. With `rtt_windows` a window also
+//! closes once it holds `request_count` samples and has lasted minRTT: decisions come about
+//! once per round trip (TCP adjusts its window per round trip too), and never on fewer
+//! samples than a minRTT measurement takes. Slow services are unaffected (their windows fill
+//! in more than 100 ms).
+//!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
 //! [`Sample::now`]. Percentiles come from a fixed log-linear histogram (two significant digits,
@@ -179,6 +189,9 @@ pub struct EnvoyGradientConfig {
     /// the true one from below) halves it, without headroom. Default false (Envoy: headroom
     /// always, dropped requests' latency taken as measured).
     pub exact_cuts: bool,
+    /// A sampling window also closes once it holds `request_count` samples and has lasted
+    /// minRTT (see the module docs). Default false (Envoy: every `update_interval`).
+    pub rtt_windows: bool,
     /// Use this minRTT instead of measuring it (Envoy `fixed_value`), `> 0` if set. Default unset.
     #[cfg_attr(
         feature = "serde",
@@ -206,6 +219,7 @@ impl Default for EnvoyGradientConfig {
             initial_limit: None,
             latency_slack: 0.0,
             exact_cuts: false,
+            rtt_windows: false,
             fixed_min_rtt: None,
         }
     }
@@ -347,6 +361,7 @@ pub struct EnvoyGradientLimit {
     live: Option<LiveMinRtt>,
     latency_slack: f64,
     exact_cuts: bool,
+    rtt_windows: bool,
     /// The callers' latency budget in nanoseconds (0 = unknown).
     budget_ns: f64,
     /// With `live_min_rtt`: growing by one per fast sample until a window is slow (see
@@ -435,6 +450,7 @@ impl EnvoyGradientLimit {
                 .then(|| LiveMinRtt::new(min_concurrency, request_count, percentile, interval_ns)),
             latency_slack: finite_or(cfg.latency_slack, 0.0, 1.0, 0.0),
             exact_cuts: cfg.exact_cuts,
+            rtt_windows: cfg.rtt_windows,
             budget_ns: 0.0,
             slow_start: cfg.live_min_rtt && fixed.is_none(),
             limit: cfg
@@ -492,6 +508,17 @@ impl EnvoyGradientLimit {
     /// When the next minRTT window is due (only meaningful outside a window).
     pub fn next_min_rtt_at(&self) -> Instant {
         self.origin + Duration::from_nanos(self.next_min_rtt_ns)
+    }
+
+    /// Whether the open sampling window is due to close: after `update_interval`, or with
+    /// `rtt_windows` once it holds `request_count` samples and has lasted minRTT.
+    fn window_due(&self, now_ns: u64) -> bool {
+        let elapsed = now_ns.saturating_sub(self.window_start_ns);
+        elapsed >= self.update_ns
+            || (self.rtt_windows
+                && self.min_rtt_ns > 0.0
+                && self.hist.count() >= self.request_count
+                && elapsed as f64 >= self.min_rtt_ns)
     }
 
     /// Whether minRTT is measured in windows that pin the limit (Envoy's way), rather than
@@ -562,18 +589,22 @@ impl EnvoyGradientLimit {
             // No minRTT yet (live measurement): nothing to compare with; hold the limit — and
             // if no request has run at low concurrency for 5 windows (a load that was heavy
             // from its first request on, which a real start hardly produces: its first request
-            // runs alone), drop to the floor, where every request does.
+            // runs alone), drop to `min_concurrency`, where every request does.
             self.consecutive_at_floor += 1;
             if self.consecutive_at_floor >= STALE_MIN_RTT_WINDOWS {
                 self.consecutive_at_floor = 0;
-                self.limit = self.floor;
-                if self.one_change_per_rtt {
-                    self.change_epoch_ns = now_ns;
-                }
+                self.measure_at_low_concurrency(now_ns);
             }
             return;
         }
-        if self.slow_start && sample > self.min_rtt_ns * (1.0 + self.buffer) {
+        // A provisional minRTT (live.rs) is the median of a handful of requests: too noisy
+        // to end slow start or cut on, unless the window is clearly past it (twice the
+        // tolerance, where the gradient's clamp bottoms out) or most of it timed out.
+        let provisional = self.slow_start
+            && self.live.as_ref().is_some_and(LiveMinRtt::provisional)
+            && !(self.exact_cuts && self.censored)
+            && sample <= 2.0 * self.tolerated_ns();
+        if self.slow_start && !provisional && sample > self.min_rtt_ns * (1.0 + self.buffer) {
             // Latency has left minRTT's own tolerance: the knee is near, growth is the
             // gradient's from now on.
             self.slow_start = false;
@@ -597,6 +628,11 @@ impl EnvoyGradientLimit {
         }
         let mut new_limit = self.calculate_new_limit();
         let old = self.limit;
+        if provisional {
+            // Held, not cut: slow start's own rule (growth only on fast answers) stops it
+            // where the queue starts.
+            new_limit = new_limit.max(old);
+        }
         if let Some(f) = self.app_limited_growth {
             // App-limited (module docs): growth never takes the limit past f × the window's
             // peak in flight — none at all when that is below the limit already (the limit was
@@ -623,6 +659,18 @@ impl EnvoyGradientLimit {
             } else {
                 // Envoy re-arms the minRTT timer at 0 ms: the window opens with the next sample.
                 self.next_min_rtt_ns = now_ns;
+            }
+        }
+    }
+
+    /// Lowers the limit to `min_concurrency` (not below the floor), the largest at which every
+    /// request counts as a low-concurrency sample of minRTT.
+    fn measure_at_low_concurrency(&mut self, now_ns: u64) {
+        let low = self.min_concurrency.max(self.floor);
+        if self.limit > low {
+            self.limit = low;
+            if self.one_change_per_rtt {
+                self.change_epoch_ns = now_ns;
             }
         }
     }
@@ -696,7 +744,7 @@ impl Limit for EnvoyGradientLimit {
         if !self.in_min_rtt_window {
             if periodic && now_ns >= self.next_min_rtt_ns {
                 self.enter_min_rtt_window(now_ns);
-            } else if now_ns.saturating_sub(self.window_start_ns) >= self.update_ns {
+            } else if self.window_due(now_ns) {
                 self.close_sample_window(now_ns);
                 if self.periodic_min_rtt() && now_ns >= self.next_min_rtt_ns {
                     self.enter_min_rtt_window(now_ns);

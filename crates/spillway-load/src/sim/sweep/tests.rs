@@ -392,7 +392,12 @@ fn a_protected_cell_agrees_with_the_fleet_engine() {
 #[test]
 #[ignore = "writes a file; run with the issue_28 tests"]
 fn issue_28_write_failing_cells() {
-    let report = quick_report();
+    let custom = std::env::var("SWEEP_FILE").ok().map(|f| {
+        let text = std::fs::read_to_string(&f).expect("SWEEP_FILE reads");
+        let sw = SweepConfig::from_toml(&text, &f).expect("SWEEP_FILE parses");
+        run_sweep(&sw, 0, &|_, _| {}).expect("runs")
+    });
+    let report = custom.as_ref().unwrap_or_else(|| quick_report());
     let mut out = summary_text(report);
     for (k, check) in CHECKS.iter().enumerate() {
         for c in &report.cells {
