@@ -34,8 +34,9 @@
 //! the "app-limited" rule of Netflix concurrency-limits (`Gradient2Limit`, `AIMDLimit`:
 //! `inflight < limit / 2` leaves the limit alone; see `gradient2.rs`, `aimd.rs`) and of TCP's
 //! congestion window validation (RFC 7661: the window is not grown while the sender does not use
-//! at least half of it). A window that may grow does so to at most `f ×` its peak in flight, as
-//! Linux's slow start grows the congestion window only up to twice the packets in flight
+//! at least half of it). A window that may grow does so to at most `f ×` its peak in flight (or
+//! by one, if that is more: at a limit of 2 the lowest criticality may use 1, and `2 × 1` kept a
+//! limit cut to 2 there for good), as Linux's slow start grows the congestion window only up to twice the packets in flight
 //! (`tcp_is_cwnd_limited`: `cwnd < 2 * max_packets_out`). Without that cap a window that used
 //! just over half the limit, with latency at minRTT (a queue draining after a surge), doubled it
 //! in one step: `spillway demo` went 15 → 35 with 8 in flight as its 10× staircase ended, held
@@ -638,9 +639,15 @@ impl EnvoyGradientLimit {
             // peak in flight — none at all when that is below the limit already (the limit was
             // not the constraint).
             let used = ((peak as f64) * f).ceil();
-            if used < new_limit as f64 {
-                new_limit = new_limit.min(old.max(used as usize));
-            }
+            // A window that used its share may always grow by one: at small limits the lower
+            // criticalities' shares are what keeps the peak low (at 2, SHEDDABLE may use 1, and
+            // twice 1 is 2: a limit cut to 2 by a capacity drop stayed there for good).
+            let cap = if used >= old as f64 {
+                (used as usize).max(old.saturating_add(1))
+            } else {
+                old
+            };
+            new_limit = new_limit.min(cap.max(old));
         }
         self.limit = new_limit;
         if self.one_change_per_rtt && new_limit != old {

@@ -147,3 +147,27 @@ fn a_provisional_min_rtt_is_not_cut_on_unless_clearly_exceeded() {
     );
     assert!(run(40) < 20, "40 ms: more than twice the tolerance, cut");
 }
+
+#[test]
+fn a_small_limit_used_to_its_share_may_grow_by_one() {
+    let t0 = Instant::now();
+    // At a limit of 2 the lowest criticality may use 1 slot (the headroom ladder), so a
+    // window's peak is 1 and "at most twice the peak" is 2: a limit cut to 2 stayed there.
+    let cfg = EnvoyGradientConfig {
+        fixed_min_rtt: Some(10 * MS),
+        min_concurrency: 1,
+        min_concurrency_limit: Some(1),
+        initial_limit: Some(2),
+        app_limited_growth: Some(2.0),
+        ..EnvoyGradientConfig::default()
+    };
+    let mut l = limit(&cfg, t0);
+    for w in 1..=5u64 {
+        envoy_window_at(&mut l, t0, 100 * w, 10, 1);
+    }
+    assert_eq!(
+        l.limit(),
+        3,
+        "one more; then 1 in flight of 3 is app-limited"
+    );
+}
