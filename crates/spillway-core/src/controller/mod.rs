@@ -109,7 +109,7 @@ pub struct AdmissionConfig {
     /// Share of the limit each criticality may fill (default 0.8 / 0.9 / 0.95 / 1.0, see
     /// [`crate::limiter`]).
     pub headroom: PerCriticality<f64>,
-    /// The admission queue (default: 64 entries, 100 ms max wait for requests without a
+    /// The admission queue (default: 1024 entries, 100 ms max wait for requests without a
     /// deadline, CoDel 5 ms / 100 ms).
     pub queue: QueueConfig,
     /// Shedding on utilisation (default: SHEDDABLE at 1.0, ramp 0.03, the rest never).
