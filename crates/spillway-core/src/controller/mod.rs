@@ -73,7 +73,8 @@ use crate::error::ConfigError;
 use crate::limit::{LimitConfig, Sample};
 use crate::limiter::{validate_headroom, Limiter};
 use crate::queue::{
-    AdmissionQueue, DropReason, QueueConfig, QueueEntry, ServiceTimeEstimate, SlotSource, Ticket,
+    AdmissionQueue, DropReason, QueueConfig, QueueEntry, ServiceBudget, ServiceTimeEstimate,
+    SlotSource, Ticket,
 };
 use crate::quota::{QuotaBook, QuotaCharge, QuotaConfig};
 use crate::random::{RandomSource, ThreadRandom};
@@ -108,7 +109,7 @@ pub struct AdmissionConfig {
     /// Share of the limit each criticality may fill (default 0.8 / 0.9 / 0.95 / 1.0, see
     /// [`crate::limiter`]).
     pub headroom: PerCriticality<f64>,
-    /// The admission queue (default: 64 entries, 100 ms max wait for requests without a
+    /// The admission queue (default: 1024 entries, 100 ms max wait for requests without a
     /// deadline, CoDel 5 ms / 100 ms).
     pub queue: QueueConfig,
     /// Shedding on utilisation (default: SHEDDABLE at 1.0, ramp 0.03, the rest never).
@@ -202,6 +203,8 @@ pub(crate) struct Inner {
     episode: refusal::Episode,
     /// Which levels are being refused for overload (the estimate's exemption, see `enqueue`).
     shedding: refusal::Shedding,
+    /// The cautious service time deadlines are budgeted with (`queue::service`).
+    pub(crate) service_budget: ServiceBudget,
 }
 
 /// How many bytes at the start of [`Inner`] (counted from its `Arc` allocation, counts
@@ -360,7 +363,9 @@ impl Inner {
             limiter: &self.limiter,
             in_flight: Cell::new(0),
         };
-        let expected = self.service.get();
+        // Whether a waiter can still finish in time is judged on the cautious figure
+        // (`ServiceBudget`): the EWMA is below a skewed mean most of the time.
+        let expected = self.service_budget.get(self.service.get());
         while let Some(e) = q.dequeue(now, expected, &slots, |e, why| {
             self.drop_waiter(e, why, now)
         }) {
@@ -517,6 +522,7 @@ impl AdmissionController {
                 budget_ns: AtomicU64::new(max_wait_ns),
                 episode: refusal::Episode::new(origin),
                 shedding: refusal::Shedding::new(origin),
+                service_budget: ServiceBudget::new(),
                 counters: Counters::default(),
             }),
         })
@@ -640,8 +646,10 @@ impl AdmissionController {
             return refuse(RefusalReason::ConcurrencyLimit);
         }
         let expected = inner.service.get();
+        // Deadlines are budgeted on the cautious figure; the wait estimate below on the mean.
+        let budget = inner.service_budget.get(expected);
         if let Some(d) = req.deadline {
-            if now.checked_add(expected).map_or(true, |f| f > d) {
+            if now.checked_add(budget).map_or(true, |f| f > d) {
                 return refuse(RefusalReason::DeadlineExceeded);
             }
         }
@@ -658,7 +666,7 @@ impl AdmissionController {
             drop(q);
             return refuse(RefusalReason::QueueFull);
         }
-        let give_up_at = q.give_up_at(now, req.deadline, expected);
+        let give_up_at = q.give_up_at(now, req.deadline, budget);
         // Slots to free before one is this level's: those beyond its allowance (a cut of the
         // limit leaves more in flight than the new limit) and one more.
         let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));
@@ -711,7 +719,7 @@ impl AdmissionController {
         for e in pushed.evicted {
             inner.drop_waiter(e, DropReason::Evicted, now);
         }
-        q.drop_pushed_back(now, c, shed_level, per_slot, expected, |e, why| {
+        q.drop_pushed_back(now, c, shed_level, per_slot, budget, |e, why| {
             inner.drop_waiter(e, why, now)
         });
         // Publish the length, then dispatch: a release that decremented in-flight before this

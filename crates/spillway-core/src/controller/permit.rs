@@ -163,8 +163,16 @@ impl Permit {
                 now,
             }),
         };
-        if self.outcome == Outcome::Success {
-            inner.service.record(rtt);
+        match self.outcome {
+            Outcome::Success => {
+                inner.service.record(rtt);
+                inner.service_budget.record(rtt);
+            }
+            // Timed out: it held its slot at least this long. Leaving it out made the budget
+            // the mean of the requests fast enough to finish (a bimodal service whose slow
+            // mode outlasts the callers' timeout was budgeted at its fast mode).
+            Outcome::Dropped => inner.service_budget.record(rtt),
+            Outcome::Ignore => {}
         }
         if let Some(actual) = self.actual_cost {
             inner.quota.settle(now, charge, actual);

@@ -52,11 +52,34 @@ impl AdmissionConfig {
     /// - `one_change_per_rtt` (TCP's one reduction per window of data, RFC 5681/6582): a
     ///   window is judged only on requests admitted at the current limit (without it the limit
     ///   swung 22 → 6 → 22 within 0.7 s in `spillway demo`).
+    /// - `min_concurrency_limit = 1` + `exact_cuts`: the limit may go down to what the
+    ///   service can take, one request at a time. With a floor of 5, and Envoy's `√limit`
+    ///   added to every cut (from 5 the steepest cut gives 4, from 3 it gives 2), a 1-worker
+    ///   service whose callers allow 5 service times held 4–5 requests — a queue as long as
+    ///   their patience — and every request timed out (issue 28's sweep: goodput 0.2 % at 2×).
+    ///   A window above tolerance now lowers the limit by at least one, and one in which
+    ///   most requests timed out halves it: their latency is only where the callers gave up,
+    ///   so the gradient read from it understates the queue. `min_concurrency = 5`
+    ///   stays what "low concurrency" means for measuring minRTT (from completed requests
+    ///   only: a timed-out one's latency is its caller's patience, not the service's).
+    /// - `rtt_windows`: a sampling window also closes once it holds `request_count` requests
+    ///   and has lasted minRTT — about one decision per round trip, where Envoy's 100 ms
+    ///   windows are a hundred round trips of a 1 ms service (a cold start at 20 on one such
+    ///   worker took 400 ms to come down, its queue growing meanwhile). Slow start neither
+    ///   ends nor cuts on a provisional minRTT (the median of the first few requests: of an
+    ///   exponential service, anywhere in 0.3–1.3 × the mean) unless a window is past twice
+    ///   its tolerance or mostly timed out: it stalled a 100-worker service's cold start at
+    ///   20–25 and refused 547 of 4,000 requests at 0.9 × capacity (253 now).
     ///
-    /// **Queue:** 64 entries (not half the limit: a short queue refused bursts of a lightly
-    /// loaded service), CoDel 5 ms / 100 ms, highest criticality first; a request waits at
-    /// most until its deadline less the expected service time (100 ms without a deadline) and
-    /// is refused on arrival when it could not start in time.
+    /// **Queue:** bounded in time, not by a count: 1024 entries is only a backstop (half the
+    /// limit refused bursts of a lightly loaded service; 64 refused a 100-worker 1 ms
+    /// service's cold start while its limit was still growing, 71 of 4,000 at 0.9 ×
+    /// capacity, within 0.1 pp of the unprotected with 1024), CoDel 5 ms / 100 ms, highest
+    /// criticality first; a request waits at most until its deadline less a cautious expected service time (100 ms without a
+    /// deadline) and is refused on arrival when it could not start in time. The cautious
+    /// figure is an upper bound of the mean that counts timed-out requests too
+    /// (`queue::service`): the plain average of the requests that finished sat below a skewed
+    /// service's mean, and waiters left later than their deadline less the mean allows.
     ///
     /// **Shedding:** SHEDDABLE at utilisation 1.0 (ramp 0.03), nothing else: the limit already
     /// keeps the upstream's queue short, and a busy-time utilisation reads near 1.0 both at
@@ -71,16 +94,19 @@ impl AdmissionConfig {
                 request_count: 25,
                 buffer: 0.5,
                 min_concurrency: 5,
+                min_concurrency_limit: Some(1),
                 app_limited_growth: Some(2.0),
                 one_change_per_rtt: true,
                 live_min_rtt: true,
                 initial_limit: Some(20),
                 latency_slack: 0.1,
+                exact_cuts: true,
+                rtt_windows: true,
                 ..EnvoyGradientConfig::default()
             }),
             headroom: DEFAULT_HEADROOM,
             queue: QueueConfig {
-                max_len: Some(64),
+                max_len: Some(1024),
                 ..QueueConfig::default()
             },
             shed: ShedConfig {

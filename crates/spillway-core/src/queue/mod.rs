@@ -48,7 +48,7 @@ use crate::criticality::Criticality;
 use crate::error::ConfigError;
 
 use codel::Codel;
-pub use service::ServiceTimeEstimate;
+pub use service::{ServiceBudget, ServiceTimeEstimate};
 
 /// How long an entry may wait at most, by default: one CoDel interval (100 ms, Nichols &
 /// Jacobson 2012) — a wait longer than that is a standing queue rather than a burst.

@@ -13,12 +13,21 @@
 //! when the limit has been cut to its floor, where every sample qualifies (Envoy's stale-minRTT
 //! case: there minRTT is re-measured as before). So:
 //!
-//! - minRTT is the `sample_percentile` of the last `request_count` low-concurrency samples; a
+//! - minRTT is the `sample_percentile` of the last `request_count` low-concurrency samples —
+//!   of requests that completed: a dropped (timed-out) one's latency is where its caller gave
+//!   up, and at a 1-worker service whose callers allow 5 service times, every sample ran at
+//!   low concurrency, the timed-out ones made "minRTT" the timeout, and no latency was ever
+//!   above tolerance again (issue 28's sweep); a
 //!   measurement whose first sample is older than `interval` starts again (an old trough says
 //!   little about the upstream now);
 //! - until the first measurement completes, the percentile of the low-concurrency samples seen
 //!   so far stands in (the very first request of a start qualifies), and the limit does not
-//!   move before there is one;
+//!   move before there is one; slow start neither ends nor cuts on it unless a window is
+//!   clearly past it (twice its tolerance) or most of it timed out: the median of the first few requests of an exponential service lies
+//!   anywhere in 0.3–1.3 × the mean, and read as minRTT a low one ended slow start at once
+//!   and held a 100-worker service's cold start at 20–25 for a quarter of a second (issue
+//!   28's sweep: 547 refused at 0.9×). Growth on fast answers only still stops slow start
+//!   where the queue starts;
 //! - from the start the limit grows in slow start: by one per request answered within
 //!   `minRTT·(1 + buffer)` while at least half of it was in use — doubling per round trip, as
 //!   TCP's window grows by one per acknowledgement (RFC 5681 §3.1) — so a cold start reaches
@@ -64,8 +73,15 @@ impl LiveMinRtt {
 
     /// Feeds one sample. Returns a minRTT when a measurement completes, or — until the first
     /// one has — the provisional one from the low-concurrency samples so far.
-    pub(super) fn on_sample(&mut self, now_ns: u64, rtt_ns: u64, in_flight: usize) -> Option<f64> {
-        if in_flight > self.low {
+    /// A dropped (timed-out) request is no sample: its latency is where its caller gave up.
+    pub(super) fn on_sample(
+        &mut self,
+        now_ns: u64,
+        rtt_ns: u64,
+        in_flight: usize,
+        dropped: bool,
+    ) -> Option<f64> {
+        if in_flight > self.low || dropped {
             return None;
         }
         if self.hist.count() > 0
@@ -89,6 +105,12 @@ impl LiveMinRtt {
         } else {
             None
         }
+    }
+
+    /// Whether no measurement has completed yet (minRTT is the provisional one, from fewer
+    /// than `request_count` samples).
+    pub(super) fn provisional(&self) -> bool {
+        self.provisional
     }
 
     /// Drops the measurement in progress (the limit sat at its floor: minRTT may be stale, and

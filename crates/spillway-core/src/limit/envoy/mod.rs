@@ -34,8 +34,9 @@
 //! the "app-limited" rule of Netflix concurrency-limits (`Gradient2Limit`, `AIMDLimit`:
 //! `inflight < limit / 2` leaves the limit alone; see `gradient2.rs`, `aimd.rs`) and of TCP's
 //! congestion window validation (RFC 7661: the window is not grown while the sender does not use
-//! at least half of it). A window that may grow does so to at most `f ×` its peak in flight, as
-//! Linux's slow start grows the congestion window only up to twice the packets in flight
+//! at least half of it). A window that may grow does so to at most `f ×` its peak in flight (or
+//! by one, if that is more: at a limit of 2 the lowest criticality may use 1, and `2 × 1` kept a
+//! limit cut to 2 there for good), as Linux's slow start grows the congestion window only up to twice the packets in flight
 //! (`tcp_is_cwnd_limited`: `cwnd < 2 * max_packets_out`). Without that cap a window that used
 //! just over half the limit, with latency at minRTT (a queue draining after a surge), doubled it
 //! in one step: `spillway demo` went 15 → 35 with 8 in flight as its 10× staircase ended, held
@@ -67,6 +68,31 @@
 //! on live traffic and the cuts are taken back (see `futile.rs`, which also says why the proxy
 //! leaves it off: with real foreign CPU work the host itself ran out of CPU).
 //!
+//! A fourth addition, off by default: `exact_cuts`. Envoy adds `√limit` to every new limit, so
+//! that a limit holding just above tolerance does not decay; at small limits that headroom is
+//! most of the limit, and the limit cannot come down: from 5, any gradient above 0.64 gives 5
+//! or more, and even the steepest cut (×0.5) gives `2.5 + 1.6 → 4`; from 3 it gives 2, never
+//! 1 — on a 1-worker service whose callers allow 5 service times, 4–5 in flight is a queue as
+//! long as their patience (issue 28's sweep: goodput 0.2 % at 2×). With `exact_cuts` a window
+//! above tolerance lowers the limit by at least one (at large limits Envoy's formula already
+//! does, and is kept: cutting to `limit × gradient` there left the limit hugging the knee, and
+//! the lower criticalities' shares of it left workers idle). And a window in which at least
+//! half the requests were dropped (timed out) halves the limit exactly: their latency is where
+//! the caller gave up, a lower bound of the true one, so when the timeout is within
+//! `1 + buffer` of minRTT the gradient read from them says "near tolerance" however long the
+//! queue behind them has grown — TCP's response to loss, which does not ask by how much the
+//! delay rose.
+//!
+//! A fifth addition, off by default: `rtt_windows`. Envoy closes a sampling window every
+//! `update_interval` (100 ms) whatever the service's latency; for a 1 ms service that is a
+//! hundred round trips per decision, and a cold start at a limit too large for the service
+//! (20 at a 1-worker service) took four windows — 400 ms, the whole of a short run — to halve
+//! down to what it can take, its queue growing meanwhile. With `rtt_windows` a window also
+//! closes once it holds `request_count` samples and has lasted minRTT: decisions come about
+//! once per round trip (TCP adjusts its window per round trip too), and never on fewer
+//! samples than a minRTT measurement takes. Slow services are unaffected (their windows fill
+//! in more than 100 ms).
+//!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
 //! [`Sample::now`]. Percentiles come from a fixed log-linear histogram (two significant digits,
@@ -85,11 +111,14 @@ use self::live::LiveMinRtt;
 use super::histogram::LatencyHistogram;
 use super::{clamp_limit, Limit, Sample};
 use crate::clock::{nanos_since, saturating_nanos};
-use crate::error::{check_range, ConfigError};
+use crate::error::ConfigError;
 use crate::random::RandomSource;
 
+mod config;
 mod futile;
 mod live;
+
+pub use self::config::EnvoyGradientConfig;
 
 pub(super) const NAME: &str = "envoy_gradient";
 
@@ -98,207 +127,6 @@ const GRADIENT_MIN: f64 = 0.5;
 const GRADIENT_MAX: f64 = 2.0;
 /// Sampling windows at the minimum limit that trigger a minRTT re-measurement (Envoy: 5).
 const STALE_MIN_RTT_WINDOWS: u32 = 5;
-
-/// Parameters of [`EnvoyGradientLimit`]. Percentages are fractions (Envoy's `Percent` 15 = 0.15).
-#[derive(Debug, Clone, PartialEq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
-pub struct EnvoyGradientConfig {
-    /// Time between minRTT measurements (`min_rtt_calc_params.interval`), `≥ 1 ms`. Default 60 s
-    /// (Envoy docs example; Envoy has no default).
-    #[cfg_attr(
-        feature = "serde",
-        serde(rename = "interval_ms", with = "crate::queue::millis")
-    )]
-    pub interval: Duration,
-    /// Samples that make one minRTT measurement (`request_count`), `≥ 1`. Default 50 (Envoy).
-    pub request_count: u32,
-    /// Random delay added to `interval`, as a fraction of it, in `[0, 1]`. Default 0.15 (Envoy).
-    pub jitter: f64,
-    /// Limit pinned while measuring minRTT, and the floor unless `min_concurrency_limit` is set,
-    /// `≥ 1`. Default 3 (Envoy).
-    pub min_concurrency: usize,
-    /// Separate floor for the calculated limit; when set, minRTT windows do not pin the limit.
-    /// Default unset (Envoy).
-    pub min_concurrency_limit: Option<usize>,
-    /// Tolerance added to minRTT, as a fraction of it, in `[0, 10]`. Default 0.25 (Envoy).
-    pub buffer: f64,
-    /// Percentile summarising a window of samples, in `(0, 1]`. Default 0.5 (Envoy p50).
-    pub sample_percentile: f64,
-    /// Length of a sampling window (`concurrency_update_interval`), `> 0`. Default 100 ms (Envoy
-    /// docs example; Envoy has no default).
-    #[cfg_attr(
-        feature = "serde",
-        serde(rename = "update_interval_ms", with = "crate::queue::millis")
-    )]
-    pub update_interval: Duration,
-    /// Ceiling (`max_concurrency_limit`), `≥` the floor. Default 1000 (Envoy).
-    pub max_concurrency_limit: usize,
-    /// Do not raise the limit after a sampling window whose peak in-flight count was below
-    /// `limit / f` (see the module docs; Netflix uses 2), `f` in `[1, 100]`. Default unset
-    /// (Envoy: the limit grows whenever latency allows).
-    pub app_limited_growth: Option<f64>,
-    /// After the limit changes, summarise windows only from requests started after the change
-    /// (see the module docs). Default false (Envoy: every sample counts).
-    pub one_change_per_rtt: bool,
-    /// When the latency of recent windows whose limit was reached does not follow their limit
-    /// (the cuts were futile), re-measure minRTT at the latency seen and take the cuts back (the
-    /// host, not our concurrency, is slowing requests; see `futile.rs`). Needs `one_change_per_rtt`. Default
-    /// false (Envoy: cut until the floor, then re-measure after 5 windows there).
-    pub rebaseline_on_futile_cut: bool,
-    /// Measure minRTT on live traffic — from requests that started with at most
-    /// `min_concurrency` in flight — and never pin the limit (see `live.rs`). Default false
-    /// (Envoy: pin to `min_concurrency` at start and every `interval`).
-    pub live_min_rtt: bool,
-    /// The limit to start from, within `[floor, max_concurrency_limit]`. Default unset:
-    /// `min_concurrency` (Envoy).
-    pub initial_limit: Option<usize>,
-    /// Latency above minRTT always tolerated, as a fraction in `[0, 1]` of the callers' latency
-    /// budget ([`Limit::set_latency_budget`]: their deadlines capped at the queue's max wait): the
-    /// limit is cut only while the window's latency exceeds both `minRTT·(1 + buffer)` and
-    /// `minRTT + latency_slack · budget`. Default 0 (Envoy: only the buffer).
-    pub latency_slack: f64,
-    /// Use this minRTT instead of measuring it (Envoy `fixed_value`), `> 0` if set. Default unset.
-    #[cfg_attr(
-        feature = "serde",
-        serde(rename = "fixed_min_rtt_ms", with = "crate::queue::millis::option")
-    )]
-    pub fixed_min_rtt: Option<Duration>,
-}
-
-impl Default for EnvoyGradientConfig {
-    fn default() -> Self {
-        EnvoyGradientConfig {
-            interval: Duration::from_secs(60),
-            request_count: 50,
-            jitter: 0.15,
-            min_concurrency: 3,
-            min_concurrency_limit: None,
-            buffer: 0.25,
-            sample_percentile: 0.5,
-            update_interval: Duration::from_millis(100),
-            max_concurrency_limit: 1000,
-            app_limited_growth: None,
-            one_change_per_rtt: false,
-            rebaseline_on_futile_cut: false,
-            live_min_rtt: false,
-            initial_limit: None,
-            latency_slack: 0.0,
-            fixed_min_rtt: None,
-        }
-    }
-}
-
-impl EnvoyGradientConfig {
-    /// Checks every field against the ranges in its docs.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        if self.fixed_min_rtt.is_none() && self.interval < Duration::from_millis(1) {
-            return Err(ConfigError::new(
-                "limit.envoy_gradient.interval_ms",
-                ms(self.interval),
-                "a duration >= 1 ms (or set fixed_min_rtt_ms)",
-            ));
-        }
-        if self.request_count < 1 {
-            return Err(ConfigError::new(
-                "limit.envoy_gradient.request_count",
-                self.request_count,
-                "an integer >= 1",
-            ));
-        }
-        check_range(
-            "limit.envoy_gradient.jitter",
-            self.jitter,
-            0.0,
-            1.0,
-            "a fraction in [0, 1] (0.15 = 15 % of the interval)",
-        )?;
-        if self.min_concurrency < 1 {
-            return Err(ConfigError::new(
-                "limit.envoy_gradient.min_concurrency",
-                self.min_concurrency,
-                "an integer >= 1",
-            ));
-        }
-        if self.min_concurrency_limit == Some(0) {
-            return Err(ConfigError::new(
-                "limit.envoy_gradient.min_concurrency_limit",
-                0,
-                "an integer >= 1, or unset",
-            ));
-        }
-        check_range(
-            "limit.envoy_gradient.buffer",
-            self.buffer,
-            0.0,
-            10.0,
-            "a fraction in [0, 10] (0.25 = 25 % of minRTT)",
-        )?;
-        check_range(
-            "limit.envoy_gradient.sample_percentile",
-            self.sample_percentile,
-            f64::MIN_POSITIVE,
-            1.0,
-            "a fraction in (0, 1] (0.5 = p50)",
-        )?;
-        if self.update_interval.is_zero() {
-            return Err(ConfigError::new(
-                "limit.envoy_gradient.update_interval_ms",
-                0,
-                "a duration > 0 ms",
-            ));
-        }
-        let floor = self.min_concurrency_limit.unwrap_or(self.min_concurrency);
-        if self.max_concurrency_limit < floor.max(self.min_concurrency) {
-            return Err(ConfigError::new(
-                "limit.envoy_gradient.max_concurrency_limit",
-                self.max_concurrency_limit,
-                "an integer >= min_concurrency and min_concurrency_limit",
-            ));
-        }
-        if let Some(f) = self.app_limited_growth {
-            check_range(
-                "limit.envoy_gradient.app_limited_growth",
-                f,
-                1.0,
-                100.0,
-                "a factor in [1, 100] (2 = grow only while at least half the limit is used), or unset",
-            )?;
-        }
-        if self.rebaseline_on_futile_cut && !self.one_change_per_rtt {
-            return Err(ConfigError::new(
-                "limit.envoy_gradient.rebaseline_on_futile_cut",
-                true,
-                "false unless one_change_per_rtt = true (a cut is judged on requests admitted after it)",
-            ));
-        }
-        if let Some(i) = self.initial_limit {
-            if i < floor || i > self.max_concurrency_limit {
-                return Err(ConfigError::new(
-                    "limit.envoy_gradient.initial_limit",
-                    i,
-                    "an integer within [min_concurrency_limit (or min_concurrency), max_concurrency_limit], or unset",
-                ));
-            }
-        }
-        check_range(
-            "limit.envoy_gradient.latency_slack",
-            self.latency_slack,
-            0.0,
-            1.0,
-            "a fraction in [0, 1] of the callers' latency budget (0 = none)",
-        )?;
-        if self.fixed_min_rtt.is_some_and(|d| d.is_zero()) {
-            return Err(ConfigError::new(
-                "limit.envoy_gradient.fixed_min_rtt_ms",
-                0,
-                "a duration > 0 ms, or unset",
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Envoy's gradient controller as a [`Limit`].
 #[derive(Debug)]
@@ -324,6 +152,8 @@ pub struct EnvoyGradientLimit {
     /// `live_min_rtt` (only with a dynamic minRTT).
     live: Option<LiveMinRtt>,
     latency_slack: f64,
+    exact_cuts: bool,
+    rtt_windows: bool,
     /// The callers' latency budget in nanoseconds (0 = unknown).
     budget_ns: f64,
     /// With `live_min_rtt`: growing by one per fast sample until a window is slow (see
@@ -349,6 +179,10 @@ pub struct EnvoyGradientLimit {
     window_peak_in_flight: usize,
     /// Largest `Sample::in_flight` among the samples the open window counted (recorded).
     window_peak_counted: usize,
+    /// Dropped samples among those the open window counted.
+    window_dropped: u32,
+    /// Whether the last closed window had at least half its samples dropped.
+    censored: bool,
     hist: LatencyHistogram,
 }
 
@@ -407,6 +241,8 @@ impl EnvoyGradientLimit {
             live: (cfg.live_min_rtt && fixed.is_none())
                 .then(|| LiveMinRtt::new(min_concurrency, request_count, percentile, interval_ns)),
             latency_slack: finite_or(cfg.latency_slack, 0.0, 1.0, 0.0),
+            exact_cuts: cfg.exact_cuts,
+            rtt_windows: cfg.rtt_windows,
             budget_ns: 0.0,
             slow_start: cfg.live_min_rtt && fixed.is_none(),
             limit: cfg
@@ -425,6 +261,8 @@ impl EnvoyGradientLimit {
             consecutive_at_floor: 0,
             window_peak_in_flight: 0,
             window_peak_counted: 0,
+            window_dropped: 0,
+            censored: false,
             hist: LatencyHistogram::new(),
         };
         if me.periodic_min_rtt() {
@@ -464,6 +302,17 @@ impl EnvoyGradientLimit {
         self.origin + Duration::from_nanos(self.next_min_rtt_ns)
     }
 
+    /// Whether the open sampling window is due to close: after `update_interval`, or with
+    /// `rtt_windows` once it holds `request_count` samples and has lasted minRTT.
+    fn window_due(&self, now_ns: u64) -> bool {
+        let elapsed = now_ns.saturating_sub(self.window_start_ns);
+        elapsed >= self.update_ns
+            || (self.rtt_windows
+                && self.min_rtt_ns > 0.0
+                && self.hist.count() >= self.request_count
+                && elapsed as f64 >= self.min_rtt_ns)
+    }
+
     /// Whether minRTT is measured in windows that pin the limit (Envoy's way), rather than
     /// fixed or measured live.
     fn periodic_min_rtt(&self) -> bool {
@@ -484,6 +333,7 @@ impl EnvoyGradientLimit {
             self.limit = self.min_concurrency;
         }
         self.hist.clear();
+        self.window_dropped = 0;
         self.min_rtt_epoch_ns = now_ns;
         self.consecutive_at_floor = 0;
         if let Some(f) = self.futile.as_mut() {
@@ -513,33 +363,40 @@ impl EnvoyGradientLimit {
         self.window_start_ns = now_ns;
         self.window_peak_in_flight = 0;
         self.window_peak_counted = 0;
+        self.window_dropped = 0;
     }
 
     fn close_sample_window(&mut self, now_ns: u64) {
         self.window_start_ns = now_ns;
         let peak = std::mem::take(&mut self.window_peak_in_flight);
         let peak_counted = std::mem::take(&mut self.window_peak_counted);
+        let dropped = std::mem::take(&mut self.window_dropped);
         let Some(sample) = self.hist.quantile(self.percentile) else {
             return;
         };
+        self.censored = u64::from(dropped) * 2 >= u64::from(self.hist.count());
         self.hist.clear();
         self.sample_rtt_ns = sample;
         if self.live.is_some() && self.measured_min_rtt_ns <= 0.0 {
             // No minRTT yet (live measurement): nothing to compare with; hold the limit — and
             // if no request has run at low concurrency for 5 windows (a load that was heavy
             // from its first request on, which a real start hardly produces: its first request
-            // runs alone), drop to the floor, where every request does.
+            // runs alone), drop to `min_concurrency`, where every request does.
             self.consecutive_at_floor += 1;
             if self.consecutive_at_floor >= STALE_MIN_RTT_WINDOWS {
                 self.consecutive_at_floor = 0;
-                self.limit = self.floor;
-                if self.one_change_per_rtt {
-                    self.change_epoch_ns = now_ns;
-                }
+                self.measure_at_low_concurrency(now_ns);
             }
             return;
         }
-        if self.slow_start && sample > self.min_rtt_ns * (1.0 + self.buffer) {
+        // A provisional minRTT (live.rs) is the median of a handful of requests: too noisy
+        // to end slow start or cut on, unless the window is clearly past it (twice the
+        // tolerance, where the gradient's clamp bottoms out) or most of it timed out.
+        let provisional = self.slow_start
+            && self.live.as_ref().is_some_and(LiveMinRtt::provisional)
+            && !(self.exact_cuts && self.censored)
+            && sample <= 2.0 * self.tolerated_ns();
+        if self.slow_start && !provisional && sample > self.min_rtt_ns * (1.0 + self.buffer) {
             // Latency has left minRTT's own tolerance: the knee is near, growth is the
             // gradient's from now on.
             self.slow_start = false;
@@ -563,14 +420,25 @@ impl EnvoyGradientLimit {
         }
         let mut new_limit = self.calculate_new_limit();
         let old = self.limit;
+        if provisional {
+            // Held, not cut: slow start's own rule (growth only on fast answers) stops it
+            // where the queue starts.
+            new_limit = new_limit.max(old);
+        }
         if let Some(f) = self.app_limited_growth {
             // App-limited (module docs): growth never takes the limit past f × the window's
             // peak in flight — none at all when that is below the limit already (the limit was
             // not the constraint).
             let used = ((peak as f64) * f).ceil();
-            if used < new_limit as f64 {
-                new_limit = new_limit.min(old.max(used as usize));
-            }
+            // A window that used its share may always grow by one: at small limits the lower
+            // criticalities' shares are what keeps the peak low (at 2, SHEDDABLE may use 1, and
+            // twice 1 is 2: a limit cut to 2 by a capacity drop stayed there for good).
+            let cap = if used >= old as f64 {
+                (used as usize).max(old.saturating_add(1))
+            } else {
+                old
+            };
+            new_limit = new_limit.min(cap.max(old));
         }
         self.limit = new_limit;
         if self.one_change_per_rtt && new_limit != old {
@@ -593,14 +461,43 @@ impl EnvoyGradientLimit {
         }
     }
 
+    /// Lowers the limit to `min_concurrency` (not below the floor), the largest at which every
+    /// request counts as a low-concurrency sample of minRTT.
+    fn measure_at_low_concurrency(&mut self, now_ns: u64) {
+        let low = self.min_concurrency.max(self.floor);
+        if self.limit > low {
+            self.limit = low;
+            if self.one_change_per_rtt {
+                self.change_epoch_ns = now_ns;
+            }
+        }
+    }
+
     fn calculate_new_limit(&self) -> usize {
         // Both ≥ 1 ns; a 0 ns minRTT (coarse clock) still yields a finite gradient (0.5).
         let sample = self.sample_rtt_ns.max(1.0);
         let buffered_min = self.tolerated_ns();
-        let gradient = (buffered_min / sample).clamp(GRADIENT_MIN, GRADIENT_MAX);
+        let mut gradient = (buffered_min / sample).clamp(GRADIENT_MIN, GRADIENT_MAX);
+        if self.exact_cuts && self.censored {
+            // Most of the window timed out: its latency is only known to exceed what was
+            // measured, so the gradient above is an upper bound. Cut by the most allowed.
+            gradient = GRADIENT_MIN;
+        }
         let scaled = self.limit as f64 * gradient;
-        let headroom = scaled.sqrt();
-        clamp_limit((scaled + headroom).floor(), self.floor, self.max) as usize
+        let headroom = if self.exact_cuts && self.censored {
+            // Halving, exactly: with √limit on top a limit of 5 at a 1-worker service never
+            // came down (2.5 + 1.6 → 4, 1.5 + 1.2 → 2).
+            0.0
+        } else {
+            scaled.sqrt()
+        };
+        let new = clamp_limit((scaled + headroom).floor(), self.floor, self.max) as usize;
+        if self.exact_cuts && gradient < 1.0 && new >= self.limit {
+            // Above tolerance, yet √limit kept the limit where it was (small limits: from 5
+            // a gradient above 0.64 gives 5 or more): one less.
+            return self.limit.saturating_sub(1).max(self.floor);
+        }
+        new
     }
 }
 
@@ -622,7 +519,7 @@ impl Limit for EnvoyGradientLimit {
         let rtt_ns = saturating_nanos(s.rtt);
 
         if let Some(live) = self.live.as_mut() {
-            if let Some(m) = live.on_sample(now_ns, rtt_ns, s.in_flight) {
+            if let Some(m) = live.on_sample(now_ns, rtt_ns, s.in_flight, s.dropped) {
                 // A measurement supersedes a futile-cut re-baseline, as Envoy's window does.
                 self.min_rtt_ns = m;
                 self.measured_min_rtt_ns = m;
@@ -631,6 +528,7 @@ impl Limit for EnvoyGradientLimit {
             // tolerance while at least half the limit was in use — doubling per round trip,
             // as TCP's slow start grows its window by one per acknowledgement.
             if self.slow_start
+                && !s.dropped
                 && self.measured_min_rtt_ns > 0.0
                 && (rtt_ns as f64) <= self.min_rtt_ns * (1.0 + self.buffer)
                 && s.in_flight.saturating_mul(2) >= self.limit
@@ -644,7 +542,7 @@ impl Limit for EnvoyGradientLimit {
         if !self.in_min_rtt_window {
             if periodic && now_ns >= self.next_min_rtt_ns {
                 self.enter_min_rtt_window(now_ns);
-            } else if now_ns.saturating_sub(self.window_start_ns) >= self.update_ns {
+            } else if self.window_due(now_ns) {
                 self.close_sample_window(now_ns);
                 if self.periodic_min_rtt() && now_ns >= self.next_min_rtt_ns {
                     self.enter_min_rtt_window(now_ns);
@@ -671,6 +569,7 @@ impl Limit for EnvoyGradientLimit {
         }
         self.hist.record(rtt_ns);
         self.window_peak_counted = self.window_peak_counted.max(s.in_flight);
+        self.window_dropped += u32::from(s.dropped);
 
         if self.in_min_rtt_window && self.hist.count() >= self.request_count {
             self.finish_min_rtt_window(now_ns);

@@ -81,6 +81,11 @@ struct Sim<'a> {
     allowed_wait: u64,
     figures: RunFigures,
     refusal_ns: Vec<u64>,
+    /// With `SWEEP_TRACE` set in the environment, the protected run prints the controller's
+    /// state 100 times over its window (to read one cell's trajectory; `tests.rs` runs a
+    /// chosen sweep file with `SWEEP_FILE`).
+    trace: bool,
+    next_trace: u64,
 }
 
 /// Runs `spec` once, behind the proxy's zero-config admission (`protected`) or not.
@@ -155,6 +160,8 @@ pub fn run_cell(
         allowed_wait: timeout.saturating_sub(ms_to_nanos(spec.mean_ms)),
         figures: RunFigures::empty(),
         refusal_ns: Vec::new(),
+        next_trace: 0,
+        trace: std::env::var_os("SWEEP_TRACE").is_some(),
     };
     sim.start();
     sim.run();
@@ -233,6 +240,17 @@ impl Sim<'_> {
             }
             self.now = at;
             self.clock.set(at);
+            if let (Some(p), true) = (&self.proxy, self.trace) {
+                if at >= self.next_trace {
+                    self.next_trace = at + self.end / 100;
+                    let s = p.snapshot();
+                    eprintln!(
+                        "TRACE t={:.4} limit={} inflight={} queued={} busy={} fifo={} ok={} refused={} timedout={} exp={:?}",
+                        at as f64 / 1e9, s.limit, s.in_flight, s.queued, self.busy, self.fifo.len(),
+                        self.figures.ok, self.figures.refused, self.figures.timed_out, s.expected_service_time
+                    );
+                }
+            }
             self.figures.events += 1;
             match kind {
                 ARRIVAL => {
