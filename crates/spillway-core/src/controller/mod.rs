@@ -199,7 +199,7 @@ pub(crate) struct Inner {
     /// limit algorithm with each sample. Read only on release with a sample; out of the hot
     /// lines.
     budget_ns: AtomicU64,
-    /// How long overload refusals have gone on (momentary or sustained).
+    /// How long overload refusals of each level have gone on (momentary or sustained).
     episode: refusal::Episode,
     /// Which levels are being refused for overload (the estimate's exemption, see `enqueue`).
     shedding: refusal::Shedding,
@@ -295,7 +295,7 @@ impl Inner {
             reason,
             criticality: c,
             retry_after,
-            sustained: overload && self.episode.refused(now),
+            sustained: overload && self.episode.refused(c, now),
         }
     }
 

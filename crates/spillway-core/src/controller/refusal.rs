@@ -102,8 +102,8 @@ pub struct Refusal {
     pub criticality: Criticality,
     /// When the client may try again (`Retry-After`), if there is a useful hint.
     pub retry_after: Option<Duration>,
-    /// The task's overload is sustained, not momentary: it has refused work for
-    /// [`SUSTAINED_AFTER`] without a pause of [`EPISODE_GAP`]. A retry elsewhere would then
+    /// The task's overload is sustained, not momentary: it has refused work of this
+    /// criticality for [`SUSTAINED_AFTER`] without a pause of [`EPISODE_GAP`]. A retry elsewhere would then
     /// meet a fleet just as full and only add load (gRFC A6: the server's pushback tells the
     /// client not to retry; SRE book ch. 21: retries amplify overload), so the edge marks it
     /// "don't retry" whatever the reason.
@@ -125,42 +125,50 @@ pub const SUSTAINED_AFTER: Duration = Duration::from_secs(1);
 /// An overload episode ends after this long without an overload refusal: 1 s.
 pub const EPISODE_GAP: Duration = Duration::from_secs(1);
 
-/// How long the task has been refusing work for overload (reasons where retrying elsewhere can
-/// help), to tell a momentary overload from a sustained one. Two relaxed atomics; the last
-/// refusal's time is written at most once per millisecond, so refusals, the bulk of the work
-/// under overload, rarely write a shared line.
+/// How long the task has been refusing work of each criticality for overload (reasons where
+/// retrying elsewhere can help), to tell a momentary overload from a sustained one — per level,
+/// because "sustained" answers "would a retry elsewhere meet a fleet just as full?" for the work
+/// refused: SHEDDABLE refused for seconds on end is, and its retries only add load; a CRITICAL
+/// request refused once while CRITICAL is otherwise served (a limit cut, a burst) is not, and
+/// another task, which serves CRITICAL ahead of the SHEDDABLE it is refusing, will likely take
+/// it (`spillway demo`'s throttling clients, which obey "don't retry", lost CRITICAL requests
+/// and `good`'s SHEDDABLE_PLUS refused once each inside the noisy customer's 10-second surge).
+/// Two relaxed atomics per level; each level's last refusal is written at most once per
+/// millisecond, so refusals, the bulk of the work under overload, rarely write a shared line.
 #[derive(Debug)]
 pub(crate) struct Episode {
     origin: Instant,
-    /// Nanoseconds since `origin` + 1 of the episode's first refusal (0: none yet).
-    start: AtomicU64,
+    /// Nanoseconds since `origin` + 1 of each level's episode's first refusal (0: none yet).
+    start: [AtomicU64; Criticality::COUNT],
     /// The same for its latest refusal (to within a millisecond).
-    last: AtomicU64,
+    last: [AtomicU64; Criticality::COUNT],
 }
 
 impl Episode {
     pub(crate) fn new(origin: Instant) -> Self {
         Episode {
             origin,
-            start: AtomicU64::new(0),
-            last: AtomicU64::new(0),
+            start: std::array::from_fn(|_| AtomicU64::new(0)),
+            last: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
-    /// Notes an overload refusal at `now`; whether the overload is sustained.
-    pub(crate) fn refused(&self, now: Instant) -> bool {
+    /// Notes an overload refusal of level `c` at `now`; whether that level's overload is
+    /// sustained.
+    pub(crate) fn refused(&self, c: Criticality, now: Instant) -> bool {
+        let (start_cell, last_cell) = (&self.start[c.index()], &self.last[c.index()]);
         let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
-        let last = self.last.load(Ordering::Relaxed);
+        let last = last_cell.load(Ordering::Relaxed);
         let gap = crate::clock::saturating_nanos(EPISODE_GAP);
         if last == 0 || t.saturating_sub(last) > gap {
-            self.start.store(t, Ordering::Relaxed);
-            self.last.store(t, Ordering::Relaxed);
+            start_cell.store(t, Ordering::Relaxed);
+            last_cell.store(t, Ordering::Relaxed);
             return SUSTAINED_AFTER.is_zero();
         }
         if t > last.saturating_add(1_000_000) {
-            self.last.store(t, Ordering::Relaxed);
+            last_cell.store(t, Ordering::Relaxed);
         }
-        let start = self.start.load(Ordering::Relaxed);
+        let start = start_cell.load(Ordering::Relaxed);
         t.saturating_sub(start) >= crate::clock::saturating_nanos(SUSTAINED_AFTER)
     }
 }

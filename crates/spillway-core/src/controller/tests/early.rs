@@ -121,6 +121,30 @@ fn with_a_deadline_the_wait_ends_when_it_could_no_longer_finish() {
 }
 
 #[test]
+fn a_level_refused_for_seconds_is_sustained_while_a_level_refused_once_is_momentary() {
+    // Limit 1, no queue: with the slot held, every request is refused for overload.
+    let (ctl, clock) = controller(config(1, 0));
+    let _held = admitted(ctl.admit(&req(Critical)));
+    for _ in 0..11 {
+        assert!(refused(ctl.admit(&req(Sheddable))).retry_after.is_some());
+        clock.advance(100 * MS);
+    }
+    let s = refused(ctl.admit(&req(Sheddable)));
+    assert!(
+        s.sustained && !s.retry_can_help(),
+        "SHEDDABLE refused for 1.1 s"
+    );
+    // CRITICAL's first refusal in that surge: its own overload is momentary, retry elsewhere.
+    let c = refused(ctl.admit(&req(Critical)));
+    assert!(
+        !c.sustained && c.retry_can_help(),
+        "CRITICAL refused once: {c:?}"
+    );
+    // And SHEDDABLE stays sustained meanwhile.
+    assert!(refused(ctl.admit(&req(Sheddable))).sustained);
+}
+
+#[test]
 fn overload_refusals_become_sustained_after_a_second_and_momentary_after_a_pause() {
     // Limit 1, no queue: every second request is refused `concurrency_limit`.
     let (ctl, clock) = controller(config(1, 0));
