@@ -39,6 +39,15 @@ impl ReadBuffer {
         }
     }
 
+    /// Lets go of the buffer's memory while nothing is buffered (an idle connection); the
+    /// next read allocates it again at the first read size.
+    pub(crate) fn release(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = BytesMut::new();
+            self.size = READ_FIRST;
+        }
+    }
+
     /// Reads what `io` has into the buffer; `Ok(0)` at end of stream.
     pub(crate) fn poll_fill<S: AsyncRead + Unpin>(
         &mut self,

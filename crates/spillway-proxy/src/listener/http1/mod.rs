@@ -61,6 +61,8 @@ use crate::upstream::{chunk_header, chunked_end, NameCache, ProxyBody};
 const COPY_MAX: usize = 16 * 1024;
 /// Buffered output is written out once it reaches this size, even if more body is ready.
 const FLUSH_AT: usize = 64 * 1024;
+/// The write buffer's first size: a response head and a small body.
+const WRITE_FIRST: usize = 1024;
 /// The interim answer to `Expect: 100-continue` (always in HTTP/1.1: only 1.1 clients get it).
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -94,7 +96,8 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut read = ReadBuffer::new();
-    let mut write: Vec<u8> = Vec::with_capacity(1024);
+    // Allocated when an answer is written (`WRITE_FIRST`), let go of while idle.
+    let mut write: Vec<u8> = Vec::new();
     let mut names = NameCache::default();
     // The last answer's header map, emptied: the next request's (no allocation per request
     // once it has grown to fit).
@@ -116,8 +119,16 @@ where
                 if let Poll::Ready(r) = read.poll_fill(&mut io, cx) {
                     return Poll::Ready(Some(r));
                 }
-                if idle && stop.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(None);
+                if idle {
+                    if stop.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(None);
+                    }
+                    // Waiting for a next request that may never come: an idle keep-alive
+                    // connection holds no buffers (8 KiB read, 1 KiB write), so a burst of
+                    // connections that then sit idle costs little and leaves little behind
+                    // (docs/soak.md). The price is an allocation of each per request.
+                    read.release();
+                    write = Vec::new();
                 }
                 Poll::Pending
             })
@@ -160,7 +171,10 @@ where
         };
         // What is left to write of `100 Continue`.
         let mut interim: &[u8] = &[];
-        let mut handling = pin!(crate::forward::handle(
+        // Boxed, not pinned in place: the request's future is most of what a connection's
+        // task would otherwise hold for its whole life, idle or not (10 KiB a task before,
+        // heaptrack; docs/soak.md); one allocation per request instead.
+        let mut handling = Box::pin(crate::forward::handle(
             set.state.current(),
             Some(set.peer.for_request(busy).writing_bytes()),
             parts,
@@ -224,6 +238,7 @@ where
                 answering.keep_alive &= f.answering();
             }
             // The rest of a `100 Continue` already begun goes first.
+            write.reserve(WRITE_FIRST);
             write.extend_from_slice(interim);
             let head = codec::encode_response(&res, res.body().raw_fields(), answering, &mut write);
             let (parts, mut body) = res.into_parts();
@@ -237,7 +252,7 @@ where
         .await;
         if write.capacity() > FLUSH_AT {
             // A large answer's buffer is not kept for the connection's life.
-            write = Vec::with_capacity(1024);
+            write = Vec::new();
         }
         if let (Some(f), true) = (&filler, whole && keep_alive) {
             // The rest of the body (if the answer came first) is read before the next request
