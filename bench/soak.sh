@@ -22,12 +22,14 @@
 #   rss    after WARMUP s, the peak RSS is less than RSS_GROWTH_PCT % above the first sample
 #          taken at or after WARMUP (RSS_CHECK=peak, the default);
 #          or, with RSS_CHECK=highwater, the same but the reference moves up to the RSS of each
-#          sample where the proxy's fd count reaches a new maximum for the run. Why: the
-#          allocator keeps the memory of the most connections ever open at once, so a burst of
+#          sample where the proxy's fd count reaches a new maximum for the run. Why: a burst of
 #          concurrency (a stall of the proxy or the load generator on a busy host piles up
-#          open-loop requests: 129 -> 257 fds in a CI-sized run, 178 -> 691 in a 10-minute one)
-#          raises RSS for good without any leak; a leak still grows between such bursts. Both
-#          figures are always reported (rss_growth_pct, rss_growth_highwater_pct).
+#          open-loop requests: 129 -> 257 fds in a CI-sized run, 130 -> 861 in a 10-minute one)
+#          raises RSS by what the extra connections hold while they are open (~3.8 kB of RSS
+#          each; the load generator keeps them idle for 30 s), without any leak; a leak still
+#          grows between such bursts. (Before the proxy returned freed memory, src/trim.rs, a
+#          burst raised it for good.) Both figures are always reported (rss_growth_pct,
+#          rss_growth_highwater_pct); docs/soak.md has the figures.
 #   fds    after the load, the proxy's fd count returns to the idle baseline (taken before);
 #   alive  the proxy is still running at the end;
 #   served the mean goodput over the load is at least MIN_GOODPUT_PCT % of C (the proxy kept

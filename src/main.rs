@@ -15,6 +15,7 @@ mod demo;
 mod load;
 mod proxy;
 mod sim;
+mod trim;
 
 /// Overload protection: criticality-aware admission, quotas, adaptive throttling, retry budgets.
 #[derive(Debug, Parser)]

@@ -54,6 +54,8 @@ pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&*state.config())?);
         return Ok(());
     }
+    // Memory freed after a burst of connections goes back to the system (src/trim.rs).
+    crate::trim::spawn();
     // A refused configuration is the user's to fix: exit 2 like other argument errors.
     match run(source) {
         Err(spillway_proxy::run::RunError::Config(e)) => Err(UsageError(e.to_string()).into()),

@@ -12,11 +12,12 @@
 //! the other way, 2 this way).
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use bytes::BytesMut;
-use tokio::io::AsyncRead;
+use tokio::io::{AsyncRead, ReadBuf};
 
 /// The first read size (hyper's).
 const READ_FIRST: usize = 8192;
@@ -39,12 +40,39 @@ impl ReadBuffer {
         }
     }
 
+    /// Lets go of the buffer's memory if nothing is buffered (a connection between requests);
+    /// the next read that brings bytes allocates for them.
+    pub(crate) fn release(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = BytesMut::new();
+            self.size = READ_FIRST;
+        }
+    }
+
     /// Reads what `io` has into the buffer; `Ok(0)` at end of stream.
     pub(crate) fn poll_fill<S: AsyncRead + Unpin>(
         &mut self,
         io: &mut S,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() == 0 {
+            // Let go of ([`ReadBuffer::release`]): read onto the stack, so that a wait that
+            // brings nothing allocates nothing, and allocate for what came (a request head,
+            // copied: the size of what came, not 8 KiB, held while its request runs).
+            let mut stack = [MaybeUninit::<u8>::uninit(); READ_FIRST];
+            let mut got = ReadBuf::uninit(&mut stack);
+            ready!(Pin::new(io).poll_read(cx, &mut got))?;
+            let n = got.filled().len();
+            if n > 0 {
+                self.buf = BytesMut::from(got.filled());
+            }
+            self.size = if n == READ_FIRST {
+                READ_FIRST * 2
+            } else {
+                READ_FIRST
+            };
+            return Poll::Ready(Ok(n));
+        }
         if self.buf.capacity() - self.buf.len() < self.size / 4 {
             self.buf.reserve(self.size);
         }

@@ -515,3 +515,48 @@ async fn a_connect_is_refused_and_never_reaches_the_upstream() {
     assert!(got[1].1.starts_with("b GET /after "), "{got:?}");
     assert_eq!(p.state.faults.get(Fault::BadRequest), 1);
 }
+
+#[tokio::test]
+async fn a_connection_idle_past_its_timer_checks_serves_its_next_requests() {
+    // The connection's timer checks every 50 ms (a quarter of the 200 ms header timeout); idle
+    // for several checks, the connection lets go of its buffers (listener::http1) and reads
+    // the next requests, pipelined, into new ones.
+    let b = backend("b").await;
+    let p = proxy_toml(&format!(
+        "[listen]\nheader_read_timeout_ms = 200\n[upstream]\naddresses = [\"{}\"]\n",
+        b.addr
+    ))
+    .await;
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(b"GET /1 HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut wire = Vec::new();
+    let mut buf = [0u8; 4096];
+    while answers(&String::from_utf8_lossy(&wire), &[]).is_empty()
+        || !String::from_utf8_lossy(&wire).contains("b GET /1 ")
+    {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("the first answer within 5 s")
+            .unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&wire));
+        wire.extend_from_slice(&buf[..n]);
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    s.write_all(
+        b"GET /2 HTTP/1.1\r\nhost: x\r\n\r\n\
+          GET /3 HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut rest = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut rest))
+        .await
+        .expect("the answers within 5 s")
+        .unwrap();
+    let got = answers(&rest, &[]);
+    assert_eq!(got.len(), 2, "{rest}");
+    assert!(got[0].1.starts_with("b GET /2 "), "{got:?}");
+    assert!(got[1].1.starts_with("b GET /3 "), "{got:?}");
+}

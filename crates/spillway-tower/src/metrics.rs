@@ -17,8 +17,9 @@
 //! bump, never a string copy. Names are in [`crate::wire::metric`].
 //!
 //! Cardinality: customer and operation labels come from configuration (API-key map, route
-//! prefixes) by default; if customers come from a trusted header or peer IPs, their number is
-//! whatever the trusted callers send.
+//! prefixes) by default; if customers come from a trusted header or peer IPs (operations from
+//! the path), their number is whatever callers send, so the server layer caps both
+//! ([`labels`]: the first 100 of each keep series of their own, the rest count as `other`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use metrics::{Label, SharedString};
 
 mod handles;
+pub mod labels;
 use spillway_core::Criticality;
 
 use crate::wire::metric as m;

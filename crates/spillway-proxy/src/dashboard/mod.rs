@@ -96,7 +96,7 @@ impl Dashboard {
         // Serialising plain numbers and strings cannot fail; if it ever did, the sample is
         // skipped rather than the sampler stopped.
         if let Ok(json) = serde_json::to_string(&s) {
-            self.ring.push(t, json);
+            self.ring.push(t, &json);
         }
         s
     }

@@ -98,10 +98,17 @@ where
             continuation: false,
         });
         shared.maybe_snapshot();
-        let labels = RequestLabels {
-            customer: Arc::clone(&c.customer),
-            operation: c.operation.clone(),
-            criticality: c.criticality,
+        // Customers and operations past the caps are counted as `other` (metrics::labels).
+        let labels = if shared.metrics {
+            shared
+                .labels
+                .request_shared(&c.customer, &c.operation, c.criticality)
+        } else {
+            RequestLabels {
+                customer: Arc::clone(&c.customer),
+                operation: c.operation.clone(),
+                criticality: c.criticality,
+            }
         };
         let ctx = RequestContext {
             criticality: c.criticality,

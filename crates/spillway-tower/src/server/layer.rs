@@ -15,6 +15,7 @@ use tower_layer::Layer;
 
 use super::classify::{Classifier, CustomerSource, OperationSource, RequestView, Route};
 use super::Spillway;
+use crate::metrics::labels::{MetricLabels, DEFAULT_MAX_VALUES};
 
 /// State shared by every clone of the service.
 #[derive(Clone)]
@@ -25,6 +26,8 @@ pub(crate) struct Shared {
     pub(crate) cost_headers: bool,
     pub(crate) orca: bool,
     pub(crate) metrics: bool,
+    /// The caps on distinct customer and operation label values.
+    pub(crate) labels: Arc<MetricLabels>,
     pub(crate) default_retry_after: Duration,
     pub(crate) gauge_every: u64,
     pub(crate) tick: Arc<AtomicU64>,
@@ -92,6 +95,7 @@ impl SpillwayLayer {
                 cost_headers: false,
                 orca: false,
                 metrics: true,
+                labels: Arc::new(MetricLabels::new(DEFAULT_MAX_VALUES, DEFAULT_MAX_VALUES)),
                 default_retry_after: Duration::from_secs(1),
                 gauge_every: 64,
                 tick: Arc::new(AtomicU64::new(0)),
@@ -250,6 +254,26 @@ impl SpillwayLayer {
     /// Emit metrics through the `metrics` facade (default on).
     pub fn metrics(self, yes: bool) -> Self {
         self.edit(|s| s.metrics = yes)
+    }
+
+    /// At most `max` distinct customers get metric series of their own (default 100); later
+    /// ones are counted under `other`, so callers that choose their customer (a trusted
+    /// header, peer addresses) cannot grow the metrics without bound. The first `max` seen keep
+    /// their series for good (`metrics::labels` says why). Values seen before this call start
+    /// afresh.
+    pub fn max_customer_labels(self, max: usize) -> Self {
+        self.edit(|s| {
+            s.labels = Arc::new(MetricLabels::new(max, s.labels.operations.max()));
+        })
+    }
+
+    /// At most `max` distinct operations get metric series of their own (default 100), as
+    /// [`SpillwayLayer::max_customer_labels`] for customers: an operation taken from the path
+    /// or a header is whatever callers send.
+    pub fn max_operation_labels(self, max: usize) -> Self {
+        self.edit(|s| {
+            s.labels = Arc::new(MetricLabels::new(s.labels.customers.max(), max));
+        })
     }
 
     /// `Retry-After` when the controller gives none (rounded up to whole seconds, ≥ 1 s).

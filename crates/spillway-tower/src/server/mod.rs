@@ -45,4 +45,6 @@ pub use layer::SpillwayLayer;
 pub use service::Spillway;
 
 #[cfg(test)]
+mod cardinality_tests;
+#[cfg(test)]
 mod tests;

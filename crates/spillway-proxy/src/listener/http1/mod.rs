@@ -61,6 +61,8 @@ use crate::upstream::{chunk_header, chunked_end, NameCache, ProxyBody};
 const COPY_MAX: usize = 16 * 1024;
 /// Buffered output is written out once it reaches this size, even if more body is ready.
 const FLUSH_AT: usize = 64 * 1024;
+/// The write buffer's first size: a response head and a small body.
+const WRITE_FIRST: usize = 1024;
 /// The interim answer to `Expect: 100-continue` (always in HTTP/1.1: only 1.1 clients get it).
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -94,7 +96,8 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut read = ReadBuffer::new();
-    let mut write: Vec<u8> = Vec::with_capacity(1024);
+    // Allocated when an answer is written (`WRITE_FIRST`), let go of when idle.
+    let mut write: Vec<u8> = Vec::new();
     let mut names = NameCache::default();
     // The last answer's header map, emptied: the next request's (no allocation per request
     // once it has grown to fit).
@@ -112,12 +115,31 @@ where
             // Between requests the connection closes on shutdown; within a head it waits for
             // the rest (the header-read timeout bounds that).
             let idle = read.buf.is_empty();
+            let mut waits = 0u32;
             let got = std::future::poll_fn(|cx| {
                 if let Poll::Ready(r) = read.poll_fill(&mut io, cx) {
                     return Poll::Ready(Some(r));
                 }
-                if idle && stop.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(None);
+                if idle {
+                    if stop.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(None);
+                    }
+                    // Between requests the connection holds no read buffer (8 KiB): the next
+                    // read goes onto the stack and allocates for what came
+                    // (`ReadBuffer::poll_fill`), so a burst of connections that then sit idle
+                    // holds little and leaves few holes in the heap (docs/soak.md).
+                    read.release();
+                    // The write buffer (1 KiB) and the header map kept for the next request
+                    // are let go of at the second wait, not the first, which every request of
+                    // a busy keep-alive connection has (the client has not read the answer
+                    // yet): when a wake-up brought no request — in practice the connection's
+                    // timer (`head::watch`, every quarter of the shortest timeout: 2.5 s by
+                    // default).
+                    waits += 1;
+                    if waits == 2 {
+                        write = Vec::new();
+                        spare = HeaderMap::new();
+                    }
                 }
                 Poll::Pending
             })
@@ -160,7 +182,10 @@ where
         };
         // What is left to write of `100 Continue`.
         let mut interim: &[u8] = &[];
-        let mut handling = pin!(crate::forward::handle(
+        // Boxed, not pinned in place: the request's future is most of what a connection's
+        // task would otherwise hold for its whole life, idle or not (10 KiB a task before,
+        // heaptrack; docs/soak.md); one allocation per request instead.
+        let mut handling = Box::pin(crate::forward::handle(
             set.state.current(),
             Some(set.peer.for_request(busy).writing_bytes()),
             parts,
@@ -224,6 +249,7 @@ where
                 answering.keep_alive &= f.answering();
             }
             // The rest of a `100 Continue` already begun goes first.
+            write.reserve(WRITE_FIRST);
             write.extend_from_slice(interim);
             let head = codec::encode_response(&res, res.body().raw_fields(), answering, &mut write);
             let (parts, mut body) = res.into_parts();
@@ -232,12 +258,14 @@ where
             spare.clear();
             keep_alive = head.keep_alive;
             let feed = filler.as_ref().map(|f| (f, &mut read));
-            write_body(&mut io, &mut write, body, head, feed)
+            // Boxed for the reason `handling` is (its 712 bytes were half of what an idle
+            // connection's future kept).
+            Box::pin(write_body(&mut io, &mut write, body, head, feed))
         }
         .await;
         if write.capacity() > FLUSH_AT {
             // A large answer's buffer is not kept for the connection's life.
-            write = Vec::with_capacity(1024);
+            write = Vec::new();
         }
         if let (Some(f), true) = (&filler, whole && keep_alive) {
             // The rest of the body (if the answer came first) is read before the next request
