@@ -24,6 +24,7 @@ mod hints;
 #[cfg(test)]
 #[path = "tests/layout.rs"]
 mod layout_tests;
+mod no_answer;
 mod permit;
 mod preset;
 mod refusal;
@@ -81,6 +82,7 @@ use crate::random::{RandomSource, ThreadRandom};
 use crate::shed::{ShedConfig, ShedPolicy};
 use crate::signal::LoadSignal;
 
+pub use no_answer::NoAnswer;
 pub use permit::{Outcome, Permit, QueuedAdmission};
 pub use refusal::{Refusal, RefusalCounts, RefusalReason, EPISODE_GAP, SUSTAINED_AFTER};
 pub use request::{Admission, AdmissionRequest};

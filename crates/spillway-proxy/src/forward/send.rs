@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
 use metrics::SharedString;
-use spillway_core::controller::{Outcome, Permit};
+use spillway_core::controller::{NoAnswer, Outcome, Permit};
 use spillway_core::retry::{Failure, RetryDecision, RetryGate};
 use spillway_core::throttle::AdaptiveThrottle;
 use spillway_tower::client::overload_refusal;
@@ -79,7 +79,7 @@ pub(super) fn forward<'a>(
         // fired in the client, which reset the stream, or it cancelled) says nothing about the
         // task: its wait is no service time and no limit sample. Every path below that ends the
         // request sets the outcome it means; the answered one sets `Success`.
-        permit.set_outcome(Outcome::Ignore);
+        permit.set_outcome(NoAnswer::CallerGone.outcome());
         let pool = &rt.pool;
         let cfg = &pool.cfg;
         let read_timeout = Duration::from_millis(rt.config.listen.header_read_timeout_ms);
@@ -269,16 +269,13 @@ pub(super) fn forward<'a>(
                         );
                     }
                 };
-            let mut timeout = Duration::from_millis(cfg.request_timeout_ms);
-            // Whether the caller's own deadline, not the configured timeout, bounds the wait.
-            let mut callers_deadline = false;
-            if let Some(d) = class.deadline {
-                let left = d.saturating_duration_since(now);
-                if left < timeout {
-                    timeout = left;
-                    callers_deadline = true;
-                }
-            }
+            // The configured timeout or, when shorter, what is left of the caller's deadline; and
+            // what its firing means (one decision with the sweep's model of the proxy, `sim::sweep`).
+            let (timeout, bound) = NoAnswer::wait_bound(
+                Duration::from_millis(cfg.request_timeout_ms),
+                class.deadline.map(|d| d.saturating_duration_since(now)),
+            );
+            let callers_deadline = bound == NoAnswer::CallersDeadline;
             let result = tokio::time::timeout(
                 timeout,
                 pool.conns.send(task_index, req, http2, raw_fields, added),
@@ -297,11 +294,10 @@ pub(super) fn forward<'a>(
                         // (the task refused nothing), no congestion sample for the limit (the
                         // latency is only known to exceed what the caller allowed).
                         throttle.record_accept(now);
-                        permit.set_outcome(Outcome::Ignore);
                     } else {
                         pool.record_failure(&task, now);
-                        permit.set_outcome(Outcome::Dropped);
                     }
+                    permit.set_outcome(bound.outcome());
                     return (
                         respond::timeout(
                             protocol,

@@ -10,9 +10,12 @@
 //! `proxy_admission` layer (`sim::model`), driven through `admit_at`, its `QueuedAdmission`
 //! future (polled with a waker that names the request) and its `Permit`'s release.
 //!
-//! The pieces map as `sim::demo` maps `spillway demo`: the proxy does no work of its own and
-//! releases its permit (`Dropped`) when the client gives up; the backend is a plain one — its
-//! workers, an unbounded FIFO, and work for callers who left still done (it is never told).
+//! The pieces map as `sim::demo` maps `spillway demo`: the proxy does no work of its own; it
+//! releases its permit when the backend answers (`Success`), when its own upstream timeout
+//! fires first (`Dropped`), or when the client gives up — gone, or its propagated deadline run
+//! out — (`Ignore`: a caller's deadline is no sample), as the proxy's `forward::send` does, by
+//! the same decision (core's `NoAnswer`). The backend is a plain one — its workers, an
+//! unbounded FIFO, and work for callers who left still done (it is never told).
 //! Protected and unprotected runs of a cell draw the same arrival times, criticalities and
 //! service times (common random numbers), so their difference is the policy's, not noise.
 
@@ -26,10 +29,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use spillway_core::controller::{
-    Admission, AdmissionController, AdmissionRequest, Outcome, Refusal,
+    Admission, AdmissionController, AdmissionRequest, NoAnswer, Outcome, Refusal,
 };
 use spillway_core::{Clock, Criticality};
 
@@ -43,11 +46,15 @@ const SEND: u8 = 1;
 const TIMEOUT: u8 = 2;
 const GIVE_UP: u8 = 3;
 const DONE: u8 = 4;
+/// The proxy's own upstream timeout, when it fires before the client's deadline.
+const UPSTREAM_TIMEOUT: u8 = 5;
 
 struct Sim<'a> {
     spec: &'a CellSpec,
     model: &'a ModelConfig,
     propagate_deadline: bool,
+    /// The proxy's configured upstream timeout (`upstream.request_timeout_ms`, its default).
+    upstream_timeout: Duration,
     now: u64,
     end: u64,
     /// The window's middle: requests offered from here are also counted as "late".
@@ -121,6 +128,11 @@ pub fn run_cell(
         spec,
         model: m,
         propagate_deadline: sweep.propagate_deadline,
+        upstream_timeout: Duration::from_millis(
+            spillway_proxy::ProxyConfig::default()
+                .upstream
+                .request_timeout_ms,
+        ),
         now: 0,
         end,
         half: end / 2,
@@ -268,6 +280,7 @@ impl Sim<'_> {
                 TIMEOUT => self.client_timeout(id, gen),
                 GIVE_UP => self.queue_give_up(id, gen),
                 DONE => self.backend_done(id, gen),
+                UPSTREAM_TIMEOUT => self.upstream_timeout(id, gen),
                 _ => unreachable!("only the kinds above are pushed"),
             }
             self.drain_woken();
@@ -390,13 +403,25 @@ impl Sim<'_> {
     }
 
     fn to_backend(&mut self, id: u32, held: Held) {
+        let proxied = matches!(held, Held::Permit(_));
         let r = &mut self.reqs[id as usize];
         let was_queued = matches!(r.held, Held::Queued(_));
         r.phase = Phase::Backend;
         r.held = held;
-        let entry = (id, r.gen, r.service, self.now);
+        let (gen, deadline) = (r.gen, r.deadline);
+        let entry = (id, gen, r.service, self.now);
         if was_queued {
             self.left_queue(id);
+        }
+        if proxied && self.wait_bound(self.now, deadline) == NoAnswer::UpstreamTimeout {
+            // Only a configured timeout shorter than the client's (never, with the default's
+            // 30 s and the sweep's timeouts) fires before the client leaves.
+            let at = self
+                .now
+                .saturating_add(self.upstream_timeout.as_nanos() as u64);
+            if at < deadline {
+                self.push(at, UPSTREAM_TIMEOUT, id, gen);
+            }
         }
         self.fifo.push_back(entry);
         self.start_work();
@@ -436,6 +461,25 @@ impl Sim<'_> {
         if self.live(id, gen) && self.reqs[id as usize].phase == Phase::Backend {
             self.release(id, Outcome::Success);
             self.end_request(id, End::Ok);
+        }
+    }
+
+    /// The proxy's timer on its wait for the backend's answer, set when the request is sent:
+    /// the configured timeout or what is left of the propagated deadline, and what its firing
+    /// means (the proxy's own decision).
+    fn wait_bound(&self, granted: u64, deadline: u64) -> NoAnswer {
+        let left = self
+            .propagate_deadline
+            .then(|| Duration::from_nanos(deadline.saturating_sub(granted)));
+        NoAnswer::wait_bound(self.upstream_timeout, left).1
+    }
+
+    /// The proxy's own upstream timeout fired before the client's deadline: it answers 504 and
+    /// lets go (the backend is not told).
+    fn upstream_timeout(&mut self, id: u32, gen: u32) {
+        if self.live(id, gen) && self.reqs[id as usize].phase == Phase::Backend {
+            self.release(id, NoAnswer::UpstreamTimeout.outcome());
+            self.end_request(id, End::TimedOut);
         }
     }
 
@@ -480,9 +524,17 @@ impl Sim<'_> {
                     .push(self.now - self.reqs[id as usize].arrival);
             }
             Held::Permit(p) => {
-                // The proxy lets go when its client does; the backend is not told.
+                // The proxy lets go when its client does; the backend is not told. With the
+                // deadline propagated, the proxy's own timer fires at this same instant (unless
+                // its configured timeout was no longer, which `wait_bound` says); without, the
+                // client is simply gone. Either way, as `forward::send` releases it.
+                let why = if self.propagate_deadline {
+                    self.wait_bound(self.nanos(p.started_at()), self.now)
+                } else {
+                    NoAnswer::CallerGone
+                };
                 self.reqs[id as usize].held = Held::Permit(p);
-                self.release(id, Outcome::Dropped);
+                self.release(id, why.outcome());
             }
             Held::None => {}
         }
