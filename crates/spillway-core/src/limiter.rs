@@ -257,6 +257,14 @@ impl Limiter {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// Releases a slot whose caller gave up while it ran ([`crate::controller::Outcome::Abandoned`]):
+    /// its latency goes to [`Limit::on_abandoned`] as a lower bound, not as a sample.
+    pub fn release_abandoned(&self, c: Criticality, sample: &Sample, budget: Option<Duration>) {
+        self.feed(budget, |algo| algo.on_abandoned(sample));
+        self.by_criticality[c.index()].fetch_sub(1, Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+
     /// Feeds one sample to the algorithm and mirrors its limit (the only lock in the limiter).
     pub fn record(&self, sample: &Sample) {
         self.record_with_budget(sample, None);
@@ -265,6 +273,11 @@ impl Limiter {
     /// [`record`](Self::record), first telling the algorithm the callers' latency `budget`
     /// ([`Limit::set_latency_budget`]).
     pub fn record_with_budget(&self, sample: &Sample, budget: Option<Duration>) {
+        self.feed(budget, |algo| algo.on_sample(sample));
+    }
+
+    /// Runs `f` on the algorithm under its lock, then mirrors its limit into the atomics.
+    fn feed(&self, budget: Option<Duration>, f: impl FnOnce(&mut dyn Limit)) {
         // A panic inside an algorithm poisons the mutex; the algorithm state is still the best
         // estimate there is, so keep using it rather than failing every later release.
         let mut algo = match self.algorithm.lock() {
@@ -274,7 +287,7 @@ impl Limiter {
         if let Some(b) = budget {
             algo.set_latency_budget(b);
         }
-        algo.on_sample(sample);
+        f(&mut **algo);
         let limit = algo.limit();
         if limit != self.limit.load(Ordering::Relaxed) {
             // Still under the lock: writers are serialised, so the ladder matches the limit.

@@ -316,9 +316,12 @@ impl Inner {
     }
 
     /// Returns a slot, then dispatches to waiters if any (see the module docs for the order).
-    pub(crate) fn release_slot(&self, c: Criticality, sample: Option<&Sample>) {
+    pub(crate) fn release_slot(&self, c: Criticality, sample: Option<&Sample>, abandoned: bool) {
         let budget = sample.map(|_| Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed)));
-        self.limiter.release_with_budget(c, sample, budget);
+        match sample {
+            Some(s) if abandoned => self.limiter.release_abandoned(c, s, budget),
+            _ => self.limiter.release_with_budget(c, sample, budget),
+        }
         if self.queued.load(Ordering::SeqCst) > 0 {
             let mut q = self.lock_queue();
             self.dispatch(&mut q, self.clock.now());

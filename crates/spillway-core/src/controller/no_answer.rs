@@ -35,13 +35,13 @@ impl NoAnswer {
     }
 
     /// How the permit is released. Only the proxy's own timeout says the upstream was slow (a
-    /// congestion signal); a caller's short deadline or departure says nothing about the
-    /// upstream — the latency is only known to exceed what the caller allowed — so it is no
-    /// sample at all.
+    /// congestion signal); a caller's short deadline or departure is not the upstream's
+    /// failure — the latency is only known to exceed what the caller allowed — so it is
+    /// [`Outcome::Abandoned`]: a lower bound, never a drop.
     pub fn outcome(self) -> Outcome {
         match self {
             NoAnswer::UpstreamTimeout => Outcome::Dropped,
-            NoAnswer::CallerGone | NoAnswer::CallersDeadline => Outcome::Ignore,
+            NoAnswer::CallerGone | NoAnswer::CallersDeadline => Outcome::Abandoned,
         }
     }
 }
@@ -68,7 +68,7 @@ mod tests {
             (ms(100), NoAnswer::UpstreamTimeout)
         );
         assert_eq!(NoAnswer::UpstreamTimeout.outcome(), Outcome::Dropped);
-        assert_eq!(NoAnswer::CallersDeadline.outcome(), Outcome::Ignore);
-        assert_eq!(NoAnswer::CallerGone.outcome(), Outcome::Ignore);
+        assert_eq!(NoAnswer::CallersDeadline.outcome(), Outcome::Abandoned);
+        assert_eq!(NoAnswer::CallerGone.outcome(), Outcome::Abandoned);
     }
 }

@@ -30,8 +30,14 @@ pub enum Outcome {
     Success,
     /// Timed out or was refused for overload downstream: a congestion signal.
     Dropped,
-    /// Tells nothing about capacity (e.g. the client cancelled): no sample.
+    /// Tells nothing about capacity (e.g. a tunnel's lifetime): no sample.
     Ignore,
+    /// The caller gave up (its deadline ran out, or it went away) while the request ran: not
+    /// the upstream's failure (issue 28 requirement 6), and its latency is only known to be at
+    /// least this. The limit algorithm may use that lower bound as evidence of queueing when it
+    /// is already past what it tolerates ([`crate::limit::Limit::on_abandoned`]); it is never a
+    /// drop, a service time or a failure.
+    Abandoned,
 }
 
 /// A held concurrency slot. Dropping it releases the slot, feeds the limit algorithm a latency
@@ -172,12 +178,16 @@ impl Permit {
             // the mean of the requests fast enough to finish (a bimodal service whose slow
             // mode outlasts the callers' timeout was budgeted at its fast mode).
             Outcome::Dropped => inner.service_budget.record(rtt),
-            Outcome::Ignore => {}
+            Outcome::Ignore | Outcome::Abandoned => {}
         }
         if let Some(actual) = self.actual_cost {
             inner.quota.settle(now, charge, actual);
         }
-        inner.release_slot(self.criticality, sample.as_ref());
+        inner.release_slot(
+            self.criticality,
+            sample.as_ref(),
+            self.outcome == Outcome::Abandoned,
+        );
     }
 }
 
@@ -327,7 +337,7 @@ impl QueuedAdmission {
                 inner
                     .quota
                     .settle(inner.clock.now(), self.waiter.charge, 0.0);
-                inner.release_slot(c, None);
+                inner.release_slot(c, None, false);
                 let r = self.timeout_refusal();
                 inner.counters.refused(r.reason, c);
                 r
@@ -408,7 +418,7 @@ impl Drop for QueuedAdmission {
             // The slot was taken for us after we stopped listening: give it back, or it would
             // be lost for good.
             inner.quota.settle(now, self.waiter.charge, 0.0);
-            inner.release_slot(c, None);
+            inner.release_slot(c, None, false);
             Counters::bump(&inner.counters.cancelled[c.index()]);
         }
     }

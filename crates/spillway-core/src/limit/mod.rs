@@ -84,6 +84,10 @@ pub trait Limit: Send + std::fmt::Debug {
     /// algorithm may tolerate latency up to a share of it before cutting (the Envoy
     /// gradient's `latency_slack`); the default ignores it.
     fn set_latency_budget(&mut self, _budget: Duration) {}
+    /// A request whose caller gave up while it ran: `s.rtt` is a lower bound on its latency,
+    /// and its end is not the upstream's failure. The default learns nothing from it (a loss-
+    /// or drift-based algorithm would read it as a failure or a biased sample).
+    fn on_abandoned(&mut self, _s: &Sample) {}
 }
 
 /// Which algorithm to run, with its parameters.

@@ -514,6 +514,23 @@ impl Limit for EnvoyGradientLimit {
         self.budget_ns = saturating_nanos(budget) as f64;
     }
 
+    /// A request whose caller gave up while it ran (right-censored: its latency is at least
+    /// `s.rtt`). Below tolerance the bound says nothing — callers with 20 ms deadlines in front
+    /// of a 100 ms service must not cut the limit for callers who wait (issue 28 requirement
+    /// 6). Past tolerance it proves queueing as surely as a completed request that slow, so it
+    /// counts like a timed-out one (kept out of minRTT, counted as censored in its window).
+    /// Without this, when every admitted request outlived its caller the limit had no samples
+    /// at all and stayed where it was while the upstream's queue grew (a 1-worker, 1 ms
+    /// backend with 5 ms callers: the limit held at 20, 4 requests served in time).
+    fn on_abandoned(&mut self, s: &Sample) {
+        if self.measured_min_rtt_ns > 0.0 && saturating_nanos(s.rtt) as f64 > self.tolerated_ns() {
+            self.on_sample(&Sample {
+                dropped: true,
+                ..*s
+            });
+        }
+    }
+
     fn on_sample(&mut self, s: &Sample) {
         let now_ns = nanos_since(self.origin, s.now);
         let rtt_ns = saturating_nanos(s.rtt);

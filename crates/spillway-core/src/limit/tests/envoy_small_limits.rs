@@ -171,3 +171,40 @@ fn a_small_limit_used_to_its_share_may_grow_by_one() {
         "one more; then 1 in flight of 3 is app-limited"
     );
 }
+
+#[test]
+fn abandoned_requests_count_only_past_tolerance() {
+    let t0 = Instant::now();
+    // minRTT measured at `min_rtt_ms`; then a window of requests whose callers gave up at 5 ms
+    // with 20 in flight, released as abandoned (issue 28 requirement 6), never as drops.
+    let run = |min_rtt_ms: u64| {
+        let cfg = EnvoyGradientConfig {
+            initial_limit: Some(20),
+            exact_cuts: true,
+            ..cfg()
+        };
+        let mut l = limit(&cfg, t0);
+        for i in 0..5u64 {
+            l.on_sample(&sample(
+                at(t0, min_rtt_ms + i),
+                Duration::from_millis(min_rtt_ms),
+                1,
+                false,
+            ));
+        }
+        let grown = l.limit();
+        for i in 0..10u64 {
+            l.on_abandoned(&sample(at(t0, 100 + i * 10), 5 * MS, 20, false));
+        }
+        l.on_abandoned(&sample(at(t0, 205), 5 * MS, 20, false));
+        (grown, l.limit())
+    };
+    // A 1 ms service: "at least 5 ms" is past 1.5 ms tolerated — queueing: the window of
+    // abandoned requests halves the limit (to 17, as a window of timed-out ones does).
+    let (grown, after) = run(1);
+    assert!(after < grown, "cut: {grown} -> {after}");
+    assert_eq!(after, 17);
+    // A 100 ms service behind callers who give up at 5 ms: the bound says nothing; no cut.
+    let (grown, after) = run(100);
+    assert!(after >= grown, "held: {grown} -> {after}");
+}
