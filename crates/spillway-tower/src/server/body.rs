@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use spillway_core::controller::{AdmissionController, Outcome, Permit};
+use spillway_core::controller::{AdmissionController, NoAnswer, Outcome, Permit};
 
 use super::cpu::CpuMeter;
 use crate::metrics::{self, RequestLabels};
@@ -28,6 +28,9 @@ pub(crate) struct Guard {
     pub(crate) cpu: CpuMeter,
     /// The inner service answered with an overload/server failure: a congestion signal.
     pub(crate) failed: bool,
+    /// The handler has answered (the response head exists): a drop after this is a caller
+    /// leaving a body, which says nothing about the service's latency.
+    pub(crate) answered: bool,
     record_metrics: bool,
 }
 
@@ -47,6 +50,7 @@ impl Guard {
             admitted_at,
             cpu: CpuMeter::new(measure_cpu),
             failed: false,
+            answered: false,
             record_metrics,
         }
     }
@@ -90,7 +94,14 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         // Dropped before the body finished: the client went away (or the server shut down).
-        self.finish(Outcome::Ignore);
+        // Before the handler answered, that is the proxy's `CallerGone` (a lower bound on the
+        // latency, never a failure); after, the body's pace is the client's.
+        let outcome = if self.answered {
+            Outcome::Ignore
+        } else {
+            NoAnswer::CallerGone.outcome()
+        };
+        self.finish(outcome);
     }
 }
 

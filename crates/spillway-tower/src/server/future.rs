@@ -11,7 +11,7 @@ use std::task::{ready, Context, Poll};
 use http::{Request, Response};
 use http_body::Body;
 use spillway_core::controller::{
-    Admission, AdmissionRequest, Outcome, Permit, QueuedAdmission, Refusal,
+    Admission, AdmissionRequest, NoAnswer, Outcome, Permit, QueuedAdmission, Refusal,
 };
 use tokio::task::futures::TaskLocalFuture;
 use tokio::time::Sleep;
@@ -187,7 +187,7 @@ where
     S: Service<Request<ReqB>>,
 {
     // Until the request ends one way or another, an early drop means the caller went away.
-    permit.set_outcome(Outcome::Ignore);
+    permit.set_outcome(NoAnswer::CallerGone.outcome());
     if shared.metrics {
         metrics::admitted(&labels, permit.queue_time());
     }
@@ -287,6 +287,7 @@ where
             };
             h.insert(wire::ENDPOINT_LOAD_METRICS, wire::format_orca(&report));
         }
+        guard.answered = true;
         res.map(|body| SpillwayBody::served(body, guard))
     }
 }
