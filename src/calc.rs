@@ -7,7 +7,8 @@
 //! `spillway_core::erlang`; this module only parses, converts and prints).
 //!
 //! Conventions, documented in `--help` too:
-//! - Durations accept `us`/`µs`, `ms` and `s` suffixes; a bare number is milliseconds.
+//! - Durations take a unit (`400us`, `40ms`, `0.04s`), as every `spillway` subcommand's do
+//!   (`spillway_load::units::parse_duration`); a bare number other than 0 is refused.
 //! - `--capacity` is converted to workers as `round(capacity × service time)` (Little's law);
 //!   the table and the plan then use that whole number of workers.
 //! - Without `--target-wait` the target is the knee: a mean queueing delay of 10% of the service
@@ -24,6 +25,8 @@ use spillway_core::erlang::{
     ShedInput, ShedPlan, WaitTarget, KNEE_WAIT_FRACTION, MAX_SERVERS,
 };
 
+use spillway_load::units::{parse_duration, DURATION_ACCEPTS};
+
 use crate::UsageError;
 
 /// Utilisations shown as the table's rows (the curve is flat, then is not: dense near 1).
@@ -36,7 +39,7 @@ const TABLE_SERVERS: [u32; 6] = [1, 2, 4, 8, 16, 40];
 #[command(group(ArgGroup::new("size").required(true).args(["workers", "capacity"])))]
 #[command(group(ArgGroup::new("load").required(true).args(["utilisation", "arrival_rate"])))]
 pub struct CalcArgs {
-    /// Mean work per request: 40ms, 0.04s or 400us (a bare number is milliseconds).
+    /// Mean work per request: 40ms, 0.04s or 400us (a unit is required).
     #[arg(long, value_name = "DURATION", value_parser = parse_service_time, allow_hyphen_values = true)]
     service_time: f64,
     /// Requests served in parallel (1 to 1000000).
@@ -65,42 +68,23 @@ pub struct CalcArgs {
     json: bool,
 }
 
-const DURATION_FORMS: &str =
-    "a duration > 0 such as 40ms, 0.04s or 400us (a bare number is milliseconds)";
-
-/// Seconds from `40ms`, `0.04s`, `400us`/`400µs` or a bare number of milliseconds.
-fn parse_duration_secs(text: &str) -> Option<f64> {
-    let t = text.trim();
-    let (number, per_second) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e3)
-    } else if let Some(n) = t.strip_suffix("us").or_else(|| t.strip_suffix("µs")) {
-        (n, 1e6)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (t, 1e3)
-    };
-    let v: f64 = number.trim().parse().ok()?;
-    // Divide, so 40ms is exactly the f64 nearest 0.04.
-    let secs = v / per_second;
-    secs.is_finite().then_some(secs)
+/// Seconds from the CLI's one duration syntax (`40ms`, `0.04s`, `400us`; a bare number is
+/// refused because 40 could mean 40 ms or 40 s).
+fn parse_duration_secs(text: &str) -> Result<f64, String> {
+    parse_duration(text).map(|d| d.as_secs_f64())
 }
 
 fn parse_service_time(text: &str) -> Result<f64, String> {
-    match parse_duration_secs(text) {
-        Some(s) if s > 0.0 => Ok(s),
-        _ => Err(format!("expected {DURATION_FORMS}")),
+    match parse_duration_secs(text)? {
+        s if s > 0.0 => Ok(s),
+        _ => Err(format!(
+            "a service time must be > 0: expected {DURATION_ACCEPTS}"
+        )),
     }
 }
 
 fn parse_target_wait(text: &str) -> Result<f64, String> {
-    match parse_duration_secs(text) {
-        Some(s) if s >= 0.0 => Ok(s),
-        _ => Err(
-            "expected a duration >= 0 such as 20ms, 0.02s or 500us (a bare number is milliseconds)"
-                .into(),
-        ),
-    }
+    parse_duration_secs(text)
 }
 
 fn parse_finite(text: &str) -> Option<f64> {
@@ -215,7 +199,7 @@ fn build_report(args: &CalcArgs) -> Result<Report> {
     if !capacity.is_finite() {
         return Err(usage(
             "--service-time",
-            format!("{s} s is too short to compute with; expected {DURATION_FORMS}"),
+            format!("{s} s is too short to compute with; expected a service time of at least 1ns ({DURATION_ACCEPTS})"),
         ));
     }
     let (arrival_rate, arrivals_flag) = match (args.arrival_rate, args.utilisation) {
@@ -531,7 +515,9 @@ mod tests {
     fn durations_accept_the_documented_forms() {
         assert_eq!(parse_service_time("40ms"), Ok(0.04));
         assert_eq!(parse_service_time("0.04s"), Ok(0.04));
-        assert_eq!(parse_service_time("40"), Ok(0.04));
+        assert!(parse_service_time("40")
+            .unwrap_err()
+            .contains("40ms or 40s"));
         assert_eq!(parse_service_time("400us"), Ok(400e-6));
         assert_eq!(parse_service_time("400µs"), Ok(400e-6));
         for bad in ["0", "-5ms", "nan", "inf", "40xs", "", "ms"] {

@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use spillway_load::report::{write_html, write_json, RunReport};
 use spillway_load::sim::{self, builtin, output, Scenario};
+use spillway_load::units::parse_duration;
 
 use crate::UsageError;
 
@@ -35,9 +36,9 @@ pub struct SimArgs {
     /// Override the scenario's seed.
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
-    /// Override the offering window, seconds (0.001 to 86400).
-    #[arg(long, value_name = "SECONDS")]
-    duration: Option<f64>,
+    /// Override the offering window (1ms to 24h), e.g. 300s or 5m.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    duration: Option<std::time::Duration>,
     /// Scale tasks, client instances, global quotas and offered load by this factor (0.001 to
     /// 1000), keeping the load per task.
     #[arg(long, value_name = "F")]
@@ -164,7 +165,7 @@ fn load(args: &SimArgs) -> Result<Scenario> {
         sc.seed = seed;
     }
     if let Some(d) = args.duration {
-        sc.duration_s = d;
+        sc.duration_s = d.as_secs_f64();
     }
     if let Some(ms) = args.network_ms {
         sc.layers.iter_mut().for_each(|l| l.network_ms = ms);

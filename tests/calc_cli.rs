@@ -79,7 +79,7 @@ fn reference_default_overload_is_unbounded_and_shedding_fixes_it() {
 fn json_has_the_expected_fields() {
     let o = calc(&[
         "--service-time",
-        "40",
+        "40ms",
         "--workers",
         "40",
         "--arrival-rate",

@@ -38,7 +38,7 @@ fn a_scenario_runs_in_shards_and_its_report_says_so() {
     let o = sim(&[
         "mmc",
         "--duration",
-        "5",
+        "5s",
         "--network-ms",
         "0.5",
         "--shards",

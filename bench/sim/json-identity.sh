@@ -16,7 +16,7 @@ all=$("$a" sim --list 2>/dev/null | awk '{print $1}' || true)
 differ=""
 for name in $all; do
   args=(sim "$name")
-  case " $short " in *" $name "*) args+=(--duration 5) ;; esac
+  case " $short " in *" $name "*) args+=(--duration 5s) ;; esac
   for side in a b; do
     bin=$a; [ "$side" = b ] && bin=$b
     "$bin" "${args[@]}" --json "$out/$name.$side.json" >/dev/null 2>&1 || { echo "$name: $bin failed" >&2; exit 1; }

@@ -8,7 +8,7 @@
 #
 #   flock /work/measure.lock bench/sim/rounds.sh ROUNDS "SIM ARGS" BIN [BIN ...]
 #
-# e.g. bench/sim/rounds.sh 10 "fleet --duration 10 --network-ms 0.5" /tmp/old /tmp/new
+# e.g. bench/sim/rounds.sh 10 "fleet --duration 10s --network-ms 0.5" /tmp/old /tmp/new
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: $0 ROUNDS \"SIM ARGS\" BIN [BIN ...]" >&2; exit 2; }
 rounds=$1 args=$2

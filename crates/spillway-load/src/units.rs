@@ -1,18 +1,20 @@
-//! Parsing of the human-written values shared by the load generator and the backend: durations
+//! Parsing of the human-written values shared by every `spillway` subcommand: durations
 //! (`250ms`, `1.5s`, `2m`) and loopback addresses.
 //!
-//! Why here: both tools take the same kinds of flags, and an error must say the same thing —
-//! which value, and what is accepted — wherever it is typed.
+//! Why here: the tools take the same kinds of flags, and an error must say the same thing —
+//! which value, and what is accepted — wherever it is typed. A duration needs its unit: a bare
+//! `40` is a service time of 40 ms to one reader and a run of 40 s to another, and a wrong guess
+//! is off by a factor of a thousand without any error.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 /// What a duration flag accepts, for error messages.
-pub const DURATION_ACCEPTS: &str =
-    "a number with a unit: us, ms, s, m or h (e.g. 250ms, 1.5s, 2m); a bare number is seconds";
+pub const DURATION_ACCEPTS: &str = "a number with a unit: us, ms, s, m or h (e.g. 250ms, 1.5s, \
+     2m); a bare number other than 0 is refused, as 40 could mean 40ms or 40s";
 
-/// Parses `250ms`, `1.5s`, `2m`, `1h`, `100us`; a bare number is seconds. Negative, non-finite
-/// and absurd (over a year) values are refused.
+/// Parses `250ms`, `1.5s`, `2m`, `1h`, `100us`, and a bare `0`. A bare non-zero number,
+/// negative, non-finite and absurd (over a year) values are refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let split = t
@@ -23,7 +25,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("invalid duration {s:?}: expected {DURATION_ACCEPTS}"))?;
     let scale = match unit.trim() {
-        "" | "s" => 1.0,
+        "" if value == 0.0 => 0.0,
+        "s" => 1.0,
         "ms" => 1e-3,
         "us" | "µs" => 1e-6,
         "m" | "min" => 60.0,
@@ -104,7 +107,13 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("3s"), Ok(Duration::from_secs(3)));
+        // A bare number is ambiguous (40 ms or 40 s?): refused, and the message says why.
+        for bare in ["3", "40", "0.5"] {
+            let err = parse_duration(bare).unwrap_err();
+            assert!(err.contains("40ms or 40s"), "{bare:?}: {err}");
+        }
         assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
         for bad in ["", "ms", "-1s", "1d", "1e999s", "NaNs", "2y"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
