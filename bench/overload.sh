@@ -5,9 +5,10 @@
 #
 # Why this run: the reference guide says "Make rejection cheap ... Load test far past the
 # breaking point to measure it" and "If rejecting costs 10% of serving, a server facing 10 times
-# its capacity spends everything on rejections" (shared/reference, "Shedding at the server",
-# "Rejections aren't free"). bench/proxy-overhead.sh measures a refusal at a low rate, where
-# every request wakes an idle thread; this measures it where refusals are the bulk of the work.
+# its capacity spends everything on rejections" (the guide "Overload and load shedding", after
+# the AWS Builders' Library and the SRE book: "Shedding at the server", "Rejections aren't
+# free"). bench/proxy-overhead.sh measures a refusal at a low rate, where every request wakes an
+# idle thread; this measures it where refusals are the bulk of the work.
 #
 # What runs (everything on 127.0.0.1, every phase bounded, every process killed on exit):
 #   - `spillway backend --cpu spin --service-time BURN_MS --workers WORKERS`: each request burns

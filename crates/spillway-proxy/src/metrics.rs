@@ -2,9 +2,10 @@
 //! `spillway_tower::wire::metric`, shared with the tower layers).
 //!
 //! Why counters and not log lines: a proxy under overload refuses thousands of requests a
-//! second, and a log line per refusal would cost more than the refusal (DESIGN.md: "no log line
-//! per rejection"). Every fault is counted twice: in an atomic here for `/status`, and through
-//! the `metrics` facade for whatever exporter the admin listener installs.
+//! second, and a log line per refusal would cost more than the refusal, which must stay far
+//! cheaper than serving (AWS Builders' Library: rejections aren't free). Every fault is counted
+//! twice: in an atomic here for `/status`, and through the `metrics` facade for whatever
+//! exporter the admin listener installs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

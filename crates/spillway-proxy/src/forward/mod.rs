@@ -2,13 +2,13 @@
 //! dropped → classify → incident controls → degrade → admit → forward (balance, throttle,
 //! retry) → hold the permit until the response body ends.
 //!
-//! Why this order (SRE book ch. 21; DESIGN.md "The request's path"): classification decides
-//! everything after it; the operator's incident levers come before any work; a degraded static
-//! answer is cheaper than admission; admission (spillway-core's controller: quota, shed, limit,
-//! queue) happens before the body is read, so a refused request costs no body buffering; the
-//! permit is held until the response body ends, so a streamed response counts as in flight
-//! for as long as it really occupies the upstream — and an upgraded tunnel until both its
-//! directions close.
+//! Why this order (SRE book ch. 21; the whole path, file by file, is in docs/architecture.md):
+//! classification decides everything after it; the operator's incident levers come before any
+//! work; a degraded static answer is cheaper than admission; admission (spillway-core's
+//! controller: quota, shed, limit, queue) happens before the body is read, so a refused request
+//! costs no body buffering; the permit is held until the response body ends, so a streamed
+//! response counts as in flight for as long as it really occupies the upstream — and an upgraded
+//! tunnel until both its directions close.
 
 mod added;
 mod body;

@@ -13,8 +13,7 @@
 //! serves CRITICAL (as it should, SRE ch. 21 "Criticality") would, with one throttle per task,
 //! see its SHEDDABLE refusals push the shared probability up and get CRITICAL requests refused
 //! locally too. The chapter's "Criticality" section has adaptive throttling keep separate
-//! statistics for each criticality level for this reason (paraphrased; the project's reference
-//! notes in shared/reference do not quote it).
+//! statistics for each criticality level for this reason (paraphrased).
 //!
 //! Connections are load too: each task has a bounded number of request slots (HTTP/1.1: one
 //! connection each; HTTP/2: streams on one connection) shared by every client connection, and
