@@ -20,10 +20,8 @@ use std::io::Write;
 
 use anyhow::Result;
 use clap::{ArgGroup, Args};
-use spillway_core::erlang::{
-    self, knee_utilisation, plan_shedding, square_root_rule_knee, workers_for_capacity, MmcQueue,
-    ShedInput, ShedPlan, WaitTarget, KNEE_WAIT_FRACTION, MAX_SERVERS,
-};
+use spillway_core::erlang::question::{self, Arrivals, Field, KneeQuestion, Workers};
+use spillway_core::erlang::{self, ShedPlan, WaitTarget, KNEE_WAIT_FRACTION, MAX_SERVERS};
 
 use spillway_load::units::{parse_duration, DURATION_ACCEPTS};
 
@@ -184,27 +182,29 @@ pub fn run(args: &CalcArgs) -> Result<()> {
     Ok(())
 }
 
+/// The flag an input came from, for errors.
+fn flag(field: Field, arrivals_flag: &'static str) -> &'static str {
+    match field {
+        Field::ServiceTime => "--service-time",
+        Field::Workers => "--workers",
+        Field::Capacity => "--capacity",
+        Field::ArrivalRate | Field::Utilisation => arrivals_flag,
+        Field::SheddableShare => "--sheddable-share",
+        Field::TargetWait => "--target-wait",
+    }
+}
+
 fn build_report(args: &CalcArgs) -> Result<Report> {
     let s = args.service_time;
-    let (servers, servers_from) = match (args.workers, args.capacity) {
-        (Some(w), _) => (w, "workers"),
-        (None, Some(cap)) => (
-            workers_for_capacity(cap, s).map_err(|e| usage("--capacity", e))?,
-            "capacity",
-        ),
+    let workers = match (args.workers, args.capacity) {
+        (Some(w), _) => Workers::Count(w),
+        (None, Some(cap)) => Workers::Capacity(cap),
         // clap's required group rules this out; say so rather than panic.
         (None, None) => return Err(usage("--workers/--capacity", "one of them is required")),
     };
-    let capacity = f64::from(servers) / s;
-    if !capacity.is_finite() {
-        return Err(usage(
-            "--service-time",
-            format!("{s} s is too short to compute with; expected a service time of at least 1ns ({DURATION_ACCEPTS})"),
-        ));
-    }
-    let (arrival_rate, arrivals_flag) = match (args.arrival_rate, args.utilisation) {
-        (Some(r), _) => (r, "--arrival-rate"),
-        (None, Some(u)) => (u * capacity, "--utilisation"),
+    let (arrivals, arrivals_flag) = match (args.arrival_rate, args.utilisation) {
+        (Some(r), _) => (Arrivals::Rate(r), "--arrival-rate"),
+        (None, Some(u)) => (Arrivals::Utilisation(u), "--utilisation"),
         (None, None) => {
             return Err(usage(
                 "--utilisation/--arrival-rate",
@@ -212,81 +212,61 @@ fn build_report(args: &CalcArgs) -> Result<Report> {
             ))
         }
     };
-    let target = match (args.target_wait, args.target_percentile) {
-        (None, _) => WaitTarget::knee(s).map_err(|e| usage("--service-time", e))?,
-        (Some(w), None) => WaitTarget::Mean { wait_secs: w },
-        (Some(w), Some(p)) => WaitTarget::Quantile {
+    let target = args.target_wait.map(|w| match args.target_percentile {
+        None => WaitTarget::Mean { wait_secs: w },
+        Some(p) => WaitTarget::Quantile {
             quantile: p,
             wait_secs: w,
         },
-    };
-    let input = ShedInput {
-        servers,
+    });
+    let a = question::answer(&KneeQuestion {
         service_time_secs: s,
-        arrival_rate,
+        workers,
+        arrivals,
         sheddable_share: args.sheddable_share,
         target,
-    };
-    let plan = plan_shedding(&input).map_err(|e| match e {
-        erlang::ErlangError::InvalidArgument {
-            argument: "arrival_rate",
-            ..
-        } => usage(arrivals_flag, e),
-        erlang::ErlangError::InvalidArgument {
-            argument: "target_wait",
-            ..
-        } => usage("--target-wait", e),
-        other => usage("calc", other),
-    })?;
+    })
+    .map_err(|e| usage(flag(e.field, arrivals_flag), e))?;
 
-    let mut columns: Vec<u32> = TABLE_SERVERS.to_vec();
-    if !columns.contains(&servers) {
-        columns.push(servers);
-        columns.sort_unstable();
-    }
     let mut rows: Vec<f64> = TABLE_UTILISATIONS.to_vec();
-    let own = plan.offered_utilisation;
+    let own = a.plan.offered_utilisation;
     if own > 0.0 && own < 1.0 && rows.iter().all(|r| (r - own).abs() > 1e-9) {
         rows.push(own);
         rows.sort_by(f64::total_cmp);
     }
-    let knee_table = columns
-        .iter()
-        .map(|&c| knee_column(c, s, &rows))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| usage("--service-time", e))?;
+    let knee_table = question::knee_family(&TABLE_SERVERS, a.servers, s, &rows)
+        .map_err(|e| usage("--service-time", e))?
+        .into_iter()
+        .map(|curve| KneeColumn {
+            servers: curve.servers,
+            knee_utilisation: curve.knee_utilisation,
+            square_root_rule_knee: curve.square_root_rule_knee,
+            rows: curve
+                .points
+                .iter()
+                .map(|l| KneeCell {
+                    utilisation: l.utilisation,
+                    mean_wait_secs: l.mean_wait_secs,
+                    p99_wait_secs: l.p99_wait_secs,
+                    mean_response_secs: l.mean_response_secs,
+                })
+                .collect(),
+        })
+        .collect();
     Ok(Report {
         model: "M/M/c",
         service_time_secs: s,
-        servers,
-        servers_from,
-        capacity_rps: capacity,
+        servers: a.servers,
+        servers_from: match a.servers_from {
+            Field::Capacity => "capacity",
+            _ => "workers",
+        },
+        capacity_rps: a.capacity_rps,
         knee_wait_fraction: KNEE_WAIT_FRACTION,
         knee_definition: KNEE_DEFINITION,
-        target_is_default_knee: args.target_wait.is_none(),
+        target_is_default_knee: a.target_is_default_knee,
         knee_table,
-        plan,
-    })
-}
-
-fn knee_column(servers: u32, s: f64, rows: &[f64]) -> Result<KneeColumn, erlang::ErlangError> {
-    let rows = rows
-        .iter()
-        .map(|&u| {
-            let l = MmcQueue::at_utilisation(servers, s, u)?.latency();
-            Ok(KneeCell {
-                utilisation: u,
-                mean_wait_secs: l.mean_wait_secs,
-                p99_wait_secs: l.p99_wait_secs,
-                mean_response_secs: l.mean_response_secs,
-            })
-        })
-        .collect::<Result<Vec<_>, erlang::ErlangError>>()?;
-    Ok(KneeColumn {
-        servers,
-        knee_utilisation: knee_utilisation(servers)?,
-        square_root_rule_knee: square_root_rule_knee(servers)?,
-        rows,
+        plan: a.plan,
     })
 }
 

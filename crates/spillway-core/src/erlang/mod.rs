@@ -529,3 +529,5 @@ impl MmcQueue {
 
 mod plan;
 pub use plan::{plan_shedding, ShedInput, ShedPlan};
+
+pub mod question;

@@ -16,10 +16,8 @@
 
 use serde::Serialize;
 use serde_json::json;
-use spillway_core::erlang::{
-    self, knee_utilisation, plan_shedding, square_root_rule_knee, workers_for_capacity,
-    ErlangError, MmcQueue, ShedInput, WaitTarget, KNEE_WAIT_FRACTION,
-};
+use spillway_core::erlang::question::{self, Arrivals, Field, KneeQuestion, Workers};
+use spillway_core::erlang::{self, WaitTarget, KNEE_WAIT_FRACTION};
 
 /// Concurrencies drawn as curves, plus the user's own (the same family as `spillway calc`).
 pub const CURVE_SERVERS: [u32; 6] = [1, 2, 4, 8, 16, 40];
@@ -81,8 +79,17 @@ fn truncate(v: &str) -> &str {
     &v[..end]
 }
 
-fn erlang_err(field: &str, e: ErlangError) -> CalcError {
-    CalcError::new(field, e.to_string())
+/// The query parameter an input came from, for errors.
+fn parameter(field: Field) -> &'static str {
+    match field {
+        Field::ServiceTime => "service_time_ms",
+        Field::Workers => "workers",
+        Field::Capacity => "capacity",
+        Field::ArrivalRate => "arrival_rate",
+        Field::Utilisation => "utilisation",
+        Field::SheddableShare => "sheddable_share",
+        Field::TargetWait => "target_wait_ms",
+    }
 }
 
 /// Answers one calculator question given as `query` (decoded `key=value` pairs).
@@ -102,7 +109,7 @@ pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError
     }
     let s = s_ms / 1e3;
     const WORKERS: &str = "a whole number of workers from 1 to 1000000";
-    let (servers, servers_from) = match (
+    let workers = match (
         number(query, "workers", WORKERS)?,
         number(query, "capacity", "requests per second >= 0")?,
     ) {
@@ -113,12 +120,9 @@ pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError
                     format!("invalid workers {w}: expected {WORKERS}"),
                 ));
             }
-            (w as u32, "workers")
+            Workers::Count(w as u32)
         }
-        (None, Some(c)) => (
-            workers_for_capacity(c, s).map_err(|e| erlang_err("capacity", e))?,
-            "capacity",
-        ),
+        (None, Some(c)) => Workers::Capacity(c),
         (None, None) => {
             return Err(CalcError::new(
                 "workers",
@@ -127,8 +131,7 @@ pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError
             ))
         }
     };
-    let capacity = f64::from(servers) / s;
-    let arrival_rate = match (
+    let arrivals = match (
         number(query, "arrival_rate", "requests per second >= 0")?,
         number(
             query,
@@ -136,16 +139,8 @@ pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError
             "a fraction of capacity >= 0 such as 0.9",
         )?,
     ) {
-        (Some(r), _) => r,
-        (None, Some(u)) if u >= 0.0 => u * capacity,
-        (None, Some(u)) => {
-            return Err(CalcError::new(
-                "utilisation",
-                format!(
-                    "invalid utilisation {u}: expected a fraction of capacity >= 0 such as 0.9"
-                ),
-            ))
-        }
+        (Some(r), _) => Arrivals::Rate(r),
+        (None, Some(u)) => Arrivals::Utilisation(u),
         (None, None) => {
             return Err(CalcError::new(
                 "utilisation",
@@ -160,64 +155,42 @@ pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError
         "a fraction from 0 to 1 such as 0.3",
     )?
     .unwrap_or(0.0);
-    let target = match number(query, "target_wait_ms", "a number of milliseconds >= 0")? {
-        None => WaitTarget::knee(s).map_err(|e| erlang_err("service_time_ms", e))?,
-        Some(w) => WaitTarget::Mean { wait_secs: w / 1e3 },
-    };
-    let plan = plan_shedding(&ShedInput {
-        servers,
+    let target = number(query, "target_wait_ms", "a number of milliseconds >= 0")?
+        .map(|w| WaitTarget::Mean { wait_secs: w / 1e3 });
+    let a = question::answer(&KneeQuestion {
         service_time_secs: s,
-        arrival_rate,
+        workers,
+        arrivals,
         sheddable_share,
         target,
     })
-    .map_err(|e| match &e {
-        ErlangError::InvalidArgument { argument, .. } => {
-            let field = match *argument {
-                "arrival_rate" => "arrival_rate",
-                "sheddable_share" => "sheddable_share",
-                "target_wait" => "target_wait_ms",
-                "servers" => "workers",
-                _ => "service_time_ms",
-            };
-            erlang_err(field, e)
-        }
-        _ => erlang_err("service_time_ms", e),
-    })?;
+    .map_err(|e| CalcError::new(parameter(e.field), e.to_string()))?;
 
-    let mut servers_list: Vec<u32> = CURVE_SERVERS.to_vec();
-    if !servers_list.contains(&servers) {
-        servers_list.push(servers);
-        servers_list.sort_unstable();
-    }
-    let us = curve_utilisations();
-    let curves = servers_list
-        .iter()
-        .map(|&c| {
-            let points = us
+    let curves = question::knee_family(&CURVE_SERVERS, a.servers, s, &curve_utilisations())
+        .map_err(|e| CalcError::new("service_time_ms", e.to_string()))?
+        .into_iter()
+        .map(|c| Curve {
+            servers: c.servers,
+            knee_utilisation: c.knee_utilisation,
+            square_root_rule_knee: c.square_root_rule_knee,
+            points: c
+                .points
                 .iter()
-                .map(|&u| MmcQueue::at_utilisation(c, s, u).map(|q| [u, q.mean_wait_secs()]))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Curve {
-                servers: c,
-                knee_utilisation: knee_utilisation(c)?,
-                square_root_rule_knee: square_root_rule_knee(c)?,
-                points,
-            })
+                .map(|l| [l.utilisation, l.mean_wait_secs])
+                .collect(),
         })
-        .collect::<Result<Vec<_>, ErlangError>>()
-        .map_err(|e| erlang_err("service_time_ms", e))?;
+        .collect::<Vec<_>>();
     Ok(json!({
         "model": "M/M/c",
         "service_time_secs": s,
-        "servers": servers,
-        "servers_from": servers_from,
-        "capacity_rps": capacity,
+        "servers": a.servers,
+        "servers_from": parameter(a.servers_from),
+        "capacity_rps": a.capacity_rps,
         "knee_wait_fraction": KNEE_WAIT_FRACTION,
-        "knee_utilisation": knee_utilisation(servers).map_err(|e| erlang_err("workers", e))?,
-        "target_wait_secs": target.wait_secs(),
-        "target_is_default_knee": number(query, "target_wait_ms", "")?.is_none(),
-        "plan": plan,
+        "knee_utilisation": a.knee_utilisation,
+        "target_wait_secs": a.target.wait_secs(),
+        "target_is_default_knee": a.target_is_default_knee,
+        "plan": a.plan,
         "curves": curves,
     }))
 }
@@ -225,6 +198,7 @@ pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use spillway_core::erlang::MmcQueue;
 
     fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
