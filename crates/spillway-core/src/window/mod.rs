@@ -7,10 +7,11 @@
 //! time buckets (as in gRPC-go's adaptive throttler and Envoy's admission-control filter) forgets
 //! old traffic gradually instead of in one jump.
 //!
-//! Two forms share the bucket format: [`WindowedCounter`] sums its buckets when read (the retry
-//! budget, which reads at arbitrary `now`s), and [`WindowedTotals`] keeps running totals that a
-//! read only has to correct for the buckets that expired since the last read (the throttle,
-//! which reads on every request).
+//! Two forms: [`WindowedCounter`] sums its buckets when read (a task's error rate, read rarely),
+//! and [`WindowedPair`] keeps two counts' running totals in one word a slice, so that a read only
+//! corrects for the buckets that expired since the last read (the throttle and the retry budget,
+//! read on every request). A third form, `WindowedTotals` (running totals over one word per count),
+//! is compiled for tests only: it is the reference the compact pair is checked against.
 //!
 //! Each bucket is a single `AtomicU64` holding a *round* tag in the high 32 bits and a count in the
 //! low 32 bits. Bucket `i` holds the events of the time slices `i, i + B, i + 2B, …` (`B` buckets);
@@ -35,10 +36,12 @@ use std::time::{Duration, Instant};
 use crate::clock::{nanos_since, saturating_nanos};
 
 mod pair;
+#[cfg(test)]
 mod total;
 pub(crate) use pair::PairLanded;
 pub use pair::{WindowedPair, MAX_SLICE_COUNT};
-pub use total::WindowedTotals;
+#[cfg(test)]
+pub(crate) use total::WindowedTotals;
 
 /// The largest number of buckets a counter keeps (one per second over an hour). More buckets buy
 /// nothing measurable and make every [`WindowedCounter::sum`] slower.
@@ -79,7 +82,7 @@ pub struct WindowedCounter {
     buckets: Box<[AtomicU64]>,
 }
 
-/// How a window is cut into time slices, shared by [`WindowedCounter`], [`WindowedTotals`] and
+/// How a window is cut into time slices, shared by [`WindowedCounter`], `WindowedTotals` and
 /// [`WindowedPair`]. 32 bytes: the window is kept in nanoseconds, as the slicing computes it
 /// (saturating at `u64::MAX` ns, 584 years), because a client held three of these per backend
 /// (throttle, retry budget) and 8 bytes each brought the simulator's per-client policies
@@ -259,7 +262,8 @@ fn bucket_add(bucket: &AtomicU64, round: u32, n: u64) -> (u32, i64) {
 
 /// Empties `bucket` if it still holds round `round` or an older one (its events have left the
 /// window); returns how many events it removed. A bucket already reset to a newer round is left
-/// alone: whoever reset it accounted for what it held.
+/// alone: whoever reset it accounted for what it held. (Used by the test-only reference.)
+#[cfg(test)]
 fn bucket_retire(bucket: &AtomicU64, round: u32) -> u32 {
     let mut cur = bucket.load(Ordering::Relaxed);
     loop {

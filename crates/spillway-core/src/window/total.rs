@@ -68,16 +68,6 @@ impl<const N: usize> WindowedTotals<N> {
         }
     }
 
-    /// The window these counters span, as configured (a window beyond `u64::MAX` ns, 584 years, reads as that).
-    pub fn window(&self) -> Duration {
-        self.slices.window()
-    }
-
-    /// The number of buckets (after clamping).
-    pub fn buckets(&self) -> usize {
-        self.buckets.len()
-    }
-
     /// The length of one bucket's time slice.
     pub fn slice(&self) -> Duration {
         self.slices.slice()

@@ -2,7 +2,7 @@
 //!
 //! Why: the throttle (SRE book ch. 21, "Client-side throttling") keeps, per client and backend,
 //! requests and accepts over the last two minutes in 120 one-second slices. As two
-//! [`WindowedTotals`](super::WindowedTotals) words a slice (a 32-bit round tag and a 32-bit
+//! `WindowedTotals` (the test-only reference) words a slice (a 32-bit round tag and a 32-bit
 //! count each) that is 1,920 bytes per throttle — most of a simulated client's memory
 //! (`spillway sim fleet-million-clients`: 10⁶ clients, 2.5 GB), and real clients talking to
 //! many backends pay it per backend. Here one `AtomicU64` holds a slice's tag and both counts:
