@@ -671,7 +671,7 @@ impl AdmissionController {
             drop(q);
             return refuse(RefusalReason::QueueFull);
         }
-        let give_up_at = q.give_up_at(now, req.deadline, budget);
+        let give_up_at = q.give_up_at(now, req.deadline, budget, c);
         // Slots to free before one is this level's: those beyond its allowance (a cut of the
         // limit leaves more in flight than the new limit) and one more.
         let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));

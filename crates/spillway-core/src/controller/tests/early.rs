@@ -103,7 +103,8 @@ fn with_a_deadline_the_wait_ends_when_it_could_no_longer_finish() {
         Poll::Ready(Err(r)) => assert_eq!(r.reason, RefusalReason::DeadlineExceeded),
         other => panic!("expected a deadline refusal, got {other:?}"),
     }
-    // 400 ms left: the max wait bounds it (a deadline is the whole call's, not an attempt's).
+    // 400 ms left: CRITICAL waits as long as its deadline allows (350 ms), not the flat max
+    // wait; it is refused for queueing when that runs out.
     let q = match ctl.admit(&AdmissionRequest {
         deadline: Some(ctl.now() + 400 * MS),
         ..req(Critical)
@@ -111,9 +112,14 @@ fn with_a_deadline_the_wait_ends_when_it_could_no_longer_finish() {
         Admission::Queued(q) => q,
         other => panic!("expected queued, got {other:?}"),
     };
-    assert_eq!(q.give_up_at(), ctl.now() + 100 * MS);
-    clock.advance(100 * MS);
+    assert_eq!(q.give_up_at(), ctl.now() + 350 * MS);
+    clock.advance(200 * MS);
     let mut q = q;
+    assert!(
+        poll(&mut q, &noop()).is_pending(),
+        "past the max wait, within its deadline's budget"
+    );
+    clock.advance(150 * MS);
     match poll(&mut q, &noop()) {
         Poll::Ready(Err(r)) => assert_eq!(r.reason, RefusalReason::QueueTimeout),
         other => panic!("expected a queue timeout, got {other:?}"),
