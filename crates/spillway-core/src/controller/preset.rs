@@ -76,9 +76,10 @@ impl AdmissionConfig {
     /// service's cold start while its limit was still growing, 71 of 4,000 at 0.9 ×
     /// capacity, within 0.1 pp of the unprotected with 1024), CoDel 5 ms / 100 ms, highest
     /// criticality first; a request waits at most until its deadline less a cautious expected
-    /// service time — sheddable work no longer than 100 ms, CRITICAL work as long as its
-    /// deadline allows (a flat 100 ms refused it `queue_timeout` under bursts its callers'
-    /// 200 ms would have absorbed; `AdmissionQueue::give_up_at`), 100 ms without a deadline —
+    /// service time — sheddable work no longer than 100 ms, CRITICAL work expected to start
+    /// in time as long as its deadline allows (a flat 100 ms refused it `queue_timeout` under
+    /// bursts its callers' 200 ms would have absorbed; `AdmissionQueue::give_up_at`), 100 ms
+    /// without a deadline —
     /// and is refused on arrival when it could not start in time. The cautious
     /// figure is an upper bound of the mean that counts timed-out requests too
     /// (`queue::service`): the plain average of the requests that finished sat below a skewed

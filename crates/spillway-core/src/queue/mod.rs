@@ -389,7 +389,9 @@ impl<T> AdmissionQueue<T> {
     /// have been served in time (issue 28's sweep, R2: a 4-worker, 10 ms service under on/off
     /// bursts whose callers allow 200 ms, CRITICAL 95.4 % at 2×; 100 % waiting to its
     /// deadline): issue 28's R4 — a queued request waits as long as its remaining deadline
-    /// allows, not a flat limit.
+    /// allows, not a flat limit. The controller still bounds by `max_wait` CRITICAL work not
+    /// expected to start in time (its wait estimate past this), so that a CRITICAL queue
+    /// that outgrew its callers' deadlines is not held until they run out.
     pub fn give_up_at(
         &self,
         enqueued_at: Instant,
