@@ -35,6 +35,9 @@ impl AdmissionConfig {
     ///   flight, never by pinning the limit to 5 (Envoy's way, which at start and every
     ///   30–34.5 s refused or queued what the service would have served), and a slow start
     ///   from 20 that doubles per round trip while latency stays at minRTT (`envoy/live.rs`).
+    ///   Once the limit is cut to 5 or below, ten answers that ran alone and are past minRTT's
+    ///   tolerance re-measure it at once: the upstream itself got slower (a 20-worker service
+    ///   at half speed was otherwise held at limit 1 for two seconds).
     /// - `latency_slack = 0.1`: latency up to minRTT + 10 % of the callers' budget (their
     ///   deadlines capped at the queue's 100 ms max wait, which stands in when they send none:
     ///   at most 10 ms) is never cut. A fast
