@@ -671,12 +671,21 @@ impl AdmissionController {
             drop(q);
             return refuse(RefusalReason::QueueFull);
         }
-        let give_up_at = q.give_up_at(now, req.deadline, budget);
+        let mut give_up_at = q.give_up_at(now, req.deadline, budget, c);
         // Slots to free before one is this level's: those beyond its allowance (a cut of the
         // limit leaves more in flight than the new limit) and one more.
         let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));
         let ahead = q.ahead_of(c, req.continuation) + blocked;
         let wait = per_slot.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
+        let by_wait = now + inner.queue_cfg.max_wait;
+        if give_up_at > by_wait && now.checked_add(wait).map_or(true, |t| t > give_up_at) {
+            // CRITICAL work may wait past the max wait for its deadline (`give_up_at`) only
+            // when it is expected to start in time: a CRITICAL queue that outgrew its callers'
+            // deadlines, held until they ran out, served each request too late to count and
+            // goodput collapsed (issue 28's full sweep: on/off bursts with CRITICAL at 0.8 of
+            // capacity, 0.96 -> 0.23 of capacity). It waits out the max wait as before.
+            give_up_at = by_wait;
+        }
         let late = now.checked_add(wait).map_or(true, |t| t > give_up_at);
         // Its deadline, not the max wait, set the budget: retrying cannot help.
         let deadline_bound = give_up_at < now + inner.queue_cfg.max_wait;

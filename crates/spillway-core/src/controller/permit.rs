@@ -174,11 +174,16 @@ impl Permit {
                 inner.service.record(rtt);
                 inner.service_budget.record(rtt);
             }
-            // Timed out: it held its slot at least this long. Leaving it out made the budget
-            // the mean of the requests fast enough to finish (a bimodal service whose slow
-            // mode outlasts the callers' timeout was budgeted at its fast mode).
-            Outcome::Dropped => inner.service_budget.record(rtt),
-            Outcome::Ignore | Outcome::Abandoned => {}
+            // Its caller gave up while it ran: it held its slot at least this long, and no
+            // longer than the caller's patience. Leaving it out made the budget the mean of
+            // the requests fast enough to finish (a bimodal service whose slow mode outlasts
+            // the callers' timeout was budgeted at its fast mode, and waiters left the queue
+            // later than their deadline less the mean allows).
+            Outcome::Abandoned => inner.service_budget.record(rtt),
+            // The proxy's own upstream timeout (30 s by default) or a refusal downstream: the
+            // first is no service time a caller's deadline is budgeted against (one such
+            // sample moved the slow average by half a second), the second took no service.
+            Outcome::Dropped | Outcome::Ignore => {}
         }
         if let Some(actual) = self.actual_cost {
             inner.quota.settle(now, charge, actual);

@@ -35,6 +35,9 @@ impl AdmissionConfig {
     ///   flight, never by pinning the limit to 5 (Envoy's way, which at start and every
     ///   30–34.5 s refused or queued what the service would have served), and a slow start
     ///   from 20 that doubles per round trip while latency stays at minRTT (`envoy/live.rs`).
+    ///   Once the limit is cut to 5 or below, ten answers that ran alone and are past minRTT's
+    ///   tolerance re-measure it at once: the upstream itself got slower (a 20-worker service
+    ///   at half speed was otherwise held at limit 1 for two seconds).
     /// - `latency_slack = 0.1`: latency up to minRTT + 10 % of the callers' budget (their
     ///   deadlines capped at the queue's 100 ms max wait, which stands in when they send none:
     ///   at most 10 ms) is never cut. A fast
@@ -75,8 +78,12 @@ impl AdmissionConfig {
     /// limit refused bursts of a lightly loaded service; 64 refused a 100-worker 1 ms
     /// service's cold start while its limit was still growing, 71 of 4,000 at 0.9 ×
     /// capacity, within 0.1 pp of the unprotected with 1024), CoDel 5 ms / 100 ms, highest
-    /// criticality first; a request waits at most until its deadline less a cautious expected service time (100 ms without a
-    /// deadline) and is refused on arrival when it could not start in time. The cautious
+    /// criticality first; a request waits at most until its deadline less a cautious expected
+    /// service time — sheddable work no longer than 100 ms, CRITICAL work expected to start
+    /// in time as long as its deadline allows (a flat 100 ms refused it `queue_timeout` under
+    /// bursts its callers' 200 ms would have absorbed; `AdmissionQueue::give_up_at`), 100 ms
+    /// without a deadline —
+    /// and is refused on arrival when it could not start in time. The cautious
     /// figure is an upper bound of the mean that counts timed-out requests too
     /// (`queue::service`): the plain average of the requests that finished sat below a skewed
     /// service's mean, and waiters left later than their deadline less the mean allows.

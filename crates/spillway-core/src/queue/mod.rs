@@ -8,8 +8,9 @@
 //!   steady traffic.
 //! - **Bounded in time too.** An entry waits at most `max_wait` (default 100 ms, one CoDel
 //!   interval: a wait longer than that is a standing queue, not a burst), and one with a
-//!   deadline no longer than it could still finish by it given the expected service time (an
-//!   EWMA of recent service times). Past that it is dropped rather than served, because its caller has given up or
+//!   deadline no longer than it could still finish by it given the expected service time (a
+//!   cautious mean of recent service times). CRITICAL work with a deadline is bounded by
+//!   that deadline alone ([`AdmissionQueue::give_up_at`]). Past that it is dropped rather than served, because its caller has given up or
 //!   will have by the time the answer is ready. The controller refuses on arrival a request
 //!   whose expected wait ([`AdmissionQueue::ahead_of`] × the time between two slots freeing)
 //!   already exceeds that budget, and drops entries a more critical arrival pushed past theirs
@@ -369,28 +370,53 @@ impl<T> AdmissionQueue<T> {
         out
     }
 
-    /// When an entry enqueued at `enqueued_at` with `deadline` should give up waiting, given
-    /// the `expected` service time: `enqueued_at + max_wait`, or earlier `deadline -
-    /// expected` — the last moment it could still start and finish in time.
+    /// When an entry of `criticality` enqueued at `enqueued_at` with `deadline` should give
+    /// up waiting, given the `expected` service time: `deadline - expected` — the last moment
+    /// it could still start and finish in time — and for sheddable work no later than
+    /// `enqueued_at + max_wait`; without a deadline, `enqueued_at + max_wait`.
     ///
-    /// Why still `max_wait` with a far deadline: a deadline says when the caller gives up on
-    /// the whole call, not on this attempt. `spillway demo`'s clients give each of 3 attempts
-    /// a third of a 1 s deadline; waiting up to the deadline kept abandoned attempts queued
-    /// and goodput fell to 24 % of capacity at 5× in one run.
+    /// Why still `max_wait` with a far deadline for sheddable work: a deadline says when the
+    /// caller gives up on the whole call, not on this attempt. `spillway demo`'s clients give
+    /// each of 3 attempts a third of a 1 s deadline; waiting up to the deadline kept abandoned
+    /// attempts queued and goodput fell to 24 % of capacity at 5× in one run; and in front of
+    /// a 4-worker service closed-loop callers kept in the queue longer instead of being
+    /// refused lost 12 % of the goodput (issue 28's sweep).
+    ///
+    /// Why not for CRITICAL (and CRITICAL_PLUS): it is served before everything less
+    /// critical, so it waits only while the limit is full of work at least as critical or a
+    /// cut of the limit leaves more in flight than it allows — a round trip or two, not a
+    /// standing queue. A flat 100 ms refused it `queue_timeout` where its caller would still
+    /// have been served in time (issue 28's sweep, R2: a 4-worker, 10 ms service under on/off
+    /// bursts whose callers allow 200 ms, CRITICAL 95.4 % at 2×; 100 % waiting to its
+    /// deadline): issue 28's R4 — a queued request waits as long as its remaining deadline
+    /// allows, not a flat limit. The controller still bounds by `max_wait` CRITICAL work not
+    /// expected to start in time (its wait estimate past this), so that a CRITICAL queue
+    /// that outgrew its callers' deadlines is not held until they run out.
     pub fn give_up_at(
         &self,
         enqueued_at: Instant,
         deadline: Option<Instant>,
         expected: Duration,
+        criticality: Criticality,
     ) -> Instant {
         let by_wait = enqueued_at + self.cfg.max_wait;
         match deadline {
-            Some(d) => d
-                .checked_sub(expected)
-                .unwrap_or(enqueued_at)
-                .clamp(enqueued_at, by_wait),
+            Some(d) => {
+                let by_deadline = d.checked_sub(expected).unwrap_or(enqueued_at);
+                if criticality >= Criticality::Critical {
+                    by_deadline.max(enqueued_at)
+                } else {
+                    by_deadline.clamp(enqueued_at, by_wait)
+                }
+            }
             None => by_wait,
         }
+    }
+
+    /// Whether an entry of `criticality` with `deadline` waits at most `max_wait`
+    /// ([`give_up_at`](Self::give_up_at)).
+    fn max_wait_bounds(criticality: Criticality, deadline: Option<Instant>) -> bool {
+        deadline.is_none() || criticality < Criticality::Critical
     }
 
     /// Entries that would be served before a new arrival of `criticality` / `continuation`
@@ -470,7 +496,8 @@ impl<T> AdmissionQueue<T> {
             let Some(back) = self.classes[class].back() else {
                 break;
             };
-            let give_up = self.give_up_at(back.enqueued_at, back.deadline, expected);
+            let give_up =
+                self.give_up_at(back.enqueued_at, back.deadline, expected, back.criticality);
             let wait = per_slot.saturating_mul(u32::try_from(self.len).unwrap_or(u32::MAX));
             if now.checked_add(wait).is_some_and(|t| t <= give_up) {
                 break;
@@ -592,7 +619,8 @@ impl<T> AdmissionQueue<T> {
 
     /// Drops every entry at the front of its class that has run out of time: once it can no
     /// longer finish by its deadline given `expected` service time (`DeadlineExceeded`), or
-    /// has waited `max_wait` (`QueueTimeout`). A
+    /// has waited `max_wait` where that bounds it (`QueueTimeout`, see
+    /// [`give_up_at`](Self::give_up_at)). A
     /// `QueueTimeout` at criticality `c` also drops everything queued below `c`
     /// ([`drop_below`](Self::drop_below)): it would be served in the timed-out entry's place.
     pub fn purge(
@@ -615,7 +643,9 @@ impl<T> AdmissionQueue<T> {
             while let Some(front) = q.front() {
                 let reason = if cannot_finish(now, expected, front.deadline) {
                     DropReason::DeadlineExceeded
-                } else if now.saturating_duration_since(front.enqueued_at) >= max_wait {
+                } else if Self::max_wait_bounds(front.criticality, front.deadline)
+                    && now.saturating_duration_since(front.enqueued_at) >= max_wait
+                {
                     DropReason::QueueTimeout
                 } else {
                     break;

@@ -358,18 +358,25 @@ fn max_wait_drops_old_entries_even_behind_higher_criticality() {
     q.purge(t0 + 100 * MS, MS, |e, r| dropped.push((e.item, r)));
     assert_eq!(dropped, vec![(1, DropReason::QueueTimeout)]);
     assert_eq!(q.len(), 1);
-    assert_eq!(q.give_up_at(t0, None, 3 * MS), t0 + 100 * MS);
+    for c in [Sheddable, Critical] {
+        assert_eq!(q.give_up_at(t0, None, 3 * MS, c), t0 + 100 * MS);
+        assert_eq!(
+            q.give_up_at(t0, Some(t0 + 10 * MS), 3 * MS, c),
+            t0 + 7 * MS,
+            "a deadline's budget less the expected service time"
+        );
+        assert_eq!(q.give_up_at(t0, Some(t0 + MS), 3 * MS, c), t0);
+    }
     assert_eq!(
-        q.give_up_at(t0, Some(t0 + 10 * MS), 3 * MS),
-        t0 + 7 * MS,
-        "a deadline's budget less the expected service time"
-    );
-    assert_eq!(
-        q.give_up_at(t0, Some(t0 + 1000 * MS), 3 * MS),
+        q.give_up_at(t0, Some(t0 + 1000 * MS), 3 * MS, Sheddable),
         t0 + 100 * MS,
         "a far deadline is the whole call's, not this attempt's: max_wait still bounds"
     );
-    assert_eq!(q.give_up_at(t0, Some(t0 + MS), 3 * MS), t0);
+    assert_eq!(
+        q.give_up_at(t0, Some(t0 + 1000 * MS), 3 * MS, Critical),
+        t0 + 997 * MS,
+        "CRITICAL waits as long as its deadline allows"
+    );
 }
 
 #[test]

@@ -103,7 +103,8 @@ fn with_a_deadline_the_wait_ends_when_it_could_no_longer_finish() {
         Poll::Ready(Err(r)) => assert_eq!(r.reason, RefusalReason::DeadlineExceeded),
         other => panic!("expected a deadline refusal, got {other:?}"),
     }
-    // 400 ms left: the max wait bounds it (a deadline is the whole call's, not an attempt's).
+    // 400 ms left: CRITICAL waits as long as its deadline allows (350 ms), not the flat max
+    // wait; it is refused for queueing when that runs out.
     let q = match ctl.admit(&AdmissionRequest {
         deadline: Some(ctl.now() + 400 * MS),
         ..req(Critical)
@@ -111,9 +112,14 @@ fn with_a_deadline_the_wait_ends_when_it_could_no_longer_finish() {
         Admission::Queued(q) => q,
         other => panic!("expected queued, got {other:?}"),
     };
-    assert_eq!(q.give_up_at(), ctl.now() + 100 * MS);
-    clock.advance(100 * MS);
+    assert_eq!(q.give_up_at(), ctl.now() + 350 * MS);
+    clock.advance(200 * MS);
     let mut q = q;
+    assert!(
+        poll(&mut q, &noop()).is_pending(),
+        "past the max wait, within its deadline's budget"
+    );
+    clock.advance(150 * MS);
     match poll(&mut q, &noop()) {
         Poll::Ready(Err(r)) => assert_eq!(r.reason, RefusalReason::QueueTimeout),
         other => panic!("expected a queue timeout, got {other:?}"),
@@ -180,4 +186,22 @@ fn overload_refusals_become_sustained_after_a_second_and_momentary_after_a_pause
     }));
     assert_eq!(d.reason, RefusalReason::DeadlineExceeded);
     assert!(!d.sustained && !d.retry_can_help());
+}
+
+#[test]
+fn critical_waits_for_its_deadline_only_when_expected_to_start_in_time() {
+    let (ctl, _clock, _held) = saturated();
+    // A slot frees every 25 ms. 250 ms left, 200 of them to wait: behind 7 queued (8 slots to
+    // free, 200 ms) it may wait for all of them, past the 100 ms max wait.
+    let _ahead: Vec<_> = (0..7).map(|_| queued(ctl.admit(&req(Critical)))).collect();
+    let with_deadline = || AdmissionRequest {
+        deadline: Some(ctl.now() + 250 * MS),
+        ..req(Critical)
+    };
+    let fits = queued(ctl.admit(&with_deadline()));
+    assert_eq!(fits.give_up_at(), ctl.now() + 200 * MS);
+    // Behind 8 (225 ms) it is not expected to start in time: the max wait bounds it, so a
+    // CRITICAL queue that outgrew its callers' deadlines is not held until they run out.
+    let late = queued(ctl.admit(&with_deadline()));
+    assert_eq!(late.give_up_at(), ctl.now() + 100 * MS);
 }

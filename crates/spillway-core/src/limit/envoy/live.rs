@@ -56,6 +56,9 @@ pub(super) struct LiveMinRtt {
     /// No measurement has completed yet: every low-concurrency sample updates the provisional
     /// minRTT.
     provisional: bool,
+    /// Completed answers that ran alone (nothing else of ours in flight), for
+    /// [`LiveMinRtt::slower`].
+    alone: LatencyHistogram,
 }
 
 impl LiveMinRtt {
@@ -68,6 +71,7 @@ impl LiveMinRtt {
             percentile,
             max_age_ns,
             provisional: true,
+            alone: LatencyHistogram::new(),
         }
     }
 
@@ -89,14 +93,19 @@ impl LiveMinRtt {
             && now_ns.saturating_sub(self.started_ns) > self.max_age_ns
         {
             self.hist.clear();
+            self.alone.clear();
         }
         if self.hist.count() == 0 {
             self.started_ns = now_ns;
         }
         self.hist.record(rtt_ns);
+        if in_flight <= 1 {
+            self.alone.record(rtt_ns);
+        }
         if self.hist.count() >= self.request_count {
             let q = self.hist.quantile(self.percentile);
             self.hist.clear();
+            self.alone.clear();
             self.provisional = false;
             return q;
         }
@@ -113,9 +122,35 @@ impl LiveMinRtt {
         self.provisional
     }
 
+    /// The upstream itself got slower: once the limit has been cut to `low` or below and
+    /// twice `low` answers that ran alone (the latency a pinned measurement would see, no
+    /// queue of ours in it) have a percentile past `tolerated` (minRTT with its buffer), that
+    /// percentile is minRTT from now on and the measurement starts again. Without this the
+    /// new minRTT waited for five windows at the floor and then a full measurement: when a
+    /// 20-worker, 50 ms service dropped to half speed at half its capacity's load, the
+    /// gradient, judging against the old minRTT, cut the limit to 1 and held it there for
+    /// two seconds while 200 requests queued (issue 28's sweep, R1: -25 pp at 0.5 ×
+    /// capacity). Only answers that ran alone: at a 1-worker service, those that ran with up
+    /// to `low` in flight include our own queue, and read as minRTT they raised the limit
+    /// past what it can serve (goodput 0.58 -> 0.06 of capacity at 2×). Not before a first
+    /// measurement has completed: every sample updates the provisional one already.
+    pub(super) fn slower(&mut self, limit: usize, tolerated: f64) -> Option<f64> {
+        if self.provisional || limit > self.low || (self.alone.count() as usize) < 2 * self.low {
+            return None;
+        }
+        let q = self.alone.quantile(self.percentile)?;
+        self.alone.clear();
+        if q <= tolerated {
+            return None;
+        }
+        self.hist.clear();
+        Some(q)
+    }
+
     /// Drops the measurement in progress (the limit sat at its floor: minRTT may be stale, and
     /// only samples from now on should measure it).
     pub(super) fn restart(&mut self) {
         self.hist.clear();
+        self.alone.clear();
     }
 }

@@ -541,6 +541,12 @@ impl Limit for EnvoyGradientLimit {
                 self.min_rtt_ns = m;
                 self.measured_min_rtt_ns = m;
             }
+            // The upstream got slower (live.rs): re-measured at once, not after the floor.
+            if let Some(m) = live.slower(self.limit, self.measured_min_rtt_ns * (1.0 + self.buffer))
+            {
+                self.min_rtt_ns = m;
+                self.measured_min_rtt_ns = m;
+            }
             // Slow start (live.rs): one more slot per request answered within minRTT's
             // tolerance while at least half the limit was in use — doubling per round trip,
             // as TCP's slow start grows its window by one per acknowledgement.

@@ -110,6 +110,46 @@ fn a_slower_upstream_is_re_measured_at_the_floor() {
 }
 
 #[test]
+fn a_slower_upstream_is_re_measured_once_the_limit_is_low_not_after_a_full_measurement() {
+    let t0 = Instant::now();
+    let cfg = EnvoyGradientConfig {
+        request_count: 25,
+        ..live_cfg()
+    };
+    let mut l = live(&cfg, t0);
+    // A completed measurement: 10 ms.
+    for i in 0..25u64 {
+        l.on_sample(&sample(at(t0, 10 + i), 10 * MS, 1, false));
+    }
+    assert!((l.min_rtt_nanos() - 10e6).abs() <= 0.05 * 10e6);
+    // The upstream now takes 40 ms at any concurrency: the gradient cuts to min_concurrency.
+    let mut w = 1u64;
+    while l.limit() > 3 {
+        {
+            let n = l.limit();
+            envoy_window_at(&mut l, t0, 100 * w, 40, n);
+        }
+        w += 1;
+        assert!(w < 100, "cut to min_concurrency");
+    }
+    // Answers at low concurrency but with others in flight may hold our own queue: not used.
+    for i in 0..6u64 {
+        l.on_sample(&sample(at(t0, 100 * w + 40 + i), 40 * MS, 3, false));
+    }
+    assert!((l.min_rtt_nanos() - 10e6).abs() <= 0.05 * 10e6);
+    // Six that ran alone (twice min_concurrency), far fewer than the 25 a measurement takes:
+    // minRTT is 40 ms.
+    for i in 0..6u64 {
+        l.on_sample(&sample(at(t0, 100 * w + 50 + i), 40 * MS, 1, false));
+    }
+    assert!(
+        (l.min_rtt_nanos() - 40e6).abs() <= 0.05 * 40e6,
+        "{}",
+        l.min_rtt_nanos()
+    );
+}
+
+#[test]
 fn latency_within_the_slack_of_the_budget_is_not_cut() {
     let t0 = Instant::now();
     // A fast upstream (1 ms alone) behind a busy host: 20 ms at any concurrency. Returns the

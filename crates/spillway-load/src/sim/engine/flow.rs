@@ -14,6 +14,7 @@ use std::task::{Context, Poll};
 use super::shard::TopDone;
 use super::*;
 use crate::sim::model::{Attempt, Held, Node};
+use spillway_core::controller::NoAnswer;
 
 impl Engine {
     #[inline]
@@ -284,7 +285,8 @@ impl Engine {
             bump(&mut s.wasted, sec(now));
         }
         if cancelled {
-            return self.finish_node(cid, Outcome::Dropped);
+            // Its caller went away: released as the proxy releases it (`NoAnswer`).
+            return self.finish_node(cid, NoAnswer::CallerGone.outcome());
         }
         if self.layers[l].tasks[t].down > 0 {
             self.stats[l].lost += 1;
@@ -555,10 +557,11 @@ impl Engine {
                 if c != NONE && self.slab.is(c, cg) {
                     self.leave(c);
                 }
-                self.finish_node(id, Outcome::Dropped);
+                self.finish_node(id, NoAnswer::CallerGone.outcome());
             }
+            // The caller went away: not the upstream's failure (`NoAnswer`, as the proxy).
             Phase::WaitWorker | Phase::Slow | Phase::Backoff => {
-                self.finish_node(id, Outcome::Dropped)
+                self.finish_node(id, NoAnswer::CallerGone.outcome())
             }
         }
     }
