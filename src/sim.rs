@@ -289,8 +289,9 @@ fn sweep(args: &SimArgs, path: &std::path::Path, out: &mut impl Write) -> Result
     let cells = cfg.cells().map_err(|e| UsageError(e.to_string()))?.len();
     writeln!(
         out,
-        "sweep {}: {}\nseed {}, {cells} cells, each run unprotected and behind the proxy's \
-         zero-config admission",
+        "sweep {}: {}\nseed {}, {cells} cells, each run unprotected, behind the proxy's \
+         zero-config admission and behind the tuned baseline (HAProxy-like: cap = workers, \
+         priority classes, queue timeout = client timeout); failing cells also by an oracle",
         cfg.name, cfg.description, cfg.seed
     )?;
     out.flush()?;
