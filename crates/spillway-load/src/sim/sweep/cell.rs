@@ -24,6 +24,7 @@
 //! queue timeout of the client's) and an oracle that is also told each request's service time.
 //! They share the arrivals and the backend ([`backend`]); their queue is [`tuned`]'s.
 
+mod admission;
 mod backend;
 mod tuned;
 
@@ -526,55 +527,6 @@ impl Sim<'_> {
             Held::None => {}
         }
         self.end_request(id, End::TimedOut);
-    }
-
-    fn queue_give_up(&mut self, id: u32, gen: u32) {
-        if !self.live(id, gen) || self.reqs[id as usize].phase != Phase::Queued {
-            return;
-        }
-        if let Held::Queued(q) = std::mem::replace(&mut self.reqs[id as usize].held, Held::None) {
-            self.left_queue(id);
-            let r = q.expire();
-            self.refuse(id, r);
-        }
-    }
-
-    /// Polls the queued admissions a release (or the queue) woke.
-    fn drain_woken(&mut self) {
-        loop {
-            let batch = std::mem::take(&mut *self.woken.lock().unwrap_or_else(|p| p.into_inner()));
-            if batch.is_empty() {
-                return;
-            }
-            for (id, gen) in batch {
-                if !self.live(id, gen) || self.reqs[id as usize].phase != Phase::Queued {
-                    continue;
-                }
-                let Held::Queued(mut q) =
-                    std::mem::replace(&mut self.reqs[id as usize].held, Held::None)
-                else {
-                    continue;
-                };
-                let waker = Waker::from(Arc::new(Wakeup {
-                    id,
-                    gen,
-                    woken: self.woken.clone(),
-                }));
-                match Pin::new(&mut q).poll(&mut Context::from_waker(&waker)) {
-                    Poll::Ready(Ok(p)) => {
-                        self.reqs[id as usize].held = Held::Queued(q);
-                        self.to_backend(id, Held::Permit(p));
-                    }
-                    Poll::Ready(Err(r)) => {
-                        self.reqs[id as usize].held = Held::Queued(q);
-                        self.left_queue(id);
-                        self.reqs[id as usize].held = Held::None;
-                        self.refuse(id, r);
-                    }
-                    Poll::Pending => self.reqs[id as usize].held = Held::Queued(q),
-                }
-            }
-        }
     }
 
     fn end_request(&mut self, id: u32, end: End) {
