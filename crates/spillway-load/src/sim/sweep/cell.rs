@@ -22,7 +22,7 @@
 //! Two more runs tell a policy's failures from a cell's impossibilities ([`Mode`]): the tuned
 //! baseline `bench/robustness.sh` runs for real (HAProxy, cap = workers, priority classes, a
 //! queue timeout of the client's) and an oracle that is also told each request's service time.
-//! They share the arrivals and the backend ([`backend`]); their queue is [`tuned`]'s.
+//! They share the arrivals and the backend (`cell::backend`); their queue is `cell::tuned`'s.
 
 mod admission;
 mod backend;

@@ -165,7 +165,8 @@ pub fn write_html(r: &SweepReport, path: &Path) -> Result<(), ReportError> {
         });
         let _ = write!(
             h,
-            "<h2>{}: the {} worst of {} failing cells</h2><table><tr><th>cell</th><th>figures</th></tr>",
+            "<h2>{}: the {} worst of {} failing cells</h2><table><tr><th>cell</th><th>class</th>\
+             <th>figures</th></tr>",
             check.id(),
             failing.len().min(LISTED),
             failing.len()
@@ -173,8 +174,9 @@ pub fn write_html(r: &SweepReport, path: &Path) -> Result<(), ReportError> {
         for (c, _) in failing.iter().take(LISTED) {
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
                 escape(&c.label),
+                c.classes[k].map_or("", |x| x.as_str()),
                 escape(&describe(*check, &c.spec, &c.protected, &c.unprotected))
             );
         }
