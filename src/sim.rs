@@ -74,9 +74,10 @@ pub struct SimArgs {
     #[arg(long, conflicts_with_all = ["name", "scenario"])]
     versus_demo: bool,
     /// Run a robustness sweep (TOML; e.g. examples/sim/robustness.toml): every cell of its
-    /// matrix unprotected and behind the proxy's zero-config admission, judged against issue
-    /// 28's requirements 1-4; prints per requirement pass/fail, failing cells and the worst
-    /// cell. Exit code 0 whatever the verdicts (they are the output); --json/--html write the
+    /// matrix unprotected, behind the proxy's zero-config admission and behind the tuned
+    /// HAProxy baseline, judged against issue 28's requirements 1-4; prints per requirement
+    /// pass/fail, failing cells (infeasible / behind_tuned / fails_like_tuned, by an oracle
+    /// run where needed) and the worst cell. Exit code 0 whatever the verdicts (they are the output); --json/--html write the
     /// cells.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "scenario", "versus_demo"])]
     sweep: Option<PathBuf>,
@@ -290,8 +291,9 @@ fn sweep(args: &SimArgs, path: &std::path::Path, out: &mut impl Write) -> Result
     let cells = cfg.cells().map_err(|e| UsageError(e.to_string()))?.len();
     writeln!(
         out,
-        "sweep {}: {}\nseed {}, {cells} cells, each run unprotected and behind the proxy's \
-         zero-config admission",
+        "sweep {}: {}\nseed {}, {cells} cells, each run unprotected, behind the proxy's \
+         zero-config admission and behind the tuned baseline (HAProxy-like: cap = workers, \
+         priority classes, queue timeout = client timeout); failing cells also by an oracle",
         cfg.name, cfg.description, cfg.seed
     )?;
     out.flush()?;
@@ -310,14 +312,20 @@ fn sweep(args: &SimArgs, path: &std::path::Path, out: &mut impl Write) -> Result
         sweep::run_sweep(&cfg, args.jobs, &progress).map_err(|e| UsageError(e.to_string()))?;
     let wall = started.elapsed().as_secs_f64();
     out.write_all(sweep::summary_text(&report).as_bytes())?;
-    let events: u64 = report
+    let runs: Vec<_> = report
         .cells
         .iter()
-        .map(|c| c.protected.events + c.unprotected.events)
-        .sum();
+        .flat_map(|c| {
+            [&c.protected, &c.unprotected, &c.tuned]
+                .into_iter()
+                .chain(c.oracle_critical.as_ref())
+                .chain(c.oracle_goodput.as_ref())
+        })
+        .collect();
+    let events: u64 = runs.iter().map(|r| r.events).sum();
     eprintln!(
         "simulated {cells} cells ({} runs, {events} events) in {wall:.1} s wall, up to {} at once",
-        cells * 2,
+        runs.len(),
         spillway_load::sim::jobs_for(args.jobs, cells)
     );
     if let Some(p) = &args.json {

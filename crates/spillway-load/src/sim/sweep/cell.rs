@@ -18,6 +18,15 @@
 //! unbounded FIFO, and work for callers who left still done (it is never told).
 //! Protected and unprotected runs of a cell draw the same arrival times, criticalities and
 //! service times (common random numbers), so their difference is the policy's, not noise.
+//!
+//! Two more runs tell a policy's failures from a cell's impossibilities ([`Mode`]): the tuned
+//! baseline `bench/robustness.sh` runs for real (HAProxy, cap = workers, priority classes, a
+//! queue timeout of the client's) and an oracle that is also told each request's service time.
+//! They share the arrivals and the backend (`cell::backend`); their queue is `cell::tuned`'s.
+
+mod admission;
+mod backend;
+mod tuned;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -49,6 +58,29 @@ const DONE: u8 = 4;
 /// The proxy's own upstream timeout, when it fires before the client's deadline.
 const UPSTREAM_TIMEOUT: u8 = 5;
 
+/// What stands in front of the backend in one run of a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Nothing: the backend alone.
+    Unprotected,
+    /// The proxy's zero-config admission: the core's `AdmissionController`.
+    Protected,
+    /// HAProxy as `bench/robustness.sh` tunes it: `maxconn` = the backend's workers (capacity
+    /// known), queued requests served CRITICAL first and in arrival order within a class
+    /// (`set-priority-class`), and dropped when they have waited the client's timeout
+    /// (`timeout queue` = it; `option abortonclose` frees a slot whose client left).
+    Tuned,
+    /// The tuned queue, told each request's service time: it never sends work that cannot
+    /// end within its deadline (refused as `oracle_late` when its turn comes), so no worker
+    /// spends time on a doomed request. With `critical_only`, the cell's other traffic is
+    /// never offered: CRITICAL has the whole backend. An estimate of the best an admission
+    /// policy could do, not a proof (a policy that reorders by service time could do better).
+    Oracle {
+        /// Offer only the CRITICAL traffic.
+        critical_only: bool,
+    },
+}
+
 struct Sim<'a> {
     spec: &'a CellSpec,
     model: &'a ModelConfig,
@@ -65,6 +97,10 @@ struct Sim<'a> {
     origin: Instant,
     clock: Arc<SimClock>,
     proxy: Option<AdmissionController>,
+    /// The tuned baseline's (or the oracle's) queue and slots, in those modes.
+    tuned: Option<tuned::Tuned>,
+    /// Offer only CRITICAL requests (the oracle of R2).
+    critical_only: bool,
     woken: Arc<Mutex<Vec<(u32, u32)>>>,
     reqs: Vec<Req>,
     free: Vec<u32>,
@@ -101,6 +137,21 @@ pub fn run_cell(
     sweep: &SweepConfig,
     protected: bool,
 ) -> Result<RunFigures, spillway_core::ConfigError> {
+    let mode = if protected {
+        Mode::Protected
+    } else {
+        Mode::Unprotected
+    };
+    run_mode(spec, sweep, mode)
+}
+
+/// Runs `spec` once with `mode` in front of the backend.
+pub fn run_mode(
+    spec: &CellSpec,
+    sweep: &SweepConfig,
+    mode: Mode,
+) -> Result<RunFigures, spillway_core::ConfigError> {
+    let protected = mode == Mode::Protected;
     let seed = cell_seed(sweep.seed, spec);
     let duration = duration_s(spec, &sweep.model);
     let origin = Instant::now();
@@ -142,6 +193,17 @@ pub fn run_cell(
         origin,
         clock,
         proxy,
+        tuned: match mode {
+            Mode::Tuned => Some(tuned::Tuned::new(spec.workers, false)),
+            Mode::Oracle { .. } => Some(tuned::Tuned::new(spec.workers, true)),
+            Mode::Protected | Mode::Unprotected => None,
+        },
+        critical_only: matches!(
+            mode,
+            Mode::Oracle {
+                critical_only: true
+            }
+        ),
         woken: Arc::new(Mutex::new(Vec::new())),
         reqs: Vec::new(),
         free: Vec::new(),
@@ -196,6 +258,9 @@ impl Sim<'_> {
                 let critical = (f64::from(n) * self.spec.critical_share).round() as u32;
                 let mean = ms_to_nanos(self.spec.mean_ms);
                 for client in 0..n {
+                    if self.critical_only && client >= critical {
+                        break;
+                    }
                     // Staggered over one mean service time: clients that all start at the
                     // same instant would be a burst no real fleet of clients sends.
                     let at = (self.arrivals_rng.f64() * mean as f64) as u64;
@@ -209,39 +274,6 @@ impl Sim<'_> {
                     }
                 }
             }
-        }
-    }
-
-    /// The next open-loop arrival after `t`: Poisson at the offered rate, or at the rate
-    /// scaled up while a burst is on and none while it is off (memoryless, so a draw that
-    /// lands in an off phase restarts at the next on phase).
-    fn next_arrival(&mut self, mut t: u64) -> Option<u64> {
-        let on_off = self.spec.arrivals == ArrivalKind::OnOff && self.on_len < self.period;
-        let peak = if on_off {
-            self.rate / self.model.burst_on_share
-        } else {
-            self.rate
-        };
-        let mean_gap = 1e9 / peak;
-        loop {
-            if t >= self.end {
-                return None;
-            }
-            if !on_off {
-                let next = t + exp(&mut self.arrivals_rng, mean_gap) as u64;
-                return (next < self.end).then_some(next);
-            }
-            let phase = t % self.period;
-            if phase >= self.on_len {
-                t += self.period - phase;
-                continue;
-            }
-            let on_end = t - phase + self.on_len;
-            let next = t + exp(&mut self.arrivals_rng, mean_gap) as u64;
-            if next < on_end {
-                return (next < self.end).then_some(next);
-            }
-            t = on_end;
         }
     }
 
@@ -284,6 +316,7 @@ impl Sim<'_> {
                 _ => unreachable!("only the kinds above are pushed"),
             }
             self.drain_woken();
+            self.tuned_dispatch();
         }
     }
 
@@ -310,32 +343,6 @@ impl Sim<'_> {
             .is_some_and(|r| r.gen == gen && r.phase != Phase::Free)
     }
 
-    fn draw_service(&mut self) -> u64 {
-        let mean = self.spec.mean_ms;
-        let rng = &mut self.service_rng;
-        match self.spec.dist {
-            Dist::Const => service_nanos(rng, &ServiceDist::Const { mean_ms: mean }, 1.0),
-            Dist::Exp => service_nanos(rng, &ServiceDist::Exp { mean_ms: mean }, 1.0),
-            Dist::Lognormal => service_nanos(
-                rng,
-                &ServiceDist::Lognormal {
-                    mean_ms: mean,
-                    sigma: self.model.lognormal_sigma,
-                },
-                1.0,
-            ),
-            Dist::Bimodal => {
-                // Two constant modes with the cell's mean: fast · (1 − s + s · f) = mean.
-                let (s, f) = (
-                    self.model.bimodal_slow_share,
-                    self.model.bimodal_slow_factor,
-                );
-                let fast = mean / (1.0 - s + s * f);
-                ms_to_nanos(if rng.f64() < s { fast * f } else { fast })
-            }
-        }
-    }
-
     fn new_request(&mut self, critical: bool, client: u32) {
         self.sent += 1;
         if self.sent >= self.hard_cap && self.now < self.end {
@@ -344,6 +351,10 @@ impl Sim<'_> {
             self.figures.truncated = true;
         }
         let service = self.draw_service();
+        if self.critical_only && !critical {
+            // Drawn all the same, so that CRITICAL requests keep their service times.
+            return;
+        }
         let id = self.alloc();
         let now = self.now;
         let deadline = now + self.timeout;
@@ -358,6 +369,10 @@ impl Sim<'_> {
         let gen = r.gen;
         self.open += 1;
         self.push(deadline, TIMEOUT, id, gen);
+        if self.tuned.is_some() {
+            // The run loop dispatches it once this event is handled, at this same instant.
+            return self.tuned_arrive(id, gen);
+        }
         let Some(proxy) = &self.proxy else {
             return self.to_backend(id, Held::None);
         };
@@ -405,7 +420,7 @@ impl Sim<'_> {
     fn to_backend(&mut self, id: u32, held: Held) {
         let proxied = matches!(held, Held::Permit(_));
         let r = &mut self.reqs[id as usize];
-        let was_queued = matches!(r.held, Held::Queued(_));
+        let was_queued = matches!(r.held, Held::Queued(_) | Held::Waiting);
         r.phase = Phase::Backend;
         r.held = held;
         let (gen, deadline) = (r.gen, r.deadline);
@@ -427,44 +442,6 @@ impl Sim<'_> {
         self.start_work();
     }
 
-    /// Backend workers take FIFO work, including that of callers who left.
-    fn start_work(&mut self) {
-        while self.busy < self.spec.workers {
-            let Some((id, gen, base, enqueued)) = self.fifo.pop_front() else {
-                return;
-            };
-            self.busy += 1;
-            self.figures.backend_started += 1;
-            if self.now > enqueued {
-                self.figures.backend_waited += 1;
-                self.wait_sum += self.now - enqueued;
-            }
-            let mut factor = 1.0;
-            if self.spec.backend == BackendKind::Slowdown {
-                let held =
-                    (self.fifo.len() as f64 + f64::from(self.busy)) / f64::from(self.spec.workers);
-                factor +=
-                    self.model.slowdown_alpha * (held - self.model.slowdown_threshold_x).max(0.0);
-            }
-            let (from, to) = self.drop_window;
-            if self.now >= from && self.now < to {
-                factor /= self.model.drop_factor;
-            }
-            let service = ((base as f64 * factor) as u64).max(1);
-            self.push(self.now + service, DONE, id, gen);
-        }
-    }
-
-    fn backend_done(&mut self, id: u32, gen: u32) {
-        self.busy -= 1;
-        self.start_work();
-        if self.live(id, gen) && self.reqs[id as usize].phase == Phase::Backend {
-            self.release(id, Outcome::Success);
-            self.end_request(id, End::Ok);
-        }
-    }
-
-    /// The proxy's timer on its wait for the backend's answer, set when the request is sent:
     /// the configured timeout or what is left of the propagated deadline, and what its firing
     /// means (the proxy's own decision).
     fn wait_bound(&self, granted: u64, deadline: u64) -> NoAnswer {
@@ -484,24 +461,31 @@ impl Sim<'_> {
     }
 
     fn release(&mut self, id: u32, outcome: Outcome) {
-        if let Held::Permit(mut p) = std::mem::replace(&mut self.reqs[id as usize].held, Held::None)
-        {
-            p.set_outcome(outcome);
-            p.release_at(self.clock.at(self.now));
+        match std::mem::replace(&mut self.reqs[id as usize].held, Held::None) {
+            Held::Permit(mut p) => {
+                p.set_outcome(outcome);
+                p.release_at(self.clock.at(self.now));
+            }
+            Held::Slot => self.tuned_release(),
+            _ => {}
         }
     }
 
     fn refuse(&mut self, id: u32, r: Refusal) {
+        self.refuse_as(id, r.reason.as_str());
+    }
+
+    fn refuse_as(&mut self, id: u32, reason: &str) {
         *self
             .figures
             .refused_by_reason
-            .entry(r.reason.as_str().to_owned())
+            .entry(reason.to_owned())
             .or_default() += 1;
         if self.reqs[id as usize].critical {
             *self
                 .figures
                 .critical_refused_by_reason
-                .entry(r.reason.as_str().to_owned())
+                .entry(reason.to_owned())
                 .or_default() += 1;
         }
         self.refusal_ns
@@ -514,11 +498,12 @@ impl Sim<'_> {
             return;
         }
         match std::mem::replace(&mut self.reqs[id as usize].held, Held::None) {
-            Held::Queued(q) => {
+            held @ (Held::Queued(_) | Held::Waiting) => {
                 self.left_queue(id);
-                // Dropping it takes it out of the core's queue. Given up on while queued, it
-                // was refused in all but name, at its deadline: R4a counts it so.
-                drop(q);
+                // Dropping it takes it out of the core's queue (the tuned queue skips it when
+                // its turn comes). Given up on while queued, it was refused in all but name, at
+                // its deadline: R4a counts it so.
+                drop(held);
                 self.figures.abandoned_in_queue += 1;
                 self.refusal_ns
                     .push(self.now - self.reqs[id as usize].arrival);
@@ -536,58 +521,12 @@ impl Sim<'_> {
                 self.reqs[id as usize].held = Held::Permit(p);
                 self.release(id, why.outcome());
             }
+            // HAProxy with `option abortonclose` lets go of the server connection, and of its
+            // slot, when the client does; the backend is not told.
+            Held::Slot => self.tuned_release(),
             Held::None => {}
         }
         self.end_request(id, End::TimedOut);
-    }
-
-    fn queue_give_up(&mut self, id: u32, gen: u32) {
-        if !self.live(id, gen) || self.reqs[id as usize].phase != Phase::Queued {
-            return;
-        }
-        if let Held::Queued(q) = std::mem::replace(&mut self.reqs[id as usize].held, Held::None) {
-            self.left_queue(id);
-            let r = q.expire();
-            self.refuse(id, r);
-        }
-    }
-
-    /// Polls the queued admissions a release (or the queue) woke.
-    fn drain_woken(&mut self) {
-        loop {
-            let batch = std::mem::take(&mut *self.woken.lock().unwrap_or_else(|p| p.into_inner()));
-            if batch.is_empty() {
-                return;
-            }
-            for (id, gen) in batch {
-                if !self.live(id, gen) || self.reqs[id as usize].phase != Phase::Queued {
-                    continue;
-                }
-                let Held::Queued(mut q) =
-                    std::mem::replace(&mut self.reqs[id as usize].held, Held::None)
-                else {
-                    continue;
-                };
-                let waker = Waker::from(Arc::new(Wakeup {
-                    id,
-                    gen,
-                    woken: self.woken.clone(),
-                }));
-                match Pin::new(&mut q).poll(&mut Context::from_waker(&waker)) {
-                    Poll::Ready(Ok(p)) => {
-                        self.reqs[id as usize].held = Held::Queued(q);
-                        self.to_backend(id, Held::Permit(p));
-                    }
-                    Poll::Ready(Err(r)) => {
-                        self.reqs[id as usize].held = Held::Queued(q);
-                        self.left_queue(id);
-                        self.reqs[id as usize].held = Held::None;
-                        self.refuse(id, r);
-                    }
-                    Poll::Pending => self.reqs[id as usize].held = Held::Queued(q),
-                }
-            }
-        }
     }
 
     fn end_request(&mut self, id: u32, end: End) {
@@ -619,57 +558,5 @@ impl Sim<'_> {
                 self.push(at, SEND, client, u32::from(critical));
             }
         }
-    }
-
-    fn finish(mut self) -> RunFigures {
-        let duration = self.end as f64 / 1e9;
-        let reference = self.reference(duration);
-        let mut f = std::mem::replace(&mut self.figures, RunFigures::empty());
-        f.duration_s = duration;
-        f.goodput_rps = f.ok as f64 / duration.max(1e-12);
-        f.reference_rps = reference;
-        if f.backend_started > 0 {
-            f.backend_wait_mean_ms = self.wait_sum as f64 / f.backend_started as f64 / 1e6;
-        }
-        if !self.refusal_ns.is_empty() {
-            let mid = self.refusal_ns.len() / 2;
-            let (_, m, _) = self.refusal_ns.select_nth_unstable(mid);
-            f.refusal_median_ms = Some(*m as f64 / 1e6);
-        }
-        f
-    }
-
-    /// ∫ min(offered rate, capacity) dt over the window, per second.
-    fn reference(&self, duration: f64) -> f64 {
-        let cap = self.spec.capacity();
-        if !self.spec.arrivals.is_open() {
-            return cap;
-        }
-        let steps = 10_000u64;
-        let dt = self.end / steps;
-        if dt == 0 {
-            return self.rate.min(cap);
-        }
-        let (from, to) = self.drop_window;
-        let mut sum = 0.0;
-        for i in 0..steps {
-            let t = i * dt + dt / 2;
-            let rate = if self.spec.arrivals == ArrivalKind::OnOff && self.on_len < self.period {
-                if t % self.period < self.on_len {
-                    self.rate / self.model.burst_on_share
-                } else {
-                    0.0
-                }
-            } else {
-                self.rate
-            };
-            let c = if t >= from && t < to {
-                cap * self.model.drop_factor
-            } else {
-                cap
-            };
-            sum += rate.min(c) * dt as f64 / 1e9;
-        }
-        sum / duration.max(1e-12)
     }
 }

@@ -34,6 +34,17 @@ pub fn summary_text(r: &SweepReport) -> String {
             let _ = writeln!(out, "     worst: {label}");
             let _ = writeln!(out, "            {figures}");
         }
+        if c.failing > 0 {
+            let _ = writeln!(
+                out,
+                "     failing: infeasible {}, behind_tuned {}, fails_like_tuned {}",
+                c.infeasible, c.behind_tuned, c.fails_like_tuned
+            );
+        }
+        if let Some((_, label, figures)) = c.behind_tuned_worst.first() {
+            let _ = writeln!(out, "     worst behind_tuned: {label}");
+            let _ = writeln!(out, "            {figures}");
+        }
     }
     out
 }
@@ -79,7 +90,8 @@ pub fn write_html(r: &SweepReport, path: &Path) -> Result<(), ReportError> {
          td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}}\
          .pass{{color:#070}}.fail{{color:#b00;font-weight:bold}}</style></head><body>\
          <h1>sweep {}</h1><p>{}</p><p>{} cells, seed {}</p>\
-         <table><tr><th>requirement</th><th>verdict</th><th>failing</th><th>worst cell</th></tr>",
+         <table><tr><th>requirement</th><th>verdict</th><th>failing</th><th>infeasible</th>\
+         <th>behind tuned</th><th>fails like tuned</th><th>worst cell</th></tr>",
         escape(&r.name),
         escape(&r.name),
         escape(&r.description),
@@ -97,14 +109,42 @@ pub fn write_html(r: &SweepReport, path: &Path) -> Result<(), ReportError> {
         });
         let _ = write!(
             h,
-            "<tr><td>{} {}</td><td class=\"{class}\">{verdict}</td><td>{} / {}</td><td>{worst}</td></tr>",
+            "<tr><td>{} {}</td><td class=\"{class}\">{verdict}</td><td>{} / {}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{worst}</td></tr>",
             c.id,
             escape(&c.title),
             c.failing,
-            c.applicable
+            c.applicable,
+            c.infeasible,
+            c.behind_tuned,
+            c.fails_like_tuned
         );
     }
-    h.push_str("</table>");
+    h.push_str(
+        "</table><p>infeasible: the oracle (told every service time; for CRITICAL, with CRITICAL \
+         alone) misses the threshold too. behind tuned: HAProxy with priority classes and a cap \
+         of the workers meets it, or beats Spillway by more than the requirement's slack (R1: \
+         the unprotected service). fails like tuned: it fails too, within that slack.</p>",
+    );
+    for c in r.checks.iter().filter(|c| !c.behind_tuned_worst.is_empty()) {
+        let _ = write!(
+            h,
+            "<h2>{}: the {} furthest behind tuned of {} behind_tuned cells</h2>\
+             <table><tr><th>cell</th><th>figures</th></tr>",
+            c.id,
+            c.behind_tuned_worst.len(),
+            c.behind_tuned
+        );
+        for (_, label, figures) in &c.behind_tuned_worst {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td></tr>",
+                escape(label),
+                escape(figures)
+            );
+        }
+        h.push_str("</table>");
+    }
     for (k, check) in CHECKS.iter().enumerate() {
         let mut failing: Vec<_> = r
             .cells
@@ -125,7 +165,8 @@ pub fn write_html(r: &SweepReport, path: &Path) -> Result<(), ReportError> {
         });
         let _ = write!(
             h,
-            "<h2>{}: the {} worst of {} failing cells</h2><table><tr><th>cell</th><th>figures</th></tr>",
+            "<h2>{}: the {} worst of {} failing cells</h2><table><tr><th>cell</th><th>class</th>\
+             <th>figures</th></tr>",
             check.id(),
             failing.len().min(LISTED),
             failing.len()
@@ -133,8 +174,9 @@ pub fn write_html(r: &SweepReport, path: &Path) -> Result<(), ReportError> {
         for (c, _) in failing.iter().take(LISTED) {
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
                 escape(&c.label),
+                c.classes[k].map_or("", |x| x.as_str()),
                 escape(&describe(*check, &c.spec, &c.protected, &c.unprotected))
             );
         }

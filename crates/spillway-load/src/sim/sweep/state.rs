@@ -10,6 +10,10 @@ pub(super) enum Held {
     None,
     Queued(QueuedAdmission),
     Permit(Permit),
+    /// Waiting in the tuned baseline's (or the oracle's) priority queue.
+    Waiting,
+    /// Holding one of the tuned baseline's (or the oracle's) concurrency slots.
+    Slot,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use super::*;
 const QUICK: &str = include_str!("../../../../../examples/sim/robustness-quick.toml");
 const FULL: &str = include_str!("../../../../../examples/sim/robustness.toml");
 
-fn sweep(extra: &str) -> SweepConfig {
+pub(super) fn sweep(extra: &str) -> SweepConfig {
     SweepConfig::from_toml(
         &format!(
             "name = \"t\"\nseed = 7\n{extra}\n[[matrix]]\nname = \"m\"\nworkers = [4]\n\
@@ -18,7 +18,7 @@ fn sweep(extra: &str) -> SweepConfig {
     .expect("valid sweep")
 }
 
-fn cell(workers: u32, offered: f64, max_requests: f64) -> CellSpec {
+pub(super) fn cell(workers: u32, offered: f64, max_requests: f64) -> CellSpec {
     CellSpec {
         workers,
         mean_ms: 10.0,
@@ -147,9 +147,147 @@ fn the_report_names_the_worst_cell_of_each_requirement() {
         assert!(text.contains(label.as_str()) && text.contains(figures.as_str()));
         assert!(text.contains(&format!("{} of {} cells fail", s.failing, s.applicable)));
     }
+    assert_classified(&report, &sw);
 }
 
-fn figures(offered: u64, ok: u64, critical: (u64, u64)) -> RunFigures {
+/// Every failing verdict has a class, by the rule the report states, and the counts and the
+/// list of cells furthest behind tuned agree with the cells.
+fn assert_classified(report: &SweepReport, sw: &SweepConfig) {
+    let t = &sw.thresholds;
+    for (k, s) in report.checks.iter().enumerate() {
+        let mut counts = [0; 3];
+        for c in &report.cells {
+            let (v, class) = (c.verdicts[k], c.classes[k]);
+            let Some(v) = v.filter(|v| !v.pass) else {
+                assert_eq!(class, None, "{} {}: passing or not judged", s.id, c.label);
+                continue;
+            };
+            let class = class.expect("a failing verdict is classified");
+            counts[Class::ALL
+                .iter()
+                .position(|&x| x == class)
+                .expect("a class")] += 1;
+            let refs = c.references();
+            let oracle = classify::oracle(s.check, &c.spec, sw, refs);
+            let reference = classify::reference(s.check, &c.spec, sw, refs);
+            match class {
+                Class::Infeasible => {
+                    let o = oracle.expect("only checks with an oracle are infeasible");
+                    let threshold = match s.check {
+                        Check::Critical => t.critical_success,
+                        Check::Goodput => t.goodput_fraction,
+                        _ => panic!("{}: infeasible by construction never", s.id),
+                    };
+                    assert!(o < threshold, "{} {}: oracle {o}", s.id, c.label);
+                }
+                Class::BehindTuned | Class::FailsLikeTuned => {
+                    let r = reference.expect("judged where Spillway's run is");
+                    let behind = r.pass
+                        || classify::gap(s.check, v.figure, r.figure)
+                            > classify::tolerance(s.check, t) + 1e-12;
+                    assert_eq!(behind, class == Class::BehindTuned, "{} {}", s.id, c.label);
+                }
+            }
+        }
+        assert_eq!(
+            counts,
+            [s.infeasible, s.behind_tuned, s.fails_like_tuned],
+            "{}",
+            s.id
+        );
+        assert_eq!(
+            s.infeasible + s.behind_tuned + s.fails_like_tuned,
+            s.failing
+        );
+        let gaps: Vec<f64> = s
+            .behind_tuned_worst
+            .iter()
+            .map(|(i, label, _)| {
+                let c = &report.cells[*i];
+                assert_eq!(&c.label, label);
+                assert_eq!(c.classes[k], Some(Class::BehindTuned));
+                c.gap(k, sw).expect("judged")
+            })
+            .collect();
+        assert_eq!(gaps.len(), s.behind_tuned.min(BEHIND_LISTED), "{}", s.id);
+        assert!(gaps.windows(2).all(|w| w[0] >= w[1]), "{}: {gaps:?}", s.id);
+    }
+}
+
+/// The tuned baseline is HAProxy as `bench/robustness.sh` configures it: it refuses nothing,
+/// holds a queued request until the client's timeout, and serves CRITICAL first.
+#[test]
+fn the_tuned_baseline_queues_as_haproxy_does() {
+    let sw = sweep("");
+    let spec = cell(4, 3.0, 3000.0);
+    let tuned = run_mode(&spec, &sw, Mode::Tuned).expect("runs");
+    let unprotected = run_mode(&spec, &sw, Mode::Unprotected).expect("runs");
+    assert_eq!(tuned.offered, unprotected.offered, "the same arrivals");
+    assert_eq!(tuned.critical_offered, unprotected.critical_offered);
+    assert_eq!(tuned.refused, 0, "{:?}", tuned.refused_by_reason);
+    assert!(
+        tuned.abandoned_in_queue > 0,
+        "3x overload leaves requests queued"
+    );
+    // Every request that left the queue unserved waited out the whole timeout.
+    assert_eq!(tuned.refusal_median_ms, Some(spec.timeout_ms()));
+    let critical = tuned.critical_success().expect("CRITICAL offered");
+    let rest =
+        (tuned.ok - tuned.critical_ok) as f64 / (tuned.offered - tuned.critical_offered) as f64;
+    assert!(critical > rest, "CRITICAL {critical} vs the rest {rest}");
+}
+
+/// The oracle sends no work that cannot end in time, so its backend never queues and nothing
+/// it admitted times out; and the example that motivates it — one worker, exponential 10 ms
+/// service, a 50 ms timeout — is infeasible for R2: e^-5 of the service times alone are late.
+#[test]
+fn the_oracle_bounds_what_admission_can_do() {
+    let sw = sweep("");
+    let mut spec = cell(1, 2.0, 3000.0);
+    spec.critical_share = 0.6;
+    let r = run_one(&spec, &sw).expect("runs");
+    let oracle = r
+        .oracle_critical
+        .as_ref()
+        .expect("R2 failed, so the oracle ran");
+    assert_eq!(
+        oracle.backend_waited, 0,
+        "the oracle's backend never queues"
+    );
+    assert_eq!(
+        oracle.timed_out, oracle.abandoned_in_queue,
+        "nothing admitted is late"
+    );
+    assert!(oracle.refused_by_reason.keys().all(|k| k == "oracle_late"));
+    assert_eq!(oracle.critical_offered, oracle.offered, "CRITICAL alone");
+    let best = oracle.critical_success().expect("CRITICAL offered");
+    for (name, run) in [("unprotected", &r.unprotected), ("tuned", &r.tuned)] {
+        let s = run.critical_success().expect("CRITICAL offered");
+        assert!(best >= s, "oracle {best} < {name} {s}");
+    }
+    let k = CHECKS
+        .iter()
+        .position(|&c| c == Check::Critical)
+        .expect("R2");
+    assert_eq!(r.classes[k], Some(Class::Infeasible), "{:?}", r.verdicts[k]);
+    // The ceilings of the distributions, as the model draws them.
+    let ceiling = |dist, x| {
+        let mut c = spec;
+        (c.dist, c.timeout_x) = (dist, x);
+        classify::service_ceiling(&c, &sw.model)
+    };
+    assert!((ceiling(Dist::Exp, 5.0) - (1.0 - (-5.0f64).exp())).abs() < 1e-12);
+    assert_eq!(ceiling(Dist::Const, 5.0), 1.0);
+    assert!(
+        (ceiling(Dist::Bimodal, 5.0) - 0.95).abs() < 1e-12,
+        "the slow mode is 10.3x"
+    );
+    assert_eq!(ceiling(Dist::Bimodal, 20.0), 1.0);
+    // Lognormal σ = 1: P(Z > ln 5 + 1/2) = 1.748 %.
+    assert!((ceiling(Dist::Lognormal, 5.0) - (1.0 - 0.017_48)).abs() < 1e-4);
+}
+
+pub(super) fn figures(offered: u64, ok: u64, critical: (u64, u64)) -> RunFigures {
     let mut f = super::figures::RunFigures::empty();
     f.offered = offered;
     f.ok = ok;
@@ -285,6 +423,14 @@ fn quick_report() -> &'static SweepReport {
     })
 }
 
+/// The quick matrix's failing cells are classified by the rule the report states.
+#[test]
+#[ignore = "runs the quick matrix; run with the issue_28 tests"]
+fn issue_28_failing_cells_are_classified() {
+    let sw = SweepConfig::from_toml(QUICK, "robustness-quick.toml").expect("quick parses");
+    assert_classified(quick_report(), &sw);
+}
+
 /// Asserts that `checks` pass in every cell of the quick matrix they apply to.
 fn assert_holds(checks: &[Check]) {
     let report = quick_report();
@@ -404,9 +550,10 @@ fn issue_28_write_failing_cells() {
             if let Some(v) = c.verdicts[k] {
                 if !v.pass {
                     out.push_str(&format!(
-                        "{} FAIL {:.4} | {} | {}\n",
+                        "{} FAIL {:.4} {} | {} | {}\n",
                         check.id(),
                         v.figure,
+                        c.classes[k].map_or("?", Class::as_str),
                         c.label,
                         judge::describe(*check, &c.spec, &c.protected, &c.unprotected)
                     ));

@@ -1,0 +1,166 @@
+//! The simulated backend and the clients' arrivals of a cell: workers in front of an unbounded
+//! FIFO, service times drawn per request, and the run's figures at its end.
+//!
+//! Why apart from the proxy's side (`cell`): whatever sits in front of the backend — the
+//! proxy's zero-config admission, the tuned HAProxy-like queue (`tuned`), or nothing — the
+//! backend and the arrivals must be the very same, so that runs of a cell differ only by what
+//! admits the work.
+
+use super::*;
+
+impl Sim<'_> {
+    /// The next open-loop arrival after `t`: Poisson at the offered rate, or at the rate
+    /// scaled up while a burst is on and none while it is off (memoryless, so a draw that
+    /// lands in an off phase restarts at the next on phase).
+    pub(super) fn next_arrival(&mut self, mut t: u64) -> Option<u64> {
+        let on_off = self.spec.arrivals == ArrivalKind::OnOff && self.on_len < self.period;
+        let peak = if on_off {
+            self.rate / self.model.burst_on_share
+        } else {
+            self.rate
+        };
+        let mean_gap = 1e9 / peak;
+        loop {
+            if t >= self.end {
+                return None;
+            }
+            if !on_off {
+                let next = t + exp(&mut self.arrivals_rng, mean_gap) as u64;
+                return (next < self.end).then_some(next);
+            }
+            let phase = t % self.period;
+            if phase >= self.on_len {
+                t += self.period - phase;
+                continue;
+            }
+            let on_end = t - phase + self.on_len;
+            let next = t + exp(&mut self.arrivals_rng, mean_gap) as u64;
+            if next < on_end {
+                return (next < self.end).then_some(next);
+            }
+            t = on_end;
+        }
+    }
+
+    pub(super) fn draw_service(&mut self) -> u64 {
+        let mean = self.spec.mean_ms;
+        let rng = &mut self.service_rng;
+        match self.spec.dist {
+            Dist::Const => service_nanos(rng, &ServiceDist::Const { mean_ms: mean }, 1.0),
+            Dist::Exp => service_nanos(rng, &ServiceDist::Exp { mean_ms: mean }, 1.0),
+            Dist::Lognormal => service_nanos(
+                rng,
+                &ServiceDist::Lognormal {
+                    mean_ms: mean,
+                    sigma: self.model.lognormal_sigma,
+                },
+                1.0,
+            ),
+            Dist::Bimodal => {
+                // Two constant modes with the cell's mean: fast · (1 − s + s · f) = mean.
+                let (s, f) = (
+                    self.model.bimodal_slow_share,
+                    self.model.bimodal_slow_factor,
+                );
+                let fast = mean / (1.0 - s + s * f);
+                ms_to_nanos(if rng.f64() < s { fast * f } else { fast })
+            }
+        }
+    }
+
+    /// Backend workers take FIFO work, including that of callers who left.
+    pub(super) fn start_work(&mut self) {
+        while self.busy < self.spec.workers {
+            let Some((id, gen, base, enqueued)) = self.fifo.pop_front() else {
+                return;
+            };
+            self.busy += 1;
+            self.figures.backend_started += 1;
+            if self.now > enqueued {
+                self.figures.backend_waited += 1;
+                self.wait_sum += self.now - enqueued;
+            }
+            let factor = self.slowdown(self.fifo.len() as u64 + u64::from(self.busy));
+            let service = ((base as f64 * factor) as u64).max(1);
+            self.push(self.now + service, DONE, id, gen);
+        }
+    }
+
+    /// How much slower than its base a request starting now runs, with `held` requests in the
+    /// backend counting it: the slowdown backend's load factor, the capacity drop's window.
+    pub(super) fn slowdown(&self, held: u64) -> f64 {
+        let mut factor = 1.0;
+        if self.spec.backend == BackendKind::Slowdown {
+            let held = held as f64 / f64::from(self.spec.workers);
+            factor += self.model.slowdown_alpha * (held - self.model.slowdown_threshold_x).max(0.0);
+        }
+        let (from, to) = self.drop_window;
+        if self.now >= from && self.now < to {
+            factor /= self.model.drop_factor;
+        }
+        factor
+    }
+
+    pub(super) fn backend_done(&mut self, id: u32, gen: u32) {
+        self.busy -= 1;
+        self.start_work();
+        if self.live(id, gen) && self.reqs[id as usize].phase == Phase::Backend {
+            self.release(id, Outcome::Success);
+            self.end_request(id, End::Ok);
+        }
+    }
+
+    /// The proxy's timer on its wait for the backend's answer, set when the request is sent:
+
+    pub(super) fn finish(mut self) -> RunFigures {
+        let duration = self.end as f64 / 1e9;
+        let reference = self.reference(duration);
+        let mut f = std::mem::replace(&mut self.figures, RunFigures::empty());
+        f.duration_s = duration;
+        f.goodput_rps = f.ok as f64 / duration.max(1e-12);
+        f.reference_rps = reference;
+        if f.backend_started > 0 {
+            f.backend_wait_mean_ms = self.wait_sum as f64 / f.backend_started as f64 / 1e6;
+        }
+        if !self.refusal_ns.is_empty() {
+            let mid = self.refusal_ns.len() / 2;
+            let (_, m, _) = self.refusal_ns.select_nth_unstable(mid);
+            f.refusal_median_ms = Some(*m as f64 / 1e6);
+        }
+        f
+    }
+
+    /// ∫ min(offered rate, capacity) dt over the window, per second.
+    pub(super) fn reference(&self, duration: f64) -> f64 {
+        let cap = self.spec.capacity();
+        if !self.spec.arrivals.is_open() {
+            return cap;
+        }
+        let steps = 10_000u64;
+        let dt = self.end / steps;
+        if dt == 0 {
+            return self.rate.min(cap);
+        }
+        let (from, to) = self.drop_window;
+        let mut sum = 0.0;
+        for i in 0..steps {
+            let t = i * dt + dt / 2;
+            let rate = if self.spec.arrivals == ArrivalKind::OnOff && self.on_len < self.period {
+                if t % self.period < self.on_len {
+                    self.rate / self.model.burst_on_share
+                } else {
+                    0.0
+                }
+            } else {
+                self.rate
+            };
+            let c = if t >= from && t < to {
+                cap * self.model.drop_factor
+            } else {
+                cap
+            };
+            sum += rate.min(c) * dt as f64 / 1e9;
+        }
+        sum / duration.max(1e-12)
+    }
+}
