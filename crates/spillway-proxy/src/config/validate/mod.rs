@@ -103,6 +103,23 @@ fn listen(l: &ListenConfig) -> Result<(), Invalid> {
     ] {
         duration(key, v)?;
     }
+    if !(1..=l.idle_timeout_ms).contains(&l.idle_timeout_min_ms) {
+        return Err(bad(
+            "listen.idle_timeout_min_ms",
+            l.idle_timeout_min_ms,
+            &format!(
+                "milliseconds in 1 ..= listen.idle_timeout_ms ({})",
+                l.idle_timeout_ms
+            ),
+        ));
+    }
+    if !(1..=100).contains(&l.idle_pressure_from_pct) {
+        return Err(bad(
+            "listen.idle_pressure_from_pct",
+            l.idle_pressure_from_pct,
+            "a percentage of listen.max_connections in 1 ..= 100",
+        ));
+    }
     if !(8192..=16 * 1024 * 1024).contains(&l.max_header_bytes) {
         return Err(bad(
             "listen.max_header_bytes",
