@@ -25,9 +25,11 @@
 #          sample where the proxy's fd count reaches a new maximum for the run. Why: a burst of
 #          concurrency (a stall of the proxy or the load generator on a busy host piles up
 #          open-loop requests: 129 -> 257 fds in a CI-sized run, 130 -> 861 in a 10-minute one)
-#          raises RSS by what the extra connections hold while they are open (~3.8 kB of RSS
-#          each; the load generator keeps them idle for 30 s), without any leak; a leak still
-#          grows between such bursts. (Before the proxy returned freed memory, src/trim.rs, a
+#          raises RSS by what the extra connections and their requests hold while they are
+#          open (~3.8 kB of RSS per idle connection, which the proxy closes within seconds
+#          while it refuses work for overload: listen.idle_timeout_min_ms; more per request in
+#          flight), without any leak; a leak still grows between such bursts. (Before the
+#          proxy returned freed memory, src/trim.rs, a
 #          burst raised it for good.) Both figures are always reported (rss_growth_pct,
 #          rss_growth_highwater_pct); docs/soak.md has the figures.
 #   fds    after the load, the proxy's fd count returns to the idle baseline (taken before);

@@ -261,6 +261,43 @@ fn sizes_counts_and_durations_have_upper_bounds() {
         );
     }
 
+    // The pressure-scaled idle timeout: its minimum a duration (above the idle timeout it is
+    // the idle timeout), its start a percentage of the cap.
+    for (toml, key, says) in [
+        (
+            "[listen]\nidle_timeout_min_ms = 0\n",
+            "listen.idle_timeout_min_ms",
+            "expected milliseconds >= 1",
+        ),
+        (
+            "[listen]\nidle_timeout_min_ms = 86400001\n",
+            "listen.idle_timeout_min_ms",
+            "expected milliseconds in 1 ..= 86400000 (24 h)",
+        ),
+        (
+            "[listen]\nidle_pressure_from_pct = 0\n",
+            "listen.idle_pressure_from_pct",
+            "expected a percentage of listen.max_connections in 1 ..= 100",
+        ),
+        (
+            "[listen]\nidle_pressure_from_pct = 101\n",
+            "listen.idle_pressure_from_pct",
+            "expected a percentage of listen.max_connections in 1 ..= 100",
+        ),
+    ] {
+        refused(key, toml, 2, key, says);
+    }
+    // A short idle timeout with the default minimum (2 s) is fine: the minimum is capped by it.
+    accepted("idle-short", "[listen]\nidle_timeout_ms = 1500\n");
+    let out = accepted(
+        "idle-pressure-off",
+        "[listen]\nidle_timeout_ms = 4000\nidle_timeout_min_ms = 4000\nidle_pressure_from_pct = 100\n",
+    );
+    assert!(out.contains("\"idle_timeout_min_ms\": 4000"), "{out}");
+    let out = accepted("idle-pressure-defaults", "[listen]\n");
+    assert!(out.contains("\"idle_timeout_min_ms\": 2000"), "{out}");
+    assert!(out.contains("\"idle_pressure_from_pct\": 50"), "{out}");
+
     let list = |n: usize, f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
     refused(
         "addresses",

@@ -139,6 +139,9 @@ pub struct ProxyState {
     labels: crate::admin::labels::MetricLabels,
     /// Set on SIGTERM: `/ready` answers 503 from then on.
     draining: AtomicBool,
+    /// When a request was last refused for the proxy's own overload (client connections' idle
+    /// timeouts shrink meanwhile: `listener::pressure`).
+    overload: crate::listener::pressure::Overloaded,
 }
 
 /// Asked to switch degradation for a route that does not exist.
@@ -192,6 +195,7 @@ impl ProxyState {
             body_budget,
             labels,
             draining: AtomicBool::new(false),
+            overload: crate::listener::pressure::Overloaded::default(),
             runtime: RwLock::new(Arc::new(runtime)),
             epoch: AtomicU64::new(0),
             config_path,
@@ -259,6 +263,17 @@ impl ProxyState {
     /// Marks the proxy as leaving: `/ready` answers 503 from now on (see [`crate::drain`]).
     pub fn begin_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// A request was refused at `now` for the proxy's own overload (not a customer's quota).
+    pub fn overload_refused(&self, now: std::time::Instant) {
+        self.overload.note(now);
+    }
+
+    /// Whether a request was refused for the proxy's own overload since `idle_from`, or in
+    /// the second before (`listener::pressure`).
+    pub fn overloaded_during(&self, idle_from: std::time::Instant) -> bool {
+        self.overload.during(idle_from)
     }
 
     /// Whether the proxy is leaving (SIGTERM received).

@@ -152,6 +152,77 @@ async fn thousands_of_customers_keep_metrics_small_and_every_request_counted() {
     s.shutdown().await;
 }
 
+/// Every criticality, as the header spells them.
+const CRITICALITIES: [&str; 4] = ["CRITICAL_PLUS", "CRITICAL", "SHEDDABLE_PLUS", "SHEDDABLE"];
+
+/// Customers that each use three routes at all four criticalities: the per-customer series
+/// multiply by twelve, and `/metrics` stays under 1 MB because only the counters are per
+/// customer (a histogram, ~17 series, is per operation and criticality).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn customers_on_several_routes_at_every_criticality_keep_metrics_small() {
+    let _one = SERIAL.lock().await;
+    const N: usize = 300;
+    let up = upstream().await;
+    let config = config(up.addr).replace(
+        "[[routes]]\nname = \"api\"\npath = \"/\"\n",
+        "[[routes]]\nname = \"ra\"\npath = \"/a\"\n[[routes]]\nname = \"rb\"\npath = \"/b\"\n\
+         [[routes]]\nname = \"rc\"\npath = \"/c\"\n",
+    );
+    let s = stack(&config, AdminConfig::default()).await;
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let proxy = s.proxy_addr();
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (0..N).skip(t).step_by(4) {
+                for route in ["a", "b", "c"] {
+                    for c in CRITICALITIES {
+                        let req = Request::get(format!("http://{proxy}/{route}/x"))
+                            .header("x-spillway-customer", format!("m{i}"))
+                            .header("x-spillway-criticality", c)
+                            .body(Full::new(Bytes::new()))
+                            .expect("request");
+                        let resp = tokio::time::timeout(REQUEST_TIMEOUT, client.request(req))
+                            .await
+                            .expect("answer in time")
+                            .expect("answer");
+                        let _ = resp.into_body().collect().await.expect("body");
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("sender did not panic");
+    }
+    let text = metrics(&s).await;
+    eprintln!(
+        "{N} customers x 3 routes x 4 criticalities: /metrics {} bytes, {} lines",
+        text.len(),
+        text.lines().count()
+    );
+    assert!(text.len() < ONE_MB, "/metrics is {} bytes", text.len());
+    // The customers kept their per-customer counters at every criticality of every route.
+    let seen = customers(&text, "m");
+    assert_eq!(seen.len(), 99, "{seen:?}");
+    let kept = seen.first().expect("a customer with series");
+    for c in CRITICALITIES {
+        let want = [("customer", kept.as_str()), ("criticality", c)];
+        let n = sample(&text, ADMITTED, &want).unwrap_or(0.0)
+            + sample(&text, SHED, &want).unwrap_or(0.0);
+        assert_eq!(n, 3.0, "{kept} at {c}: one request per route");
+    }
+    // The histograms have no customer label.
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("spillway_queue_time_seconds") && l.contains("customer=")),
+        "queue-time histograms per customer"
+    );
+    s.shutdown().await;
+}
+
 fn rss_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;

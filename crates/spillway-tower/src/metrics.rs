@@ -55,6 +55,12 @@ impl RequestLabels {
         ]
     }
 
+    /// The histograms' labels: the operation and criticality, not the customer.
+    fn histogram_labels(&self) -> [Label; 2] {
+        let [_, b, c] = self.labels();
+        [b, c]
+    }
+
     fn labels_with_reason(&self, reason: &'static str) -> [Label; 4] {
         let [a, b, c] = self.labels();
         [a, b, c, Label::new(m::L_REASON, reason)]

@@ -73,6 +73,15 @@ pub struct ListenConfig {
     /// `idle_timeout_ms`, so that when one proxy sends to another, the sender (the side that
     /// would reuse the connection) closes it first.
     pub idle_timeout_ms: u64,
+    /// The idle timeout of an HTTP/1.1 client connection at full pressure: with
+    /// `max_connections` open, or idle while the proxy refused requests for its own overload
+    /// (since it went idle, or in the second before). Between `idle_pressure_from_pct` and the cap it is
+    /// scaled linearly from `idle_timeout_ms` down to this (`listener::pressure`). Default
+    /// 2 000 ms; at or above `idle_timeout_ms`, no scaling.
+    pub idle_timeout_min_ms: u64,
+    /// Open connections, in % of `max_connections`, from which the HTTP/1.1 idle timeout is
+    /// scaled down towards `idle_timeout_min_ms`. Default 50.
+    pub idle_pressure_from_pct: u32,
     /// A client that takes no byte of its response for this long is cut (counted as
     /// `send_timeout`). Default 60 000 ms.
     pub send_timeout_ms: u64,
@@ -103,6 +112,8 @@ impl Default for ListenConfig {
             max_connections: 10_000,
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 75_000,
+            idle_timeout_min_ms: 2_000,
+            idle_pressure_from_pct: 50,
             send_timeout_ms: 60_000,
             body_read_timeout_ms: 60_000,
             max_header_bytes: 65_536,

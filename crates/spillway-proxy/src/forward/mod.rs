@@ -176,6 +176,7 @@ pub fn handle(
             Admission::Admitted(p) => p,
             Admission::Refused(r) => {
                 tower_metrics::shed(&labels, r.reason.as_str());
+                note_overload(&state, &r, now);
                 return Ok(respond::refusal(&r, protocol));
             }
             Admission::Queued(q) => {
@@ -189,6 +190,7 @@ pub fn handle(
                     Ok(p) => p,
                     Err(r) => {
                         tower_metrics::shed(&labels, r.reason.as_str());
+                        note_overload(&state, &r, std::time::Instant::now());
                         return Ok(respond::refusal(&r, protocol));
                     }
                 }
@@ -230,6 +232,19 @@ pub fn handle(
             tokio::spawn(tunnel(on_client, up));
         }
         Ok(res)
+    }
+}
+
+/// Tells the listener the proxy refused `r` for its own overload — a refusal another task with
+/// room could serve (shed, no slot, queue full or timed out), not a customer's quota or a
+/// deadline — so idle HTTP/1.1 client connections close sooner (`listener::pressure`).
+fn note_overload(
+    state: &crate::state::ProxyState,
+    r: &spillway_core::controller::Refusal,
+    now: Instant,
+) {
+    if r.reason.retry_elsewhere_can_help() {
+        state.overload_refused(now);
     }
 }
 

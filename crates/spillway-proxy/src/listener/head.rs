@@ -33,7 +33,11 @@
 //! - while the connection cap is reached (new clients waiting in the kernel's backlog), a
 //!   connection found idle at a check is closed then, without waiting for its idle timeout:
 //!   the slot goes to a client with a request (nginx reuses its idle keep-alive connections
-//!   the same way when `worker_connections` run out).
+//!   the same way when `worker_connections` run out);
+//! - under pressure — many connections open, or the proxy refusing work for its own overload —
+//!   an HTTP/1.1 connection's idle timeout is scaled down towards `listen.idle_timeout_min_ms`
+//!   ([`super::pressure`] says why and how), so the idle connections a burst left behind go
+//!   within seconds instead of holding memory for the client pool's own idle timeout.
 //!
 //! And one limit while a request is in progress, the send timeout (`listen.send_timeout_ms`):
 //! a client that takes no byte of its response for that long — its socket full at every check
@@ -76,6 +80,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+
+use super::pressure::IdlePressure;
 
 /// What a connection's requests and reads tell its timer.
 #[derive(Debug, Default)]
@@ -310,6 +316,8 @@ pub struct Timeouts {
     /// For a response body its upstream sends nothing more of:
     /// `upstream.response_body_timeout_ms`.
     pub upstream_body: Duration,
+    /// How `idle` is scaled down under pressure for HTTP/1.1 ([`super::pressure`]).
+    pub idle_pressure: IdlePressure,
 }
 
 /// Runs `conn` (a client connection's future) until it ends or one of `limits` closes it, as
@@ -322,22 +330,29 @@ pub async fn watch<F: Future>(
     limits: Timeouts,
     slots: &Semaphore,
 ) -> Ended<F::Output> {
-    watch_counting(conn, progress, limits, slots, |_| {}).await
+    watch_counting(conn, progress, limits, slots, |_| {}, |_| false).await
 }
 
 /// [`watch`], telling `cut` how many HTTP/2 responses it cut alone at each check (the send
-/// timeout applied to one stream: [`Sent`]'s module docs).
+/// timeout applied to one stream: [`Sent`]'s module docs), and asking `overloaded` whether the
+/// proxy refused work for its own overload while the connection has been idle (since the
+/// instant it is given): an HTTP/1.1 connection's idle timeout is then `limits.idle_pressure`'s
+/// minimum.
 pub async fn watch_counting<F: Future>(
     conn: F,
     progress: &Progress,
     limits: Timeouts,
     slots: &Semaphore,
     cut: impl Fn(u64),
+    overloaded: impl Fn(Instant) -> bool,
 ) -> Ended<F::Output> {
-    // A quarter: closing happens between 1 and 1.25 limits after the last progress.
+    // A quarter: closing happens between 1 and 1.25 limits after the last progress (the
+    // pressure-scaled idle timeout included: under pressure a burst's idle connections go
+    // within 1.25 of its minimum).
     let shortest = limits
         .header
         .min(limits.idle)
+        .min(limits.idle_pressure.min)
         .min(limits.send)
         .min(limits.body)
         .min(limits.upstream_body);
@@ -406,7 +421,19 @@ pub async fn watch_counting<F: Future>(
         }
         // Between requests: a head was served and no next one is under way.
         let between = heads > 0 && !reading;
-        let limit = if between { limits.idle } else { limits.header };
+        let limit = if !between {
+            limits.header
+        } else if active == 0 && !progress.h2.load(Relaxed) {
+            let open = limits
+                .idle_pressure
+                .cap
+                .saturating_sub(slots.available_permits());
+            limits
+                .idle_pressure
+                .idle_limit(limits.idle, open, overloaded(quiet_from))
+        } else {
+            limits.idle
+        };
         if active > 0 || state != seen {
             // Busy, or something happened since the last check (at most one period ago): a
             // head, a response's end, or the first bytes of the next head, whose own time

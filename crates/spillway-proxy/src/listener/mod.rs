@@ -26,6 +26,7 @@
 
 pub mod head;
 pub mod http1;
+pub mod pressure;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -81,6 +82,12 @@ pub async fn serve_capped(
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(listen.max_header_bytes).unwrap_or(u32::MAX));
     let builder = Arc::new(builder);
+    // The cap is the semaphore's, sized from this configuration when the proxy started.
+    let idle_pressure = pressure::IdlePressure::new(
+        Duration::from_millis(listen.idle_timeout_min_ms),
+        listen.idle_pressure_from_pct,
+        listen.max_connections,
+    );
     let graceful = GracefulShutdown::new();
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::pin!(shutdown);
@@ -126,6 +133,7 @@ pub async fn serve_capped(
             body: Duration::from_millis(listen.body_read_timeout_ms),
             // The upstream's, read per connection: `[upstream]` may be reloaded.
             upstream_body: Duration::from_millis(state.config().upstream.response_body_timeout_ms),
+            idle_pressure,
         };
         let slots = Arc::clone(&cap);
         let max_head = listen.max_header_bytes;
@@ -177,7 +185,11 @@ pub async fn serve_capped(
                         }
                     });
                     let cut = |n| count_cut(&counts, n);
-                    let ended = head::watch_counting(conn, &progress, limits, &slots, cut).await;
+                    let overloaded =
+                        |idle: tokio::time::Instant| counts.overloaded_during(idle.into_std());
+                    let ended =
+                        head::watch_counting(conn, &progress, limits, &slots, cut, overloaded)
+                            .await;
                     count_end(&counts, ended);
                 }
                 Some(acceptor) => {
@@ -202,7 +214,13 @@ pub async fn serve_capped(
                                     watcher,
                                 ));
                                 let cut = |n| count_cut(&state, n);
-                                head::watch_counting(conn, &progress, limits, &slots, cut).await
+                                let overloaded = |idle: tokio::time::Instant| {
+                                    state.overloaded_during(idle.into_std())
+                                };
+                                head::watch_counting(
+                                    conn, &progress, limits, &slots, cut, overloaded,
+                                )
+                                .await
                             }
                             Ok(Err(_)) => {
                                 state.faults.count(Fault::TlsHandshake);

@@ -103,6 +103,16 @@ fn listen(l: &ListenConfig) -> Result<(), Invalid> {
     ] {
         duration(key, v)?;
     }
+    // Above `idle_timeout_ms` it is that (pressure never lengthens the idle timeout), so a
+    // short idle timeout needs no minimum of its own.
+    duration("listen.idle_timeout_min_ms", l.idle_timeout_min_ms)?;
+    if !(1..=100).contains(&l.idle_pressure_from_pct) {
+        return Err(bad(
+            "listen.idle_pressure_from_pct",
+            l.idle_pressure_from_pct,
+            "a percentage of listen.max_connections in 1 ..= 100",
+        ));
+    }
     if !(8192..=16 * 1024 * 1024).contains(&l.max_header_bytes) {
         return Err(bad(
             "listen.max_header_bytes",

@@ -18,7 +18,8 @@ use std::pin::Pin;
 use bytes::Bytes;
 use http_body::Body;
 
-use super::{watch, Busy, Ended, Progress, Sent, Timeouts, Watched};
+use super::{watch, watch_counting, Busy, Ended, Progress, Sent, Timeouts, Watched};
+use crate::listener::pressure::IdlePressure;
 use crate::upstream::full_body;
 
 const T: Duration = Duration::from_millis(1_000);
@@ -30,6 +31,7 @@ const SAME: Timeouts = Timeouts {
     send: T,
     body: T,
     upstream_body: T,
+    idle_pressure: IdlePressure::OFF,
 };
 
 /// A connection cap with slots to spare.
@@ -221,6 +223,71 @@ async fn at_the_connection_cap_an_idle_connection_gives_its_slot_up_a_slow_head_
     assert!(after >= T * 60, "{after:?}");
 }
 
+/// An idle timeout of 60 `T` scaled down to `T` from half of a cap of 8 connections.
+fn pressured() -> Timeouts {
+    long_but(|l| l.idle_pressure = IdlePressure::new(T, 50, 8))
+}
+
+async fn idle_for(p: &Progress, slots: &Semaphore, overloaded: bool) -> (Ended<()>, Duration) {
+    let start = Instant::now();
+    let conn = async {
+        p.close.notified().await;
+    };
+    let ended = watch_counting(conn, p, pressured(), slots, |_| {}, |_| overloaded).await;
+    (ended, start.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn overloaded_an_idle_keep_alive_connection_goes_at_the_minimum_idle_timeout() {
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_11));
+    let (ended, after) = idle_for(&p, &ROOM, true).await;
+    assert_eq!(ended, Ended::TimedOut { counted: false });
+    assert!(after >= T && after <= T + T / 4, "{after:?}");
+    // Not overloaded, with few connections open: the configured idle timeout.
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_11));
+    let (_, after) = idle_for(&p, &ROOM, false).await;
+    assert!(after >= T * 60 && after <= T * 60 + T / 4, "{after:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_three_quarters_of_the_cap_open_the_idle_timeout_is_halfway_down() {
+    // 6 of 8 open: halfway from 4 (50%) to 8, so halfway from 60 T to T.
+    let two_left = Semaphore::new(2);
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_11));
+    let (ended, after) = idle_for(&p, &two_left, false).await;
+    assert_eq!(ended, Ended::TimedOut { counted: false });
+    let half = T + T * 59 / 2;
+    assert!(after >= half && after <= half + T / 4, "{after:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn pressure_shortens_neither_http2_idle_nor_a_head_under_way_nor_a_request() {
+    // HTTP/2: one connection per client, its idle timeout stays (then a graceful close).
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_2));
+    let (ended, after) = idle_for(&p, &ROOM, true).await;
+    assert_eq!(ended, Ended::Done(()));
+    assert!(after >= T * 60, "{after:?}");
+    // A head under way keeps its header timeout and is counted.
+    let p = Arc::new(Progress::default());
+    drop(p.begin(http::Version::HTTP_11));
+    p.read.store(true, Relaxed);
+    let (ended, after) = idle_for(&p, &ROOM, true).await;
+    assert_eq!(ended, Ended::TimedOut { counted: true });
+    assert!(after >= T, "{after:?}");
+    // A request in progress is never cut by it.
+    let p = Arc::new(Progress::default());
+    let busy = p.begin(http::Version::HTTP_11);
+    let limits = pressured();
+    let watched = watch_counting(pending::<()>(), &p, limits, &ROOM, |_| {}, |_| true);
+    let out = tokio::time::timeout(T * 30, watched).await;
+    assert!(out.is_err(), "a busy connection was cut");
+    drop(busy);
+}
+
 /// The header timeout `T`, every other limit a minute of them, but for what `set` changes.
 fn long_but(set: impl FnOnce(&mut Timeouts)) -> Timeouts {
     let mut l = Timeouts {
@@ -229,6 +296,7 @@ fn long_but(set: impl FnOnce(&mut Timeouts)) -> Timeouts {
         send: T * 60,
         body: T * 60,
         upstream_body: T * 60,
+        idle_pressure: IdlePressure::OFF,
     };
     set(&mut l);
     l
