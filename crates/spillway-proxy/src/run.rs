@@ -99,6 +99,7 @@ impl Running {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+        self.state.leases().stop();
     }
 }
 
@@ -217,6 +218,7 @@ pub fn run(source: Source) -> Result<(), RunError> {
         if drained.is_err() {
             crate::metrics::log("the data plane's drain panicked");
         }
+        state.leases().stop();
         let _ = admin_stop.send(true);
         if let Some(a) = admin {
             if let Ok(Err(e)) = a.await {

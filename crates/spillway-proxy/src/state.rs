@@ -139,6 +139,8 @@ pub struct ProxyState {
     labels: crate::admin::labels::MetricLabels,
     /// Set on SIGTERM: `/ready` answers 503 from then on.
     draining: AtomicBool,
+    /// The fleet quota lease client's state (`[admission.quota] store`; survives reloads).
+    leases: crate::lease::Leases,
 }
 
 /// Asked to switch degradation for a route that does not exist.
@@ -174,6 +176,8 @@ pub struct StatusReport {
     pub faults: crate::metrics::FaultCounts,
     /// Shutting down after SIGTERM (`/ready` answers 503).
     pub draining: bool,
+    /// Fleet-wide quotas: where the quota rates come from (`None`: no store configured).
+    pub quota_lease: Option<crate::lease::LeaseStatus>,
 }
 
 impl ProxyState {
@@ -188,7 +192,8 @@ impl ProxyState {
         let runtime = build_runtime(Arc::new(cfg), None, origin)?;
         let labels = crate::admin::labels::MetricLabels::new(0, 0);
         apply_label_caps(&labels, &runtime.config);
-        Ok(Arc::new(ProxyState {
+        let state = Arc::new(ProxyState {
+            leases: crate::lease::Leases::default(),
             body_budget,
             labels,
             draining: AtomicBool::new(false),
@@ -204,7 +209,9 @@ impl ProxyState {
             reload_failures: AtomicU64::new(0),
             origin: RwLock::new(origin.to_string()),
             faults: crate::metrics::Faults::default(),
-        }))
+        });
+        crate::lease::spawn(&state);
+        Ok(state)
     }
 
     /// Reads, parses and validates `path`, then builds the state.
@@ -254,6 +261,11 @@ impl ProxyState {
     /// The budget for request bodies buffered for retries, shared by all requests.
     pub fn body_budget(&self) -> &Arc<crate::forward::BodyBudget> {
         &self.body_budget
+    }
+
+    /// The fleet quota lease client's state, for `/status`.
+    pub fn leases(&self) -> &crate::lease::Leases {
+        &self.leases
     }
 
     /// Marks the proxy as leaving: `/ready` answers 503 from now on (see [`crate::drain`]).
@@ -361,6 +373,7 @@ impl ProxyState {
             degradation_all_off: self.degrade_all_off.load(Ordering::Relaxed),
             faults: self.faults.snapshot(),
             draining: self.is_draining(),
+            quota_lease: self.leases.status(),
         }
     }
 
