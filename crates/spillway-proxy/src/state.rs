@@ -18,7 +18,7 @@ use serde::Serialize;
 use spillway_core::controller::{AdmissionController, ControllerSnapshot};
 use spillway_core::SystemClock;
 
-use crate::config::{self, ConfigError, ProxyConfig};
+use crate::config::{self, ConfigError, Overrides, ProxyConfig};
 use crate::controls::IncidentControls;
 use crate::degrade::{DegradeCounters, RouteStatus};
 use crate::route::Router;
@@ -139,6 +139,8 @@ pub struct ProxyState {
     labels: crate::admin::labels::MetricLabels,
     /// Set on SIGTERM: `/ready` answers 503 from then on.
     draining: AtomicBool,
+    /// Command-line values that replace the file's on every (re)load.
+    overrides: Overrides,
     /// The fleet quota lease client's state (`[admission.quota] store`; survives reloads).
     leases: crate::lease::Leases,
 }
@@ -188,11 +190,21 @@ impl ProxyState {
         origin: &str,
         config_path: Option<PathBuf>,
     ) -> Result<Arc<Self>, ConfigError> {
+        Self::build(cfg, origin, config_path, Overrides::default())
+    }
+
+    fn build(
+        cfg: ProxyConfig,
+        origin: &str,
+        config_path: Option<PathBuf>,
+        overrides: Overrides,
+    ) -> Result<Arc<Self>, ConfigError> {
         let body_budget = crate::forward::BodyBudget::new(cfg.upstream.retry_buffer_total_bytes);
         let runtime = build_runtime(Arc::new(cfg), None, origin)?;
         let labels = crate::admin::labels::MetricLabels::new(0, 0);
         apply_label_caps(&labels, &runtime.config);
         let state = Arc::new(ProxyState {
+            overrides,
             leases: crate::lease::Leases::default(),
             body_budget,
             labels,
@@ -216,10 +228,17 @@ impl ProxyState {
 
     /// Reads, parses and validates `path`, then builds the state.
     pub fn from_file(path: PathBuf) -> Result<Arc<Self>, ConfigError> {
+        Self::from_file_with(path, Overrides::default())
+    }
+
+    /// [`from_file`](Self::from_file) with `overrides` applied now and on every reload.
+    pub fn from_file_with(path: PathBuf, overrides: Overrides) -> Result<Arc<Self>, ConfigError> {
         let origin = path.display().to_string();
         let text = read(&path, &origin)?;
-        let cfg = config::parse(&text, &origin)?;
-        Self::new(cfg, &origin, Some(path))
+        let mut cfg = config::parse(&text, &origin)?;
+        overrides.apply(&mut cfg);
+        config::check(&cfg, &origin)?;
+        Self::build(cfg, &origin, Some(path), overrides)
     }
 
     /// The current runtime (hold it for the duration of one request).
@@ -292,7 +311,9 @@ impl ProxyState {
     /// error is returned (and counted). `origin` names the source in messages.
     pub fn reload_from_str(&self, toml: &str, origin: &str) -> Result<(), ConfigError> {
         let _one_at_a_time = self.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let result = config::parse(toml, origin).and_then(|cfg| {
+        let result = config::parse(toml, origin).and_then(|mut cfg| {
+            self.overrides.apply(&mut cfg);
+            config::check(&cfg, origin)?;
             let old = self.runtime();
             build_runtime(Arc::new(cfg), Some(&old), origin)
         });
