@@ -457,6 +457,22 @@ impl LeaseBook {
     }
 }
 
+/// Whether the lease client can use `url`: it parses as a Redis URL, and `rediss://` only in a
+/// build with the `tls` feature. The error says what is accepted.
+pub fn check_store_url(url: &str) -> Result<(), String> {
+    use redis::IntoConnectionInfo;
+    if url.starts_with("rediss://") && !cfg!(feature = "tls") {
+        return Err(
+            "redis://host:port/db (rediss:// needs a build with the `tls` feature: \
+             cargo build --features spillway-proxy/tls)"
+                .into(),
+        );
+    }
+    url.into_connection_info()
+        .map(|_| ())
+        .map_err(|e| format!("a redis://host:port/db or rediss://host:port/db URL ({e})"))
+}
+
 /// The store key of a bucket's demand hash (see the module docs).
 pub(crate) fn demand_key(customer: Option<&str>, c: spillway_core::Criticality) -> String {
     match customer {

@@ -89,3 +89,19 @@ fn replies_are_checked_and_urls_redacted() {
     );
     assert_eq!(redacted("nonsense"), "(invalid store URL)");
 }
+
+#[test]
+fn store_urls_are_checked_with_the_configuration() {
+    assert!(check_store_url("redis://127.0.0.1:6379/0").is_ok());
+    assert!(check_store_url("redis://127.0.0.1:notaport/0").is_err());
+    assert_eq!(
+        check_store_url("rediss://cache:6380/0").is_ok(),
+        cfg!(feature = "tls")
+    );
+    let e = crate::config::parse(
+        "[admission.quota]\nstore = \"redis://h:99999/0\"\n",
+        "t.toml",
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "admission.quota.store", "{e}");
+}
