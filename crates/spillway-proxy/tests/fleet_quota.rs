@@ -317,3 +317,61 @@ async fn three_proxies_share_a_global_quota_through_redis() {
         p.shutdown().await;
     }
 }
+
+/// A store that asks for a password: `store_password_file` supplies it (first line), and a
+/// wrong one leaves the proxy on the static split, counting errors, never failing requests.
+#[tokio::test]
+async fn the_store_password_comes_from_a_file() {
+    if redis_support::available().is_none() {
+        return;
+    }
+    let redis = RedisServer::start_with_password(Some("s3cret-pass"));
+    let b = backend("b").await;
+    let dir = std::env::temp_dir().join(format!("spillway-fleet-pw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good");
+    let bad = dir.join("bad");
+    std::fs::write(&good, "s3cret-pass\n").unwrap();
+    std::fs::write(&bad, "wrong\n").unwrap();
+    let with_file = |f: &std::path::Path| {
+        format!(
+            "{}store_password_file = \"{}\"\n",
+            config(b.addr, &redis.url()),
+            f.display()
+        )
+        .replace("lease_interval_ms = 500\n", "lease_interval_ms = 100\n")
+    };
+    let ok = proxy_toml(&with_file(&good)).await;
+    let refused = proxy_toml(&with_file(&bad)).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let lease = ok
+        .state
+        .status()
+        .quota_lease
+        .expect("a store is configured");
+    assert_eq!(lease.mode, LeaseMode::Leased, "{lease:?}");
+    assert!(
+        !format!("{lease:?}").contains("s3cret"),
+        "the password is not shown"
+    );
+    let lease = refused
+        .state
+        .status()
+        .quota_lease
+        .expect("a store is configured");
+    assert_eq!(lease.mode, LeaseMode::Static, "{lease:?}");
+    assert!(lease.errors > 0 && lease.last_error.is_some(), "{lease:?}");
+    // Its requests are still served, under the static split (100 / 3 per second, burst 1 s).
+    let c = client();
+    let h = [
+        ("x-spillway-customer", "acme"),
+        ("x-spillway-criticality", "CRITICAL"),
+    ];
+    for _ in 0..5 {
+        assert_eq!(proxy_support::get(&c, refused.addr, "/", &h).await.0, 200);
+    }
+    assert!(redis.calls("evalsha") > 0);
+    ok.shutdown().await;
+    refused.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
+    /// `--requirepass`, if any.
+    password: Option<String>,
 }
 
 /// Whether `redis-server` can be run; `None` (after saying why) when the test should be
@@ -46,9 +48,15 @@ fn free_port() -> u16 {
 impl RedisServer {
     /// Starts one on a free loopback port and waits until it accepts connections.
     pub fn start() -> RedisServer {
+        Self::start_with_password(None)
+    }
+
+    /// Starts one that asks clients for `password` (`--requirepass`).
+    pub fn start_with_password(password: Option<&str>) -> RedisServer {
         let mut s = RedisServer {
             port: free_port(),
             child: None,
+            password: password.map(str::to_string),
         };
         s.restart();
         s
@@ -70,9 +78,19 @@ impl RedisServer {
     /// Starts it again on the same port (empty: nothing was persisted).
     pub fn restart(&mut self) {
         self.kill();
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string()]).args([
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]);
+        if let Some(p) = &self.password {
+            cmd.args(["--requirepass", p]);
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -91,7 +109,11 @@ impl RedisServer {
 
     /// `INFO commandstats`' `calls` for `command` (lower case, e.g. "evalsha").
     pub fn calls(&self, command: &str) -> u64 {
-        let client = redis::Client::open(self.url()).expect("url");
+        let url = match &self.password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}/0", self.port),
+            None => self.url(),
+        };
+        let client = redis::Client::open(url).expect("url");
         let mut c = client.get_connection().expect("connection");
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
