@@ -84,6 +84,16 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Removes `instance` from the member set (best effort, within `budget`): the others'
+    /// next leases share its part out.
+    pub(crate) async fn leave(&mut self, instance: &str, budget: Duration) {
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(MEMBERS_KEY).arg(instance);
+        let _ = tokio::time::timeout(budget, cmd.query_async::<i64>(&mut self.conn)).await;
+    }
+}
+
 /// `{members, share...}` as the script returns it; every share finite and non-negative.
 pub(crate) fn parse_reply(reply: &[String], n: usize) -> Result<(u64, Vec<f64>), String> {
     let bad = || format!("unexpected reply from the share script: {reply:?}");

@@ -25,7 +25,8 @@
 //! linearly to the static `global / tasks` over two more intervals, and stays there. The first
 //! failure of an outage is logged once, each one counted in `spillway_quota_store_errors_total`;
 //! the mode is the gauge `spillway_quota_lease_mode` and `/status`'s `quota_lease`. When the
-//! store answers again the next interval's lease applies: back within one or two intervals.
+//! store answers again the next interval's lease applies: back within one or two intervals. A
+//! proxy that shuts down leaves the member set at once (a crashed one by the TTL).
 //!
 //! Keys (all under one hash tag, so a Redis Cluster keeps them in one slot for the script):
 //! `{spillway}:quota:members` (sorted set: instance id → expiry) and
@@ -186,6 +187,11 @@ async fn run(weak: Weak<ProxyState>) {
     loop {
         let Some(state) = weak.upgrade() else { return };
         if state.leases().stopped() {
+            // Leave at once rather than by TTL, so the share returns to the others now.
+            if let Some((_, c)) = client.as_mut() {
+                let budget = state.config().admission.quota.lease_interval / 2;
+                c.leave(&instance, budget).await;
+            }
             return;
         }
         let rt = state.runtime();
