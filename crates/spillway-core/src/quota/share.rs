@@ -20,6 +20,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{QuotaBook, QuotaConfig, MAX_DURATION};
+
+#[cfg(test)]
+#[path = "share_tests.rs"]
+mod tests;
 use crate::criticality::Criticality;
 use crate::error::ConfigError;
 
