@@ -15,11 +15,16 @@ use crate::UsageError;
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
     /// Configuration file (TOML; see crates/spillway-proxy/CONFIG.md). Re-read on SIGHUP.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["listen", "upstream"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["upstream", "threads"])]
     config: Option<PathBuf>,
-    /// Zero-config form: the address to listen on, e.g. 127.0.0.1:8080.
-    #[arg(long, value_name = "ADDR", requires = "upstream")]
+    /// The address to listen on, e.g. 127.0.0.1:8080: the zero-config form's (with
+    /// `--upstream`), or with `--config` in place of the file's `[listen] address`.
+    #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
+    /// With `--config`: the admin API's address in place of the file's `[admin] listen` (so
+    /// several instances can run from one file on one host).
+    #[arg(long, value_name = "ADDR", requires = "config")]
+    admin: Option<SocketAddr>,
     /// Zero-config form: an upstream task (host:port); repeat for a gateway over several tasks.
     #[arg(long, value_name = "HOST:PORT", requires = "listen")]
     upstream: Vec<String>,
@@ -35,6 +40,13 @@ pub struct ProxyArgs {
 pub fn run(args: &ProxyArgs) -> anyhow::Result<()> {
     use spillway_proxy::run::{load, run, Source};
     let source = match (&args.config, args.listen) {
+        (Some(path), listen) if listen.is_some() || args.admin.is_some() => Source::FileWith(
+            path.clone(),
+            spillway_proxy::config::Overrides {
+                listen,
+                admin: args.admin,
+            },
+        ),
         (Some(path), _) => Source::File(path.clone()),
         (None, Some(listen)) if !args.upstream.is_empty() => Source::Flags {
             listen,

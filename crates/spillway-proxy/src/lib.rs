@@ -39,6 +39,7 @@ pub mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hostcpu;
+pub mod lease;
 pub mod listener;
 pub mod metrics;
 pub mod path;

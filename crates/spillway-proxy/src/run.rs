@@ -26,6 +26,9 @@ use crate::state::ProxyState;
 pub enum Source {
     /// `--config FILE` (re-read on SIGHUP).
     File(PathBuf),
+    /// `--config FILE` with `--listen` / `--admin` replacing the file's addresses (on every
+    /// reload too): several instances from one file on one host.
+    FileWith(PathBuf, crate::config::Overrides),
     /// The zero-config form: `--listen ADDR --upstream ADDR [--upstream ADDR ...]`, every other
     /// key at its default (adaptive concurrency; no capacity figure).
     Flags {
@@ -65,6 +68,7 @@ pub enum RunError {
 pub fn load(source: &Source) -> Result<Arc<ProxyState>, ConfigError> {
     match source {
         Source::File(path) => ProxyState::from_file(path.clone()),
+        Source::FileWith(path, overrides) => ProxyState::from_file_with(path.clone(), *overrides),
         Source::Flags {
             listen,
             upstreams,
@@ -99,6 +103,7 @@ impl Running {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+        self.state.leases().stop();
     }
 }
 
@@ -217,6 +222,7 @@ pub fn run(source: Source) -> Result<(), RunError> {
         if drained.is_err() {
             crate::metrics::log("the data plane's drain panicked");
         }
+        state.leases().stop();
         let _ = admin_stop.send(true);
         if let Some(a) = admin {
             if let Ok(Err(e)) = a.await {

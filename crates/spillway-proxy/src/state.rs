@@ -18,7 +18,7 @@ use serde::Serialize;
 use spillway_core::controller::{AdmissionController, ControllerSnapshot};
 use spillway_core::SystemClock;
 
-use crate::config::{self, ConfigError, ProxyConfig};
+use crate::config::{self, ConfigError, Overrides, ProxyConfig};
 use crate::controls::IncidentControls;
 use crate::degrade::{DegradeCounters, RouteStatus};
 use crate::route::Router;
@@ -142,6 +142,10 @@ pub struct ProxyState {
     /// When a request was last refused for the proxy's own overload (client connections' idle
     /// timeouts shrink meanwhile: `listener::pressure`).
     overload: crate::listener::pressure::Overloaded,
+    /// Command-line values that replace the file's on every (re)load.
+    overrides: Overrides,
+    /// The fleet quota lease client's state (`[admission.quota] store`; survives reloads).
+    leases: crate::lease::Leases,
 }
 
 /// Asked to switch degradation for a route that does not exist.
@@ -177,6 +181,8 @@ pub struct StatusReport {
     pub faults: crate::metrics::FaultCounts,
     /// Shutting down after SIGTERM (`/ready` answers 503).
     pub draining: bool,
+    /// Fleet-wide quotas: where the quota rates come from (`None`: no store configured).
+    pub quota_lease: Option<crate::lease::LeaseStatus>,
 }
 
 impl ProxyState {
@@ -187,11 +193,22 @@ impl ProxyState {
         origin: &str,
         config_path: Option<PathBuf>,
     ) -> Result<Arc<Self>, ConfigError> {
+        Self::build(cfg, origin, config_path, Overrides::default())
+    }
+
+    fn build(
+        cfg: ProxyConfig,
+        origin: &str,
+        config_path: Option<PathBuf>,
+        overrides: Overrides,
+    ) -> Result<Arc<Self>, ConfigError> {
         let body_budget = crate::forward::BodyBudget::new(cfg.upstream.retry_buffer_total_bytes);
         let runtime = build_runtime(Arc::new(cfg), None, origin)?;
         let labels = crate::admin::labels::MetricLabels::new(0, 0);
         apply_label_caps(&labels, &runtime.config);
-        Ok(Arc::new(ProxyState {
+        let state = Arc::new(ProxyState {
+            overrides,
+            leases: crate::lease::Leases::default(),
             body_budget,
             labels,
             draining: AtomicBool::new(false),
@@ -208,15 +225,24 @@ impl ProxyState {
             reload_failures: AtomicU64::new(0),
             origin: RwLock::new(origin.to_string()),
             faults: crate::metrics::Faults::default(),
-        }))
+        });
+        crate::lease::spawn(&state);
+        Ok(state)
     }
 
     /// Reads, parses and validates `path`, then builds the state.
     pub fn from_file(path: PathBuf) -> Result<Arc<Self>, ConfigError> {
+        Self::from_file_with(path, Overrides::default())
+    }
+
+    /// [`from_file`](Self::from_file) with `overrides` applied now and on every reload.
+    pub fn from_file_with(path: PathBuf, overrides: Overrides) -> Result<Arc<Self>, ConfigError> {
         let origin = path.display().to_string();
         let text = read(&path, &origin)?;
-        let cfg = config::parse(&text, &origin)?;
-        Self::new(cfg, &origin, Some(path))
+        let mut cfg = config::parse(&text, &origin)?;
+        overrides.apply(&mut cfg);
+        config::check(&cfg, &origin)?;
+        Self::build(cfg, &origin, Some(path), overrides)
     }
 
     /// The current runtime (hold it for the duration of one request).
@@ -260,6 +286,11 @@ impl ProxyState {
         &self.body_budget
     }
 
+    /// The fleet quota lease client's state, for `/status`.
+    pub fn leases(&self) -> &crate::lease::Leases {
+        &self.leases
+    }
+
     /// Marks the proxy as leaving: `/ready` answers 503 from now on (see [`crate::drain`]).
     pub fn begin_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
@@ -295,7 +326,9 @@ impl ProxyState {
     /// error is returned (and counted). `origin` names the source in messages.
     pub fn reload_from_str(&self, toml: &str, origin: &str) -> Result<(), ConfigError> {
         let _one_at_a_time = self.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let result = config::parse(toml, origin).and_then(|cfg| {
+        let result = config::parse(toml, origin).and_then(|mut cfg| {
+            self.overrides.apply(&mut cfg);
+            config::check(&cfg, origin)?;
             let old = self.runtime();
             build_runtime(Arc::new(cfg), Some(&old), origin)
         });
@@ -376,6 +409,7 @@ impl ProxyState {
             degradation_all_off: self.degrade_all_off.load(Ordering::Relaxed),
             faults: self.faults.snapshot(),
             draining: self.is_draining(),
+            quota_lease: self.leases.status(),
         }
     }
 

@@ -84,3 +84,29 @@ async fn zero_config_form() {
         "command line: upstream.addresses[0]: \"localhost\": expected host:port, e.g. 127.0.0.1:9000"
     );
 }
+
+/// `--config FILE --listen ADDR --admin ADDR`: the command line's addresses replace the file's,
+/// and a reload of the file keeps them (several fleet instances run from one file).
+#[tokio::test]
+async fn command_line_addresses_override_the_file_and_survive_reloads() {
+    let dir = std::env::temp_dir().join(format!("spillway-proxy-over-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("fleet.toml");
+    let text = "[listen]\naddress = \"127.0.0.1:8081\"\n[admin]\nlisten = \"127.0.0.1:9911\"\n";
+    std::fs::write(&path, text).unwrap();
+    let overrides = spillway_proxy::config::Overrides {
+        listen: Some("127.0.0.1:8082".parse().unwrap()),
+        admin: Some("127.0.0.1:9912".parse().unwrap()),
+    };
+    let state = load(&Source::FileWith(path.clone(), overrides)).unwrap();
+    let check = |cfg: &spillway_proxy::ProxyConfig| {
+        assert_eq!(cfg.listen.address.port(), 8082);
+        assert_eq!(cfg.admin.listen.port(), 9912);
+    };
+    check(&state.config());
+    std::fs::write(&path, format!("{text}[[routes]]\nname = \"r\"\n")).unwrap();
+    state.reload_from_file().unwrap();
+    check(&state.config());
+    assert_eq!(state.config().routes.len(), 1, "the reload applied");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -780,6 +780,12 @@ impl AdmissionController {
         })
     }
 
+    /// The quota book: for status pages, and for a fleet's lease client, which reads its
+    /// demand and re-rates its shared buckets ([`QuotaBook::set_rate`]).
+    pub fn quota(&self) -> &QuotaBook {
+        &self.inner.quota
+    }
+
     /// Current state and counters.
     pub fn snapshot(&self) -> ControllerSnapshot {
         let inner = &self.inner;

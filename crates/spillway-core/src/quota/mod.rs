@@ -13,6 +13,10 @@
 //!   refunded, or charged extra — the bucket may go into debt, which delays later admissions.
 //! * **Per task.** Each task enforces `global / tasks` ([`QuotaConfig::tasks`]); quotas may sum
 //!   to more than capacity (ch. 21: they are a bet that customers will not all peak at once).
+//!   A fleet that shares a store ([`QuotaConfig::store`]) replaces that static split with
+//!   leased shares: every bucket counts the cost offered to it, and a lease client elsewhere
+//!   (the proxy's; this crate does no I/O) reads those counts and re-rates the buckets with
+//!   [`QuotaBook::set_rate`] (see `share.rs`).
 //! * **Per criticality.** A customer's CRITICAL and SHEDDABLE allowances are separate buckets
 //!   (ch. 21, "Criticality"), so low-value traffic cannot eat the high-value allowance.
 //!
@@ -79,7 +83,7 @@
 //! hash and just as bounded). **Unknown customers all share one default slot**, and that sharing is
 //! what bounds memory: however many distinct names arrive, the book holds
 //! `(size_of::<Slot>() + 2 × name length + one map entry) × (customers configured + 1)` bytes —
-//! about 150 bytes plus twice the name per customer on 64-bit targets (a slot is 4 buckets × 16
+//! about 220 bytes plus twice the name per customer on 64-bit targets (a slot is 4 buckets × 32
 //! bytes of bucket state plus the boxed name).
 
 use std::collections::HashMap;
@@ -91,9 +95,12 @@ use crate::clock::{nanos_since, saturating_nanos};
 use crate::criticality::{Criticality, PerCriticality};
 use crate::error::ConfigError;
 
+mod share;
 #[cfg(test)]
 mod tests;
 mod units;
+
+pub use share::{SharedBucket, DEFAULT_LEASE_INTERVAL};
 
 #[cfg(feature = "serde")]
 use units::millis;
@@ -187,6 +194,21 @@ pub struct QuotaConfig {
     pub default_customer: CustomerQuota,
     /// Named customers and their quotas. Names must be non-empty and unique.
     pub customers: Vec<(String, CustomerQuota)>,
+    /// Where a fleet's shares of the global quotas are agreed: `redis://host:port/db` or
+    /// `rediss://…` (TLS). `None` (default): the static `global / tasks` split. This crate only
+    /// carries the setting; the lease client that talks to the store lives with the I/O (the
+    /// proxy), and `tasks` remains the split it falls back to.
+    pub store: Option<String>,
+    /// File holding the store's password (its first line), kept out of the configuration.
+    /// Default none.
+    pub store_password_file: Option<String>,
+    /// How often an instance reports its demand and takes its share. Default 500 ms
+    /// ([`DEFAULT_LEASE_INTERVAL`]). Accepted: 50 ..= 10 000 ms.
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "lease_interval_ms", with = "millis")
+    )]
+    pub lease_interval: Duration,
 }
 
 impl Default for QuotaConfig {
@@ -198,6 +220,9 @@ impl Default for QuotaConfig {
             max_retry_after: DEFAULT_MAX_RETRY_AFTER,
             default_customer: CustomerQuota::unlimited(),
             customers: Vec::new(),
+            store: None,
+            store_password_file: None,
+            lease_interval: DEFAULT_LEASE_INTERVAL,
         }
     }
 }
@@ -230,6 +255,7 @@ impl QuotaConfig {
                 ));
             }
         }
+        share::validate_store(self)?;
         check_customer("default", &self.default_customer)?;
         let mut seen = std::collections::HashSet::with_capacity(self.customers.len());
         for (name, quota) in &self.customers {
@@ -323,8 +349,22 @@ pub struct BucketUsage {
 struct Bucket {
     /// Theoretical arrival time, ns since the book's origin; `tat <= now` means full.
     tat: AtomicU64,
-    /// Nanoseconds of refill per cost unit (1e9 / per-task rate). 0 = unlimited, +inf = no quota.
-    ns_per_unit: f64,
+    /// Nanoseconds of refill per cost unit (1e9 / per-task rate), as `f64` bits: atomic so a
+    /// lease can re-rate the bucket ([`QuotaBook::set_rate`]). 0 = unlimited, +inf = no quota.
+    ns_per_unit: AtomicU64,
+    /// Cost offered to this bucket since the book was built (admitted or refused), in
+    /// millionths of a cost unit: the demand a lease client reports.
+    offered: AtomicU64,
+    /// The global quota, cost units/s; negative when the bucket is unlimited or its quota is 0
+    /// (neither is shared out among a fleet).
+    global: f64,
+}
+
+impl Bucket {
+    #[inline]
+    fn ns_per_unit(&self) -> f64 {
+        f64::from_bits(self.ns_per_unit.load(Ordering::Relaxed))
+    }
 }
 
 /// One customer: a bucket per criticality, and the name for listings.
@@ -375,9 +415,8 @@ impl QuotaBook {
         let tasks = f64::from(cfg.tasks);
         let slot = |name: Box<str>, q: &CustomerQuota| Slot {
             name,
-            buckets: Criticality::ALL.map(|c| Bucket {
-                tat: AtomicU64::new(0),
-                ns_per_unit: match q.per_criticality[c] {
+            buckets: Criticality::ALL.map(|c| {
+                let ns_per_unit = match q.per_criticality[c] {
                     None => 0.0,
                     Some(global) => {
                         let per_task = global / tasks;
@@ -387,7 +426,16 @@ impl QuotaBook {
                             f64::INFINITY
                         }
                     }
-                },
+                };
+                Bucket {
+                    tat: AtomicU64::new(0),
+                    ns_per_unit: AtomicU64::new(ns_per_unit.to_bits()),
+                    offered: AtomicU64::new(0),
+                    global: match q.per_criticality[c] {
+                        Some(g) if ns_per_unit.is_finite() && ns_per_unit > 0.0 => g,
+                        _ => -1.0,
+                    },
+                }
             }),
         };
         let mut index = HashMap::with_capacity(cfg.customers.len());
@@ -464,10 +512,18 @@ impl QuotaBook {
         let Some(bucket) = self.slots.get(slot).map(|s| &s.buckets[c.index()]) else {
             return Ok(charge(0.0)); // unreachable: slot_index is always in range
         };
-        if bucket.ns_per_unit == 0.0 {
+        let ns_per_unit = bucket.ns_per_unit();
+        if ns_per_unit == 0.0 {
             return Ok(charge(0.0)); // unlimited: keeps no account
         }
-        if bucket.ns_per_unit.is_infinite() {
+        if bucket.global >= 0.0 {
+            // Demand for a fleet's lease client: refused cost counts too (it is what this
+            // instance would spend with a larger share). Saturating in practice: 2^64 µcu.
+            bucket
+                .offered
+                .fetch_add(share::micro_units(amount), Ordering::Relaxed);
+        }
+        if ns_per_unit.is_infinite() {
             // A quota of 0: nothing may be spent while enforcing, and there is nothing to track.
             return if enforced && amount > 0.0 {
                 Err(OverQuota {
@@ -477,7 +533,7 @@ impl QuotaBook {
                 Ok(charge(0.0))
             };
         }
-        let cost = to_ns(amount, bucket.ns_per_unit);
+        let cost = to_ns(amount, ns_per_unit);
         if cost == 0 {
             return Ok(charge(amount));
         }
@@ -532,12 +588,15 @@ impl QuotaBook {
         else {
             return;
         };
-        if bucket.ns_per_unit == 0.0 || bucket.ns_per_unit.is_infinite() {
+        let ns_per_unit = bucket.ns_per_unit();
+        if ns_per_unit == 0.0 || ns_per_unit.is_infinite() {
             return; // unlimited, or zero quota: no account kept
         }
-        // Both sides through the same rounding, so estimate == actual is an exact no-op.
-        let charged = to_ns(charge.amount, bucket.ns_per_unit);
-        let used = to_ns(sanitize(actual), bucket.ns_per_unit);
+        // Both sides through the same rounding, so estimate == actual is an exact no-op. (A
+        // lease that re-rated the bucket since the charge makes this a correction at the new
+        // rate: the bucket's state is time, and the rate is what time is worth now.)
+        let charged = to_ns(charge.amount, ns_per_unit);
+        let used = to_ns(sanitize(actual), ns_per_unit);
         if charged == used {
             return;
         }
@@ -577,13 +636,14 @@ impl QuotaBook {
             None => PerCriticality([None; Criticality::COUNT]),
             Some(slot) => PerCriticality::from_fn(|c| {
                 let b = &slot.buckets[c.index()];
-                if b.ns_per_unit == 0.0 {
+                let ns_per_unit = b.ns_per_unit();
+                if ns_per_unit == 0.0 {
                     return None;
                 }
-                let rate = if b.ns_per_unit.is_infinite() {
+                let rate = if ns_per_unit.is_infinite() {
                     0.0
                 } else {
-                    1e9 / b.ns_per_unit
+                    1e9 / ns_per_unit
                 };
                 let tat = b.tat.load(Ordering::Acquire);
                 let ahead = tat.saturating_sub(now_ns) as f64 / 1e9; // seconds of refill owed

@@ -432,3 +432,26 @@ pub struct DegradeConfig {
 fn default_degrade_threshold() -> f64 {
     0.9
 }
+
+/// Per-instance values that replace the file's (`spillway proxy --config FILE --listen ADDR
+/// --admin ADDR`), at start and on every reload, so several instances of a fleet can run from
+/// one file on one host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// Replaces `[listen] address`.
+    pub listen: Option<std::net::SocketAddr>,
+    /// Replaces `[admin] listen`.
+    pub admin: Option<std::net::SocketAddr>,
+}
+
+impl Overrides {
+    /// Writes the overridden values into `cfg`.
+    pub fn apply(&self, cfg: &mut ProxyConfig) {
+        if let Some(a) = self.listen {
+            cfg.listen.address = a;
+        }
+        if let Some(a) = self.admin {
+            cfg.admin.listen = a;
+        }
+    }
+}

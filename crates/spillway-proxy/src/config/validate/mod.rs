@@ -62,6 +62,10 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
     cfg.shutdown
         .validate()
         .map_err(|e| core_err("shutdown", &e))?;
+    if let Some(url) = &cfg.admission.quota.store {
+        crate::lease::check_store_url(url)
+            .map_err(|why| bad("admission.quota.store", format!("{url:?}"), &why))?;
+    }
     classify::validate(&cfg.classify)?;
     if cfg.signals.orca_max_age_ms == 0 {
         return Err(bad("signals.orca_max_age_ms", 0, "milliseconds >= 1"));

@@ -1,0 +1,112 @@
+//! Unit tests of the book's fleet side (`share.rs`): shared buckets, offered demand, re-rating.
+
+use super::super::*;
+use crate::criticality::Criticality::*;
+use std::time::Duration;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Customer "a" at 10 cu/s global over 2 tasks; CRITICAL unlimited, SHEDDABLE quota 0.
+fn fleet_book() -> (QuotaBook, Instant) {
+    let t0 = Instant::now();
+    let q = CustomerQuota::uniform(10.0)
+        .with(Critical, None)
+        .with(Sheddable, Some(0.0));
+    let cfg = QuotaConfig {
+        tasks: 2,
+        enforcement: QuotaEnforcement::Always,
+        ..QuotaConfig::default()
+    }
+    .with_customer("a", q);
+    (QuotaBook::new(cfg, t0).expect("valid config"), t0)
+}
+
+#[test]
+fn only_finite_positive_quotas_are_shared_and_start_at_the_static_split() {
+    let (book, _) = fleet_book();
+    let shared = book.shared_buckets();
+    let names: Vec<_> = shared.iter().map(|b| (b.customer, b.criticality)).collect();
+    assert_eq!(
+        names,
+        vec![(Some("a"), SheddablePlus), (Some("a"), CriticalPlus)]
+    );
+    for b in &shared {
+        assert_eq!(b.global, 10.0);
+        assert!((b.rate - 5.0).abs() < 1e-9, "{b:?}");
+        assert_eq!(book.static_rate(b.index), Some(5.0));
+    }
+    assert!(!book.set_rate(0, 1.0), "SHEDDABLE (quota 0) is not shared");
+    assert!(!book.set_rate(usize::MAX, 1.0));
+}
+
+#[test]
+fn offered_counts_admitted_and_refused_cost() {
+    let (book, t0) = fleet_book();
+    let i = book.shared_buckets()[0].index;
+    let mut refused = 0;
+    for _ in 0..8 {
+        if book.try_charge(t0, "a", SheddablePlus, 1.0, true).is_err() {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 3, "capacity 5 cu at 5 cu/s × 1 s");
+    assert!((book.offered(i) - 8.0).abs() < 1e-9);
+    // Unlimited and zero-quota buckets keep no count.
+    book.try_charge(t0, "a", Critical, 1.0, true)
+        .expect("unlimited");
+    assert_eq!(book.offered(Criticality::Critical.index()), 0.0);
+}
+
+#[test]
+fn set_rate_rescales_the_bucket_keeping_its_fill() {
+    let (book, t0) = fleet_book();
+    let i = book.shared_buckets()[0].index;
+    for _ in 0..5 {
+        book.try_charge(t0, "a", SheddablePlus, 1.0, true).unwrap();
+    }
+    assert!(book.try_charge(t0, "a", SheddablePlus, 1.0, true).is_err());
+    // Twice the rate: still empty now, but refills at 10 cu/s (0.1 s per unit).
+    assert!(book.set_rate(i, 10.0));
+    let u = book.usage(t0, "a")[SheddablePlus].unwrap();
+    assert_eq!((u.rate, u.capacity), (10.0, 10.0));
+    assert!(u.balance.abs() < 1e-6, "{u:?}");
+    assert!(book
+        .try_charge(t0 + ms(100), "a", SheddablePlus, 1.0, true)
+        .is_ok());
+    // A share of 0 keeps refusing with a bounded retry_after and keeps counting demand.
+    assert!(book.set_rate(i, 0.0));
+    let e = book
+        .try_charge(t0 + ms(200), "a", SheddablePlus, 1.0, true)
+        .unwrap_err();
+    assert!(e.retry_after <= DEFAULT_MAX_RETRY_AFTER);
+    assert!((book.offered(i) - 8.0).abs() < 1e-9);
+}
+
+#[test]
+fn store_settings_are_validated() {
+    let ok = QuotaConfig {
+        store: Some("redis://127.0.0.1:6379/0".into()),
+        ..QuotaConfig::default()
+    };
+    assert!(ok.validate().is_ok());
+    let bad = QuotaConfig {
+        store: Some("http://x".into()),
+        ..QuotaConfig::default()
+    };
+    assert_eq!(bad.validate().unwrap_err().field, "quota.store");
+    let fast = QuotaConfig {
+        lease_interval: ms(10),
+        ..ok.clone()
+    };
+    assert_eq!(
+        fast.validate().unwrap_err().field,
+        "quota.lease_interval_ms"
+    );
+    let orphan = QuotaConfig {
+        store_password_file: Some("/run/secret".into()),
+        ..QuotaConfig::default()
+    };
+    assert!(orphan.validate().is_err());
+}

@@ -1,0 +1,96 @@
+//! The share script (`src/lease/share.lua`) against a real Redis, without proxies: max-min
+//! fairness, the spare split when demand is below the quota, and membership by TTL — an
+//! instance that stops renewing drops out within two lease intervals and its share returns to
+//! the others.
+
+mod redis_support;
+
+use std::time::Duration;
+
+use redis_support::RedisServer;
+
+const SCRIPT: &str = include_str!("../src/lease/share.lua");
+const MEMBERS: &str = "{spillway}:quota:members";
+const KEY: &str = "{spillway}:quota:demand:CRITICAL:c:acme";
+
+/// One lease for `id` reporting `demand` of a 100/s quota with membership TTL `ttl_ms`: (live
+/// members, share).
+fn lease(c: &mut redis::Connection, id: &str, demand: f64, ttl_ms: u64) -> (u64, f64) {
+    let reply: Vec<String> = redis::Script::new(SCRIPT)
+        .key(MEMBERS)
+        .key(KEY)
+        .arg(id)
+        .arg(ttl_ms)
+        .arg(100.0)
+        .arg(demand)
+        .invoke(c)
+        .expect("script runs");
+    (reply[0].parse().unwrap(), reply[1].parse().unwrap())
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-6
+}
+
+#[test]
+fn shares_are_max_min_fair_and_follow_membership() {
+    if redis_support::available().is_none() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut c = client.get_connection().unwrap();
+    let ttl = 400; // two intervals of 200 ms
+
+    // 80/15/5 of 300/s: the two small demands under the water level are met in full.
+    lease(&mut c, "a", 240.0, ttl);
+    lease(&mut c, "b", 45.0, ttl);
+    lease(&mut c, "c", 15.0, ttl);
+    let (n, a) = lease(&mut c, "a", 240.0, ttl);
+    let (_, b) = lease(&mut c, "b", 45.0, ttl);
+    let (_, s) = lease(&mut c, "c", 15.0, ttl);
+    assert_eq!(n, 3);
+    assert!(
+        close(a, 42.5) && close(b, 42.5) && close(s, 15.0),
+        "{a} {b} {s}"
+    );
+    assert!(close(a + b + s, 100.0));
+
+    // Demand below the quota: every demand met and the spare split equally (each lease sees
+    // the others' last reports, so the new demands go in first).
+    lease(&mut c, "a", 20.0, ttl);
+    lease(&mut c, "b", 10.0, ttl);
+    lease(&mut c, "c", 10.0, ttl);
+    let (_, a) = lease(&mut c, "a", 20.0, ttl);
+    let (_, b) = lease(&mut c, "b", 10.0, ttl);
+    let (_, s) = lease(&mut c, "c", 10.0, ttl);
+    assert!(
+        close(a, 40.0) && close(b, 30.0) && close(s, 30.0),
+        "{a} {b} {s}"
+    );
+
+    // "b" stops renewing: after its TTL the others share the whole quota.
+    let (_, a) = lease(&mut c, "a", 240.0, ttl);
+    lease(&mut c, "c", 15.0, ttl);
+    let (_, a2) = lease(&mut c, "a", 240.0, ttl);
+    assert!(a2 < 85.0 - 1e-6, "b still counts before its TTL: {a} {a2}");
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(ttl / 2));
+        lease(&mut c, "a", 240.0, ttl);
+        lease(&mut c, "c", 15.0, ttl);
+    }
+    let (n, a) = lease(&mut c, "a", 240.0, ttl);
+    let (_, s) = lease(&mut c, "c", 15.0, ttl);
+    assert_eq!(n, 2, "b dropped out");
+    assert!(close(a, 85.0) && close(s, 15.0), "{a} {s}");
+    let left: Vec<String> = redis::cmd("HKEYS").arg(KEY).query(&mut c).unwrap();
+    assert!(
+        !left.contains(&"b".to_string()),
+        "its demand is gone: {left:?}"
+    );
+
+    // An idle instance keeps a small share (1 % of an equal split), so its first requests are
+    // not refused for a whole lease.
+    let (_, idle) = lease(&mut c, "c", 0.0, ttl);
+    assert!(idle > 0.0 && idle < 1.0, "{idle}");
+}

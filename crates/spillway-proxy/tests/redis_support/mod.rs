@@ -1,0 +1,135 @@
+//! A private `redis-server` per test: on a free loopback port, no persistence, killed on drop.
+//!
+//! Why never a shared one: tests run in parallel and on developers' machines, where a Redis on
+//! 6379 may hold someone's data. Without the binary a test is skipped with a message — unless
+//! `CI` is set, where `.ci/run` installs it and its absence is a failure.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `redis-server`.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+    /// `--requirepass`, if any.
+    password: Option<String>,
+}
+
+/// Whether `redis-server` can be run; `None` (after saying why) when the test should be
+/// skipped. Panics under CI when it is missing.
+pub fn available() -> Option<()> {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return Some(());
+    }
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
+        panic!(
+            "CI is set but redis-server is not installed (.ci/run installs Debian's redis-server)"
+        );
+    }
+    eprintln!(
+        "SKIPPED: redis-server is not installed (apt-get install redis-server); CI runs this test"
+    );
+    None
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+impl RedisServer {
+    /// Starts one on a free loopback port and waits until it accepts connections.
+    pub fn start() -> RedisServer {
+        Self::start_with_password(None)
+    }
+
+    /// Starts one that asks clients for `password` (`--requirepass`).
+    pub fn start_with_password(password: Option<&str>) -> RedisServer {
+        let mut s = RedisServer {
+            port: free_port(),
+            child: None,
+            password: password.map(str::to_string),
+        };
+        s.restart();
+        s
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Kills it (SIGKILL: no goodbye to its clients) and waits for the process to end.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port (empty: nothing was persisted).
+    pub fn restart(&mut self) {
+        self.kill();
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string()]).args([
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]);
+        if let Some(p) = &self.password {
+            cmd.args(["--requirepass", p]);
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let until = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err() {
+            assert!(
+                Instant::now() < until,
+                "redis-server did not start on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `INFO commandstats`' `calls` for `command` (lower case, e.g. "evalsha").
+    pub fn calls(&self, command: &str) -> u64 {
+        let url = match &self.password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}/0", self.port),
+            None => self.url(),
+        };
+        let client = redis::Client::open(url).expect("url");
+        let mut c = client.get_connection().expect("connection");
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut c)
+            .expect("INFO");
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
