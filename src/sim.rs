@@ -301,7 +301,7 @@ fn sweep(args: &SimArgs, path: &std::path::Path, out: &mut impl Write) -> Result
     // Progress on stderr, at most every 10 % and at the end.
     let progress = |done: usize, all: usize| {
         let step = (all / 10).max(1);
-        if done % step == 0 || done == all {
+        if done.is_multiple_of(step) || done == all {
             eprintln!(
                 "  {done}/{all} cells, {:.0} s",
                 started.elapsed().as_secs_f64()

@@ -405,7 +405,8 @@ impl Inner {
             self.budget_from_deadlines.store(true, Ordering::Relaxed);
             x
         };
-        if (next - o).abs() > o / 8.0 || !(o > 0.0) {
+        // `o` is never NaN (it comes from a Duration); `<= 0.0` is the unset budget.
+        if (next - o).abs() > o / 8.0 || o <= 0.0 {
             let next = Duration::try_from_secs_f64(next).unwrap_or(old);
             self.budget_ns
                 .store(crate::clock::saturating_nanos(next), Ordering::Relaxed);

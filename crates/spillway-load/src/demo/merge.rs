@@ -70,9 +70,7 @@ pub fn merge(title: &str, parts: &[RunReport]) -> RunReport {
         add_maps(&mut summary.by_criticality, &p.summary.by_criticality);
         add_maps(&mut summary.by_customer, &p.summary.by_customer);
         summary.duration_s = summary.duration_s.max(p.summary.duration_s);
-        if best.map_or(true, |b| {
-            p.summary.counts.goodput > b.summary.counts.goodput
-        }) {
+        if best.is_none_or(|b| p.summary.counts.goodput > b.summary.counts.goodput) {
             best = Some(p);
         }
     }

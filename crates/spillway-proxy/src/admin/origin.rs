@@ -123,7 +123,7 @@ impl OwnAddress {
         if self
             .allowed
             .iter()
-            .any(|(h, p)| *h == lower && p.map_or(true, |p| p == port))
+            .any(|(h, p)| *h == lower && p.is_none_or(|p| p == port))
         {
             return true;
         }

@@ -176,7 +176,7 @@ pub fn handle(
             Admission::Admitted(p) => p,
             Admission::Refused(r) => {
                 tower_metrics::shed(&labels, r.reason.as_str());
-                note_overload(&state, &r, now);
+                note_overload(state, &r, now);
                 return Ok(respond::refusal(&r, protocol));
             }
             Admission::Queued(q) => {
@@ -190,7 +190,7 @@ pub fn handle(
                     Ok(p) => p,
                     Err(r) => {
                         tower_metrics::shed(&labels, r.reason.as_str());
-                        note_overload(&state, &r, std::time::Instant::now());
+                        note_overload(state, &r, std::time::Instant::now());
                         return Ok(respond::refusal(&r, protocol));
                     }
                 }

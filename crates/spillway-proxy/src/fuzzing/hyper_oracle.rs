@@ -70,11 +70,10 @@ pub(super) fn hyper_reads(bytes: &[u8], max_buf: usize) -> Option<HyperRead> {
         if seen.borrow().is_some() {
             break;
         }
-        if let Poll::Ready(_) = conn.as_mut().poll(&mut cx) {
+        if conn.as_mut().poll(&mut cx).is_ready() {
             break;
         }
     }
-    drop(conn);
     drop(client);
     seen.take()
 }

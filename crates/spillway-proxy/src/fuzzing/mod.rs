@@ -20,8 +20,11 @@ pub use http1::{chunked, request_head, response_head};
 pub use paths::{config, path_route};
 pub use values::{header_values, orca};
 
+/// A fuzz target: its name and the function that takes one input.
+pub type Target = (&'static str, fn(&[u8]));
+
 /// Every target by its name (the name of its `fuzz/fuzz_targets/` file and corpus folder).
-pub const TARGETS: [(&str, fn(&[u8])); 7] = [
+pub const TARGETS: [Target; 7] = [
     ("request_head", request_head),
     ("chunked", chunked),
     ("response_head", response_head),

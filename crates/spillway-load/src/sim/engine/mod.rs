@@ -580,7 +580,7 @@ impl Engine {
             && self
                 .open_by_second
                 .get(self.sealed_upto)
-                .map_or(true, |&open| open == 0)
+                .is_none_or(|&open| open == 0)
         {
             if self.part.shards == 1 {
                 self.recorder.seal(self.sealed_upto);

@@ -80,7 +80,7 @@ impl EventQueue {
         let mut best: Option<(usize, Ev)> = None;
         for (i, (_, lane)) in self.lanes.iter().enumerate() {
             if let Some(&front) = lane.front() {
-                if best.map_or(true, |(_, b)| front > b) {
+                if best.is_none_or(|(_, b)| front > b) {
                     best = Some((i, front));
                 }
             }

@@ -81,6 +81,9 @@ pub enum Mode {
     },
 }
 
+/// A scheduled event: (time ns, sequence for FIFO ties, kind, request id, generation).
+type Event = (u64, u64, u8, u32, u32);
+
 struct Sim<'a> {
     spec: &'a CellSpec,
     model: &'a ModelConfig,
@@ -93,7 +96,7 @@ struct Sim<'a> {
     half: u64,
     hard_cap: u64,
     seq: u64,
-    events: BinaryHeap<Reverse<(u64, u64, u8, u32, u32)>>,
+    events: BinaryHeap<Reverse<Event>>,
     origin: Instant,
     clock: Arc<SimClock>,
     proxy: Option<AdmissionController>,
@@ -374,7 +377,7 @@ impl Sim<'_> {
             return self.tuned_arrive(id, gen);
         }
         let Some(proxy) = &self.proxy else {
-            return self.to_backend(id, Held::None);
+            return self.send_to_backend(id, Held::None);
         };
         let crit = if critical {
             Criticality::Critical
@@ -386,7 +389,7 @@ impl Sim<'_> {
             req.deadline = Some(self.clock.at(deadline));
         }
         match proxy.admit_at(&req, self.clock.at(now)) {
-            Admission::Admitted(p) => self.to_backend(id, Held::Permit(p)),
+            Admission::Admitted(p) => self.send_to_backend(id, Held::Permit(p)),
             Admission::Refused(r) => self.refuse(id, r),
             Admission::Queued(mut q) => {
                 let waker = Waker::from(Arc::new(Wakeup {
@@ -395,7 +398,7 @@ impl Sim<'_> {
                     woken: self.woken.clone(),
                 }));
                 match Pin::new(&mut q).poll(&mut Context::from_waker(&waker)) {
-                    Poll::Ready(Ok(p)) => self.to_backend(id, Held::Permit(p)),
+                    Poll::Ready(Ok(p)) => self.send_to_backend(id, Held::Permit(p)),
                     Poll::Ready(Err(r)) => self.refuse(id, r),
                     Poll::Pending => {
                         let at = self.nanos(q.give_up_at());
@@ -417,7 +420,7 @@ impl Sim<'_> {
         }
     }
 
-    fn to_backend(&mut self, id: u32, held: Held) {
+    fn send_to_backend(&mut self, id: u32, held: Held) {
         let proxied = matches!(held, Held::Permit(_));
         let r = &mut self.reqs[id as usize];
         let was_queued = matches!(r.held, Held::Queued(_) | Held::Waiting);

@@ -231,7 +231,7 @@ pub fn summarise(sweep: &SweepConfig, cells: Vec<CellResult>) -> SweepReport {
                 let Some(v) = c.verdicts[k] else { continue };
                 applicable += 1;
                 failing += usize::from(!v.pass);
-                if worst.map_or(true, |(_, w)| judge::worse(check, &v, &w)) {
+                if worst.is_none_or(|(_, w)| judge::worse(check, &v, &w)) {
                     worst = Some((i, v));
                 }
                 let Some(class) = c.classes[k] else { continue };

@@ -121,7 +121,7 @@ impl UpstreamBody {
                 if complete
                     && *keep_alive
                     && decoder.is_done()
-                    && sending.as_ref().map_or(true, |s| s.is_done())
+                    && sending.as_ref().is_none_or(|s| s.is_done())
                     && c.read_is_empty()
                 {
                     put_back(home, *task, c);

@@ -42,7 +42,7 @@ impl Sim<'_> {
                 match Pin::new(&mut q).poll(&mut Context::from_waker(&waker)) {
                     Poll::Ready(Ok(p)) => {
                         self.reqs[id as usize].held = Held::Queued(q);
-                        self.to_backend(id, Held::Permit(p));
+                        self.send_to_backend(id, Held::Permit(p));
                     }
                     Poll::Ready(Err(r)) => {
                         self.reqs[id as usize].held = Held::Queued(q);

@@ -110,8 +110,6 @@ impl Sim<'_> {
         }
     }
 
-    /// The proxy's timer on its wait for the backend's answer, set when the request is sent:
-
     pub(super) fn finish(mut self) -> RunFigures {
         let duration = self.end as f64 / 1e9;
         let reference = self.reference(duration);

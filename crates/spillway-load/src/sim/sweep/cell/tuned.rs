@@ -85,7 +85,7 @@ impl Sim<'_> {
             if let Some(t) = &mut self.tuned {
                 t.in_flight += 1;
             }
-            self.to_backend(id, Held::Slot);
+            self.send_to_backend(id, Held::Slot);
         }
     }
 }
