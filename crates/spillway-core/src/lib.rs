@@ -21,7 +21,7 @@
 //! gates). [`erlang`] is the M/M/c arithmetic behind `spillway calc`.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod clock;
 pub mod controller;

@@ -7,7 +7,7 @@
 //! `spillway demo`, `spillway sim` and users' own experiments, in-process or from the CLI.
 
 #![deny(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod backend;
 pub mod demo;

@@ -26,7 +26,7 @@
 // Denied, not forbidden: one function builds header values from `httparse`'s spans unchecked,
 // as hyper does (`upstream::conn::codec::names::parsed_value`, measured there).
 #![deny(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod admin;
 pub mod config;

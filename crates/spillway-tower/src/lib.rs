@@ -6,7 +6,7 @@
 //! carries requests to it and maps its answers to HTTP and gRPC at the edge.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod client;
 pub mod context;

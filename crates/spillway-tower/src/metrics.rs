@@ -8,7 +8,7 @@
 //!
 //! Allocation: the per-request metrics (admitted, queue time, latency, shed by reason) go
 //! through handles registered once per label set *per thread* and kept in a thread-local table
-//! (see [`handles`]): after a label set's first request, recording is a hash lookup of the
+//! (see the `handles` module): after a label set's first request, recording is a hash lookup of the
 //! customer and operation strings and an atomic update — no label `Vec`, no `Key` built, no
 //! registry lookup (the facade builds both on every `counter!(name, labels)` call, which cost
 //! one allocation and a registry probe per call). Rare events (throttled, retried, gauges) use

@@ -11,7 +11,7 @@
 //! Cost estimates are fractional (CPU-seconds when measured), while the `metrics` facade's
 //! counters are integers, so offered demand is kept here in lock-free per-criticality atomics
 //! (micro-units) and appended to the exporter's output as a float counter. Everything else goes
-//! through the `metrics` facade into the process's [`Recorder`](super::histograms::Recorder),
+//! through the `metrics` facade into the process's [`Recorder`],
 //! installed once with no HTTP listener of its own (the admin listener serves the text): the
 //! `*_seconds` histograms as bucket counters of its own ([`super::histograms`] says why),
 //! counters, gauges and other histograms in `metrics-exporter-prometheus`.

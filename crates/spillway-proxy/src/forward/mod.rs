@@ -48,7 +48,7 @@ pub use host::HostError;
 pub use unread::Unread;
 
 /// Handles one client request with `cur`, its thread's snapshot of the state
-/// ([`ProxyState::current`]). Never fails: every outcome is a response; the `Result` is the
+/// (`ProxyState::current`). Never fails: every outcome is a response; the `Result` is the
 /// one hyper's service returns, so the listener hands this future over as it is instead of
 /// wrapping it in another (each wrapping level copies the whole future once more per request).
 ///

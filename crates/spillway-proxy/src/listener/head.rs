@@ -25,7 +25,7 @@
 //! - a connection between requests (an idle HTTP/1.1 keep-alive, an HTTP/2 connection with no
 //!   stream open; its control frames — PING, WINDOW_UPDATE — are not progress) gets the idle
 //!   timeout, `listen.idle_timeout_ms`: closed uncounted, an HTTP/2 one gracefully with GOAWAY
-//!   by [`Progress::close`], so a stream opened in the same instant is served, not lost. It is
+//!   by `Progress::close`, so a stream opened in the same instant is served, not lost. It is
 //!   longer than the header timeout by default because clients keep pooled connections for
 //!   their next request (closing one at the instant a client reuses it loses that request to
 //!   the race), and one HTTP/2 connection carries a whole client (a gRPC channel quiet between

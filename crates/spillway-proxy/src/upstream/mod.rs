@@ -17,7 +17,7 @@
 //!
 //! Connections are load too: each task has a bounded number of request slots (HTTP/1.1: one
 //! connection each; HTTP/2: streams on one connection) shared by every client connection, and
-//! idle upstream connections are closed after `idle_timeout_ms` ([`conn`]: hyper's connection
+//! idle upstream connections are closed after `idle_timeout_ms` (the `conn` module: hyper's connection
 //! API with an idle list per data-plane thread, so a connection is opened, used and reused by
 //! one thread, with no shared lock; an HTTP/1.1 connection is driven by the request using it).
 

@@ -6,7 +6,7 @@
 //! hyper and tonic: one `.layer(...)` and every route is protected. All decisions are made by
 //! `spillway_core::controller::AdmissionController`; this module classifies requests, carries
 //! them to it, maps its answer to HTTP/gRPC at the edge ([`reject`]), and keeps the permit
-//! until the response body has ended ([`body`]). A refused request's body is read and
+//! until the response body has ended (the `body` module). A refused request's body is read and
 //! discarded behind the refusal ([`drain_behind`]), so that the client gets the answer and keeps
 //! its connection.
 //!

@@ -94,7 +94,7 @@ pub struct Snapshot {
 }
 
 impl BucketHistogram {
-    /// A histogram over `bounds` (ascending, finite; at most [`MAX_BOUNDS`], the rest ignored).
+    /// A histogram over `bounds` (ascending, finite; at most `MAX_BOUNDS`, the rest ignored).
     pub fn new(bounds: &'static [f64]) -> Self {
         BucketHistogram {
             bounds: &bounds[..bounds.len().min(MAX_BOUNDS)],

@@ -8,7 +8,7 @@
 //! detection and `Rewind` on every read, the dispatcher's state machine, the request body's
 //! channel, a response written through two layers of buffers. A request needs less: parse a
 //! head, call the handler, write a head and the body — and, for an upload (a declared length
-//! or chunked), decode its bytes for whoever reads it ([`body`]).
+//! or chunked), decode its bytes for whoever reads it (the `body` module).
 //!
 //! Why a fast path and not a whole server: what it does not serve — an upgrade, an
 //! expectation other than `100-continue`, `CONNECT`, HTTP/2's preface, a transfer coding other

@@ -237,13 +237,13 @@ impl Connections {
         }
     }
 
-    /// Whether task `task` speaks h2c, if known (see [`h2c`]); `None`: ask with
+    /// Whether task `task` speaks h2c, if known (see the `h2c` module); `None`: ask with
     /// [`probe_h2c`](Self::probe_h2c).
     pub fn h2c_known(&self, task: usize) -> Option<bool> {
         self.h2c.known(task, || self.now_ms())
     }
 
-    /// Asks task `task` whether it speaks h2c, on a connection of its own (see [`h2c`]); a
+    /// Asks task `task` whether it speaks h2c, on a connection of its own (see the `h2c` module); a
     /// connection that cannot be made is no answer, and says yes (the request's own connect
     /// then fails as it would have).
     pub async fn probe_h2c(&self, task: usize) -> bool {
@@ -286,7 +286,7 @@ impl Connections {
     /// built, per request.
     ///
     /// `raw_fields`: over HTTP/1.1, the response's header fields may pass through as bytes
-    /// ([`RawFields`]: only for a caller whose client is written bytes, the fast path's).
+    /// (`RawFields`: only for a caller whose client is written bytes, the fast path's).
     /// `added`: fields the request goes out with besides its map's ([`Added`]).
     pub fn send<'a>(
         self: &'a Arc<Self>,
