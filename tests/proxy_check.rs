@@ -447,3 +447,34 @@ fn api_keys_are_not_empty_and_cidrs_are_written_canonically() {
         "[classify]\ntrusted = [\"10.0.0.0/8\", \"10.1.2.3/32\", \"::1/128\", \"0.0.0.0/0\"]\n",
     );
 }
+
+#[test]
+fn orca_metrics_are_names_of_a_report() {
+    refused(
+        "orca-metric-unknown",
+        "[signals]\norca_metrics = [\"named_metrics.queue\", \"eps\"]\n",
+        2,
+        "signals.orca_metrics[1]",
+        "expected cpu_utilization, mem_utilization, application_utilization, utilization.<key> or named_metrics.<key>",
+    );
+    refused(
+        "orca-metric-empty-key",
+        "[signals]\norca_metrics = [\"named_metrics.\"]\n",
+        2,
+        "signals.orca_metrics[0]",
+        "\"named_metrics.\" is not an ORCA metric",
+    );
+    let many: Vec<String> = (0..17).map(|i| format!("\"named_metrics.m{i}\"")).collect();
+    refused(
+        "orca-metrics-too-many",
+        &format!("[signals]\norca_metrics = [{}]\n", many.join(", ")),
+        2,
+        "signals.orca_metrics",
+        "expected at most 16",
+    );
+    let out = accepted(
+        "orca-metrics-ok",
+        "[signals]\norca_metrics = [\"named_metrics.queue\", \"utilization.pool\", \"cpu_utilization\"]\n",
+    );
+    assert!(out.contains("named_metrics.queue"), "{out}");
+}

@@ -15,7 +15,7 @@
 //! | customer | [`CUSTOMER`] `x-spillway-customer: acme` | same key |
 //! | don't retry | [`DONT_RETRY`] `x-spillway-dont-retry: 1` | [`GRPC_RETRY_PUSHBACK_MS`] `grpc-retry-pushback-ms: -1` |
 //! | retry later | `Retry-After: 2` (seconds) | `grpc-retry-pushback-ms: 1500` |
-//! | load report | [`ENDPOINT_LOAD_METRICS`] `endpoint-load-metrics: TEXT cpu_utilization=0.42` | same key |
+//! | load report | [`ENDPOINT_LOAD_METRICS`] `endpoint-load-metrics: TEXT cpu_utilization=0.42` | same key, or [`ENDPOINT_LOAD_METRICS_BIN`] (protobuf, usually a trailer) |
 //! | per-response cost | [`COST`], [`QUEUE_MS`], [`SERVICE_MS`] | same keys |
 //!
 //! Attempt conversion: gRPC's `grpc-previous-rpc-attempts` counts the attempts *before* this one
@@ -38,7 +38,12 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use spillway_core::Criticality;
 
 mod orca;
+mod orca_metrics;
 pub use orca::{format_orca, parse_orca, OrcaReport};
+pub use orca_metrics::{
+    format_orca_bin, parse_orca_bin, OrcaLoadReportMessage, OrcaMetric, OrcaMetricError,
+    OrcaUtilisation, MAX_ORCA_BIN_BYTES, ORCA_METRIC_ACCEPTS,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Header names
@@ -64,6 +69,8 @@ pub mod name {
     pub const GRPC_RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
     /// `endpoint-load-metrics`
     pub const ENDPOINT_LOAD_METRICS: &str = "endpoint-load-metrics";
+    /// `endpoint-load-metrics-bin`
+    pub const ENDPOINT_LOAD_METRICS_BIN: &str = "endpoint-load-metrics-bin";
     /// `x-spillway-cost`
     pub const COST: &str = "x-spillway-cost";
     /// `x-spillway-queue-ms`
@@ -103,6 +110,10 @@ pub const GRPC_RETRY_PUSHBACK_MS: HeaderName =
 pub const RETRY_AFTER: HeaderName = http::header::RETRY_AFTER;
 /// ORCA per-response load report (native HTTP `TEXT` form).
 pub const ENDPOINT_LOAD_METRICS: HeaderName = HeaderName::from_static(name::ENDPOINT_LOAD_METRICS);
+/// ORCA per-response load report as gRPC's ORCA libraries send it: base64 of the serialised
+/// `xds.data.orca.v3.OrcaLoadReport` (usually a trailer).
+pub const ENDPOINT_LOAD_METRICS_BIN: HeaderName =
+    HeaderName::from_static(name::ENDPOINT_LOAD_METRICS_BIN);
 /// Response: cost charged for this request, in cost units (CPU-seconds when measured).
 pub const COST: HeaderName = HeaderName::from_static(name::COST);
 /// Response: milliseconds this request waited in the admission queue.
@@ -202,6 +213,9 @@ pub mod accepts {
                                    supported)";
     /// For [`super::ENDPOINT_LOAD_METRICS`].
     pub const ORCA: &str = "TEXT followed by comma-separated name=number pairs";
+    /// For [`super::ENDPOINT_LOAD_METRICS_BIN`].
+    pub const ORCA_BIN: &str = "base64 (padded or not) of a serialised \
+                                xds.data.orca.v3.OrcaLoadReport, at most 8192 characters";
 }
 
 // ---------------------------------------------------------------------------------------------

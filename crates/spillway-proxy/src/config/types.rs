@@ -359,6 +359,11 @@ pub struct SignalsConfig {
     /// A report is itself an average over the last second or two of the upstream's work (the
     /// demo backend's window), so one older than that says little about the upstream now.
     pub orca_max_age_ms: u64,
+    /// Which ORCA metrics are a task's utilisation: the largest of these a report carries
+    /// (`cpu_utilization`, `mem_utilization`, `application_utilization`, `utilization.<key>`,
+    /// `named_metrics.<key>`). Empty (the default): `application_utilization`, else
+    /// `cpu_utilization`.
+    pub orca_metrics: Vec<String>,
     /// Read `x-spillway-cost` from responses as the request's actual cost (quota accounting).
     /// Default true.
     pub cost_header: bool,
@@ -371,6 +376,7 @@ impl Default for SignalsConfig {
             host_cpu: false,
             orca: true,
             orca_max_age_ms: 1_000,
+            orca_metrics: Vec::new(),
             cost_header: true,
         }
     }

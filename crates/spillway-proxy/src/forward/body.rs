@@ -11,11 +11,12 @@ use http_body_util::BodyExt;
 use spillway_core::controller::{Outcome, Permit};
 
 use spillway_tower::metrics::RequestLabels;
+use spillway_tower::wire;
 
 use super::budget::{BodyBudget, BodyGrant};
 use super::Unread;
 use crate::listener::head::Busy;
-use crate::upstream::{BoxError, InSlot, RawFields, UpstreamBody};
+use crate::upstream::{BoxError, InSlot, Pool, RawFields, UpstreamBody};
 
 /// The request body: buffered (replayable on another task; its share of the buffer budget
 /// held as long as it is) or streamed (sent once).
@@ -69,6 +70,9 @@ pub(super) struct Guard {
     pub(super) report: bool,
     /// The last poll found nothing from the upstream (counted in the connection's progress).
     pub(super) waiting: bool,
+    /// Where an ORCA report in the response's trailers goes: gRPC backends send theirs there
+    /// (gRFC A51). Only for gRPC responses, the ones that end with trailers.
+    pub(super) trailer_reports: Option<Arc<Pool>>,
 }
 
 impl Guard {
@@ -85,6 +89,18 @@ impl Guard {
         if waiting != self.waiting {
             self.waiting = waiting;
             progress.upstream_wait(waiting);
+        }
+    }
+}
+
+impl Guard {
+    /// Reads an ORCA report among the response's trailers, in either form.
+    fn read_trailer_reports(&self, trailers: &http::HeaderMap) {
+        if let Some(pool) = &self.trailer_reports {
+            let now = std::time::Instant::now();
+            let text = wire::find(trailers, &wire::ENDPOINT_LOAD_METRICS);
+            let bin = wire::find(trailers, &wire::ENDPOINT_LOAD_METRICS_BIN);
+            pool.read_orca(self._inflight.task(), text, bin, now);
         }
     }
 }
@@ -178,6 +194,12 @@ impl Body for Held {
             Poll::Ready(None) => {
                 this.guard.take();
                 Poll::Ready(None)
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(trailers), Some(g)) = (frame.trailers_ref(), this.guard.as_ref()) {
+                    g.read_trailer_reports(trailers);
+                }
+                Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
                 if let Some(mut g) = this.guard.take() {

@@ -443,6 +443,7 @@ pub(super) fn forward<'a>(
                             _busy: busy,
                             report: protocol != Protocol::Grpc,
                             waiting: false,
+                            trailer_reports: (protocol == Protocol::Grpc).then(|| Arc::clone(pool)),
                         }),
                     };
                     return (Response::from_parts(p, ProxyBody::upstream(body)), None);
@@ -539,19 +540,21 @@ fn read_reports(
         }
     }
     if !pool.wants_orca(task, now) {
+        // Not even looked up (`upstream::orca::read_every`).
         return;
     }
-    let load = match raw {
-        Some(r) => r.load_metrics(),
-        None => wire::find(res.headers(), &wire::ENDPOINT_LOAD_METRICS),
+    let (text, bin) = match raw {
+        Some(r) => (r.load_metrics(), r.load_metrics_bin()),
+        None => match wire::find(res.headers(), &wire::ENDPOINT_LOAD_METRICS) {
+            // The text form is read first: no second lookup when it is there.
+            Some(t) => (Some(t), None),
+            None => (
+                None,
+                wire::find(res.headers(), &wire::ENDPOINT_LOAD_METRICS_BIN),
+            ),
+        },
     };
-    if let Some(v) = load {
-        if let Ok(r) = wire::parse_orca(v) {
-            if let Some(u) = r.application_utilization.or(r.cpu_utilization) {
-                pool.record_orca(task, u, now);
-            }
-        }
-    }
+    pool.read_orca(task, text, bin, now);
 }
 
 fn upstream_request(

@@ -229,11 +229,20 @@ fn request_fields(raw: &[u8]) {
 /// number as `str::parse::<f64>` reads it (to the bit), unknown names skipped; and against its
 /// formatter (`format_orca` writes what `parse_orca` reads back, to its 4 decimals).
 ///
+/// The binary form's parser (`wire::parse_orca_bin`) and the chosen-metrics reader
+/// (`OrcaUtilisation`) run on the same value, for panics and unbounded work only.
+///
 /// Input: the value.
 pub fn orca(data: &[u8]) {
     let Ok(v) = HeaderValue::from_bytes(data) else {
         return;
     };
+    let _ = wire::parse_orca_bin(&v);
+    let chosen = wire::OrcaUtilisation::MaxOf(vec![
+        wire::OrcaMetric::Named("q".into()),
+        wire::OrcaMetric::CpuUtilization,
+    ]);
+    let _ = chosen.from_text(&v);
     let got = wire::parse_orca(&v);
     let oracle = orca_oracle(data);
     let bits = |r: &OrcaReport| {

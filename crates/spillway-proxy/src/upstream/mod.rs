@@ -38,6 +38,7 @@ use spillway_core::signal::{LoadSignal, ManualSignal};
 use spillway_core::throttle::AdaptiveThrottle;
 use spillway_core::window::WindowedCounter;
 use spillway_core::{Criticality, PerCriticality};
+use spillway_tower::wire::OrcaUtilisation;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use body::{empty_body, full_body, ProxyBody};
@@ -154,6 +155,8 @@ pub struct Pool {
     pub cost_header: bool,
     origin: Instant,
     orca_max_age: Duration,
+    /// Which metrics of a report are a task's utilisation (`signals.orca_metrics`).
+    orca_rule: OrcaUtilisation,
     /// The least time between two ORCA reports of a task that are read ([`Pool::wants_orca`]).
     orca_every_ns: u64,
     health: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -217,6 +220,8 @@ impl Pool {
             cost_header: signals.cost_header,
             origin,
             orca_max_age: Duration::from_millis(signals.orca_max_age_ms),
+            orca_rule: OrcaUtilisation::from_names(&signals.orca_metrics)
+                .map_err(|e| format!("signals.orca_metrics: {e}"))?,
             orca_every_ns: spillway_core::clock::saturating_nanos(orca::read_every(
                 Duration::from_millis(signals.orca_max_age_ms),
             )),
@@ -396,6 +401,30 @@ impl Pool {
                 >= self.orca_every_ns
     }
 
+    /// Reads the utilisation of `task` from its ORCA report in either form — `text`
+    /// (`endpoint-load-metrics`) first, else `bin` (`endpoint-load-metrics-bin`) — by
+    /// `signals.orca_metrics`, when [`Pool::wants_orca`]. A report that does not parse, or
+    /// carries none of the chosen metrics, is passed on unread.
+    pub fn read_orca(
+        &self,
+        task: &Task,
+        text: Option<&http::HeaderValue>,
+        bin: Option<&http::HeaderValue>,
+        now: Instant,
+    ) {
+        if (text.is_none() && bin.is_none()) || !self.wants_orca(task, now) {
+            return;
+        }
+        let u = match (text, bin) {
+            (Some(t), _) => self.orca_rule.from_text(t).ok().flatten(),
+            (None, Some(b)) => self.orca_rule.from_bin(b).ok().flatten(),
+            (None, None) => None,
+        };
+        if let Some(u) = u {
+            self.record_orca(task, u, now);
+        }
+    }
+
     /// Records an ORCA report from `task`.
     pub fn record_orca(&self, task: &Task, utilisation: f64, now: Instant) {
         task.orca.set(utilisation);
@@ -518,6 +547,11 @@ impl Drop for InFlight {
 pub struct InSlot(Arc<Task>);
 
 impl InSlot {
+    /// The task the slot is on.
+    pub(crate) fn task(&self) -> &Task {
+        &self.0
+    }
+
     /// Charges the task with a failure for balancing (its score counts errors of the last
     /// 10 s) and in its status, without the pool's ejection bookkeeping, which this side of a
     /// response does not reach: for a task cut for going silent mid-answer.

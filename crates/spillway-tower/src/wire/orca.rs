@@ -54,7 +54,8 @@ pub fn format_orca(r: &OrcaReport) -> HeaderValue {
     HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static("TEXT"))
 }
 
-/// Parses the `TEXT` form; unknown names (e.g. `named_metrics.*`, `eps`) are skipped.
+/// Parses the `TEXT` form; other names (e.g. `named_metrics.*`, `eps`) are skipped here
+/// ([`OrcaUtilisation`](super::OrcaUtilisation) reads them).
 ///
 /// What is accepted: a value `to_str` accepts (visible ASCII, spaces, tabs), `TEXT` and then
 /// comma-separated `name=value` pairs, spaces and tabs around names, values and commas, empty
@@ -64,6 +65,24 @@ pub fn format_orca(r: &OrcaReport) -> HeaderValue {
 /// bench/results/proxy-forwarding.md, "Fourteenth round"); the bytes are checked in one pass
 /// the compiler vectorises (no early exit) and the separators found with `memchr`.
 pub fn parse_orca(v: &HeaderValue) -> Result<OrcaReport, HeaderError> {
+    let mut r = OrcaReport::default();
+    visit_orca_text(v, |name, x| match name {
+        b"cpu_utilization" => r.cpu_utilization = Some(x),
+        b"mem_utilization" => r.mem_utilization = Some(x),
+        b"application_utilization" => r.application_utilization = Some(x),
+        b"rps_fractional" => r.rps_fractional = Some(x),
+        _ => {}
+    })?;
+    Ok(r)
+}
+
+/// Calls `pair` with each `name=value` of a `TEXT` report (names trimmed, values finite
+/// numbers), in order; the rules are [`parse_orca`]'s. Generic, so each caller's matching of
+/// names is compiled into the loop.
+pub(super) fn visit_orca_text(
+    v: &HeaderValue,
+    mut pair: impl FnMut(&[u8], f64),
+) -> Result<(), HeaderError> {
     let bad = || HeaderError::new(name::ENDPOINT_LOAD_METRICS, v.as_bytes(), accepts::ORCA);
     let mut pairs = v.as_bytes().strip_prefix(b"TEXT").ok_or_else(bad)?;
     let visible = pairs.iter().fold(true, |ok, &c| {
@@ -72,29 +91,22 @@ pub fn parse_orca(v: &HeaderValue) -> Result<OrcaReport, HeaderError> {
     if !visible {
         return Err(bad());
     }
-    let mut r = OrcaReport::default();
     loop {
         let end = memchr::memchr(b',', pairs).unwrap_or(pairs.len());
-        let pair = &pairs[..end];
-        match memchr::memchr(b'=', pair) {
+        let one = &pairs[..end];
+        match memchr::memchr(b'=', one) {
             Some(at) => {
-                let x = parse_f64(pair[at + 1..].trim_ascii())
+                let x = parse_f64(one[at + 1..].trim_ascii())
                     .filter(|x| x.is_finite())
                     .ok_or_else(bad)?;
-                match pair[..at].trim_ascii() {
-                    b"cpu_utilization" => r.cpu_utilization = Some(x),
-                    b"mem_utilization" => r.mem_utilization = Some(x),
-                    b"application_utilization" => r.application_utilization = Some(x),
-                    b"rps_fractional" => r.rps_fractional = Some(x),
-                    _ => {}
-                }
+                pair(one[..at].trim_ascii(), x);
             }
-            None if pair.trim_ascii().is_empty() => {}
+            None if one.trim_ascii().is_empty() => {}
             None => return Err(bad()),
         }
         match pairs.get(end + 1..) {
             Some(next) => pairs = next,
-            None => return Ok(r),
+            None => return Ok(()),
         }
     }
 }

@@ -71,8 +71,23 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
         return Err(bad("signals.orca_max_age_ms", 0, "milliseconds >= 1"));
     }
     duration("signals.orca_max_age_ms", cfg.signals.orca_max_age_ms)?;
+    let metrics = &cfg.signals.orca_metrics;
+    if metrics.len() > MAX_ORCA_METRICS {
+        return Err(bad(
+            "signals.orca_metrics",
+            format!("{} names", metrics.len()),
+            &format!("at most {MAX_ORCA_METRICS}"),
+        ));
+    }
+    for (i, m) in metrics.iter().enumerate() {
+        m.parse::<spillway_tower::wire::OrcaMetric>()
+            .map_err(|e| (format!("signals.orca_metrics[{i}]"), e.to_string()))?;
+    }
     routes::validate(&cfg.routes)
 }
+
+/// Most names `signals.orca_metrics` takes: each is compared with every pair of a report.
+const MAX_ORCA_METRICS: usize = 16;
 
 /// Most client connections `listen.max_connections` accepts.
 const MAX_CONNECTIONS: usize = 1_000_000;

@@ -37,6 +37,8 @@ pub(super) enum Kind {
     Cost,
     /// Passed through; the service's ORCA utilisation report (`endpoint-load-metrics`).
     Load,
+    /// Passed through; the same report as protobuf (`endpoint-load-metrics-bin`).
+    LoadBin,
     /// Into the map: hop-by-hop (removed, or read for the connection's reuse), `trailer` (read
     /// by the client side) or `grpc-status` (read to classify an overload).
     Kept,
@@ -53,6 +55,7 @@ pub(super) fn kind(wire: &[u8]) -> Kind {
         14 if is("content-length") => Kind::Length,
         15 if is(name::COST) => Kind::Cost,
         21 if is(name::ENDPOINT_LOAD_METRICS) => Kind::Load,
+        25 if is(name::ENDPOINT_LOAD_METRICS_BIN) => Kind::LoadBin,
         _ if is_hop_by_hop_name(wire) => Kind::Kept,
         _ => Kind::Raw,
     }
@@ -73,6 +76,7 @@ pub(crate) struct RawFields {
     date: bool,
     cost: Option<HeaderValue>,
     load: Option<HeaderValue>,
+    load_bin: Option<HeaderValue>,
 }
 
 impl RawFields {
@@ -92,6 +96,9 @@ impl RawFields {
             }
             Kind::Load if self.load.is_none() => {
                 self.load = Some(parsed_value(&self.head, value_start, end));
+            }
+            Kind::LoadBin if self.load_bin.is_none() => {
+                self.load_bin = Some(parsed_value(&self.head, value_start, end));
             }
             _ => {}
         }
@@ -123,6 +130,7 @@ impl RawFields {
         self.date = false;
         self.cost = None;
         self.load = None;
+        self.load_bin = None;
     }
 
     /// How many byte ranges the fields are written from.
@@ -162,5 +170,10 @@ impl RawFields {
     /// The first `endpoint-load-metrics` value.
     pub(crate) fn load_metrics(&self) -> Option<&HeaderValue> {
         self.load.as_ref()
+    }
+
+    /// The first `endpoint-load-metrics-bin` value.
+    pub(crate) fn load_metrics_bin(&self) -> Option<&HeaderValue> {
+        self.load_bin.as_ref()
     }
 }
