@@ -557,12 +557,18 @@ fn build_controller(
         c = c.with_signal(Arc::new(cpu));
     }
     if cfg.signals.host_cpu {
-        match crate::hostcpu::start() {
+        let reader = crate::hostcpu::Reader::choose(
+            cfg.signals.host_cpu_source,
+            spillway_core::signal::CpuSources::default(),
+        )
+        .map_err(|why| err("signals.host_cpu_source".into(), why))?;
+        let what = reader.describe();
+        match crate::hostcpu::start(reader) {
             Some(sig) => c = c.with_signal(sig),
             None => {
                 return Err(err(
                     "signals.host_cpu".into(),
-                    "true needs a readable /proc/stat with a `cpu` line (Linux)".into(),
+                    format!("true, but {what} could not be read"),
                 ))
             }
         }

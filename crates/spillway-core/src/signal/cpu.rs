@@ -233,7 +233,7 @@ pub fn available_cpus() -> f64 {
 /// /proc; only its normal components are used so it cannot escape `base`. Containers with a
 /// private cgroup namespace mount their own cgroup at `base`, where the path /proc reports does
 /// not exist: the walk then still reaches `base`.
-fn for_each_ancestor(base: &Path, rel: &str, mut f: impl FnMut(&Path)) {
+pub(super) fn for_each_ancestor(base: &Path, rel: &str, mut f: impl FnMut(&Path)) {
     let mut dir = base.to_path_buf();
     let mut depth = 0;
     for c in Path::new(rel).components() {

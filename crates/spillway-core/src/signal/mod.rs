@@ -25,9 +25,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod cgroup_usage;
 mod cpu;
 mod executor;
 
+pub use cgroup_usage::{cgroup_cpu_usage, parse_cpu_stat_usage, parse_cpuacct_usage};
 pub use cpu::{
     available_cpus, parse_cfs_quota, parse_cgroup_path, parse_cpu_list, parse_cpu_max,
     parse_proc_stat_cpu, CpuLimits, CpuSources, ParseError, ProcessCpu, ProcessCpuConfig, USER_HZ,

@@ -540,3 +540,55 @@ fn stress_executor_load_average_and_manual_signal() {
     // Ran for ~3 s at counts >= 2: the average must have left 0 and stay within the inputs.
     assert!(avg.is_finite() && (1.0..=10.0).contains(&avg), "{avg}");
 }
+
+// ---- cgroup CPU usage ----------------------------------------------------------------------
+
+#[test]
+fn cgroup_usage_files_parse() {
+    let stat = "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\nnr_periods 0\n";
+    assert_eq!(
+        parse_cpu_stat_usage(stat),
+        Some(Duration::from_millis(1500))
+    );
+    assert_eq!(parse_cpu_stat_usage("user_usec 5\n"), None);
+    assert_eq!(parse_cpu_stat_usage("usage_usec x\n"), None);
+    assert_eq!(
+        parse_cpuacct_usage("2500000000\n"),
+        Some(Duration::from_millis(2500))
+    );
+    assert_eq!(parse_cpuacct_usage("-1\n"), None);
+}
+
+#[test]
+fn cgroup_usage_v2_is_the_process_own_cgroup() {
+    let fs = v2_fs();
+    fs.write("cgroup/kubepods/pod1/ctr/cpu.stat", "usage_usec 700\n");
+    fs.write("cgroup/kubepods/pod1/cpu.stat", "usage_usec 9000\n");
+    assert_eq!(
+        cgroup_cpu_usage(&fs.sources()),
+        Some(Duration::from_micros(700))
+    );
+    // Inside a cgroup namespace the path /proc gives does not exist: the mount root is the
+    // container's own cgroup.
+    let ns = FakeFs::new("v2ns");
+    ns.write("proc/cgroup", "0::/kubepods/pod1/ctr\n");
+    ns.write("cgroup/cpu.stat", "usage_usec 42\n");
+    assert_eq!(
+        cgroup_cpu_usage(&ns.sources()),
+        Some(Duration::from_micros(42))
+    );
+}
+
+#[test]
+fn cgroup_usage_v1_from_cpuacct_and_none_without_accounting() {
+    let fs = FakeFs::new("v1usage");
+    fs.write("proc/cgroup", "3:cpu,cpuacct:/docker/abc\n0::/\n");
+    fs.write("cgroup/cpu,cpuacct/docker/abc/cpuacct.usage", "123000000\n");
+    assert_eq!(
+        cgroup_cpu_usage(&fs.sources()),
+        Some(Duration::from_millis(123))
+    );
+    let none = FakeFs::new("nousage");
+    none.write("proc/cgroup", "0::/x\n");
+    assert_eq!(cgroup_cpu_usage(&none.sources()), None);
+}

@@ -290,6 +290,20 @@ impl Default for HealthCheckConfig {
     }
 }
 
+/// Where the `host_cpu` signal reads CPU use from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum HostCpuSource {
+    /// The cgroup when a CPU quota applies to this process (a container with a limit), else
+    /// `/proc/stat`. Default.
+    #[default]
+    Auto,
+    /// The node's `/proc/stat`: every CPU of the machine, every tenant.
+    ProcStat,
+    /// This process's cgroup: its CPU time over its quota (or over its CPUs without one).
+    Cgroup,
+}
+
 /// Where a request's customer comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -345,9 +359,12 @@ impl Default for ClassifyConfig {
 pub struct SignalsConfig {
     /// This process's CPU use vs its cgroup/host allowance. Default false.
     pub process_cpu: bool,
-    /// The host's CPU utilisation from `/proc/stat`, sampled every 250 ms (Linux). Default
-    /// false.
+    /// The CPU utilisation of the host — or, in a container with a CPU limit, of the
+    /// container — sampled every 250 ms (Linux). Default false.
     pub host_cpu: bool,
+    /// Where `host_cpu` reads: `auto` (default: the cgroup when a CPU quota applies to this
+    /// process, else `/proc/stat`), `proc_stat` or `cgroup`.
+    pub host_cpu_source: HostCpuSource,
     /// Read ORCA `endpoint-load-metrics` from responses (mean of the tasks'
     /// `application_utilization`, else `cpu_utilization`). Default true.
     pub orca: bool,
@@ -374,6 +391,7 @@ impl Default for SignalsConfig {
         SignalsConfig {
             process_cpu: false,
             host_cpu: false,
+            host_cpu_source: HostCpuSource::Auto,
             orca: true,
             orca_max_age_ms: 1_000,
             orca_metrics: Vec::new(),
