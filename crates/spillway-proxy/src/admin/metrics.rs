@@ -33,9 +33,9 @@ pub const OFFERED_COST: &str = "spillway_offered_cost_total";
 pub const OFFERED_REQUESTS: &str = "spillway_offered_requests_total";
 
 /// Gauge: requests waiting in the admission queue (sampled when `/metrics` is scraped).
-pub const QUEUED: &str = "spillway_queued";
+pub const QUEUED: &str = "spillway_queued_requests";
 /// Gauge: the admission queue's current bound (sampled when `/metrics` is scraped).
-pub const QUEUE_CAPACITY: &str = "spillway_queue_capacity";
+pub const QUEUE_CAPACITY: &str = "spillway_queue_capacity_requests";
 
 /// Histogram buckets (seconds) for the `*_seconds` histograms: 0.5 ms to 10 s, roughly ×2–2.5
 /// apart, so queue time and processing time can be compared on one dashboard and aggregated
@@ -187,6 +187,7 @@ pub fn install_recorder() -> Result<MetricsHandle, MetricsError> {
             })
             .map_err(|e| MetricsError(e.to_string()))?;
             describe();
+            crate::metrics::describe();
             Ok(handle)
         })
         .clone()

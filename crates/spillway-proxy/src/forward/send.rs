@@ -455,8 +455,25 @@ pub(super) fn forward<'a>(
 /// Whether an overload refusal may be retried on another task. The budget is charged only when
 /// another task exists (a sidecar with one task never spends it); with no task left, a
 /// widespread overload is still reported as such so the caller is told not to retry.
-#[allow(clippy::too_many_arguments)]
+/// Every give-up is counted by its gate, so an alert can tell a spent budget from a widespread
+/// overload.
 fn decide(
+    state: &ProxyState,
+    pool: &Pool,
+    tried: &Tried,
+    now: Instant,
+    attempt: u32,
+    dont_retry: bool,
+    replayable: bool,
+) -> RetryDecision {
+    let d = gate(state, pool, tried, now, attempt, dont_retry, replayable);
+    if let RetryDecision::GiveUp(g) = d {
+        crate::metrics::retry_gave_up(g);
+    }
+    d
+}
+
+fn gate(
     state: &ProxyState,
     pool: &Pool,
     tried: &Tried,
