@@ -188,6 +188,8 @@ pub fn describe() {
         "Admin requests refused for a missing or wrong token."
     );
     metrics::describe_counter!(ADMIN_FORBIDDEN, "Admin requests refused for their Origin.");
+    // The lease task describes its families when it starts, which may be before the recorder.
+    crate::lease::describe();
     for f in Fault::ALL {
         metrics::counter!(FAULTS, L_KIND => f.as_str()).absolute(0);
     }
