@@ -3,9 +3,9 @@
 //! Why real tools and not string checks: a metric renamed in the code and not in a dashboard
 //! shows "no data" only when someone needs it, and an alert on a name that does not exist never
 //! fires. So `promtool` lints a live proxy's `/metrics` and runs the rules' unit tests, and a
-//! real Prometheus scrapes a real proxy under load while every query of the Grafana dashboard
-//! and of the alert rules must return data — and a query naming a metric that does not exist
-//! must be caught (the checker's own test).
+//! real Prometheus scrapes a real proxy under load while every query of the Grafana dashboard,
+//! of the alert rules and of the runbook must return data — and a query naming a metric that
+//! does not exist must be caught (the checker's own test).
 //!
 //! Debian's `prometheus` package provides both binaries; `.ci/run` installs it. Without them the
 //! tests are skipped with a message, unless `CI` is set, where that is a failure. Everything
@@ -173,8 +173,31 @@ fn dashboard_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
     }
 }
 
+/// The PromQL written in prose (backquoted spans that call `sum`, `max` or
+/// `histogram_quantile` on a `spillway_` metric), so the runbook cannot drift either.
+fn prose_queries(markdown: &str) -> Vec<String> {
+    markdown
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|q| {
+            q.contains("spillway_")
+                && ["sum(", "sum by", "max(", "max by", "histogram_quantile("]
+                    .iter()
+                    .any(|f| q.starts_with(f))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn queries_are_rewritten_as_prometheus_runs_them() {
+    assert_eq!(
+        prose_queries(
+            "see `sum(rate(spillway_a_total[1m]))` and `jq .x`, `max by (i) (spillway_b)`"
+        ),
+        ["sum(rate(spillway_a_total[1m]))", "max by (i) (spillway_b)"]
+    );
     assert_eq!(
         strip_threshold("sum(rate(a_total[5m]))\n  > 0.05\n"),
         "sum(rate(a_total[5m]))"
@@ -346,6 +369,14 @@ fn prometheus_scrapes_a_loaded_proxy_and_every_dashboard_and_alert_query_returns
         .iter()
         .map(|e| (format!("dashboard: {e}"), strip_threshold(&as_promql(e))))
         .collect();
+    let runbook =
+        prose_queries(&std::fs::read_to_string(repo("docs/runbook.md")).expect("runbook"));
+    assert!(runbook.len() >= 6, "{runbook:?}");
+    queries.extend(
+        runbook
+            .iter()
+            .map(|q| (format!("docs/runbook.md: {q}"), q.clone())),
+    );
     for r in &rules {
         let q = r["query"].as_str().expect("a rule's query");
         queries.push((format!("alert {}: {q}", r["name"]), strip_threshold(q)));
