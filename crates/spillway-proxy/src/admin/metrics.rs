@@ -289,4 +289,39 @@ mod tests {
         assert!(text.contains(OFFERED_COST));
         drop(h1);
     }
+
+    /// What `promtool check metrics` asks of every family, for machines without promtool
+    /// (`tests/prometheus_stack.rs` runs the real one): a HELP line; and what alerts need: the
+    /// fixed label values present at 0 before the first event.
+    #[test]
+    fn every_family_has_help_and_fixed_labels_start_at_zero() {
+        let h = install_recorder().expect("install");
+        let text = render(Some(&h));
+        for gate in spillway_core::retry::RetryGate::ALL {
+            let line = format!(
+                "{}{{reason=\"{}\"}} ",
+                crate::metrics::RETRY_GIVE_UPS,
+                gate.as_str()
+            );
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+        assert!(
+            text.contains("spillway_proxy_faults_total{kind=\"upstream_connect\"} "),
+            "{text}"
+        );
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|f| f.ends_with("_seconds")))
+                .unwrap_or(name);
+            assert!(
+                text.contains(&format!("# HELP {family} ")),
+                "no HELP for {family}\n{text}"
+            );
+        }
+    }
 }
