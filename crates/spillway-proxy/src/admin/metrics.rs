@@ -193,37 +193,11 @@ pub fn install_recorder() -> Result<MetricsHandle, MetricsError> {
         .clone()
 }
 
-/// HELP lines for the tower layers' metrics (names from `spillway_tower::wire::metric`).
+/// HELP lines for the tower layers' metrics and the gauges sampled here.
 fn describe() {
-    metrics::describe_counter!(m::ADMITTED, "Requests admitted by the server layer.");
-    metrics::describe_counter!(m::SHED, "Requests refused, by reason.");
-    metrics::describe_counter!(
-        m::THROTTLED,
-        "Client calls refused locally by the adaptive throttle."
-    );
-    metrics::describe_counter!(m::RETRIED, "Client retries sent.");
-    metrics::describe_gauge!(m::IN_FLIGHT, "Requests holding an admission permit.");
-    metrics::describe_gauge!(m::LIMIT, "Current concurrency limit.");
-    metrics::describe_gauge!(
-        m::UTILISATION,
-        "Utilisation from the load signal (1.0 = at capacity)."
-    );
-    metrics::describe_gauge!(
-        m::THROTTLE_PROBABILITY,
-        "Client throttle's local refusal probability."
-    );
+    spillway_tower::metrics::describe();
     metrics::describe_gauge!(QUEUED, "Requests waiting in the admission queue.");
     metrics::describe_gauge!(QUEUE_CAPACITY, "Current bound of the admission queue.");
-    metrics::describe_histogram!(
-        m::LATENCY,
-        metrics::Unit::Seconds,
-        "Admission to end of response body, admitted requests only."
-    );
-    metrics::describe_histogram!(
-        m::QUEUE_TIME,
-        metrics::Unit::Seconds,
-        "Time queued before admission, admitted requests only."
-    );
 }
 
 /// The full `/metrics` body: the recorder's text (if installed) followed by offered demand.
