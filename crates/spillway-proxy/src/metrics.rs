@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+use spillway_core::retry::RetryGate;
 
 /// Faults, by kind (label `kind` on [`FAULTS`]).
 pub const FAULTS: &str = "spillway_proxy_faults_total";
@@ -30,6 +31,14 @@ pub const CONNECTIONS: &str = "spillway_proxy_client_connections";
 /// Request header fields whose names contain `_`, by what was done with them (label `action`:
 /// `dropped`, one per field; `refused`, one per request answered 400).
 pub const UNDERSCORE_HEADERS: &str = "spillway_proxy_underscore_headers_total";
+/// Overload refusals the proxy did not retry on another task, by the gate that stopped it
+/// (label `reason`: `budget`, `widespread`, `attempt_limit`, `dont_retry`, `not_retryable`).
+/// A steady `budget` rate says the upstreams refuse more than the retry budget covers.
+pub const RETRY_GIVE_UPS: &str = "spillway_proxy_retry_give_ups_total";
+/// Admin requests refused for a missing or wrong token.
+pub const ADMIN_UNAUTHORIZED: &str = "spillway_admin_unauthorized_total";
+/// Admin requests refused for their `Origin` (cross-site).
+pub const ADMIN_FORBIDDEN: &str = "spillway_admin_forbidden_total";
 /// Label: what was done (`UNDERSCORE_HEADERS`).
 pub const L_ACTION: &str = "action";
 /// Label: fault kind.
@@ -38,6 +47,8 @@ pub const L_KIND: &str = "kind";
 pub const L_UPSTREAM: &str = "upstream";
 /// Label: route name.
 pub const L_ROUTE: &str = "route";
+/// Label: retry gate ([`RETRY_GIVE_UPS`]).
+pub const L_REASON: &str = "reason";
 
 /// One kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +151,54 @@ impl Faults {
 /// Fault counts by kind.
 #[derive(Debug, Clone, Serialize)]
 pub struct FaultCounts(pub std::collections::BTreeMap<&'static str, u64>);
+
+/// One retry give-up at `gate` ([`RETRY_GIVE_UPS`]).
+pub fn retry_gave_up(gate: RetryGate) {
+    metrics::counter!(RETRY_GIVE_UPS, L_REASON => gate.as_str()).increment(1);
+}
+
+/// HELP lines for the proxy's own families, and their fixed label values registered at zero:
+/// `rate()` and `increase()` need a sample before the first event, or an alert on a counter's
+/// first increase never fires and a dashboard shows "no data" instead of 0.
+pub fn describe() {
+    metrics::describe_counter!(FAULTS, "Faults, by kind.");
+    metrics::describe_counter!(
+        DEGRADED,
+        "Requests answered by a route's degraded mode, by route and mode."
+    );
+    metrics::describe_counter!(
+        EJECTIONS,
+        "Upstream tasks ejected after repeated failures, by upstream."
+    );
+    metrics::describe_counter!(
+        KEEPALIVE_RACES,
+        "Requests sent again because the upstream closed the reused connection as they went out."
+    );
+    metrics::describe_gauge!(CONNECTIONS, "Open client connections.");
+    metrics::describe_counter!(
+        UNDERSCORE_HEADERS,
+        "Request header fields with '_' in their names, by what was done with them."
+    );
+    metrics::describe_counter!(
+        RETRY_GIVE_UPS,
+        "Overload refusals not retried on another task, by the gate that stopped the retry."
+    );
+    metrics::describe_counter!(
+        ADMIN_UNAUTHORIZED,
+        "Admin requests refused for a missing or wrong token."
+    );
+    metrics::describe_counter!(ADMIN_FORBIDDEN, "Admin requests refused for their Origin.");
+    // The lease task describes its families when it starts, which may be before the recorder.
+    crate::lease::describe();
+    for f in Fault::ALL {
+        metrics::counter!(FAULTS, L_KIND => f.as_str()).absolute(0);
+    }
+    for g in RetryGate::ALL {
+        metrics::counter!(RETRY_GIVE_UPS, L_REASON => g.as_str()).absolute(0);
+    }
+    metrics::counter!(ADMIN_UNAUTHORIZED).absolute(0);
+    metrics::counter!(ADMIN_FORBIDDEN).absolute(0);
+}
 
 /// Writes one operator-facing line to stderr with a UTC timestamp (events, not per-request).
 pub fn log(msg: &str) {

@@ -79,20 +79,27 @@ async fn metrics_and_status_after_traffic() {
     assert!(shed >= 8.0, "shed {shed}\n{text}");
     // Gauges sampled at scrape time from the controller and the upstream pool.
     assert!(
-        sample(text, "spillway_concurrency_limit", &[]).unwrap() >= 1.0,
+        sample(text, "spillway_concurrency_limit_requests", &[]).unwrap() >= 1.0,
         "{text}"
     );
-    assert_eq!(sample(text, "spillway_in_flight", &[]), Some(0.0), "{text}");
-    assert!(sample(text, "spillway_queued", &[]).is_some(), "{text}");
+    assert_eq!(
+        sample(text, "spillway_in_flight_requests", &[]),
+        Some(0.0),
+        "{text}"
+    );
     assert!(
-        sample(text, "spillway_utilisation", &[]).is_some(),
+        sample(text, "spillway_queued_requests", &[]).is_some(),
+        "{text}"
+    );
+    assert!(
+        sample(text, "spillway_utilisation_ratio", &[]).is_some(),
         "{text}"
     );
     let dest = up.addr.to_string();
     assert_eq!(
         sample(
             text,
-            "spillway_throttle_probability",
+            "spillway_throttle_probability_ratio",
             &[("destination", &dest)]
         ),
         Some(0.0),

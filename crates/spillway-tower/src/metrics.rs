@@ -119,3 +119,37 @@ pub fn throttle_probability(destination: SharedString, p: f64) {
     )
     .set(p);
 }
+
+/// Registers the HELP text (and the unit of the `*_seconds` histograms) of every metric this
+/// crate records, with whatever recorder is installed: call it once after installing one.
+/// Without it a Prometheus exporter writes the families with no HELP line, which
+/// `promtool check metrics` reports. `spillway proxy` calls it for its own recorder.
+pub fn describe() {
+    metrics::describe_counter!(m::ADMITTED, "Requests admitted by the server layer.");
+    metrics::describe_counter!(m::SHED, "Requests refused, by reason.");
+    metrics::describe_counter!(
+        m::THROTTLED,
+        "Client calls refused locally by the adaptive throttle."
+    );
+    metrics::describe_counter!(m::RETRIED, "Client retries sent.");
+    metrics::describe_gauge!(m::IN_FLIGHT, "Requests holding an admission permit.");
+    metrics::describe_gauge!(m::LIMIT, "Current concurrency limit.");
+    metrics::describe_gauge!(
+        m::UTILISATION,
+        "Utilisation from the load signal (1.0 = at capacity)."
+    );
+    metrics::describe_gauge!(
+        m::THROTTLE_PROBABILITY,
+        "Client throttle's local refusal probability."
+    );
+    metrics::describe_histogram!(
+        m::LATENCY,
+        metrics::Unit::Seconds,
+        "Admission to end of response body, admitted requests only."
+    );
+    metrics::describe_histogram!(
+        m::QUEUE_TIME,
+        metrics::Unit::Seconds,
+        "Time queued before admission, admitted requests only."
+    );
+}

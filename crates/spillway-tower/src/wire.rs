@@ -141,13 +141,13 @@ pub mod metric {
     /// Counter: client retries sent.
     pub const RETRIED: &str = "spillway_requests_retried_total";
     /// Gauge: requests holding a permit.
-    pub const IN_FLIGHT: &str = "spillway_in_flight";
+    pub const IN_FLIGHT: &str = "spillway_in_flight_requests";
     /// Gauge: current concurrency limit.
-    pub const LIMIT: &str = "spillway_concurrency_limit";
+    pub const LIMIT: &str = "spillway_concurrency_limit_requests";
     /// Gauge: utilisation reported by the load signal (1.0 = at capacity).
-    pub const UTILISATION: &str = "spillway_utilisation";
+    pub const UTILISATION: &str = "spillway_utilisation_ratio";
     /// Gauge: client throttle's current local-refusal probability.
-    pub const THROTTLE_PROBABILITY: &str = "spillway_throttle_probability";
+    pub const THROTTLE_PROBABILITY: &str = "spillway_throttle_probability_ratio";
     /// Histogram (seconds): admission to end of response body, admitted requests only.
     pub const LATENCY: &str = "spillway_request_duration_seconds";
     /// Histogram (seconds): time spent queued before admission, admitted requests only.

@@ -295,7 +295,7 @@ impl AdminApi {
         if auth::bearer_matches(token, req.headers()) {
             return Ok(());
         }
-        ::metrics::counter!("spillway_admin_unauthorized_total").increment(1);
+        ::metrics::counter!(crate::metrics::ADMIN_UNAUTHORIZED).increment(1);
         Err(ApiError::status(
             StatusCode::UNAUTHORIZED,
             "this endpoint needs the admin token: send Authorization: Bearer <token>",

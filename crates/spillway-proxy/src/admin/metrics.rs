@@ -33,9 +33,9 @@ pub const OFFERED_COST: &str = "spillway_offered_cost_total";
 pub const OFFERED_REQUESTS: &str = "spillway_offered_requests_total";
 
 /// Gauge: requests waiting in the admission queue (sampled when `/metrics` is scraped).
-pub const QUEUED: &str = "spillway_queued";
+pub const QUEUED: &str = "spillway_queued_requests";
 /// Gauge: the admission queue's current bound (sampled when `/metrics` is scraped).
-pub const QUEUE_CAPACITY: &str = "spillway_queue_capacity";
+pub const QUEUE_CAPACITY: &str = "spillway_queue_capacity_requests";
 
 /// Histogram buckets (seconds) for the `*_seconds` histograms: 0.5 ms to 10 s, roughly ×2–2.5
 /// apart, so queue time and processing time can be compared on one dashboard and aggregated
@@ -187,42 +187,17 @@ pub fn install_recorder() -> Result<MetricsHandle, MetricsError> {
             })
             .map_err(|e| MetricsError(e.to_string()))?;
             describe();
+            crate::metrics::describe();
             Ok(handle)
         })
         .clone()
 }
 
-/// HELP lines for the tower layers' metrics (names from `spillway_tower::wire::metric`).
+/// HELP lines for the tower layers' metrics and the gauges sampled here.
 fn describe() {
-    metrics::describe_counter!(m::ADMITTED, "Requests admitted by the server layer.");
-    metrics::describe_counter!(m::SHED, "Requests refused, by reason.");
-    metrics::describe_counter!(
-        m::THROTTLED,
-        "Client calls refused locally by the adaptive throttle."
-    );
-    metrics::describe_counter!(m::RETRIED, "Client retries sent.");
-    metrics::describe_gauge!(m::IN_FLIGHT, "Requests holding an admission permit.");
-    metrics::describe_gauge!(m::LIMIT, "Current concurrency limit.");
-    metrics::describe_gauge!(
-        m::UTILISATION,
-        "Utilisation from the load signal (1.0 = at capacity)."
-    );
-    metrics::describe_gauge!(
-        m::THROTTLE_PROBABILITY,
-        "Client throttle's local refusal probability."
-    );
+    spillway_tower::metrics::describe();
     metrics::describe_gauge!(QUEUED, "Requests waiting in the admission queue.");
     metrics::describe_gauge!(QUEUE_CAPACITY, "Current bound of the admission queue.");
-    metrics::describe_histogram!(
-        m::LATENCY,
-        metrics::Unit::Seconds,
-        "Admission to end of response body, admitted requests only."
-    );
-    metrics::describe_histogram!(
-        m::QUEUE_TIME,
-        metrics::Unit::Seconds,
-        "Time queued before admission, admitted requests only."
-    );
 }
 
 /// The full `/metrics` body: the recorder's text (if installed) followed by offered demand.
@@ -287,5 +262,40 @@ mod tests {
         );
         assert!(text.contains(OFFERED_COST));
         drop(h1);
+    }
+
+    /// What `promtool check metrics` asks of every family, for machines without promtool
+    /// (`tests/prometheus_stack.rs` runs the real one): a HELP line; and what alerts need: the
+    /// fixed label values present at 0 before the first event.
+    #[test]
+    fn every_family_has_help_and_fixed_labels_start_at_zero() {
+        let h = install_recorder().expect("install");
+        let text = render(Some(&h));
+        for gate in spillway_core::retry::RetryGate::ALL {
+            let line = format!(
+                "{}{{reason=\"{}\"}} ",
+                crate::metrics::RETRY_GIVE_UPS,
+                gate.as_str()
+            );
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+        assert!(
+            text.contains("spillway_proxy_faults_total{kind=\"upstream_connect\"} "),
+            "{text}"
+        );
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|f| f.ends_with("_seconds")))
+                .unwrap_or(name);
+            assert!(
+                text.contains(&format!("# HELP {family} ")),
+                "no HELP for {family}\n{text}"
+            );
+        }
     }
 }

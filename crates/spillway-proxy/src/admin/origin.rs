@@ -249,7 +249,7 @@ pub fn check_not_simple(headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 fn forbidden(message: &str) -> ApiError {
-    ::metrics::counter!("spillway_admin_forbidden_total").increment(1);
+    ::metrics::counter!(crate::metrics::ADMIN_FORBIDDEN).increment(1);
     ApiError::status(StatusCode::FORBIDDEN, message.to_string())
 }
 

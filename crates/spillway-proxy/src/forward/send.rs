@@ -456,6 +456,8 @@ pub(super) fn forward<'a>(
 /// Whether an overload refusal may be retried on another task. The budget is charged only when
 /// another task exists (a sidecar with one task never spends it); with no task left, a
 /// widespread overload is still reported as such so the caller is told not to retry.
+/// Every give-up is counted by its gate, so an alert can tell a spent budget from a widespread
+/// overload.
 #[allow(clippy::too_many_arguments)]
 fn decide(
     state: &ProxyState,
@@ -467,26 +469,32 @@ fn decide(
     replayable: bool,
 ) -> RetryDecision {
     let retry = pool.retry_policy();
-    if !state.controls().retries_enabled() {
-        return RetryDecision::GiveUp(RetryGate::NotRetryable);
-    }
-    if !more_tasks(pool, tried, now) {
-        return RetryDecision::GiveUp(if retry.is_widespread() {
-            RetryGate::Widespread
+    let d = 'gate: {
+        if !state.controls().retries_enabled() {
+            break 'gate RetryDecision::GiveUp(RetryGate::NotRetryable);
+        }
+        if !more_tasks(pool, tried, now) {
+            break 'gate RetryDecision::GiveUp(if retry.is_widespread() {
+                RetryGate::Widespread
+            } else {
+                RetryGate::NotRetryable
+            });
+        }
+        if !replayable {
+            state.faults.count(Fault::NotRetriedLargeBody);
+            break 'gate RetryDecision::GiveUp(RetryGate::NotRetryable);
+        }
+        let f = if dont_retry {
+            Failure::overloaded_dont_retry(attempt)
         } else {
-            RetryGate::NotRetryable
-        });
-    }
-    if !replayable {
-        state.faults.count(Fault::NotRetriedLargeBody);
-        return RetryDecision::GiveUp(RetryGate::NotRetryable);
-    }
-    let f = if dont_retry {
-        Failure::overloaded_dont_retry(attempt)
-    } else {
-        Failure::overloaded(attempt)
+            Failure::overloaded(attempt)
+        };
+        retry.decide(now, &f)
     };
-    retry.decide(now, &f)
+    if let RetryDecision::GiveUp(g) = d {
+        crate::metrics::retry_gave_up(g);
+    }
+    d
 }
 
 fn dest(task: &Task) -> SharedString {

@@ -165,7 +165,7 @@ pub fn spawn(state: &Arc<ProxyState>) {
     handle.spawn(run(weak));
 }
 
-fn describe() {
+pub(crate) fn describe() {
     metrics::describe_counter!(STORE_ERRORS, "Fleet quota lease round trips that failed.");
     metrics::describe_counter!(STORE_CALLS, "Fleet quota lease round trips made.");
     metrics::describe_gauge!(
@@ -204,8 +204,10 @@ async fn run(weak: Weak<ProxyState>) {
         let Some(url) = qcfg.store.clone() else {
             if client.take().is_some() {
                 state.leases().set(None);
-                metrics::gauge!(LEASE_MODE).set(LeaseMode::Static.gauge());
             }
+            // Every interval, not only on a change: the recorder may be installed after the
+            // first pass, and dashboards and alerts on the mode need a sample without a store.
+            metrics::gauge!(LEASE_MODE).set(LeaseMode::Static.gauge());
             drop((rt, state));
             tokio::time::sleep(interval).await;
             continue;

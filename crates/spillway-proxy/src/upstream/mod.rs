@@ -315,7 +315,7 @@ impl Pool {
         task.lock_ejection().success();
     }
 
-    /// Publishes each task's throttle probability (gauge `spillway_throttle_probability`, the
+    /// Publishes each task's throttle probability (gauge `spillway_throttle_probability_ratio`, the
     /// highest over criticalities).
     pub fn publish_throttle_gauges(&self) {
         let now = Instant::now();
