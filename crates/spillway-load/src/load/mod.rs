@@ -65,8 +65,14 @@ pub const MAX_CONNECTIONS: u32 = 10_000;
 pub struct LoadConfig {
     /// Label of the run in reports.
     pub title: String,
-    /// The target (loopback only).
+    /// The target: loopback, or anything with [`allow_remote`](Self::allow_remote).
     pub target: SocketAddr,
+    /// Send to a non-loopback target. Needs [`max_rate`](Self::max_rate): someone else's
+    /// service is on the other end, so the most this run can send is stated up front.
+    pub allow_remote: bool,
+    /// The cap on attempts per second on the wire (mean): the peak offered rate times the
+    /// attempts a request may make must stay under it. Required with `allow_remote`.
+    pub max_rate: Option<f64>,
     /// Offered requests/s over time.
     pub shape: RateShape,
     /// Poisson (default) or uniform spacing.
@@ -101,6 +107,8 @@ impl LoadConfig {
         LoadConfig {
             title: "load".into(),
             target,
+            allow_remote: false,
+            max_rate: None,
             shape: RateShape::Constant(100.0),
             arrivals: Arrivals::Poisson,
             duration: Duration::from_secs(10),
@@ -123,12 +131,66 @@ impl LoadConfig {
             .min(self.timeout)
     }
 
+    /// The most attempts per second this run can put on the wire (mean): the peak offered rate
+    /// times the attempts per request. `None` for a closed loop, whose rate is whatever the
+    /// target answers.
+    pub fn wire_rate_bound(&self) -> Option<f64> {
+        if self.connections.is_some() {
+            return None;
+        }
+        Some(self.shape.peak() * f64::from(self.retry.max_attempts.max(1)))
+    }
+
+    /// `max_rate`: required with `allow_remote`, and not below [`Self::wire_rate_bound`].
+    fn check_cap(&self) -> Result<(), LoadError> {
+        let bad = |flag: &'static str, why: String| Err(LoadError::Config { flag, why });
+        let Some(cap) = self.max_rate else {
+            if self.allow_remote {
+                return bad(
+                    "--max-rate",
+                    "required with --allow-remote: the most attempts/s the target may receive"
+                        .into(),
+                );
+            }
+            return Ok(());
+        };
+        if !(cap.is_finite() && cap > 0.0) {
+            return bad("--max-rate", format!("{cap} is not a number > 0"));
+        }
+        match self.wire_rate_bound() {
+            None => bad(
+                "--connections",
+                "a closed loop sends as fast as the target answers, so --max-rate cannot bound \
+                 it; use --rate"
+                    .into(),
+            ),
+            Some(bound) if bound > cap * (1.0 + 1e-9) => bad(
+                "--max-rate",
+                format!(
+                    "the run could send {bound} attempts/s (peak --rate {} × --attempts {}), \
+                     above the cap of {cap}/s: lower --rate or --attempts, or raise --max-rate",
+                    self.shape.peak(),
+                    self.retry.max_attempts
+                ),
+            ),
+            Some(_) => Ok(()),
+        }
+    }
+
     /// Checks every setting; the error names the flag.
     pub fn validate(&self) -> Result<(), LoadError> {
         let bad = |flag: &'static str, why: String| Err(LoadError::Config { flag, why });
-        if let Err(why) = crate::units::loopback_addr(&self.target.to_string()) {
-            return bad("--target", why);
+        if !self.allow_remote && !crate::units::is_loopback_addr(self.target) {
+            return bad(
+                "--target",
+                format!(
+                    "{} is not a loopback address; sending to another machine needs \
+                     --allow-remote and --max-rate (the most attempts/s it may receive)",
+                    self.target
+                ),
+            );
         }
+        self.check_cap()?;
         if self.duration.is_zero() || self.duration > MAX_DURATION {
             return bad(
                 "--duration",
