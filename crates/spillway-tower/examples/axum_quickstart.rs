@@ -72,6 +72,14 @@ async fn get_text(
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
+/// A request (path, headers) and what must come back (status, a part of the body).
+type Check = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    u16,
+    &'static str,
+);
+
 /// Serves the quick start on a free loopback port, checks it, stops it.
 #[tokio::main]
 pub async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
@@ -82,7 +90,7 @@ pub async fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
         let _ = stopped.await;
     }));
 
-    let checks: [(&str, &[(&str, &str)], u16, &str); 5] = [
+    let checks: [Check; 5] = [
         ("/search", &[], 200, "searched at CRITICAL"),
         (
             "/search",
