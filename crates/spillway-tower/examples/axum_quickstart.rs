@@ -5,9 +5,6 @@
 //!
 //! `cargo run -p spillway-tower --example axum_quickstart`
 
-use std::error::Error;
-use std::future::Future;
-
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Empty};
@@ -15,6 +12,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 // readme:begin
+use std::error::Error;
+use std::future::Future;
 use std::net::SocketAddr;
 
 use axum::extract::ConnectInfo;

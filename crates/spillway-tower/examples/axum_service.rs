@@ -15,29 +15,16 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{ConnectInfo, State};
-use axum::response::{IntoResponse, Response};
+use axum::extract::ConnectInfo;
 use axum::routing::get;
 use axum::Router;
-use bytes::Bytes;
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use spillway_core::controller::{AdmissionConfig, AdmissionController};
 use spillway_core::limit::{FixedConfig, LimitConfig};
-use spillway_core::retry::RetryConfig;
-use spillway_core::throttle::ThrottleConfig;
 use spillway_core::{Criticality, PerCriticality, SystemClock};
-use spillway_tower::client::BoxError;
 use spillway_tower::context;
 use spillway_tower::server::SpillwayLayer;
 use spillway_tower::wire;
-use tower::ServiceExt;
 
 fn admission(limit: usize) -> Result<AdmissionController, BoxError> {
     let mut cfg = AdmissionConfig {
@@ -73,11 +60,22 @@ async fn inventory() -> String {
 }
 
 // readme-client:begin
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use spillway_core::{retry::RetryConfig, throttle::ThrottleConfig};
 use spillway_tower::client::retry::RetryBody;
 use spillway_tower::client::{
-    ClientError, ClientService, PropagateLayer, RetryLayer, ThrottleLayer,
+    BoxError, ClientError, ClientService, PropagateLayer, RetryLayer, ThrottleLayer,
 };
-use tower::ServiceBuilder;
+use tower::{ServiceBuilder, ServiceExt};
 
 /// The client stack: `Clone + Send + Sync`, errors a concrete `ClientError`.
 type Downstream = ClientService<Full<Bytes>, hyper::body::Incoming>;
