@@ -26,6 +26,7 @@
 //! from a refused request's intended send time to its (last) refusal: how early a server says
 //! no.
 
+mod cap;
 mod client;
 mod mix;
 mod progress;
@@ -129,52 +130,6 @@ impl LoadConfig {
         self.attempt_timeout
             .unwrap_or(self.timeout / self.retry.max_attempts.max(1))
             .min(self.timeout)
-    }
-
-    /// The most attempts per second this run can put on the wire (mean): the peak offered rate
-    /// times the attempts per request. `None` for a closed loop, whose rate is whatever the
-    /// target answers.
-    pub fn wire_rate_bound(&self) -> Option<f64> {
-        if self.connections.is_some() {
-            return None;
-        }
-        Some(self.shape.peak() * f64::from(self.retry.max_attempts.max(1)))
-    }
-
-    /// `max_rate`: required with `allow_remote`, and not below [`Self::wire_rate_bound`].
-    fn check_cap(&self) -> Result<(), LoadError> {
-        let bad = |flag: &'static str, why: String| Err(LoadError::Config { flag, why });
-        let Some(cap) = self.max_rate else {
-            if self.allow_remote {
-                return bad(
-                    "--max-rate",
-                    "required with --allow-remote: the most attempts/s the target may receive"
-                        .into(),
-                );
-            }
-            return Ok(());
-        };
-        if !(cap.is_finite() && cap > 0.0) {
-            return bad("--max-rate", format!("{cap} is not a number > 0"));
-        }
-        match self.wire_rate_bound() {
-            None => bad(
-                "--connections",
-                "a closed loop sends as fast as the target answers, so --max-rate cannot bound \
-                 it; use --rate"
-                    .into(),
-            ),
-            Some(bound) if bound > cap * (1.0 + 1e-9) => bad(
-                "--max-rate",
-                format!(
-                    "the run could send {bound} attempts/s (peak --rate {} × --attempts {}), \
-                     above the cap of {cap}/s: lower --rate or --attempts, or raise --max-rate",
-                    self.shape.peak(),
-                    self.retry.max_attempts
-                ),
-            ),
-            Some(_) => Ok(()),
-        }
     }
 
     /// Checks every setting; the error names the flag.
@@ -612,3 +567,6 @@ fn set_meta(r: &mut Recorder, cfg: &LoadConfig) {
         .collect();
     r.set_meta("classes", classes);
 }
+
+#[cfg(test)]
+mod tests;
