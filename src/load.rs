@@ -1,4 +1,5 @@
-//! `spillway load`: offer an open-loop load to a loopback target and report goodput, rejections,
+//! `spillway load`: offer an open-loop load to a loopback target (or, with `--allow-remote` and
+//! a `--max-rate` cap, any target) and report goodput, rejections,
 //! timeouts and latency per second, per criticality and per customer.
 //!
 //! Why a thin layer: the generator, the client behaviours and the report live in
@@ -14,7 +15,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use spillway_load::load::{self, Arrivals, Behaviour, LoadConfig, Mix, RateShape, TrafficClass};
 use spillway_load::report::{self, RunReport};
-use spillway_load::units::{loopback_addr, parse_duration};
+use spillway_load::units::{any_addr, is_loopback_addr, parse_duration};
 
 use crate::UsageError;
 
@@ -41,9 +42,19 @@ enum BehaviourArg {
 /// `spillway load` arguments.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Target HOST:PORT or http://HOST:PORT (loopback addresses only).
-    #[arg(long, value_name = "ADDR", value_parser = loopback_addr)]
+    /// Target HOST:PORT or http://HOST:PORT (cleartext HTTP). Loopback only, unless
+    /// --allow-remote.
+    #[arg(long, value_name = "ADDR", value_parser = any_addr)]
     target: SocketAddr,
+    /// Allow a non-loopback --target (another machine: a staging service, a real backend).
+    /// Requires --max-rate; the run prints its cap before it starts.
+    #[arg(long, requires = "max_rate")]
+    allow_remote: bool,
+    /// The most attempts/s the run may send (mean): peak --rate × --attempts must not exceed
+    /// it. Required with --allow-remote; not allowed with --connections (a closed loop cannot
+    /// be capped).
+    #[arg(long, value_name = "RPS", conflicts_with = "connections")]
+    max_rate: Option<f64>,
     /// Offered load: RATE, ramp:FROM..TO, step:BEFORE..AFTER@TIME, spike:BASE..PEAK@TIME+LEN,
     /// or stages:R/DUR,FROM..TO/DUR,... (requests/s).
     #[arg(long, value_name = "SHAPE", default_value = "100", value_parser = RateShape::parse)]
@@ -141,8 +152,13 @@ pub fn run(args: &LoadArgs) -> Result<()> {
     cfg.http2 = args.http2;
     cfg.seed = args.seed;
     cfg.connections = args.connections;
+    cfg.allow_remote = args.allow_remote;
+    cfg.max_rate = args.max_rate;
     // Every setting error names its flag: exit 2 like clap's own.
     cfg.validate().map_err(|e| UsageError(e.to_string()))?;
+    if let Some(line) = cap_line(&cfg) {
+        eprintln!("{line}");
+    }
     let report = load::run_blocking(cfg, !args.quiet)?;
     emit(&summary(&report))?;
     if let Some(path) = &args.json {
@@ -156,6 +172,26 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         emit(&format!("HTML report: {}\n", path.display()))?;
     }
     Ok(())
+}
+
+/// What a capped run (--max-rate) will send at most, said before it starts, so that whoever
+/// runs it against another machine sees the bound they agreed to.
+fn cap_line(cfg: &LoadConfig) -> Option<String> {
+    let cap = cfg.max_rate?;
+    let bound = cfg.wire_rate_bound()?;
+    let remote = if is_loopback_addr(cfg.target) {
+        ""
+    } else {
+        " (remote)"
+    };
+    Some(format!(
+        "sending at most {bound} req/s to {}{remote} for {:?} (peak --rate {} × up to {} \
+         attempts; --max-rate {cap})",
+        cfg.target,
+        cfg.duration,
+        cfg.shape.peak(),
+        cfg.retry.max_attempts
+    ))
 }
 
 fn ratio(c: &report::Counts) -> String {

@@ -7,11 +7,12 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod backend;
 mod calc;
 mod demo;
+mod docs;
 mod load;
 mod proxy;
 mod sim;
@@ -30,8 +31,8 @@ enum Command {
     /// Where the utilisation knee is for your concurrency, and when to start refusing work
     /// (M/M/c queueing arithmetic).
     Calc(calc::CalcArgs),
-    /// Offer an open-loop (or, with --connections, closed-loop) load to a loopback target and
-    /// report goodput, rejections, timeouts and latency per second, criticality and customer
+    /// Offer an open-loop (or, with --connections, closed-loop) load to a loopback target (or,
+    /// with --allow-remote and a --max-rate cap, another machine) and report goodput, rejections, timeouts and latency per second, criticality and customer
     /// (JSON and HTML reports).
     Load(load::LoadArgs),
     /// Run a demo backend with the overload pathology: c workers, an unbounded FIFO queue that
@@ -44,6 +45,10 @@ enum Command {
     Proxy(proxy::ProxyArgs),
     /// Simulate the policies at fleet scale, deterministically, in simulated time.
     Sim(sim::SimArgs),
+    /// Print the shell completion script (bash, elvish, fish, powershell, zsh).
+    Completions(docs::CompletionsArgs),
+    /// Print the manual page (roff), or write one per command with --out-dir.
+    Man(docs::ManArgs),
 }
 
 /// A bad argument found after clap parsed the command line: reported like clap's own errors,
@@ -69,6 +74,8 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Proxy(args) => proxy::run(&args),
         Command::Sim(args) => sim::run(&args),
+        Command::Completions(args) => docs::completions(&args, Cli::command()),
+        Command::Man(args) => docs::man(&args, Cli::command()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! `spillway load` and `spillway backend` end to end over loopback: a short run writes its JSON
-//! and HTML reports; bad flags and non-loopback addresses exit 2 naming the flag.
+//! and HTML reports; bad flags and non-loopback addresses exit 2 naming the flag; a capped run
+//! (--allow-remote --max-rate) prints its cap first. Nothing here sends beyond loopback.
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -193,4 +194,128 @@ fn a_closed_stdout_ends_quietly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
+#[test]
+fn a_remote_target_needs_allow_remote_and_a_cap_that_holds() {
+    let cases: &[(&[&str], &[&str])] = &[
+        // Without the flag: refused, and the message names the flag that would allow it.
+        (
+            &["load", "--target", "10.0.0.1:80"],
+            &["--target", "--allow-remote"],
+        ),
+        // The flag without a cap.
+        (
+            &["load", "--target", "10.0.0.1:80", "--allow-remote"],
+            &["--max-rate"],
+        ),
+        // A cap below what the run could send (peak 100/s × 3 attempts = 300/s).
+        (
+            &[
+                "load",
+                "--target",
+                "10.0.0.1:80",
+                "--allow-remote",
+                "--max-rate",
+                "200",
+            ],
+            &["--max-rate", "300"],
+        ),
+        (
+            &[
+                "load",
+                "--target",
+                "10.0.0.1:80",
+                "--allow-remote",
+                "--max-rate",
+                "0",
+                "--rate",
+                "1",
+            ],
+            &["--max-rate"],
+        ),
+        // A closed loop cannot be capped.
+        (
+            &[
+                "load",
+                "--target",
+                "10.0.0.1:80",
+                "--allow-remote",
+                "--max-rate",
+                "100",
+                "--connections",
+                "4",
+            ],
+            &["--connections"],
+        ),
+        // TLS is not spoken: refused, not sent in cleartext.
+        (
+            &[
+                "load",
+                "--target",
+                "https://10.0.0.1:443",
+                "--allow-remote",
+                "--max-rate",
+                "1000",
+            ],
+            &["--target", "cleartext"],
+        ),
+    ];
+    for (args, words) in cases {
+        let o = spillway(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        for w in *words {
+            assert!(err.contains(w), "{args:?} should say {w}: {err}");
+        }
+        assert!(
+            !err.contains("sending at most"),
+            "refused before starting: {err}"
+        );
+    }
+}
+
+#[test]
+fn allow_remote_with_a_loopback_target_prints_its_cap_and_runs() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut backend = Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["backend", "--listen", &addr, "--service-time", "1ms"])
+        .args(["--duration", "5s"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(30));
+        std::net::TcpStream::connect(&addr).is_ok()
+    });
+    assert!(ready, "backend did not start");
+    let o = spillway(&[
+        "load",
+        "--target",
+        &addr,
+        "--allow-remote",
+        "--max-rate",
+        "40",
+        "--rate",
+        "20",
+        "--attempts",
+        "2",
+        "--duration",
+        "1s",
+        "--quiet",
+    ]);
+    let _ = backend.kill();
+    let _ = backend.wait();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("sending at most 40 req/s to {addr} for 1s")),
+        "{err}"
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("goodput"), "{out}");
 }

@@ -6,6 +6,32 @@
 //! async runtime, time is injected ([`clock`]), randomness is injected ([`random`]), and the async
 //! layers in `spillway-tower` and the proxy only carry requests to it and back.
 //!
+//! ```
+//! use std::sync::Arc;
+//! use spillway_core::controller::{Admission, AdmissionConfig, AdmissionController, AdmissionRequest};
+//! use spillway_core::limit::{FixedConfig, LimitConfig};
+//! use spillway_core::{Criticality, SystemClock};
+//!
+//! // Room for one request at a time, and no queue: the second is refused at once.
+//! let mut cfg = AdmissionConfig {
+//!     limit: LimitConfig::Fixed(FixedConfig { limit: 1 }),
+//!     ..AdmissionConfig::default()
+//! };
+//! cfg.queue.max_len = Some(0);
+//! let controller = AdmissionController::new(cfg, Arc::new(SystemClock))?;
+//!
+//! let first = controller.admit(&AdmissionRequest::new("acme", Criticality::Critical));
+//! let Admission::Admitted(permit) = first else { panic!("the first request fits") };
+//! let second = controller.admit(&AdmissionRequest::new("acme", Criticality::Sheddable));
+//! let Admission::Refused(refusal) = second else { panic!("no room for a second") };
+//! println!("refused: {}", refusal.reason.as_str());
+//!
+//! drop(permit); // the response is complete: the slot is free again
+//! let third = controller.admit(&AdmissionRequest::new("acme", Criticality::Sheddable));
+//! assert!(matches!(third, Admission::Admitted(_)));
+//! # Ok::<(), spillway_core::ConfigError>(())
+//! ```
+//!
 //! The pieces, in the order a request meets them on the server side:
 //!
 //! | module | what it decides | source |

@@ -55,24 +55,7 @@ pub const LOOPBACK_ACCEPTS: &str = "a loopback address such as 127.0.0.1:8080, [
 /// resolves to is loopback. A path or an `https://` URL is refused rather than ignored: the
 /// tools speak cleartext HTTP, and the load generator's paths are its classes' routes.
 pub fn loopback_addr(s: &str) -> Result<SocketAddr, String> {
-    if s.starts_with("https://") {
-        return Err(format!(
-            "{s:?}: Spillway's load tools speak cleartext HTTP (no TLS); expected \
-             {LOOPBACK_ACCEPTS}"
-        ));
-    }
-    let rest = s.strip_prefix("http://").unwrap_or(s);
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    if !path.is_empty() && path != "/" {
-        return Err(format!(
-            "{s:?}: an address takes no path (the load generator's paths are set per class, \
-             e.g. --class route={path}); expected {LOOPBACK_ACCEPTS}"
-        ));
-    }
-    let addrs: Vec<SocketAddr> = authority
-        .to_socket_addrs()
-        .map_err(|e| format!("invalid address {s:?} ({e}): expected {LOOPBACK_ACCEPTS}"))?
-        .collect();
+    let addrs = resolve(s, LOOPBACK_ACCEPTS)?;
     match addrs.first() {
         Some(first) if addrs.iter().all(|a| is_loopback(a.ip())) => Ok(*first),
         Some(other) if !is_loopback(other.ip()) => Err(format!(
@@ -87,6 +70,45 @@ pub fn loopback_addr(s: &str) -> Result<SocketAddr, String> {
             "address {s:?} resolves to nothing: expected {LOOPBACK_ACCEPTS}"
         )),
     }
+}
+
+/// What [`any_addr`] accepts.
+pub const ADDR_ACCEPTS: &str = "HOST:PORT or http://HOST:PORT (cleartext HTTP)";
+
+/// Resolves `host:port` (or an `http://host:port` URL) to its first address, loopback or not:
+/// the parser of `spillway load --target`, whose loopback check is made after parsing so that
+/// the error can name `--allow-remote` ([`is_loopback_addr`]). Paths and `https://` are refused
+/// as in [`loopback_addr`].
+pub fn any_addr(s: &str) -> Result<SocketAddr, String> {
+    resolve(s, ADDR_ACCEPTS)?
+        .first()
+        .copied()
+        .ok_or_else(|| format!("address {s:?} resolves to nothing: expected {ADDR_ACCEPTS}"))
+}
+
+/// Whether `addr` is a loopback address (an IPv4-mapped loopback IPv6 address included).
+pub fn is_loopback_addr(addr: SocketAddr) -> bool {
+    is_loopback(addr.ip())
+}
+
+fn resolve(s: &str, accepts: &str) -> Result<Vec<SocketAddr>, String> {
+    if s.starts_with("https://") {
+        return Err(format!(
+            "{s:?}: Spillway's load tools speak cleartext HTTP (no TLS); expected {accepts}"
+        ));
+    }
+    let rest = s.strip_prefix("http://").unwrap_or(s);
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    if !path.is_empty() && path != "/" {
+        return Err(format!(
+            "{s:?}: an address takes no path (the load generator's paths are set per class, \
+             e.g. --class route={path}); expected {accepts}"
+        ));
+    }
+    Ok(authority
+        .to_socket_addrs()
+        .map_err(|e| format!("invalid address {s:?} ({e}): expected {accepts}"))?
+        .collect())
 }
 
 fn is_loopback(ip: IpAddr) -> bool {
@@ -133,6 +155,13 @@ mod tests {
         let e = loopback_addr("https://127.0.0.1:443").unwrap_err();
         assert!(e.contains("cleartext"), "{e}");
         assert!(loopback_addr("127.8.9.10:1").is_ok());
+        // Any address parses for `--target`; the loopback check comes after (--allow-remote).
+        assert_eq!(any_addr("http://10.0.0.1:80").unwrap().port(), 80);
+        assert!(!is_loopback_addr(any_addr("10.0.0.1:80").unwrap()));
+        assert!(is_loopback_addr(any_addr("[::ffff:127.0.0.1]:80").unwrap()));
+        assert!(any_addr("https://10.0.0.1:443")
+            .unwrap_err()
+            .contains("cleartext"));
         let e = loopback_addr("10.0.0.1:80").unwrap_err();
         assert!(
             e.contains("refusing non-loopback") && e.contains("10.0.0.1"),

@@ -7,6 +7,55 @@
 //! must not need a code change. Every decision is made by `spillway-core`; this crate carries
 //! requests to it and to the upstream tasks and back.
 //!
+//! In-process, with the zero-configuration policy (`spillway proxy --listen … --upstream …`):
+//!
+//! ```
+//! use spillway_proxy::run::{self, Source};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//! use tokio::net::{TcpListener, TcpStream};
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! # // An upstream task: anything speaking HTTP/1.1 (here a few lines of tokio).
+//! # let upstream = TcpListener::bind("127.0.0.1:0").await?;
+//! # let upstream_addr = upstream.local_addr()?;
+//! # tokio::spawn(async move {
+//! #     while let Ok((mut conn, _)) = upstream.accept().await {
+//! #         tokio::spawn(async move {
+//! #             let mut buf = [0u8; 4096];
+//! #             let mut seen = Vec::new();
+//! #             while let Ok(n @ 1..) = conn.read(&mut buf).await {
+//! #                 seen.extend_from_slice(&buf[..n]);
+//! #                 if seen.windows(4).any(|w| w == b"\r\n\r\n") {
+//! #                     seen.clear();
+//! #                     let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+//! #                     if conn.write_all(ok).await.is_err() { break; }
+//! #                 }
+//! #             }
+//! #         });
+//! #     }
+//! # });
+//! let state = run::load(&Source::Flags {
+//!     listen: "127.0.0.1:0".parse()?,
+//!     upstreams: vec![upstream_addr.to_string()],
+//!     threads: Some(1),
+//! })?;
+//! let proxy = run::start(state, None).await?; // serves on the current runtime
+//!
+//! let mut client = TcpStream::connect(proxy.addr).await?;
+//! client
+//!     .write_all(b"GET / HTTP/1.1\r\nhost: shop\r\nconnection: close\r\n\r\n")
+//!     .await?;
+//! let mut response = String::new();
+//! client.read_to_string(&mut response).await?;
+//! assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+//! assert!(response.ends_with("hello"));
+//!
+//! proxy.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! | module | what |
 //! | --- | --- |
 //! | [`config`] | the TOML file: types, defaults, validation with key and line |

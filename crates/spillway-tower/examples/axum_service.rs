@@ -15,34 +15,16 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{ConnectInfo, State};
-use axum::response::{IntoResponse, Response};
+use axum::extract::ConnectInfo;
 use axum::routing::get;
 use axum::Router;
-use bytes::Bytes;
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use spillway_core::controller::{AdmissionConfig, AdmissionController};
 use spillway_core::limit::{FixedConfig, LimitConfig};
-use spillway_core::retry::RetryConfig;
-use spillway_core::throttle::ThrottleConfig;
 use spillway_core::{Criticality, PerCriticality, SystemClock};
-use spillway_tower::client::retry::RetryBody;
-use spillway_tower::client::{find_cause, BoxError, PropagateLayer, RetryLayer, ThrottleLayer};
 use spillway_tower::context;
 use spillway_tower::server::SpillwayLayer;
-use spillway_tower::wire::{self, OverloadGiveUp};
-use tower::util::BoxCloneSyncService;
-use tower::{ServiceBuilder, ServiceExt};
-
-type Downstream =
-    BoxCloneSyncService<Request<Full<Bytes>>, http::Response<hyper::body::Incoming>, BoxError>;
+use spillway_tower::wire;
 
 fn admission(limit: usize) -> Result<AdmissionController, BoxError> {
     let mut cfg = AdmissionConfig {
@@ -77,7 +59,29 @@ async fn inventory() -> String {
     format!("stock checked at {} for {}", ctx.criticality, ctx.customer)
 }
 
-/// The client stack around the hyper client: context onto headers, gated retries, throttle.
+// readme-client:begin
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use spillway_core::{retry::RetryConfig, throttle::ThrottleConfig};
+use spillway_tower::client::retry::RetryBody;
+use spillway_tower::client::{
+    BoxError, ClientError, ClientService, PropagateLayer, RetryLayer, ThrottleLayer,
+};
+use tower::{ServiceBuilder, ServiceExt};
+
+/// The client stack: `Clone + Send + Sync`, errors a concrete `ClientError`.
+type Downstream = ClientService<Full<Bytes>, hyper::body::Incoming>;
+
+/// The client stack around hyper-util's client, outermost first: the request's context
+/// (criticality, remaining deadline, customer) onto headers, gated retries, adaptive throttle.
 fn downstream() -> Result<Downstream, BoxError> {
     let http: Client<HttpConnector, RetryBody<Full<Bytes>>> =
         Client::builder(TokioExecutor::new()).build_http();
@@ -92,8 +96,8 @@ fn downstream() -> Result<Downstream, BoxError> {
         .layer(retry)
         .layer(throttle)
         .service(http)
-        .map_err(BoxError::from);
-    Ok(BoxCloneSyncService::new(svc))
+        .map_err(ClientError::from);
+    Ok(ClientService::new(svc))
 }
 
 #[derive(Clone)]
@@ -102,6 +106,7 @@ struct Front {
     client: Downstream,
 }
 
+/// A handler calling the downstream through the stack kept in axum state.
 async fn page(State(front): State<Front>) -> Response {
     let req = match Request::get(format!("{}/stock", front.inventory)).body(Full::default()) {
         Ok(r) => r,
@@ -118,14 +123,12 @@ async fn page(State(front): State<Front>) -> Response {
             format!("inventory said {}", res.status()),
         )
             .into_response(),
-        // The retry layer gave up on an overloaded downstream: hand it to the server layer,
-        // which answers 503 with the don't-retry marker, so *our* callers do not retry either.
-        Err(e) => match find_cause::<OverloadGiveUp>(&*e) {
-            Some(give_up) => give_up.to_response::<Body>(),
-            None => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
-        },
+        // An overloaded downstream (given up on, or throttled locally) becomes 503 with the
+        // don't-retry marker, so *our* callers do not retry either; anything else 502.
+        Err(e) => e.to_response::<Body>(),
     }
 }
+// readme-client:end
 
 async fn get_status(
     http: &Client<HttpConnector, Full<Bytes>>,
@@ -143,7 +146,7 @@ async fn get_status(
 }
 
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+pub async fn main() -> Result<(), BoxError> {
     let inventory_addr = serve(
         Router::new().route("/stock", get(inventory)).layer(
             SpillwayLayer::new(admission(2)?)
@@ -201,6 +204,22 @@ async fn main() -> Result<(), BoxError> {
         let marker = if *dont_retry { "  (don't retry)" } else { "" };
         println!("  {:<14} -> {status}: {n}{marker}", c.as_str());
     }
+    let served: u32 = table
+        .iter()
+        .filter(|((_, s, _), _)| *s == 200)
+        .map(|(_, n)| n)
+        .sum();
+    check(served >= 1, "some page requests are served")?;
+    check(
+        served < 24,
+        "a 2-slot inventory cannot serve a burst of 24 at once",
+    )?;
+    check(
+        table
+            .keys()
+            .all(|(_, s, dont_retry)| *s == 200 || (*s == 503 && *dont_retry)),
+        "every refusal is 503 with the don't-retry marker (the front gave up on the inventory)",
+    )?;
 
     let res = http
         .request(Request::get(format!("http://{front_addr}/local")).body(Full::default())?)
@@ -213,6 +232,11 @@ async fn main() -> Result<(), BoxError> {
         "local page: {status} {:?}, cost {cost:?} CPU-s, queued {queue:?} ms",
         String::from_utf8_lossy(&body)
     );
+    check(status == 200, "the local page is served")?;
+    check(
+        cost.is_some() && queue.is_some(),
+        "cost headers are on the response",
+    )?;
     let health = get_status(
         &http,
         &format!("http://{front_addr}/healthz"),
@@ -220,6 +244,7 @@ async fn main() -> Result<(), BoxError> {
     )
     .await?;
     println!("health check: {}", health.0);
+    check(health.0 == 200, "health checks are never shed")?;
     // After the burst the front's adaptive throttle refuses most calls to the inventory
     // locally (P = (requests - 2 x accepts) / (requests + 1), SRE book ch. 21), so this one
     // most likely fails fast without touching the inventory.
@@ -233,5 +258,19 @@ async fn main() -> Result<(), BoxError> {
         "batch report (route default SHEDDABLE unless a trusted caller says otherwise): {}",
         batch.0
     );
+    check(
+        batch.0 == 200 || (batch.0 == 503 && batch.1),
+        "the batch report is served or refused with don't-retry",
+    )?;
+    println!("all checks passed");
     Ok(())
+}
+
+/// An error naming the expectation that failed (the example exits non-zero).
+fn check(ok: bool, what: &str) -> Result<(), BoxError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("check failed: {what}").into())
+    }
 }

@@ -179,7 +179,7 @@ fn pushback(s: &Status) -> &str {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+pub async fn main() -> Result<(), BoxError> {
     let leaf_served = Arc::new(AtomicU64::new(0));
     let leaf_addr = spawn(
         WorkServer::new(Leaf {
@@ -214,6 +214,14 @@ async fn main() -> Result<(), BoxError> {
             "   sent {c:<14} with an 800 ms deadline -> leaf saw criticality {}, {} ms left, attempt {}",
             reply.criticality, reply.deadline_ms, reply.attempt
         );
+        check(
+            reply.criticality == c.as_str(),
+            "the criticality reaches the leaf two hops down",
+        )?;
+        check(
+            reply.deadline_ms > 0 && reply.deadline_ms <= 800,
+            "the leaf sees the caller's deadline less the time spent",
+        )?;
     }
 
     println!(
@@ -248,7 +256,7 @@ async fn main() -> Result<(), BoxError> {
                 }
                 example.get_or_insert(s);
             }
-            Err(s) => println!("   unexpected status: {s}"),
+            Err(s) => return Err(format!("unexpected status: {s}").into()),
         }
     }
     let served = leaf_served.load(Ordering::Relaxed) - before;
@@ -262,6 +270,21 @@ async fn main() -> Result<(), BoxError> {
             pushback(&s)
         );
     }
+    check(ok >= 1, "some calls are served")?;
+    check(
+        refused >= 1,
+        "a 2-slot leaf refuses some of 40 concurrent calls",
+    )?;
+    check(ok + refused == 40, "every call is served or refused")?;
     println!("\nself-test done");
     Ok(())
+}
+
+/// An error naming the expectation that failed (the example exits non-zero).
+fn check(ok: bool, what: &str) -> Result<(), BoxError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("check failed: {what}").into())
+    }
 }

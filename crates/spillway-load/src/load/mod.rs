@@ -26,6 +26,7 @@
 //! from a refused request's intended send time to its (last) refusal: how early a server says
 //! no.
 
+mod cap;
 mod client;
 mod mix;
 mod progress;
@@ -65,8 +66,14 @@ pub const MAX_CONNECTIONS: u32 = 10_000;
 pub struct LoadConfig {
     /// Label of the run in reports.
     pub title: String,
-    /// The target (loopback only).
+    /// The target: loopback, or anything with [`allow_remote`](Self::allow_remote).
     pub target: SocketAddr,
+    /// Send to a non-loopback target. Needs [`max_rate`](Self::max_rate): someone else's
+    /// service is on the other end, so the most this run can send is stated up front.
+    pub allow_remote: bool,
+    /// The cap on attempts per second on the wire (mean): the peak offered rate times the
+    /// attempts a request may make must stay under it. Required with `allow_remote`.
+    pub max_rate: Option<f64>,
     /// Offered requests/s over time.
     pub shape: RateShape,
     /// Poisson (default) or uniform spacing.
@@ -101,6 +108,8 @@ impl LoadConfig {
         LoadConfig {
             title: "load".into(),
             target,
+            allow_remote: false,
+            max_rate: None,
             shape: RateShape::Constant(100.0),
             arrivals: Arrivals::Poisson,
             duration: Duration::from_secs(10),
@@ -126,9 +135,17 @@ impl LoadConfig {
     /// Checks every setting; the error names the flag.
     pub fn validate(&self) -> Result<(), LoadError> {
         let bad = |flag: &'static str, why: String| Err(LoadError::Config { flag, why });
-        if let Err(why) = crate::units::loopback_addr(&self.target.to_string()) {
-            return bad("--target", why);
+        if !self.allow_remote && !crate::units::is_loopback_addr(self.target) {
+            return bad(
+                "--target",
+                format!(
+                    "{} is not a loopback address; sending to another machine needs \
+                     --allow-remote and --max-rate (the most attempts/s it may receive)",
+                    self.target
+                ),
+            );
         }
+        self.check_cap()?;
         if self.duration.is_zero() || self.duration > MAX_DURATION {
             return bad(
                 "--duration",
@@ -550,3 +567,6 @@ fn set_meta(r: &mut Recorder, cfg: &LoadConfig) {
         .collect();
     r.set_meta("classes", classes);
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,10 +10,12 @@
 //! Order matters: the retry layer sits above the throttle so that every attempt passes the
 //! throttle and counts as a request (SRE book ch. 21: retries are requests too), and a local
 //! throttle refusal reaches the retry layer as an overload it gives up on.
-//! Errors of the stack are boxed ([`BoxError`]); match [`Throttled`] or
-//! [`crate::wire::OverloadGiveUp`] with `downcast_ref` or [`find_cause`].
+//! Errors of the stack are boxed ([`BoxError`]); `.map_err(ClientError::from)` turns them into
+//! the cloneable [`ClientError`] enum (overload given up on, throttled locally, other), and
+//! [`ClientService`] is the whole stack boxed behind it, ready for axum state.
 
 mod classify;
+mod error;
 pub mod propagate;
 pub mod retry;
 pub mod throttle;
@@ -22,6 +24,7 @@ pub mod throttle;
 mod tests;
 
 pub use classify::{find_cause, overload_refusal, OverloadRefusal};
+pub use error::{ClientError, ClientService};
 pub use propagate::{Propagate, PropagateLayer};
 pub use retry::{Retry, RetryLayer, RetryMode};
 pub use throttle::{Throttle, ThrottleKeying, ThrottleLayer, Throttled};

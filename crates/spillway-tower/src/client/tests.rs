@@ -365,3 +365,31 @@ fn destinations_beyond_the_bound_share_the_overflow_throttle() {
     );
     assert_eq!(s.map.read().unwrap().len(), 2);
 }
+
+#[test]
+fn client_error_sorts_the_boxed_causes() {
+    use super::ClientError;
+    let give_up = crate::wire::OverloadGiveUp {
+        attempts: 3,
+        reason: "budget",
+    };
+    let e = ClientError::from(BoxError::from(give_up.clone()));
+    assert!(matches!(&e, ClientError::GaveUp(g) if *g == give_up));
+    assert!(e.is_overload());
+    let res = e.clone().to_response::<String>();
+    assert_eq!(res.status(), 503);
+    assert!(crate::wire::is_dont_retry(res.headers()));
+
+    let throttled = super::Throttled {
+        probability: 0.5,
+        destination: None,
+    };
+    let e = ClientError::from(BoxError::from(throttled));
+    assert!(matches!(e, ClientError::Throttled(_)));
+    assert_eq!(e.to_response::<String>().status(), 503);
+
+    let e = ClientError::from(BoxError::from("connection refused"));
+    assert!(!e.is_overload());
+    assert_eq!(e.to_string(), "connection refused");
+    assert_eq!(e.to_response::<String>().status(), 502);
+}

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -134,6 +135,8 @@ pub struct Classifier {
     pub(crate) operation: OperationSource,
     pub(crate) peer: PeerFn,
     pub(crate) estimated_cost: f64,
+    /// Set once the "trust configured but no peer address" warning has been given.
+    pub(crate) warned_no_peer: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Classifier {
@@ -174,6 +177,7 @@ impl Default for Classifier {
             operation: OperationSource::Route,
             peer: Arc::new(socket_addr_extension),
             estimated_cost: 1.0,
+            warned_no_peer: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -218,6 +222,31 @@ impl Classifier {
             .max_by_key(|r| r.prefix.len())
     }
 
+    /// Trusted CIDRs with no peer address trust nobody: every caller silently gets the route's
+    /// default criticality, and a bad criticality header is ignored instead of refused. That is
+    /// almost always a server not giving the address (axum without
+    /// `into_make_service_with_connect_info`), so say so once, where operators look.
+    fn warn_no_peer(&self) {
+        if !self.trust_all
+            && !self.trusted.is_empty()
+            && !self.warned_no_peer.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                trusted = ?self.trusted,
+                "spillway: trusted sources are configured but a request came with no peer \
+                 address, so nobody is trusted and criticality/customer headers are ignored; \
+                 axum: serve with into_make_service_with_connect_info::<SocketAddr>() and set \
+                 .peer_addr(|e| e.get::<ConnectInfo<SocketAddr>>().map(|c| c.0))"
+            );
+        }
+    }
+
+    /// Whether the no-peer warning has been given (for tests).
+    #[cfg(test)]
+    pub(crate) fn warned_no_peer(&self) -> bool {
+        self.warned_no_peer.load(Ordering::Relaxed)
+    }
+
     fn is_trusted(&self, peer: Option<SocketAddr>) -> bool {
         self.trust_all
             || peer.is_some_and(|p| {
@@ -238,6 +267,9 @@ impl Classifier {
         now: Instant,
     ) -> Result<Classified, HeaderError> {
         let peer = (self.peer)(extensions);
+        if peer.is_none() {
+            self.warn_no_peer();
+        }
         let trusted = self.is_trusted(peer);
         let view = RequestView {
             method,

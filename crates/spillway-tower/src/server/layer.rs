@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use http::{Extensions, HeaderName};
 use ipnet::IpNet;
-use spillway_core::controller::AdmissionController;
-use spillway_core::{ConfigError, Criticality};
+use spillway_core::controller::{AdmissionConfig, AdmissionController};
+use spillway_core::{ConfigError, Criticality, SystemClock};
 use tower_layer::Layer;
 
 use super::classify::{Classifier, CustomerSource, OperationSource, RequestView, Route};
@@ -84,6 +84,24 @@ impl fmt::Debug for SpillwayLayer {
     }
 }
 
+impl Default for SpillwayLayer {
+    /// The one-line start: [`AdmissionConfig::default`] (the zero-configuration policy
+    /// `spillway proxy` runs: an adaptive limit needing no capacity figure) on the system
+    /// clock, and the layer's defaults (nobody trusted, so every request is `CRITICAL` unless a
+    /// route says otherwise).
+    fn default() -> Self {
+        SpillwayLayer::new(default_controller())
+    }
+}
+
+/// The controller [`SpillwayLayer::default`] uses. The default configuration is a constant the
+/// crate's tests validate (`default_layer_builds`), so the error branch is unreachable.
+fn default_controller() -> AdmissionController {
+    #[allow(clippy::expect_used)]
+    AdmissionController::new(AdmissionConfig::default(), Arc::new(SystemClock))
+        .expect("the default AdmissionConfig is valid")
+}
+
 impl SpillwayLayer {
     /// A layer admitting through `controller`, reading time from the system clock.
     pub fn new(controller: AdmissionController) -> Self {
@@ -107,6 +125,12 @@ impl SpillwayLayer {
     fn edit(mut self, f: impl FnOnce(&mut Shared)) -> Self {
         f(Arc::make_mut(&mut self.shared));
         self
+    }
+
+    /// The classification rules (for tests).
+    #[cfg(test)]
+    pub(crate) fn classifier(&self) -> &Classifier {
+        &self.shared.classifier
     }
 
     /// The controller (for snapshots, dashboards).

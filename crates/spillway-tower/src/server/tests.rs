@@ -528,3 +528,47 @@ async fn route_prefixes_match_on_segment_boundaries() {
         assert!(got.starts_with(&format!("{want} ")), "{path}: {got}");
     }
 }
+
+#[tokio::test]
+async fn default_layer_builds_and_serves() {
+    let svc = layered(&SpillwayLayer::default(), echo());
+    let res = svc.oneshot(req("/", &[])).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(text(res).await, "CRITICAL default false");
+}
+
+#[tokio::test]
+async fn trust_without_peer_address_warns_once_and_trusts_nobody() {
+    let (c, _) = controller(config(100, None));
+    let layer = SpillwayLayer::new(c).trust("127.0.0.1/32").unwrap();
+    let svc = layered(&layer, echo());
+    let res = svc
+        .clone()
+        .oneshot(req("/", &[("x-spillway-criticality", "SHEDDABLE")]))
+        .await
+        .unwrap();
+    // No peer address: the header is not honoured, and the misconfiguration is reported.
+    assert_eq!(text(res).await, "CRITICAL default false");
+    assert!(layer.classifier().warned_no_peer());
+    // With the address the same layer trusts the peer (the warning was about the server).
+    let res = svc
+        .oneshot(from(
+            req("/", &[("x-spillway-criticality", "SHEDDABLE")]),
+            "127.0.0.1:5000",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(text(res).await, "SHEDDABLE default false");
+}
+
+#[tokio::test]
+async fn no_trust_configured_gives_no_warning() {
+    let (c, _) = controller(config(100, None));
+    let layer = SpillwayLayer::new(c);
+    let res = layered(&layer, echo())
+        .oneshot(req("/", &[]))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(!layer.classifier().warned_no_peer());
+}
