@@ -161,6 +161,12 @@ impl Client {
         })
     }
 
+    /// The name each task is checked against, as text.
+    #[cfg(test)]
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.names.iter().map(|n| n.to_str().into_owned()).collect()
+    }
+
     /// New connections are made with `sides` (open ones keep their session).
     pub(crate) fn set(&self, sides: Sides) {
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(sides);
