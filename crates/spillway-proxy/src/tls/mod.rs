@@ -1,5 +1,5 @@
 //! TLS (cargo feature `tls`): on the client-facing listener ([`acceptor`]) and to the
-//! upstream tasks (`[upstream.tls]`, [`Client`]), rustls with the `ring` provider; certificates
+//! upstream tasks (`[upstream.tls]`, `Client`), rustls with the `ring` provider; certificates
 //! and keys re-read on every reload (SIGHUP) without dropping a connection.
 //!
 //! Why optional: most sidecars terminate TLS elsewhere (a mesh, a load balancer) and the proxy
