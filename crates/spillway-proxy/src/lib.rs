@@ -68,7 +68,7 @@
 //! | [`drain`] | readiness (`/ready`), the drain delay and timeout after SIGTERM |
 //! | [`run`] | the process: one single-threaded runtime per core for the data plane, a control runtime for admin, signals and reloads |
 //! | [`listener`] | accept with back-pressure, HTTP/1.1 + h2c, header limits, graceful shutdown, `SO_REUSEPORT` sockets per thread |
-//! | [`tls`] | optional TLS on the listener (cargo feature `tls`, rustls) |
+//! | [`tls`] | optional TLS on the listener and to the upstreams, reloaded on SIGHUP (cargo feature `tls`, rustls) |
 //! | [`admin`], [`controls`] | the admin listener and incident controls |
 //! | [`dashboard`] | the live dashboard and knee calculator the admin listener serves |
 

@@ -146,6 +146,8 @@ pub struct ProxyState {
     overrides: Overrides,
     /// The fleet quota lease client's state (`[admission.quota] store`; survives reloads).
     leases: crate::lease::Leases,
+    /// The listener's certificate as handshakes get it, swapped on reload (`crate::tls`).
+    tls: crate::tls::Reloader,
 }
 
 /// Asked to switch degradation for a route that does not exist.
@@ -209,6 +211,7 @@ impl ProxyState {
         let state = Arc::new(ProxyState {
             overrides,
             leases: crate::lease::Leases::default(),
+            tls: crate::tls::Reloader::default(),
             body_budget,
             labels,
             draining: AtomicBool::new(false),
@@ -317,6 +320,11 @@ impl ProxyState {
         &self.labels
     }
 
+    /// The listener's certificates as reloads swap them (`crate::tls::serving`).
+    pub fn tls_reloader(&self) -> &crate::tls::Reloader {
+        &self.tls
+    }
+
     /// The effective configuration.
     pub fn config(&self) -> Arc<ProxyConfig> {
         Arc::clone(&self.runtime().config)
@@ -330,10 +338,24 @@ impl ProxyState {
             self.overrides.apply(&mut cfg);
             config::check(&cfg, origin)?;
             let old = self.runtime();
-            build_runtime(Arc::new(cfg), Some(&old), origin)
+            let rt = build_runtime(Arc::new(cfg), Some(&old), origin)?;
+            // Certificates are re-read on every reload, changed or not (a renewal rewrites
+            // the files the configuration names); a bad one refuses the reload.
+            let fresh = !Arc::ptr_eq(&old.pool, &rt.pool);
+            let certs =
+                self.tls
+                    .prepare(&rt.config, &rt.pool, fresh)
+                    .map_err(|(key, message)| ConfigError {
+                        origin: origin.to_string(),
+                        line: None,
+                        key,
+                        message,
+                    })?;
+            Ok((rt, certs))
         });
         match result {
-            Ok(rt) => {
+            Ok((rt, certs)) => {
+                certs.apply();
                 self.body_budget
                     .set_limit(rt.config.upstream.retry_buffer_total_bytes);
                 apply_label_caps(&self.labels, &rt.config);

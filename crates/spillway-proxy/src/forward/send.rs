@@ -589,7 +589,7 @@ fn upstream_request(
             .and_then(|h| http::uri::Authority::try_from(h.as_bytes()).ok())
             .or_else(|| parts.uri.authority().cloned());
         http::Uri::builder()
-            .scheme("http")
+            .scheme(task.scheme.clone())
             .authority(asked.unwrap_or_else(|| task.authority.clone()))
             .path_and_query(pq)
             .build()?

@@ -84,8 +84,10 @@ pub struct Task {
     /// The authority for request URIs.
     pub authority: http::uri::Authority,
     /// `Host` for HTTP/1.1 requests whose client sent none (the port left out when it is 80,
-    /// as hyper-util's client did).
+    /// as hyper-util's client did; 443 over TLS).
     pub host: http::HeaderValue,
+    /// The scheme of HTTP/2 requests' `:scheme`: `https` over TLS (`[upstream.tls]`).
+    pub scheme: http::uri::Scheme,
     in_flight: AtomicUsize,
     /// Request slots (bounded connections/streams).
     pub slots: Arc<Semaphore>,
@@ -174,11 +176,17 @@ impl Pool {
     /// Builds the pool (no connection is opened until the first request).
     pub fn new(cfg: &UpstreamConfig, signals: &SignalsConfig) -> Result<Self, String> {
         let origin = Instant::now();
+        let https = cfg.tls.as_ref().is_some_and(|t| t.enabled);
+        let (scheme, default_port) = if https {
+            (http::uri::Scheme::HTTPS, 443)
+        } else {
+            (http::uri::Scheme::HTTP, 80)
+        };
         let mut tasks = Vec::with_capacity(cfg.addresses.len());
         for (i, a) in cfg.addresses.iter().enumerate() {
             let authority = parse_authority(a)
                 .ok_or_else(|| format!("addresses[{i}] = {a:?}: expected host:port"))?;
-            let host = if authority.port_u16() == Some(80) {
+            let host = if authority.port_u16() == Some(default_port) {
                 authority.host()
             } else {
                 authority.as_str()
@@ -190,6 +198,7 @@ impl Pool {
                 addr: Arc::from(a.as_str()),
                 authority,
                 host,
+                scheme: scheme.clone(),
                 in_flight: AtomicUsize::new(0),
                 slots: Arc::new(Semaphore::new(cfg.max_requests_per_task)),
                 throttles: throttles(cfg, origin)?,
@@ -205,12 +214,13 @@ impl Pool {
             }));
         }
         let addrs: Vec<Arc<str>> = tasks.iter().map(|t| Arc::clone(&t.addr)).collect();
-        let conns = Arc::new(Connections::new(
+        let conns = Connections::new(
             &addrs,
             Duration::from_millis(cfg.connect_timeout_ms),
             Duration::from_millis(cfg.idle_timeout_ms),
             cfg.max_idle_per_task,
-        ));
+        );
+        let conns = Arc::new(crate::tls::with_tls(conns, cfg)?);
         Ok(Pool {
             tasks,
             retry: RetryPolicy::new(cfg.retry.clone(), origin)

@@ -69,7 +69,9 @@ pub(super) fn validate(u: &UpstreamConfig) -> Result<(), Invalid> {
         .validate()
         .map_err(|e| core_err("upstream.retry", &e))?;
     ejection(u)?;
-    health_check(u)
+    health_check(u)?;
+    // Reads the files, so a missing or bad certificate is refused at load, not at connect.
+    crate::tls::check_upstream(u)
 }
 
 fn addresses(u: &UpstreamConfig) -> Result<(), Invalid> {

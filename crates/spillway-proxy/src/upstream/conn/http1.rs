@@ -24,9 +24,9 @@ use http_body::Body;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWrite;
-use tokio::net::TcpStream;
 
 use super::codec::{self, NameCache, Outgoing, RawFields, ResponseHead, WireError};
+use super::io::Io;
 use crate::forward::Added;
 use crate::read_buffer::ReadBuffer;
 use crate::upstream::ProxyBody;
@@ -36,7 +36,7 @@ use crate::upstream::ProxyBody;
 pub(crate) struct Http1(Box<Conn>);
 
 struct Conn {
-    io: TcpStream,
+    io: Io,
     /// Bytes read and not yet taken: a head being parsed, body bytes.
     read: ReadBuffer,
     /// Heads and chunk framing on their way out (kept for its capacity).
@@ -55,7 +55,7 @@ struct Conn {
 const SPARE_MAX: usize = 64;
 
 impl Http1 {
-    pub(super) fn new(io: TcpStream) -> Self {
+    pub(super) fn new(io: Io) -> Self {
         Http1(Box::new(Conn {
             io,
             read: ReadBuffer::new(),
@@ -74,14 +74,7 @@ impl Http1 {
         if !c.read.buf.is_empty() {
             return false;
         }
-        with_noop(|cx| match c.io.poll_read_ready(cx) {
-            Poll::Pending => true,
-            Poll::Ready(Err(_)) => false,
-            Poll::Ready(Ok(())) => {
-                let mut probe = [0u8; 1];
-                matches!(c.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
-        })
+        with_noop(|cx| c.io.is_quiet(cx))
     }
 
     /// Whether every byte read has been taken (a connection with more is not reused).
@@ -185,6 +178,8 @@ impl Sending {
                 self.written += from_head;
                 self.data.advance(n - from_head);
             }
+            // TLS may hold written bytes in its session until flushed (TCP: a no-op).
+            ready!(Pin::new(&mut c.io).poll_flush(cx))?;
             if !self.keep {
                 c.write.clear();
                 self.written = 0;

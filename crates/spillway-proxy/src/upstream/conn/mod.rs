@@ -42,6 +42,7 @@ mod codec;
 mod h2c;
 mod http1;
 mod idle;
+mod io;
 
 use std::future::Future;
 use std::pin::pin;
@@ -68,6 +69,7 @@ pub(crate) use self::codec::{
 pub(crate) use self::codec::{parse_response, ResponseHead, MAX_HEAD};
 use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};
+use self::io::Io;
 use super::ProxyBody;
 
 /// Why a request could not be sent upstream or its response head not read.
@@ -148,6 +150,22 @@ impl std::error::Error for UpstreamError {
     }
 }
 
+/// A TLS handshake with a task failed (its certificate not trusted, the wrong name, a client
+/// certificate refused): told apart from a refused TCP connection in messages.
+#[cfg(feature = "tls")]
+#[derive(Debug)]
+struct TlsFailed(std::io::Error);
+
+#[cfg(feature = "tls")]
+impl std::fmt::Display for TlsFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TLS handshake failed: {}", self.0)
+    }
+}
+
+#[cfg(feature = "tls")]
+impl std::error::Error for TlsFailed {}
+
 /// Where one task is reached.
 #[derive(Debug)]
 struct Target {
@@ -198,8 +216,12 @@ pub struct Connections {
     max_idle: usize,
     origin: Instant,
     local: ThreadLocal<Home>,
-    /// Which tasks speak h2c, as far as asked (`upstream.protocol = "auto"`).
+    /// Which tasks speak h2c, as far as asked (`upstream.protocol = "auto"`); over TLS, which
+    /// agreed on `h2` by ALPN.
     h2c: h2c::H2cSupport,
+    /// TLS to the tasks (`[upstream.tls]`), `None` for plaintext.
+    #[cfg(feature = "tls")]
+    tls: Option<Arc<crate::tls::Client>>,
 }
 
 impl std::fmt::Debug for Connections {
@@ -234,7 +256,22 @@ impl Connections {
             origin: Instant::now(),
             local: ThreadLocal::new(),
             h2c: h2c::H2cSupport::new(addresses.len()),
+            #[cfg(feature = "tls")]
+            tls: None,
         }
+    }
+
+    /// These connections over TLS made by `tls` (see [`crate::tls::Client`]).
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, tls: crate::tls::Client) -> Self {
+        self.tls = Some(Arc::new(tls));
+        self
+    }
+
+    /// The TLS client new connections are made with, if they speak TLS.
+    #[cfg(feature = "tls")]
+    pub fn tls(&self) -> Option<&Arc<crate::tls::Client>> {
+        self.tls.as_ref()
     }
 
     /// Whether task `task` speaks h2c, if known (see the `h2c` module); `None`: ask with
@@ -250,6 +287,19 @@ impl Connections {
         let Ok(stream) = self.tcp(task).await else {
             return true;
         };
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            // Over TLS the question is ALPN's: offer `h2` and `http/1.1`, see which is taken. A
+            // handshake that fails is no answer (the request's own fails the same way).
+            let shake = tls.connect(task, stream, crate::tls::Alpn::Either);
+            let answer = match tokio::time::timeout(self.connect_timeout, shake).await {
+                Ok(Ok(s)) if crate::tls::is_h2(&s) => h2c::Answer::Yes,
+                Ok(Ok(_)) => h2c::Answer::No,
+                Ok(Err(_)) => return true,
+                Err(_) => h2c::Answer::Silent,
+            };
+            return self.h2c.record(task, answer, self.now_ms());
+        }
         let answer = h2c::probe(stream, self.connect_timeout).await;
         if answer != h2c::Answer::Yes {
             if let Some(t) = self.targets.get(task) {
@@ -435,12 +485,37 @@ impl Connections {
         Ok(stream)
     }
 
+    /// A new connection to task `task`: TCP, and the TLS handshake over it when the pool
+    /// speaks TLS (offering `http2`'s protocol by ALPN).
+    async fn open(&self, task: usize, http2: bool) -> Result<Io, UpstreamError> {
+        let tcp = self.tcp(task).await?;
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let alpn = if http2 {
+                crate::tls::Alpn::Http2
+            } else {
+                crate::tls::Alpn::Http1
+            };
+            let shake = tls.connect(task, tcp, alpn);
+            return match tokio::time::timeout(self.connect_timeout, shake).await {
+                Ok(Ok(s)) => Ok(Io::Tls(Box::new(s))),
+                Ok(Err(e)) => Err(UpstreamError::connect(TlsFailed(e))),
+                Err(_) => Err(UpstreamError::connect(format!(
+                    "no TLS handshake within connect_timeout_ms = {}",
+                    self.connect_timeout.as_millis()
+                ))),
+            };
+        }
+        let _ = http2;
+        Ok(Io::Plain(tcp))
+    }
+
     async fn connect_http1(&self, task: usize) -> Result<Http1, UpstreamError> {
-        Ok(Http1::new(self.tcp(task).await?))
+        Ok(Http1::new(self.open(task, false).await?))
     }
 
     async fn connect_http2(&self, task: usize) -> Result<Multiplexed, UpstreamError> {
-        let io = TokioIo::new(self.tcp(task).await?);
+        let io = TokioIo::new(self.open(task, true).await?);
         let (tx, conn) = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
             .handshake(io)
