@@ -55,6 +55,13 @@ impl AdmissionConfig {
     /// - `one_change_per_rtt` (TCP's one reduction per window of data, RFC 5681/6582): a
     ///   window is judged only on requests admitted at the current limit (without it the limit
     ///   swung 22 → 6 → 22 within 0.7 s in `spillway demo`).
+    /// - `max_concurrency_limit = 100_000`, not Envoy's 1000: the ceiling is no capacity
+    ///   guess. At 1000 and SHEDDABLE's 0.8 share of the limit, a 1000-worker service at 0.9 ×
+    ///   its capacity (900 in flight) could run only 800 at once whatever its speed, and about
+    ///   a third of its SHEDDABLE work was refused for good (issue 28's sweep: −11 to −15 pp
+    ///   at every service time). What Envoy's ceiling guarded against — a lightly loaded limit
+    ///   riding up to it — is the app-limited rule's job here, which grows the limit only to
+    ///   twice what is in flight.
     /// - `min_concurrency_limit = 1` + `exact_cuts`: the limit may go down to what the
     ///   service can take, one request at a time. With a floor of 5, and Envoy's `√limit`
     ///   added to every cut (from 5 the steepest cut gives 4, from 3 it gives 2), a 1-worker
@@ -106,6 +113,7 @@ impl AdmissionConfig {
                 one_change_per_rtt: true,
                 live_min_rtt: true,
                 initial_limit: Some(20),
+                max_concurrency_limit: 100_000,
                 latency_slack: 0.1,
                 exact_cuts: true,
                 rtt_windows: true,

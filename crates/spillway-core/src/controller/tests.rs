@@ -19,6 +19,7 @@ use Criticality::*;
 mod early;
 mod interleave;
 mod order;
+mod preset;
 mod props;
 mod stress;
 

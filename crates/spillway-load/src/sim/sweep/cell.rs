@@ -336,6 +336,7 @@ impl Sim<'_> {
             critical: false,
             client: u32::MAX,
             held: Held::None,
+            started_in_window: false,
         });
         (self.reqs.len() - 1) as u32
     }
@@ -369,6 +370,7 @@ impl Sim<'_> {
         r.service = service;
         r.critical = critical;
         r.client = client;
+        r.started_in_window = false;
         let gen = r.gen;
         self.open += 1;
         self.push(deadline, TIMEOUT, id, gen);
@@ -537,6 +539,7 @@ impl Sim<'_> {
         r.phase = Phase::Free;
         r.held = Held::None;
         let (critical, client, late) = (r.critical, r.client, r.arrival >= self.half);
+        let in_window = r.started_in_window;
         self.free.push(id);
         self.open -= 1;
         let f = &mut self.figures;
@@ -546,6 +549,7 @@ impl Sim<'_> {
         match end {
             End::Ok => {
                 f.ok += 1;
+                f.window_ok += u64::from(in_window);
                 f.late_ok += u64::from(late);
                 f.critical_ok += u64::from(critical);
             }

@@ -23,8 +23,16 @@ pub struct RunFigures {
     pub late_offered: u64,
     /// Of those, served in time.
     pub late_ok: u64,
-    /// Successes per second.
+    /// Of `ok`, the answers to work the backend started within the offering window: R3's
+    /// count. Work queued during the window and served after it is left out, since the window's
+    /// reference cannot include it: counted, a policy that queues a whole client timeout
+    /// scored up to 365 % of capacity when the window was shorter than the timeout.
+    pub window_ok: u64,
+    /// Successes per second of the window (all of them, also those answered after it: R1's
+    /// closed-loop comparison).
     pub goodput_rps: f64,
+    /// `window_ok` per second of the window: R3's goodput.
+    pub window_goodput_rps: f64,
     /// The most any policy could serve in time without buffering across phases: the integral
     /// of min(offered rate, capacity) over the window, per second (closed loops: capacity).
     pub reference_rps: f64,
@@ -73,10 +81,11 @@ impl RunFigures {
         (self.critical_offered > 0).then(|| ratio(self.critical_ok, self.critical_offered))
     }
 
-    /// Goodput as a share of [`reference_rps`](Self::reference_rps).
+    /// R3's goodput ([`window_goodput_rps`](Self::window_goodput_rps)) as a share of
+    /// [`reference_rps`](Self::reference_rps).
     pub fn goodput_fraction(&self) -> f64 {
         if self.reference_rps > 0.0 {
-            self.goodput_rps / self.reference_rps
+            self.window_goodput_rps / self.reference_rps
         } else {
             1.0
         }
@@ -97,6 +106,7 @@ impl RunFigures {
             duration_s: 0.0,
             offered: 0,
             ok: 0,
+            window_ok: 0,
             refused: 0,
             timed_out: 0,
             critical_offered: 0,
@@ -104,6 +114,7 @@ impl RunFigures {
             late_offered: 0,
             late_ok: 0,
             goodput_rps: 0.0,
+            window_goodput_rps: 0.0,
             reference_rps: 0.0,
             refusal_median_ms: None,
             abandoned_in_queue: 0,

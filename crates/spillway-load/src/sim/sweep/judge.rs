@@ -8,7 +8,10 @@
 //!   simulated proxy adds nothing else) minus 0.1 %.
 //! - R2 CRITICAL: open-loop cells offered 1×–10× with CRITICAL traffic at most 0.8 of the
 //!   lowest capacity of the run (a capacity drop lowers it) — CRITICAL success ≥ 99.9 %.
-//! - R3 goodput: open-loop cells offered 1×–10× — goodput ≥ 95 % of ∫ min(offered, capacity).
+//! - R3 goodput: open-loop cells offered 1×–10× — goodput ≥ 95 % of ∫ min(offered, capacity),
+//!   both over the offering window: only answers to work the backend started within it count
+//!   (a queue drained after the window would otherwise count against a window that cannot hold
+//!   it: up to 365 % of capacity where the window was shorter than the client timeout).
 //! - R4a refuse early: open-loop cells offered ≥ 2× — median arrival → refusal ≤ 10 ms, a
 //!   request whose client gave up while the proxy queued it counting as refused at its deadline.
 //! - R4b deadline-bounded queueing: every protected run — no request leaves the proxy's queue
@@ -235,7 +238,7 @@ pub fn describe(check: Check, spec: &CellSpec, p: &RunFigures, u: &RunFigures) -
         Check::Goodput => format!(
             "goodput {:.0}/s = {} of min(offered, capacity) {:.0}/s (unprotected {}); \
              refused {}, timed out {}",
-            p.goodput_rps,
+            p.window_goodput_rps,
             pct(p.goodput_fraction()),
             p.reference_rps,
             pct(u.goodput_fraction()),

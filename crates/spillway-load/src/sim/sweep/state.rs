@@ -33,6 +33,8 @@ pub(super) struct Req {
     /// The closed-loop client that sent it (`u32::MAX`: open loop).
     pub(super) client: u32,
     pub(super) held: Held,
+    /// The backend started its work within the offering window (R3 counts only such answers).
+    pub(super) started_in_window: bool,
 }
 
 /// A waker that records which request a release granted (or the queue refused).

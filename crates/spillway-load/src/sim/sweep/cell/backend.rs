@@ -76,6 +76,9 @@ impl Sim<'_> {
             };
             self.busy += 1;
             self.figures.backend_started += 1;
+            if self.now < self.end && self.live(id, gen) {
+                self.reqs[id as usize].started_in_window = true;
+            }
             if self.now > enqueued {
                 self.figures.backend_waited += 1;
                 self.wait_sum += self.now - enqueued;
@@ -116,6 +119,7 @@ impl Sim<'_> {
         let mut f = std::mem::replace(&mut self.figures, RunFigures::empty());
         f.duration_s = duration;
         f.goodput_rps = f.ok as f64 / duration.max(1e-12);
+        f.window_goodput_rps = f.window_ok as f64 / duration.max(1e-12);
         f.reference_rps = reference;
         if f.backend_started > 0 {
             f.backend_wait_mean_ms = self.wait_sum as f64 / f.backend_started as f64 / 1e6;
