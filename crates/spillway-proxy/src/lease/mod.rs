@@ -47,7 +47,7 @@ use spillway_core::quota::{QuotaBook, QuotaConfig};
 
 use crate::state::ProxyState;
 
-mod client;
+pub(crate) mod client;
 #[cfg(test)]
 mod tests;
 
