@@ -81,6 +81,10 @@ pub struct SimArgs {
     /// cells.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "scenario", "versus_demo"])]
     sweep: Option<PathBuf>,
+    /// Run a fleet quota lease scenario (examples/sim/fleet-lease.toml): quota accuracy and
+    /// convergence of the Redis leases for every fleet size × lease interval in the file.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "scenario", "versus_demo", "sweep"])]
+    lease: Option<PathBuf>,
     /// With --versus-demo: the demo's --quick form (15 s instead of 34 s).
     #[arg(long, requires = "versus_demo")]
     quick: bool,
@@ -237,6 +241,9 @@ pub fn run(args: &SimArgs) -> Result<()> {
     if let Some(path) = &args.sweep {
         return sweep(args, path, &mut out);
     }
+    if let Some(path) = &args.lease {
+        return lease(args, path, &mut out);
+    }
     let sc = load(args)?;
     writeln!(out, "scenario {}: {}", sc.name, sc.description)?;
     writeln!(
@@ -276,6 +283,38 @@ pub fn run(args: &SimArgs) -> Result<()> {
     );
     let reports: Vec<_> = runs.into_iter().map(|r| r.report).collect();
     write_outputs(args, &reports, &mut out)
+}
+
+/// `--lease FILE`: runs the lease model for each fleet size × interval and prints the table.
+fn lease(args: &SimArgs, path: &std::path::Path, out: &mut impl Write) -> Result<()> {
+    use spillway_load::sim::lease::{self, LeaseScenario};
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading lease scenario {}", path.display()))?;
+    let mut sc =
+        LeaseScenario::from_toml(&text, &path.display().to_string()).map_err(UsageError)?;
+    if let Some(seed) = args.seed {
+        sc.seed = seed;
+    }
+    if let Some(d) = args.duration {
+        sc.duration_s = d.as_secs_f64();
+        sc.validate().map_err(UsageError)?;
+    }
+    writeln!(out, "lease scenario {}: {}", sc.name, sc.description)?;
+    out.write_all(lease::TABLE_HEADER.as_bytes())?;
+    out.flush()?;
+    for &n in &sc.instances {
+        for &l in &sc.lease_ms {
+            let started = Instant::now();
+            let r = lease::run_one(&sc, n, l);
+            eprintln!(
+                "{n} instances, {l} ms: {:.2} s wall",
+                started.elapsed().as_secs_f64()
+            );
+            out.write_all(lease::row(&r).as_bytes())?;
+            out.flush()?;
+        }
+    }
+    Ok(())
 }
 
 /// `--sweep FILE`: runs the matrix and prints the verdicts.

@@ -482,5 +482,8 @@ impl IncidentControls {
     }
 }
 
+pub mod fleet;
+pub mod fleet_sync;
+
 #[cfg(test)]
 mod tests;

@@ -119,6 +119,8 @@ pub struct ProxyState {
     epoch: AtomicU64,
     config_path: Option<PathBuf>,
     controls: Arc<IncidentControls>,
+    /// The fleet-wide layer of the incident controls (read from the quota store).
+    fleet_controls: crate::controls::fleet::FleetControls,
     /// Degradation switched off for every route.
     degrade_all_off: AtomicBool,
     /// Routes whose degradation is switched off (by name).
@@ -220,6 +222,7 @@ impl ProxyState {
             epoch: AtomicU64::new(0),
             config_path,
             controls: Arc::new(IncidentControls::default()),
+            fleet_controls: crate::controls::fleet::FleetControls::default(),
             degrade_all_off: AtomicBool::new(false),
             degrade_off: RwLock::new(BTreeMap::new()),
             degrade_counters: RwLock::new(BTreeMap::new()),
@@ -230,6 +233,7 @@ impl ProxyState {
             faults: crate::metrics::Faults::default(),
         });
         crate::lease::spawn(&state);
+        crate::controls::fleet_sync::spawn(&state);
         Ok(state)
     }
 
@@ -500,6 +504,16 @@ impl ProxyState {
     /// exercise the degraded path).
     pub fn controls(&self) -> &Arc<IncidentControls> {
         &self.controls
+    }
+
+    /// The fleet-wide incident controls (set with `scope=fleet`, shared through the store).
+    pub fn fleet_controls(&self) -> &crate::controls::fleet::FleetControls {
+        &self.fleet_controls
+    }
+
+    /// Whether the proxy may retry: neither the local nor the fleet layer turned retries off.
+    pub fn retries_enabled(&self) -> bool {
+        self.controls.retries_enabled() && self.fleet_controls.layer().retries_enabled()
     }
 }
 

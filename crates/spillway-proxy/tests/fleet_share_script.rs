@@ -94,3 +94,55 @@ fn shares_are_max_min_fair_and_follow_membership() {
     let (_, idle) = lease(&mut c, "c", 0.0, ttl);
     assert!(idle > 0.0 && idle < 1.0, "{idle}");
 }
+
+/// The simulator's Rust copy of the share arithmetic (`spillway_core::quota::fair`) gives the
+/// script's answers on random fleets: demands over and under the quota, idle instances, ties.
+#[test]
+fn the_rust_share_agrees_with_the_script() {
+    use spillway_core::quota::fair::FairLevel;
+    if redis_support::available().is_none() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut c = client.get_connection().unwrap();
+    let mut rng = fastrand::Rng::with_seed(31);
+    for trial in 0..200 {
+        let _: () = redis::cmd("FLUSHDB").query(&mut c).unwrap();
+        let n = rng.usize(1..=12);
+        let global = [1.0, 100.0, 1234.5][rng.usize(..3)] * (0.5 + rng.f64());
+        let demands: Vec<f64> = (0..n)
+            .map(|_| match rng.u8(..10) {
+                0 => 0.0,
+                1 => 7.0, // ties
+                _ => rng.f64() * global * 3.0 / n as f64,
+            })
+            .collect();
+        let call = |c: &mut redis::Connection, i: usize| -> (u64, f64) {
+            let reply: Vec<String> = redis::Script::new(SCRIPT)
+                .key(MEMBERS)
+                .key(KEY)
+                .arg(format!("i{i}"))
+                .arg(60_000)
+                .arg(global)
+                .arg(demands[i])
+                .invoke(c)
+                .expect("script runs");
+            (reply[0].parse().unwrap(), reply[1].parse().unwrap())
+        };
+        for i in 0..n {
+            call(&mut c, i);
+        }
+        let level = FairLevel::new(global, n, &mut demands.clone());
+        for i in 0..n {
+            let (members, lua) = call(&mut c, i);
+            assert_eq!(members as usize, n);
+            let rust = level.share(demands[i]);
+            assert!(
+                (lua - rust).abs() <= 1e-9 * global.max(1.0),
+                "trial {trial}: global {global}, demands {demands:?}, instance {i}: \
+                 script {lua}, Rust {rust}"
+            );
+        }
+    }
+}

@@ -100,7 +100,7 @@ mod share;
 mod tests;
 mod units;
 
-pub use share::{SharedBucket, DEFAULT_LEASE_INTERVAL};
+pub use share::{fair, SharedBucket, DEFAULT_LEASE_INTERVAL};
 
 #[cfg(feature = "serde")]
 use units::millis;

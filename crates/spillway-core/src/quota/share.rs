@@ -24,6 +24,9 @@ use super::{QuotaBook, QuotaConfig, MAX_DURATION};
 #[cfg(test)]
 #[path = "share_tests.rs"]
 mod tests;
+
+#[path = "fair.rs"]
+pub mod fair;
 use crate::criticality::Criticality;
 use crate::error::ConfigError;
 

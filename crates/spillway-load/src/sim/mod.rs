@@ -27,6 +27,7 @@ pub mod builtin;
 pub mod config;
 pub mod demo;
 mod engine;
+pub mod lease;
 #[doc(hidden)]
 pub mod lockstep;
 mod model;

@@ -42,6 +42,8 @@ POST /controls/admit-percent      {\"percent\": 1, \"ramp_seconds\": 600, \"exem
 POST /controls/retries            {\"enabled\": false}\n\
 POST /controls/exercise-degraded  {\"fraction\": 0.01}\n\
 POST /controls/reset              every control off\n\
+     add ?scope=fleet (and expires_seconds, default 900) to shed-below, admit-percent,\n\
+     retries or reset: every proxy sharing [admission.quota] store, within a second\n\
 Fields may also be given as query parameters. See docs/runbook.md.\n";
 
 /// Who may call an endpoint.
@@ -216,11 +218,20 @@ impl AdminApi {
         let who = peer.map_or_else(|| "unknown peer".to_string(), |p| p.to_string());
         let now = Instant::now();
         let controls = self.state.controls();
+        // Incident controls: this proxy's (default) or the fleet's (`scope=fleet`).
+        let mut params = None;
+        if path.starts_with("/controls/") {
+            let mut p = Params::parse(query.as_deref(), &body)?;
+            if super::fleet::is_fleet_scope(&mut p)? {
+                return super::fleet::handle(&self.state, &path, &p, &who, now).await;
+            }
+            params = Some(p);
+        }
         let (response, action) = match path.as_str() {
             "/reload" => return self.reload(&body, &who),
             "/degradation" => return self.degradation(query.as_deref(), &body, &who),
             "/controls/shed-below" => {
-                let p = Params::parse(query.as_deref(), &body)?;
+                let p = params.take().unwrap_or_default();
                 p.only(&["criticality"])?;
                 if !p.has("criticality") {
                     return Err(ApiError::missing(
@@ -233,12 +244,12 @@ impl AdminApi {
                 (self.controls_json(now), format!("shed below {}", name(c)))
             }
             "/controls/admit-percent" => {
-                let p = Params::parse(query.as_deref(), &body)?;
+                let p = params.take().unwrap_or_default();
                 let action = admit_percent(&p, controls, now)?;
                 (self.controls_json(now), action)
             }
             "/controls/retries" => {
-                let p = Params::parse(query.as_deref(), &body)?;
+                let p = params.take().unwrap_or_default();
                 p.only(&["enabled"])?;
                 let on = p.bool("enabled")?;
                 controls.set_retries_enabled(on);
@@ -248,7 +259,7 @@ impl AdminApi {
                 )
             }
             "/controls/exercise-degraded" => {
-                let p = Params::parse(query.as_deref(), &body)?;
+                let p = params.take().unwrap_or_default();
                 p.only(&["fraction"])?;
                 const ACCEPTS: &str = "a fraction from 0 to 1 (0.01 = 1% of requests), or \"off\"";
                 let f = if p.is_off("fraction") && p.has("fraction") {
@@ -264,7 +275,7 @@ impl AdminApi {
                 )
             }
             "/controls/reset" => {
-                Params::parse(query.as_deref(), &body)?.only(&[])?;
+                params.take().unwrap_or_default().only(&[])?;
                 controls.reset();
                 (
                     self.controls_json(now),
@@ -343,6 +354,10 @@ impl AdminApi {
                     o.insert(
                         "incident_controls".into(),
                         to_value(&self.state.controls().snapshot(now))?,
+                    );
+                    o.insert(
+                        "fleet_controls".into(),
+                        to_value(&super::fleet::status(&self.state, now))?,
                     );
                     o.insert("offered_demand".into(), offered_json());
                 }
@@ -477,7 +492,7 @@ impl AdminApi {
 }
 
 /// `POST /controls/admit-percent`: set, ramp from the current share, or turn off.
-fn admit_percent(
+pub(super) fn admit_percent(
     p: &Params,
     controls: &crate::controls::IncidentControls,
     now: Instant,

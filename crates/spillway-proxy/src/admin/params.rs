@@ -63,6 +63,11 @@ impl Params {
         Ok(())
     }
 
+    /// Removes `field` and returns its value, if given.
+    pub fn remove(&mut self, field: &str) -> Option<Value> {
+        self.0.remove(field)
+    }
+
     /// Whether `field` was given (even as null).
     pub fn has(&self, field: &str) -> bool {
         self.0.contains_key(field)

@@ -126,7 +126,15 @@ pub fn handle(
 
         let controls = state.controls();
         if !class.health_check {
-            if let Some(refusal) = controls.check(now, class.criticality, fastrand::f64()) {
+            // The local and fleet layers with one draw: the stricter wins (controls/fleet.rs).
+            let draw = fastrand::f64();
+            let refusal = controls.check(now, class.criticality, draw).or_else(|| {
+                state
+                    .fleet_controls()
+                    .layer()
+                    .check(now, class.criticality, draw)
+            });
+            if let Some(refusal) = refusal {
                 tower_metrics::shed(&labels, refusal.reason());
                 return Ok(respond::control_refusal(&refusal, protocol));
             }

@@ -324,7 +324,7 @@ pub(super) fn forward<'a>(
                     // The request never reached the task: safe to send elsewhere if we still have
                     // the body, retries are on, and attempts remain.
                     if replayable
-                        && state.controls().retries_enabled()
+                        && state.retries_enabled()
                         && attempt < retry.max_attempts()
                         && more_tasks(pool, &tried, now)
                     {
@@ -470,7 +470,7 @@ fn decide(
 ) -> RetryDecision {
     let retry = pool.retry_policy();
     let d = 'gate: {
-        if !state.controls().retries_enabled() {
+        if !state.retries_enabled() {
             break 'gate RetryDecision::GiveUp(RetryGate::NotRetryable);
         }
         if !more_tasks(pool, tried, now) {

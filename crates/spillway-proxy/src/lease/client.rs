@@ -85,6 +85,11 @@ impl Client {
 }
 
 impl Client {
+    /// The connection, for other small commands on the same store (fleet controls).
+    pub(crate) fn conn(&mut self) -> &mut ConnectionManager {
+        &mut self.conn
+    }
+
     /// Removes `instance` from the member set (best effort, within `budget`): the others'
     /// next leases share its part out.
     pub(crate) async fn leave(&mut self, instance: &str, budget: Duration) {

@@ -47,7 +47,7 @@ use spillway_core::quota::{QuotaBook, QuotaConfig};
 
 use crate::state::ProxyState;
 
-mod client;
+pub(crate) mod client;
 #[cfg(test)]
 mod tests;
 
@@ -353,6 +353,10 @@ pub(crate) struct LeaseBook {
     last: Option<Instant>,
     members: u64,
     mode: LeaseMode,
+    /// Buckets with a first measured rate (the first is taken as it is, not smoothed from 0).
+    measured: std::collections::HashSet<usize>,
+    /// The store failed since the last lease: the next lease may lower rates, not raise them.
+    recovering: bool,
 }
 
 impl Default for LeaseBook {
@@ -366,6 +370,8 @@ impl Default for LeaseBook {
             last: None,
             members: 0,
             mode: LeaseMode::Static,
+            measured: std::collections::HashSet::new(),
+            recovering: false,
         }
     }
 }
@@ -384,6 +390,7 @@ impl LeaseBook {
                 book: id,
                 last: self.last,
                 members: self.members,
+                recovering: self.recovering,
                 ..LeaseBook::default()
             };
         }
@@ -404,7 +411,14 @@ impl LeaseBook {
                 let d = self.demand.entry(b.index).or_insert(0.0);
                 if let (Some(prev), true) = (prev, dt > 0.0) {
                     let rate = (total - prev).max(0.0) / dt;
-                    *d += alpha * (rate - *d);
+                    // Smoothing from 0 would under-report a busy instance for a second or
+                    // more after it starts (the simulation's cold start took three intervals
+                    // instead of two): the first reading stands as it is.
+                    if self.measured.insert(b.index) {
+                        *d = rate;
+                    } else {
+                        *d += alpha * (rate - *d);
+                    }
                 }
                 Report {
                     index: b.index,
@@ -416,7 +430,10 @@ impl LeaseBook {
             .collect()
     }
 
-    /// A lease arrived: apply the shares.
+    /// A lease arrived: apply the shares. The first one after a failure may come from a store
+    /// that restarted empty and so far counts only the first instances back (the first one
+    /// alone would get the whole quota): it may lower rates but not raise them; the next
+    /// lease, an interval later, counts everyone again.
     pub(crate) fn granted(
         &mut self,
         book: &QuotaBook,
@@ -425,7 +442,16 @@ impl LeaseBook {
         shares: &[f64],
         now: Instant,
     ) {
+        let cap: HashMap<usize, f64> = if std::mem::take(&mut self.recovering) {
+            book.shared_buckets()
+                .into_iter()
+                .map(|b| (b.index, b.rate))
+                .collect()
+        } else {
+            HashMap::new()
+        };
         for (r, &s) in reports.iter().zip(shares) {
+            let s = cap.get(&r.index).map_or(s, |&c| s.min(c));
             book.set_rate(r.index, s);
             self.share.insert(r.index, s);
         }
@@ -437,6 +463,7 @@ impl LeaseBook {
     /// No lease this interval: hold the last one for two intervals, then move linearly to
     /// the static split over two more.
     pub(crate) fn fail(&mut self, book: &QuotaBook, cfg: &QuotaConfig, now: Instant) {
+        self.recovering = true;
         let hold = cfg.lease_interval * 2;
         let Some(last) = self.last else {
             self.mode = LeaseMode::Static;

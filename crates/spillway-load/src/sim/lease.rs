@@ -1,0 +1,478 @@
+//! The fleet quota lease protocol at scale, simulated (`spillway sim --lease FILE`).
+//!
+//! Why a model of its own rather than the request-level engine: the question is how well a
+//! *global* quota holds across 10 to 10,000 instances — quota accuracy (what the fleet admits
+//! against what it should) and how fast the shares converge after the demand moves or the store
+//! comes back — and that depends on the lease protocol's timing, not on individual requests.
+//! Demand is fluid (each instance offers a rate; it admits `min(offered, leased rate)`), so
+//! 10,000 instances over a minute take well under a second per run.
+//!
+//! What is modelled, as `spillway-proxy/src/lease/` does it:
+//!
+//! * each instance calls the store once per lease interval, at its own random phase; the call
+//!   reports its demand (the offered rate averaged over the last interval, smoothed
+//!   exponentially over `smoothing_s`, as the proxy's lease client does) and renews its
+//!   membership for two intervals;
+//! * the store computes the share with the script's own arithmetic
+//!   ([`spillway_core::quota::fair`], tested against `share.lua` on a real Redis) over the live
+//!   members' last reports; calls in the same time step (a tenth of an interval by default) see
+//!   each other's reports, a small departure from Redis's one-at-a-time order;
+//! * the reply arrives a store round trip later (`store_latency_ms`);
+//! * during a store outage calls fail: an instance holds its last lease for two intervals, then
+//!   moves linearly to the static `global / tasks` split over two more; an outage with
+//!   `loses_state` (a restart without persistence) also empties the member set and demands.
+//!
+//! Demand is uneven: instance `i` offers a share proportional to `1 / (i + 1)^skew` of the
+//! fleet's total; at `shift_at_s` the ranks reverse (the busiest becomes the quietest), which is
+//! the hardest move for leases based on past demand.
+
+use serde::Deserialize;
+use spillway_core::quota::fair::FairLevel;
+
+#[cfg(test)]
+#[path = "lease_tests.rs"]
+mod tests;
+
+/// A lease simulation scenario (TOML; see `examples/sim/fleet-lease.toml`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseScenario {
+    /// Short name.
+    pub name: String,
+    /// One line on what it shows.
+    #[serde(default)]
+    pub description: String,
+    /// Seed for the instances' lease phases.
+    #[serde(default = "one")]
+    pub seed: u64,
+    /// Simulated seconds.
+    pub duration_s: f64,
+    /// The global quota, cost units/s.
+    pub global: f64,
+    /// The fleet's total offered rate, cost units/s.
+    pub demand: f64,
+    /// Unevenness of demand over instances (Zipf exponent; 0 = even).
+    #[serde(default = "one_f")]
+    pub skew: f64,
+    /// When the demand ranks reverse, seconds (none: never).
+    #[serde(default)]
+    pub shift_at_s: Option<f64>,
+    /// Fleet sizes to run (one run per size × interval).
+    pub instances: Vec<usize>,
+    /// Lease intervals to run, ms.
+    pub lease_ms: Vec<f64>,
+    /// Store round trip, ms.
+    #[serde(default = "one_f")]
+    pub store_latency_ms: f64,
+    /// Demand smoothing, seconds (the proxy's is 1 s).
+    #[serde(default = "one_f")]
+    pub smoothing_s: f64,
+    /// The static split's divisor (`[admission.quota] tasks`); default: the fleet size.
+    #[serde(default)]
+    pub tasks: Option<usize>,
+    /// A store outage.
+    #[serde(default)]
+    pub outage: Option<Outage>,
+    /// Accuracy band for convergence (0.05 = ±5%).
+    #[serde(default = "tolerance")]
+    pub tolerance: f64,
+    /// Time steps per lease interval.
+    #[serde(default = "steps")]
+    pub steps_per_interval: u32,
+}
+
+/// A window in which the store does not answer.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Outage {
+    /// Start, seconds.
+    pub from_s: f64,
+    /// End, seconds.
+    pub to_s: f64,
+    /// The store comes back empty (a restart without persistence).
+    #[serde(default = "yes")]
+    pub loses_state: bool,
+}
+
+fn one() -> u64 {
+    1
+}
+fn one_f() -> f64 {
+    1.0
+}
+fn yes() -> bool {
+    true
+}
+fn tolerance() -> f64 {
+    0.05
+}
+fn steps() -> u32 {
+    10
+}
+
+impl LeaseScenario {
+    /// Parses and checks a scenario; the error names the key.
+    pub fn from_toml(text: &str, source: &str) -> Result<LeaseScenario, String> {
+        let sc: LeaseScenario =
+            toml::from_str(text).map_err(|e| format!("lease scenario {source}: {e}"))?;
+        sc.validate()?;
+        Ok(sc)
+    }
+
+    /// Checks every value's range.
+    pub fn validate(&self) -> Result<(), String> {
+        let bad = |key: &str, v: &dyn std::fmt::Debug, want: &str| {
+            Err(format!(
+                "lease scenario {}: {key} = {v:?}: expected {want}",
+                self.name
+            ))
+        };
+        let pos = |x: f64| x.is_finite() && x > 0.0;
+        if !pos(self.duration_s) || self.duration_s > 86_400.0 {
+            return bad(
+                "duration_s",
+                &self.duration_s,
+                "seconds above 0, at most 86400",
+            );
+        }
+        if !pos(self.global) {
+            return bad("global", &self.global, "a rate above 0");
+        }
+        if !pos(self.demand) {
+            return bad("demand", &self.demand, "a rate above 0");
+        }
+        if !(self.skew.is_finite() && (0.0..=4.0).contains(&self.skew)) {
+            return bad("skew", &self.skew, "an exponent from 0 to 4");
+        }
+        if self.instances.is_empty() || self.instances.iter().any(|&n| !(1..=100_000).contains(&n))
+        {
+            return bad("instances", &self.instances, "fleet sizes from 1 to 100000");
+        }
+        if self.lease_ms.is_empty()
+            || self
+                .lease_ms
+                .iter()
+                .any(|&l| !(10.0..=10_000.0).contains(&l))
+        {
+            return bad("lease_ms", &self.lease_ms, "intervals from 10 to 10000 ms");
+        }
+        if !(self.store_latency_ms.is_finite() && self.store_latency_ms >= 0.0) {
+            return bad("store_latency_ms", &self.store_latency_ms, "ms, 0 or more");
+        }
+        if !pos(self.smoothing_s) {
+            return bad("smoothing_s", &self.smoothing_s, "seconds above 0");
+        }
+        if self.tasks == Some(0) {
+            return bad("tasks", &self.tasks, "at least 1");
+        }
+        if !(self.tolerance > 0.0 && self.tolerance < 1.0) {
+            return bad("tolerance", &self.tolerance, "a fraction between 0 and 1");
+        }
+        if !(1..=1000).contains(&self.steps_per_interval) {
+            return bad("steps_per_interval", &self.steps_per_interval, "1 to 1000");
+        }
+        if let Some(o) = self.outage {
+            if !(o.from_s >= 0.0 && o.to_s > o.from_s && o.to_s < self.duration_s) {
+                return bad(
+                    "outage",
+                    &(o.from_s, o.to_s),
+                    "0 <= from_s < to_s < duration_s",
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One run's results (one fleet size × one lease interval).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseRun {
+    /// Fleet size.
+    pub instances: usize,
+    /// Lease interval, ms.
+    pub lease_ms: f64,
+    /// Fleet admitted / `min(global, demand)` over the settled seconds (outside the first
+    /// three seconds after each event and outside the outage).
+    pub accuracy: f64,
+    /// The worst settled second's accuracy (furthest from 1).
+    pub worst_second: f64,
+    /// Seconds from the start until the fleet stays within the tolerance.
+    pub converge_start_s: Option<f64>,
+    /// Seconds from the demand shift until it stays within the tolerance again.
+    pub converge_shift_s: Option<f64>,
+    /// Seconds from the store's return until it stays within the tolerance again.
+    pub converge_outage_s: Option<f64>,
+    /// Fleet admitted / target during the outage.
+    pub outage_accuracy: Option<f64>,
+    /// Highest fleet admitted / target in the two intervals after the store's return.
+    pub peak_after_outage: Option<f64>,
+    /// Store calls made.
+    pub store_calls: u64,
+}
+
+struct Inst {
+    phase: u64,
+    est: f64,
+    offered: f64,
+    since: Option<f64>,
+    /// The store failed since the last lease: the next lease may not raise the rate.
+    recovering: bool,
+    measured: bool,
+    rate: f64,
+    share: Option<f64>,
+    last_lease: Option<f64>,
+    pending: Option<(f64, f64)>,
+}
+
+/// Runs every fleet size × lease interval of `sc`.
+pub fn run(sc: &LeaseScenario) -> Vec<LeaseRun> {
+    let mut out = Vec::new();
+    for &n in &sc.instances {
+        for &l in &sc.lease_ms {
+            out.push(run_one(sc, n, l));
+        }
+    }
+    out
+}
+
+/// One run.
+pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
+    let interval = lease_ms / 1000.0;
+    let spi = u64::from(sc.steps_per_interval);
+    let dt = interval / spi as f64;
+    let steps = (sc.duration_s / dt).ceil() as u64;
+    let target = sc.global.min(sc.demand);
+    let tasks = sc.tasks.unwrap_or(n) as f64;
+    let fixed = sc.global / tasks;
+    let latency = sc.store_latency_ms / 1000.0;
+    let mut rng = fastrand::Rng::with_seed(sc.seed);
+    let raw: Vec<f64> = (0..n)
+        .map(|i| 1.0 / ((i + 1) as f64).powf(sc.skew))
+        .collect();
+    let sum: f64 = raw.iter().sum();
+    let weights: Vec<f64> = raw.iter().map(|w| w / sum).collect();
+    let mut inst: Vec<Inst> = (0..n)
+        .map(|_| Inst {
+            phase: rng.u64(..spi),
+            est: 0.0,
+            offered: 0.0,
+            since: None,
+            recovering: false,
+            measured: false,
+            rate: fixed,
+            share: None,
+            last_lease: None,
+            pending: None,
+        })
+        .collect();
+    // The store: each instance's last report and membership expiry.
+    let mut reported = vec![0.0f64; n];
+    let mut member_until = vec![f64::NEG_INFINITY; n];
+    let mut callers: Vec<usize> = Vec::new();
+    let mut demands: Vec<f64> = Vec::with_capacity(n);
+    let mut series: Vec<f64> = Vec::with_capacity(steps as usize);
+    let mut calls = 0u64;
+    let mut wiped = false;
+    for k in 0..steps {
+        let t = k as f64 * dt;
+        let shifted = sc.shift_at_s.is_some_and(|s| t >= s);
+        let down = sc.outage.is_some_and(|o| t >= o.from_s && t < o.to_s);
+        if down && !wiped && sc.outage.is_some_and(|o| o.loses_state) {
+            reported.iter_mut().for_each(|r| *r = 0.0);
+            member_until.iter_mut().for_each(|m| *m = f64::NEG_INFINITY);
+            wiped = true;
+        }
+        let demand = |i: usize| {
+            let j = if shifted { n - 1 - i } else { i };
+            sc.demand * weights[j]
+        };
+        let mut admitted = 0.0;
+        callers.clear();
+        for (i, me) in inst.iter_mut().enumerate() {
+            let d = demand(i);
+            if let Some((at, share)) = me.pending {
+                if at <= t {
+                    me.pending = None;
+                    // The first lease after an outage may come from a store that restarted
+                    // empty and counts only the first callers: it may lower the rate, not
+                    // raise it, until the next one (the proxy's `LeaseBook::granted`).
+                    me.rate = if me.recovering {
+                        share.min(me.rate)
+                    } else {
+                        share
+                    };
+                    me.recovering = false;
+                    me.share = Some(share);
+                    me.last_lease = Some(at);
+                }
+            }
+            if k % spi == me.phase {
+                // The lease client's demand: the last interval's offered rate, smoothed; the
+                // first reading is taken as it is (no history to smooth it with).
+                if let Some(since) = me.since.filter(|&s| t > s) {
+                    let rate = me.offered / (t - since);
+                    if me.measured {
+                        let alpha = 1.0 - (-(t - since) / sc.smoothing_s).exp();
+                        me.est += alpha * (rate - me.est);
+                    } else {
+                        me.est = rate;
+                        me.measured = true;
+                    }
+                }
+                me.offered = 0.0;
+                me.since = Some(t);
+                calls += 1;
+                if down {
+                    me.recovering = true;
+                    fall_back(me, t, interval, fixed);
+                } else {
+                    callers.push(i);
+                }
+            }
+            me.offered += d * dt;
+            admitted += d.min(me.rate);
+        }
+        if !callers.is_empty() {
+            for &i in &callers {
+                reported[i] = inst[i].est;
+                member_until[i] = t + 2.0 * interval;
+            }
+            demands.clear();
+            demands.extend((0..n).filter(|&i| member_until[i] > t).map(|i| reported[i]));
+            let members = demands.len();
+            let level = FairLevel::new(sc.global, members, &mut demands);
+            for &i in &callers {
+                inst[i].pending = Some((t + latency, level.share(inst[i].est)));
+            }
+        }
+        series.push(admitted / target);
+    }
+    measure(sc, n, lease_ms, dt, &series, calls)
+}
+
+/// No lease this interval: hold the last for two intervals, then move to the static split
+/// over two more (the proxy's `LeaseBook::fail`).
+fn fall_back(me: &mut Inst, t: f64, interval: f64, fixed: f64) {
+    let Some(last) = me.last_lease else {
+        me.rate = fixed;
+        return;
+    };
+    let hold = 2.0 * interval;
+    let age = t - last;
+    if age <= hold {
+        return;
+    }
+    let f = ((age - hold) / hold).min(1.0);
+    let from = me.share.unwrap_or(fixed);
+    me.rate = from + (fixed - from) * f;
+}
+
+fn measure(
+    sc: &LeaseScenario,
+    n: usize,
+    lease_ms: f64,
+    dt: f64,
+    series: &[f64],
+    calls: u64,
+) -> LeaseRun {
+    let at = |s: f64| ((s / dt).round() as usize).min(series.len());
+    let end = sc.duration_s;
+    let outage = sc.outage.map(|o| (o.from_s, o.to_s));
+    // Events and the windows after them, in time order.
+    let mut events = vec![0.0];
+    events.extend(sc.shift_at_s.filter(|&s| s < end));
+    if let Some((a, b)) = outage {
+        events.push(a);
+        events.push(b);
+    }
+    events.sort_by(f64::total_cmp);
+    let next_event = |t: f64| events.iter().copied().find(|&e| e > t).unwrap_or(end);
+    let within = |v: f64| (v - 1.0).abs() <= sc.tolerance;
+    // Convergence from `from`: the first step after which every step up to the next event
+    // stays within the band.
+    let converge = |from: f64| -> Option<f64> {
+        let (a, b) = (at(from), at(next_event(from)));
+        let bad = series[a..b].iter().rposition(|&v| !within(v));
+        match bad {
+            None => Some(0.0),
+            Some(j) if a + j + 1 < b => Some((j + 1) as f64 * dt),
+            Some(_) => None,
+        }
+    };
+    let settled = |t: f64| {
+        !events.iter().any(|&e| t >= e && t < e + 3.0)
+            && !outage.is_some_and(|(a, b)| t >= a && t < b)
+    };
+    let mut seconds = Vec::new();
+    let mut s = 0.0;
+    while s + 1.0 <= end {
+        if settled(s) && settled(s + 1.0 - dt) {
+            let w = &series[at(s)..at(s + 1.0)];
+            seconds.push(w.iter().sum::<f64>() / w.len().max(1) as f64);
+        }
+        s += 1.0;
+    }
+    let accuracy = seconds.iter().sum::<f64>() / seconds.len().max(1) as f64;
+    let worst_second = seconds
+        .iter()
+        .copied()
+        .max_by(|a, b| (a - 1.0).abs().total_cmp(&(b - 1.0).abs()))
+        .unwrap_or(f64::NAN);
+    let interval = lease_ms / 1000.0;
+    let mean = |a: usize, b: usize| series[a..b].iter().sum::<f64>() / (b - a).max(1) as f64;
+    LeaseRun {
+        instances: n,
+        lease_ms,
+        accuracy,
+        worst_second,
+        converge_start_s: converge(0.0),
+        converge_shift_s: sc.shift_at_s.filter(|&s| s < end).and_then(converge),
+        converge_outage_s: outage.and_then(|(_, b)| converge(b)),
+        outage_accuracy: outage.map(|(a, b)| mean(at(a), at(b))),
+        peak_after_outage: outage.map(|(_, b)| {
+            series[at(b)..at(b + 2.0 * interval)]
+                .iter()
+                .copied()
+                .fold(f64::NEG_INFINITY, f64::max)
+        }),
+        store_calls: calls,
+    }
+}
+
+/// The runs as a Markdown table.
+pub fn table(runs: &[LeaseRun]) -> String {
+    let mut s = TABLE_HEADER.to_string();
+    for r in runs {
+        s.push_str(&row(r));
+    }
+    s
+}
+
+/// The table's header (see [`row`]).
+pub const TABLE_HEADER: &str =
+    "| instances | lease ms | accuracy | worst second | converge: start \
+     | after shift | after outage | during outage | peak after outage | store calls |\n\
+     |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+
+/// One run as a row of [`TABLE_HEADER`]'s table.
+pub fn row(r: &LeaseRun) -> String {
+    let opt = |v: Option<f64>| v.map_or("never".into(), |v| format!("{v:.2}"));
+    let iv = |v: Option<f64>| {
+        v.map_or("never".into(), |v| {
+            format!("{v:.2} s ({:.1} iv)", v / (r.lease_ms / 1000.0))
+        })
+    };
+    format!(
+        "| {} | {} | {:.3} | {:.3} | {} | {} | {} | {} | {} | {} |\n",
+        r.instances,
+        r.lease_ms,
+        r.accuracy,
+        r.worst_second,
+        iv(r.converge_start_s),
+        iv(r.converge_shift_s),
+        iv(r.converge_outage_s),
+        opt(r.outage_accuracy),
+        opt(r.peak_after_outage),
+        r.store_calls,
+    )
+}
