@@ -13,6 +13,7 @@ mod backend;
 mod calc;
 mod demo;
 mod load;
+mod logging;
 mod proxy;
 mod sim;
 mod trim;
@@ -23,6 +24,14 @@ mod trim;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines on stderr as `text` or `json` (one object a line); also the proxy's access
+    /// log's form unless `[log.access] format` says otherwise.
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
+    /// Which events to log: a level (off, error, warn, info, debug, trace) or `RUST_LOG`-style
+    /// directives (`info,spillway_proxy=debug`). Default `info`; `RUST_LOG`, when set, wins.
+    #[arg(long, global = true, value_name = "FILTER")]
+    log_level: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -62,14 +71,9 @@ impl std::error::Error for UsageError {}
 fn main() -> ExitCode {
     // Usage errors, --help and --version exit here with clap's codes (2 for errors).
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Calc(args) => calc::run(&args),
-        Command::Load(args) => load::run(&args),
-        Command::Backend(args) => backend::run(&args),
-        Command::Demo(args) => demo::run(&args),
-        Command::Proxy(args) => proxy::run(&args),
-        Command::Sim(args) => sim::run(&args),
-    };
+    let result = logging::init(cli.log_format, cli.log_level.as_deref())
+        .map_err(anyhow::Error::from)
+        .and_then(|()| run(cli.command));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // `spillway calc | head` closing the pipe early is not a failure worth reporting.
@@ -90,5 +94,16 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Calc(args) => calc::run(&args),
+        Command::Load(args) => load::run(&args),
+        Command::Backend(args) => backend::run(&args),
+        Command::Demo(args) => demo::run(&args),
+        Command::Proxy(args) => proxy::run(&args),
+        Command::Sim(args) => sim::run(&args),
     }
 }
