@@ -272,3 +272,44 @@ fn a_bad_access_log_key_is_refused_with_its_path() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sighup_reopens_the_access_log_for_logrotate() {
+    let dir = temp_dir("access-rotate");
+    let (config, log) = (dir.join("proxy.toml"), dir.join("access.log"));
+    let rotated = dir.join("access.log.1");
+    let (data_port, backend_port) = (free_port(), free_port());
+    let _backend = backend(backend_port, 4, 1, 60, &[]);
+    let access = format!(
+        "enabled = true\nformat = \"text\"\npath = {:?}\n",
+        log.display().to_string()
+    );
+    write_config(&config, data_port, backend_port, &access);
+    let proxy = spawn(&["proxy", "--config", config.to_str().expect("utf-8 path")]);
+    let data = local(data_port);
+    wait_for("a line in the log", Duration::from_secs(15), || {
+        get_as(data, "before");
+        lines(&log)
+            .iter()
+            .any(|l| l.contains("customer=before"))
+            .then_some(())
+    });
+    // logrotate: move the file, then SIGHUP; the proxy writes to a new file at the old path.
+    std::fs::rename(&log, &rotated).expect("rotate");
+    proxy.signal("-HUP");
+    wait_for("a line in the new file", Duration::from_secs(15), || {
+        get_as(data, "after");
+        lines(&log)
+            .iter()
+            .any(|l| l.contains("customer=after"))
+            .then_some(())
+    });
+    let old = lines(&rotated);
+    assert!(old.iter().any(|l| l.contains("customer=before")), "{old:?}");
+    assert!(
+        lines(&log).iter().all(|l| !l.contains("customer=before")),
+        "the new file starts after the reload"
+    );
+    stop(proxy);
+    let _ = std::fs::remove_dir_all(&dir);
+}

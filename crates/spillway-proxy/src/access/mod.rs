@@ -18,7 +18,7 @@ mod tests;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -172,6 +172,7 @@ pub struct AccessLog {
     sample: f64,
     format: AccessFormat,
     tx: SyncSender<String>,
+    dropped: AtomicU64,
 }
 
 impl AccessLog {
@@ -197,16 +198,30 @@ impl AccessLog {
             ),
             None => Box::new(std::io::stderr()),
         };
+        Self::start(cfg, out).map(Some)
+    }
+
+    /// The log `cfg` describes, written to `out` by a thread of its own.
+    fn start(
+        cfg: &AccessLogConfig,
+        out: Box<dyn std::io::Write + Send>,
+    ) -> Result<AccessLog, ConfigError> {
         let (tx, rx) = sync_channel(CAPACITY);
         std::thread::Builder::new()
             .name("spillway-access".into())
             .spawn(move || write_lines(&rx, out))
             .map_err(|e| ConfigError::new("access", e, "a thread for the access log's writer"))?;
-        Ok(Some(AccessLog {
+        Ok(AccessLog {
             sample: cfg.sample,
             format: cfg.format.unwrap_or_else(default_format),
             tx,
-        }))
+            dropped: AtomicU64::new(0),
+        })
+    }
+
+    /// Lines this log dropped because its writer was behind.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Whether this request is one of the sample (drawn per request; 1.0 draws nothing).
@@ -221,6 +236,7 @@ impl AccessLog {
         match self.tx.try_send(line) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!(DROPPED).increment(1);
             }
         }

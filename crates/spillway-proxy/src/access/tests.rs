@@ -1,9 +1,13 @@
-use std::time::{Duration, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use serde_json::Value;
 use spillway_core::Criticality;
 
-use super::{civil, format_entry, AccessFormat, AccessLogConfig, Decision, Entry, LogConfig};
+use super::{
+    civil, format_entry, AccessFormat, AccessLog, AccessLogConfig, Decision, Entry, LogConfig,
+    CAPACITY,
+};
 
 fn entry<'a>() -> Entry<'a> {
     Entry {
@@ -108,4 +112,59 @@ fn off_is_no_log_and_sample_one_always_draws() {
     let none = AccessLogConfig { sample: 0.0, ..on };
     let log = super::AccessLog::open(&none).expect("stderr").expect("on");
     assert!((0..1000).all(|_| !log.sampled()));
+}
+
+/// A file whose writes wait for a lock the test holds, like a disk that stopped answering.
+struct Stalled(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Stalled {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut out = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_stalled_writer_drops_and_counts_lines_instead_of_blocking_requests() {
+    let file = Arc::new(Mutex::new(Vec::new()));
+    let stall = file.lock().expect("the file's lock");
+    let cfg = AccessLogConfig {
+        enabled: true,
+        format: Some(AccessFormat::Json),
+        ..AccessLogConfig::default()
+    };
+    let log = AccessLog::start(&cfg, Box::new(Stalled(Arc::clone(&file)))).expect("starts");
+    // The writer takes what fits its 64 KiB buffer, then blocks on the stalled file; the channel
+    // holds CAPACITY more; every other line must be dropped (and this loop must end).
+    let extra = 3000;
+    for _ in 0..CAPACITY + extra {
+        log.record(&entry());
+    }
+    let dropped = log.dropped() as usize;
+    let buffered = 64 * 1024 / format_entry(&entry(), AccessFormat::Json).len() + 1;
+    assert!(
+        (extra - buffered..=extra).contains(&dropped),
+        "dropped {dropped} of {} (the writer's buffer holds ~{buffered} lines)",
+        CAPACITY + extra
+    );
+    drop(stall);
+    drop(log);
+    // Once the disk answers, what was queued is written, in whole lines.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let written = loop {
+        let text = String::from_utf8(file.lock().expect("lock").clone()).expect("UTF-8");
+        let n = text.lines().count();
+        if n + dropped == CAPACITY + extra || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(written.lines().count() + dropped, CAPACITY + extra);
+    assert!(written
+        .lines()
+        .all(|l| serde_json::from_str::<Value>(l).is_ok()));
 }
