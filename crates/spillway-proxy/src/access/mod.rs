@@ -257,8 +257,17 @@ fn write_lines(rx: &Receiver<String>, out: Box<dyn std::io::Write + Send>) {
             // A full disk or a closed stderr: say so once per batch, keep serving.
             tracing::warn!("access log: a write failed; lines are being lost");
         }
+        // Lines gather for a moment before the next batch: a writer blocked in `recv` is woken
+        // by the line that arrives (a futex call on the sending data-plane thread, and a context
+        // switch), so under steady traffic each request would pay a system call. Sleeping here,
+        // the senders find no one to wake; the writer wakes at most once per BATCH_PAUSE.
+        std::thread::sleep(BATCH_PAUSE);
     }
 }
+
+/// The writer's pause between batches: a line reaches the file at most this much later; at
+/// 20,000 lines a second the channel holds ~100 of its 8192 meanwhile.
+const BATCH_PAUSE: Duration = Duration::from_millis(5);
 
 /// One line, newline included.
 pub fn format_entry(e: &Entry<'_>, format: AccessFormat) -> String {
@@ -267,19 +276,35 @@ pub fn format_entry(e: &Entry<'_>, format: AccessFormat) -> String {
     let mut s = String::with_capacity(256);
     match format {
         AccessFormat::Json => {
-            let v = serde_json::json!({
-                "time": time,
-                "route": e.route,
-                "criticality": e.criticality.map(Criticality::as_str),
-                "customer": e.customer,
-                "decision": e.decision.as_str(),
-                "reason": e.reason,
-                "queue_ms": ms(e.queue).map(round3),
-                "upstream_ms": ms(e.upstream).map(round3),
-                "status": e.status,
-                "attempt": e.attempt,
-            });
-            let _ = write!(s, "{v}");
+            // Written field by field, in this order: a `serde_json::Value` would allocate a map
+            // and a string per key for every request logged.
+            let _ = write!(s, "{{\"time\":\"{time}\"");
+            json_str(&mut s, "route", e.route);
+            json_str(
+                &mut s,
+                "criticality",
+                e.criticality.map(Criticality::as_str),
+            );
+            json_str(&mut s, "customer", e.customer);
+            json_str(&mut s, "decision", Some(e.decision.as_str()));
+            json_str(&mut s, "reason", e.reason);
+            for (k, v) in [("queue_ms", ms(e.queue)), ("upstream_ms", ms(e.upstream))] {
+                match v {
+                    Some(v) => {
+                        let _ = write!(s, ",\"{k}\":{v:.3}");
+                    }
+                    None => {
+                        let _ = write!(s, ",\"{k}\":null");
+                    }
+                }
+            }
+            let _ = write!(s, ",\"status\":{}", e.status);
+            match e.attempt {
+                Some(a) => {
+                    let _ = write!(s, ",\"attempt\":{a}}}");
+                }
+                None => s.push_str(",\"attempt\":null}"),
+            }
         }
         AccessFormat::Text => {
             let _ = write!(s, "{time} access");
@@ -315,8 +340,28 @@ pub fn format_entry(e: &Entry<'_>, format: AccessFormat) -> String {
     s
 }
 
-fn round3(ms: f64) -> f64 {
-    (ms * 1000.0).round() / 1000.0
+/// `,"key":"value"` with JSON's escapes (a caller chooses the customer), or `,"key":null`.
+fn json_str(s: &mut String, key: &str, value: Option<&str>) {
+    let _ = write!(s, ",\"{key}\":");
+    let Some(v) = value else {
+        s.push_str("null");
+        return;
+    };
+    s.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            '\t' => s.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(s, "\\u{:04x}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
 }
 
 /// ` key=value`; a value a caller chose (a customer name) is quoted, with escapes, when it holds
