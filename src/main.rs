@@ -14,6 +14,7 @@ mod calc;
 mod demo;
 mod docs;
 mod load;
+mod logging;
 mod proxy;
 mod sim;
 mod trim;
@@ -24,6 +25,14 @@ mod trim;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines on stderr as `text` or `json` (one object a line); also the proxy's access
+    /// log's form unless `[log.access] format` says otherwise.
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
+    /// Which events to log: a level (off, error, warn, info, debug, trace) or `RUST_LOG`-style
+    /// directives (`info,spillway_proxy=debug`). Default `info`; `RUST_LOG`, when set, wins.
+    #[arg(long, global = true, value_name = "FILTER")]
+    log_level: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -67,16 +76,9 @@ impl std::error::Error for UsageError {}
 fn main() -> ExitCode {
     // Usage errors, --help and --version exit here with clap's codes (2 for errors).
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Calc(args) => calc::run(&args),
-        Command::Load(args) => load::run(&args),
-        Command::Backend(args) => backend::run(&args),
-        Command::Demo(args) => demo::run(&args),
-        Command::Proxy(args) => proxy::run(&args),
-        Command::Sim(args) => sim::run(&args),
-        Command::Completions(args) => docs::completions(&args, Cli::command()),
-        Command::Man(args) => docs::man(&args, Cli::command()),
-    };
+    let result = logging::init(cli.log_format, cli.log_level.as_deref())
+        .map_err(anyhow::Error::from)
+        .and_then(|()| run(cli.command));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // `spillway calc | head` closing the pipe early is not a failure worth reporting.
@@ -97,5 +99,18 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Calc(args) => calc::run(&args),
+        Command::Load(args) => load::run(&args),
+        Command::Backend(args) => backend::run(&args),
+        Command::Demo(args) => demo::run(&args),
+        Command::Proxy(args) => proxy::run(&args),
+        Command::Sim(args) => sim::run(&args),
+        Command::Completions(args) => docs::completions(&args, Cli::command()),
+        Command::Man(args) => docs::man(&args, Cli::command()),
     }
 }

@@ -22,7 +22,10 @@
 # A front may end with one option: `LABEL=BIN,threads=N` runs that build with N data-plane
 # threads (`[listen] threads`; default: one per CPU), `nginx,workers=N` runs nginx with N worker
 # processes (default 2) and is labelled nginx-wN — so both settings compare in the same rounds
-# (e.g. `a=BIN a1=BIN,threads=1 nginx nginx,workers=1`).
+# (e.g. `a=BIN a1=BIN,threads=1 nginx nginx,workers=1`). `LABEL=BIN,access=SAMPLE` runs that
+# build with the access log on (`[log.access]`, JSON, sampled at SAMPLE, to a file in the
+# temporary directory), so the log's cost is read against the same build without it
+# (e.g. `off=BIN on=BIN,access=1.0`).
 #
 # Env: RATE (7100), SECS (10), WRK_SECS (5, 0 = skip wrk), WRK_CONNS (64: against the backend's
 # 1 ms sleep, which tokio's millisecond timer makes 1-2 ms, 64 connections hold wrk near a latency
@@ -64,15 +67,18 @@ BACKEND_PID=$!
 PIDS+=($BACKEND_PID)
 wait_port "$BACKEND"
 
-# proxy_conf FILE [THREADS]: the proxy's configuration for this run.
+# proxy_conf FILE [THREADS] [ACCESS_SAMPLE]: the proxy's configuration for this run.
 proxy_conf() {
   local threads=${2:+threads = $2\\n}
+  local access=${3:+[log.access]\\nenabled = true\\nformat = \"json\"\\nsample = $3\\npath = \"$1.access.log\"\\n}
   if [ "$MODE" = zeroconf ]; then
     printf "[listen]\\naddress = \"%s\"\\n${threads}[upstream]\\naddresses = [\"%s\"]\\n[admin]\\nlisten = \"%s\"\\n" \
       "$PROXY" "$BACKEND" "$ADMIN" >"$1"
+    printf "${access}" >>"$1"
   else
     printf "[listen]\\naddress = \"%s\"\\n${threads}[upstream]\\naddresses = [\"%s\"]\\nmax_requests_per_task = 1024\\nmax_idle_per_task = 1024\\n[admission.limit]\\nalgorithm = \"fixed\"\\nlimit = 10000\\n[classify]\\ntrusted = [\"127.0.0.0/8\"]\\n[admin]\\nlisten = \"%s\"\\n" \
       "$PROXY" "$BACKEND" "$ADMIN" >"$1"
+    printf "${access}" >>"$1"
   fi
 }
 proxy_conf "$WORK/p.toml"
@@ -88,7 +94,8 @@ for ab in "$@"; do
     nginx:workers=[1-9]*) label=nginx-w${opt#workers=} ;;
     *=*:) label=${spec%%=*} ;;
     *=*:threads=[1-9]*) label=${spec%%=*} ;;
-    *) echo "bad front '$ab': expected LABEL=BIN, LABEL=BIN,threads=N, nginx or nginx,workers=N" >&2; exit 2 ;;
+    *=*:access=[0-9]*) label=${spec%%=*} ;;
+    *) echo "bad front '$ab': expected LABEL=BIN, LABEL=BIN,threads=N, LABEL=BIN,access=SAMPLE, nginx or nginx,workers=N" >&2; exit 2 ;;
   esac
   [ -z "${FRONT_LABEL[$ab]:-}" ] || { echo "front '$ab' given twice" >&2; exit 2; }
   FRONT_LABEL[$ab]=$label
@@ -101,7 +108,10 @@ for ab in "$@"; do
     FRONT_CONF[$ab]=$WORK/p.toml
     if [ -n "$opt" ]; then
       FRONT_CONF[$ab]=$WORK/p.$label.toml
-      proxy_conf "$WORK/p.$label.toml" "${opt#threads=}"
+      case "$opt" in
+        access=*) proxy_conf "$WORK/p.$label.toml" "" "${opt#access=}" ;;
+        *) proxy_conf "$WORK/p.$label.toml" "${opt#threads=}" ;;
+      esac
     fi
   fi
 done

@@ -69,6 +69,7 @@
 //! | [`run`] | the process: one single-threaded runtime per core for the data plane, a control runtime for admin, signals and reloads |
 //! | [`listener`] | accept with back-pressure, HTTP/1.1 + h2c, header limits, graceful shutdown, `SO_REUSEPORT` sockets per thread |
 //! | [`tls`] | optional TLS on the listener and to the upstreams, reloaded on SIGHUP (cargo feature `tls`, rustls) |
+//! | [`access`] | the access log: sampled, formatted per request, written by a thread of its own |
 //! | [`admin`], [`controls`] | the admin listener and incident controls |
 //! | [`dashboard`] | the live dashboard and knee calculator the admin listener serves |
 
@@ -77,6 +78,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod access;
 pub mod admin;
 pub mod config;
 pub mod controls;

@@ -8,7 +8,6 @@
 //! exporter the admin listener installs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use spillway_core::retry::RetryGate;
@@ -198,44 +197,4 @@ pub fn describe() {
     }
     metrics::counter!(ADMIN_UNAUTHORIZED).absolute(0);
     metrics::counter!(ADMIN_FORBIDDEN).absolute(0);
-}
-
-/// Writes one operator-facing line to stderr with a UTC timestamp (events, not per-request).
-pub fn log(msg: &str) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = now.as_secs();
-    let (d, s) = (secs / 86_400, secs % 86_400);
-    let (y, m, day) = civil(d as i64);
-    eprintln!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z spillway-proxy: {msg}",
-        s / 3600,
-        s / 60 % 60,
-        s % 60,
-        now.subsec_millis()
-    );
-}
-
-/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's `civil_from_days`).
-fn civil(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn civil_dates() {
-        assert_eq!(super::civil(0), (1970, 1, 1));
-        assert_eq!(super::civil(19_723), (2024, 1, 1));
-        assert_eq!(super::civil(20_513), (2026, 3, 1));
-    }
 }

@@ -164,7 +164,7 @@ pub fn run(source: Source) -> Result<(), RunError> {
         let admin_cfg = state.config().admin.clone();
         let admin = if admin_cfg.enabled {
             if let Some(w) = admin_cfg.no_token_warning() {
-                crate::metrics::log(&w);
+                tracing::warn!("{w}");
             }
             let listen = admin_cfg.listen;
             let server = crate::admin::AdminServer::bind(Arc::clone(&state), admin_cfg)
@@ -177,17 +177,12 @@ pub fn run(source: Source) -> Result<(), RunError> {
         Ok::<_, RunError>((state, admin))
     })?;
     let data = start_threads(&state)?;
-    crate::metrics::log(&format!(
-        "listening on {} -> {} ({})",
-        data.addr,
-        state.config().upstream.addresses.join(", "),
-        data.layout
-    ));
+    started(&state.config(), data.addr, &data.layout);
 
     let result = control.block_on(async move {
         let (admin_stop, admin_rx) = tokio::sync::watch::channel(false);
         let admin = if let Some((server, listen)) = admin {
-            crate::metrics::log(&format!("admin API on {listen}"));
+            tracing::debug!(%listen, "admin API serving");
             let mut rx = admin_rx.clone();
             Some(tokio::spawn(async move {
                 server
@@ -204,23 +199,23 @@ pub fn run(source: Source) -> Result<(), RunError> {
         state.begin_draining();
         let delay = state.config().shutdown.delay();
         if signal == Stop::Terminate && !delay.is_zero() {
-            crate::metrics::log(&format!(
+            tracing::info!(
                 "SIGTERM: /ready now answers 503; serving for shutdown.drain_delay_ms = {} \
                  before closing the listener (SIGINT or another SIGTERM: close now)",
                 delay.as_millis()
-            ));
+            );
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 _ = wait_for_signals(&state) => {
-                    crate::metrics::log("second signal: drain delay cut short");
+                    tracing::info!("second signal: drain delay cut short");
                 }
             }
         }
-        crate::metrics::log("shutting down: draining connections");
+        tracing::info!("shutting down: draining connections");
         // The data plane first, while the admin listener still answers /ready and /metrics.
         let drained = tokio::task::spawn_blocking(move || data.shutdown()).await;
         if drained.is_err() {
-            crate::metrics::log("the data plane's drain panicked");
+            tracing::error!("the data plane's drain panicked");
         }
         state.leases().stop();
         let _ = admin_stop.send(true);
@@ -275,10 +270,57 @@ impl DataPlane {
         let _ = self.stop.send(true);
         for t in self.threads {
             if t.join().is_err() {
-                crate::metrics::log("a data-plane thread panicked while draining");
+                tracing::error!("a data-plane thread panicked while draining");
             }
         }
     }
+}
+
+/// The one start-up line (info): where the proxy listens and sends, and its policy in brief, so
+/// an operator reading the log knows what this process does without `/config`.
+fn started(cfg: &ProxyConfig, listen: SocketAddr, layout: &str) {
+    let admin = if cfg.admin.enabled {
+        cfg.admin.listen.to_string()
+    } else {
+        "off".into()
+    };
+    let limit = serde_json::to_value(&cfg.admission.limit)
+        .ok()
+        .and_then(|v| {
+            v.get("algorithm")
+                .and_then(|a| a.as_str())
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "?".into());
+    let queue = match cfg.admission.queue.max_len {
+        Some(0) => "off".to_string(),
+        Some(n) => format!("{n} max, {} ms", cfg.admission.queue.max_wait.as_millis()),
+        None => format!(
+            "half the limit, {} ms",
+            cfg.admission.queue.max_wait.as_millis()
+        ),
+    };
+    let trusted = if cfg.classify.trusted.is_empty() {
+        "nobody".to_string()
+    } else {
+        cfg.classify.trusted.join(",")
+    };
+    let on = |b: bool| if b { "on" } else { "off" };
+    let token = cfg.admin.enabled && (cfg.admin.token.is_some() || cfg.admin.token_file.is_some());
+    let access = &cfg.log.access;
+    tracing::info!(
+        %listen,
+        %admin,
+        upstreams = %cfg.upstream.addresses.join(","),
+        threads = ?layout,
+        limit = %limit,
+        queue = ?queue,
+        trusted = %trusted,
+        quota_store = %on(cfg.admission.quota.store.is_some()),
+        admin_token = %on(token),
+        access_log = %on(access.enabled),
+        "spillway proxy started"
+    );
 }
 
 /// Binds the configured listener once per data-plane thread and starts the threads (what

@@ -35,6 +35,8 @@ pub struct Runtime {
     pub router: Router,
     /// The upstream tasks.
     pub pool: Arc<Pool>,
+    /// The access log, when `[log.access] enabled` (`crate::access`).
+    pub access: Option<crate::access::AccessLog>,
     util: UtilCache,
     started: std::time::Instant,
 }
@@ -368,14 +370,15 @@ impl ProxyState {
                 self.epoch.fetch_add(1, Ordering::Release);
                 *self.origin.write().unwrap_or_else(|p| p.into_inner()) = origin.to_string();
                 self.reloads.fetch_add(1, Ordering::Relaxed);
-                crate::metrics::log(&format!("configuration reloaded from {origin}"));
+                tracing::info!(origin, "configuration reloaded");
                 Ok(())
             }
             Err(e) => {
                 self.reload_failures.fetch_add(1, Ordering::Relaxed);
-                crate::metrics::log(&format!(
-                    "configuration reload refused, keeping the previous one: {e}"
-                ));
+                tracing::error!(
+                    error = %e,
+                    "configuration reload refused, keeping the previous one"
+                );
                 Err(e)
             }
         }
@@ -392,7 +395,7 @@ impl ProxyState {
                     .into(),
             };
             self.reload_failures.fetch_add(1, Ordering::Relaxed);
-            crate::metrics::log(&format!("configuration reload refused: {e}"));
+            tracing::error!(error = %e, "configuration reload refused");
             return Err(e);
         };
         let origin = path.display().to_string();
@@ -400,7 +403,7 @@ impl ProxyState {
             Ok(text) => self.reload_from_str(&text, &origin),
             Err(e) => {
                 self.reload_failures.fetch_add(1, Ordering::Relaxed);
-                crate::metrics::log(&format!("configuration reload refused: {e}"));
+                tracing::error!(error = %e, "configuration reload refused");
                 Err(e)
             }
         }
@@ -563,8 +566,16 @@ fn build_runtime(
         }
         _ => build_controller(&cfg, &pool, origin)?,
     };
+    // Opened anew on every reload: logrotate's SIGHUP after moving the file (`crate::access`).
+    let access = crate::access::AccessLog::open(&cfg.log.access).map_err(|e| ConfigError {
+        origin: origin.to_string(),
+        line: None,
+        key: format!("log.{}", e.field),
+        message: format!("{}: expected {}", e.value, e.expected),
+    })?;
     pool.start_health_checks();
     Ok(Runtime {
+        access,
         config: cfg,
         controller,
         router,

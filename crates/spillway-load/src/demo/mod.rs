@@ -402,7 +402,9 @@ async fn start_dashboard(
             .map_err(|e| DemoError::Proxy(format!("dashboard: {e}")))?,
     };
     if let Ok(bound) = server.local_addr() {
-        eprintln!("live dashboard: http://{bound}/  (calculator: http://{bound}/assets/calc.html)");
+        tracing::info!(
+            "live dashboard: http://{bound}/  (calculator: http://{bound}/assets/calc.html)"
+        );
     }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -410,7 +412,7 @@ async fn start_dashboard(
             let _ = stopped.await;
         };
         if let Err(e) = server.serve(shutdown).await {
-            eprintln!("dashboard stopped: {e}");
+            tracing::warn!(error = %e, "dashboard stopped");
         }
     });
     Ok((stop, task))

@@ -292,7 +292,7 @@ impl AdminApi {
                 ))
             }
         };
-        crate::metrics::log(&format!("admin ({who}): {action}"));
+        tracing::info!(who = %who, "admin: {action}");
         Ok(response)
     }
 
@@ -421,10 +421,12 @@ impl AdminApi {
             Ok(()) => {
                 let after = redacted_config(&self.state)?;
                 let changed = redact::changed_paths(&before, &after, MAX_CHANGED);
-                crate::metrics::log(&format!(
-                    "admin ({who}): reloaded from {source}, {} keys changed",
-                    changed.len()
-                ));
+                tracing::info!(
+                    who = %who,
+                    source = %source,
+                    changed = changed.len(),
+                    "admin: configuration reloaded"
+                );
                 let status = self.state.status();
                 Ok(reply::json(
                     StatusCode::OK,
@@ -474,10 +476,12 @@ impl AdminApi {
                 accepts: format!("one of the configured routes ({}), or \"*\"", e.known),
             })?;
         let target = route.map_or_else(|| "every route".to_string(), |r| format!("route {r:?}"));
-        crate::metrics::log(&format!(
-            "admin ({who}): degradation {} for {target}",
+        tracing::info!(
+            who = %who,
+            enabled,
+            "admin: degradation {} for {target}",
             if enabled { "enabled" } else { "switched off" }
-        ));
+        );
         let status = to_value(&self.state.status())?;
         Ok(reply::json(
             StatusCode::OK,

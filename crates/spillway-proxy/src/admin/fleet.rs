@@ -120,7 +120,7 @@ pub async fn handle(
             .map_err(|m| ApiError::status(StatusCode::SERVICE_UNAVAILABLE, m))?;
         said.push(format!("{} {what}", kind.key()));
     }
-    crate::metrics::log(&format!("admin ({who}): fleet control {}", said.join("; ")));
+    tracing::info!(admin = %who, change = %said.join("; "), "admin: fleet control");
     Ok(reply::json(StatusCode::OK, &status(state, Instant::now())))
 }
 

@@ -219,12 +219,15 @@ impl AdminConfig {
         Ok(())
     }
 
-    /// The warning the proxy prints at start when the admin listener is enabled without a
+    /// The warning the proxy logs at start when the admin listener is enabled without a
     /// token; `None` when it has one (or is disabled).
     pub fn no_token_warning(&self) -> Option<String> {
         (self.enabled && self.token.is_none() && self.token_file.is_none()).then(|| {
             format!(
-                "warning: the admin API on {} has no token: every local user and process can                  change admission, controls and the configuration (web pages cannot: changes                  need the admin's own Host/Origin and a non-form request). Set admin.token_file                  to require a bearer token.",
+                "the admin API on {} has no token: every local user and process can change \
+                 admission, controls and the configuration (web pages cannot: changes need the \
+                 admin's own Host/Origin and a non-form request). Set admin.token_file to \
+                 require a bearer token.",
                 self.listen
             )
         })

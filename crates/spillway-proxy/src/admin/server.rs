@@ -119,7 +119,7 @@ impl AdminServer {
                     Ok(x) => x,
                     Err(e) => {
                         // EMFILE and friends: wait a little instead of spinning.
-                        crate::metrics::log(&format!("admin listener: accept failed: {e}"));
+                        tracing::error!(error = %e, "admin listener: accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
@@ -145,11 +145,12 @@ impl AdminServer {
                     _ = conn.as_mut() => {}
                     // A client taking none of its answers: dropped, which closes the socket.
                     () = stalled(&progress, send_timeout) => {
-                        crate::metrics::log(&format!(
-                            "admin listener: closed the connection from {peer}: it took no byte \
-                             of its answer for admin.send_timeout_ms = {}",
-                            send_timeout.as_millis()
-                        ));
+                        tracing::warn!(
+                            %peer,
+                            send_timeout_ms = send_timeout.as_millis() as u64,
+                            "admin listener: closed a connection that took no byte of its \
+                             answer for admin.send_timeout_ms"
+                        );
                     }
                     // (The watch guard is dropped inside, before the await below.)
                     () = async { let _ = stop.wait_for(|s| *s).await; } => {

@@ -31,6 +31,8 @@ pub struct ProxyConfig {
     pub request: super::RequestConfig,
     /// Leaving on SIGTERM (`crate::drain::ShutdownConfig`, documented there).
     pub shutdown: crate::drain::ShutdownConfig,
+    /// The access log (`crate::access::LogConfig`, documented there).
+    pub log: crate::access::LogConfig,
 }
 
 impl Default for ProxyConfig {
@@ -45,6 +47,7 @@ impl Default for ProxyConfig {
             admin: crate::admin::AdminConfig::default(),
             request: super::RequestConfig::default(),
             shutdown: crate::drain::ShutdownConfig::default(),
+            log: crate::access::LogConfig::default(),
         }
     }
 }

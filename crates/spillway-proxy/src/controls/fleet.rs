@@ -333,17 +333,16 @@ impl FleetControls {
             ) => self.layer.set_retries_enabled(false),
             (None, Kind::RetriesOff) => self.layer.set_retries_enabled(true),
         }
-        let verb = if e.is_some() { "applies" } else { "lifted" };
-        crate::metrics::log(&format!(
-            "fleet control {} {verb}{}",
-            kind.key(),
-            e.as_ref().map_or(String::new(), |e| format!(
-                " (set by {} from {}, expires in {} s)",
-                e.set_by,
-                e.peer,
-                e.expires_at_ms.saturating_sub(now_ms) / 1000
-            ))
-        ));
+        match &e {
+            Some(e) => tracing::info!(
+                control = kind.key(),
+                set_by = %e.set_by,
+                peer = %e.peer,
+                expires_in_s = e.expires_at_ms.saturating_sub(now_ms) / 1000,
+                "fleet control applies"
+            ),
+            None => tracing::info!(control = kind.key(), "fleet control lifted"),
+        }
         m.entries[kind.slot()] = e;
     }
 

@@ -60,17 +60,18 @@ async fn run(weak: Weak<ProxyState>) {
                     Ok(entries) => {
                         if failing {
                             failing = false;
-                            crate::metrics::log("fleet controls: the store answers again");
+                            tracing::info!("fleet controls: the store answers again");
                         }
                         fleet.apply_read(entries, Instant::now(), now_ms());
                     }
                     Err(e) => {
                         if !failing {
                             failing = true;
-                            crate::metrics::log(&format!(
-                                "fleet controls: store unreachable ({e}); keeping the last \
-                                 fleet controls until their expiry (logged once per outage)"
-                            ));
+                            tracing::warn!(
+                                error = %e,
+                                "fleet controls: store unreachable; keeping the last fleet \
+                                 controls until their expiry (logged once per outage)"
+                            );
                         }
                         fleet.read_failed(e, Instant::now(), now_ms());
                     }

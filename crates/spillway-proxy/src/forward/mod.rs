@@ -32,6 +32,7 @@ use spillway_tower::context::RequestContext;
 use spillway_tower::metrics as tower_metrics;
 use spillway_tower::wire::Protocol;
 
+use crate::access::Decision;
 use crate::degrade::{self, Mode};
 use crate::metrics::Fault;
 use crate::respond;
@@ -73,93 +74,109 @@ pub fn handle(
         let busy = peer.as_mut().and_then(|p| p.busy.take());
         let (state, rt) = (&cur.state, &cur.rt);
         let protocol = Protocol::of(&parts.headers);
-
-        if parts.method == http::Method::CONNECT {
-            // Before hyper's server would take a 2xx for an open tunnel and hold the connection.
-            state.faults.count(Fault::BadRequest);
-            return Ok(respond::connect_unsupported(protocol));
-        }
-        if let Err(e) = host::check(&mut parts) {
-            state.faults.count(Fault::BadRequest);
-            return Ok(respond::bad_host(&e, protocol));
-        }
-        // Routes are matched on the normal path and the upstream is sent the same one, so the
-        // route chosen is the path served (`crate::path`); look-alike fields go before anyone
-        // reads them (`underscores`).
-        if let Err(e) = rt.router.path_policy().apply(&mut parts) {
-            state.faults.count(Fault::BadRequest);
-            return Ok(respond::bad_path(&e, protocol));
-        }
-        if let Err(name) = underscores::apply(&mut parts.headers, rt.router.underscores()) {
-            state.faults.count(Fault::BadRequest);
-            return Ok(respond::underscore_header(&name, protocol));
-        }
-        let class = match rt
-            .router
-            .classify(&parts, peer.as_ref().map(|p| p.addr), now)
-        {
-            Ok(c) => c,
-            Err(e) => {
+        // What the access log needs after the answer is made (`crate::access`): set on the way,
+        // read only when the log is on.
+        let mut seen = None;
+        let mut granted: Option<(Instant, std::time::Duration)> = None;
+        let (res, decision) = 'answer: {
+            if parts.method == http::Method::CONNECT {
+                // Before hyper's server would take a 2xx for an open tunnel and hold the connection.
                 state.faults.count(Fault::BadRequest);
-                return Ok(respond::bad_header(&e, protocol));
+                break 'answer (respond::connect_unsupported(protocol), Decision::Invalid);
             }
-        };
-        // Offered demand is what clients ask of the service; health checks are the proxy's and
-        // the load balancers' probes, not demand (they are never refused either).
-        if !class.health_check {
-            crate::admin::record_offered(class.criticality, class.cost);
-        } else if state.is_draining() {
-            // A load balancer probing through the data port hears what `/ready` says: during
-            // `[shutdown] drain_delay_ms` it takes this task out before the listener closes.
-            return Ok(respond::unavailable(
-                protocol,
-                "draining",
-                "this proxy is shutting down (SIGTERM): send to another task".into(),
-            ));
-        }
-        // Capped: a caller's customer names must not grow the metrics without bound.
-        let labels = state
-            .labels()
-            .request(&class.customer, &class.operation, class.criticality);
-        // Refreshes the cached utilisation (and the gauges) at most every 10 ms.
-        let utilisation = rt.utilisation(now);
-
-        let controls = state.controls();
-        if !class.health_check {
-            // The local and fleet layers with one draw: the stricter wins (controls/fleet.rs).
-            let draw = fastrand::f64();
-            let refusal = controls.check(now, class.criticality, draw).or_else(|| {
+            if let Err(e) = host::check(&mut parts) {
+                state.faults.count(Fault::BadRequest);
+                break 'answer (respond::bad_host(&e, protocol), Decision::Invalid);
+            }
+            // Routes are matched on the normal path and the upstream is sent the same one, so the
+            // route chosen is the path served (`crate::path`); look-alike fields go before anyone
+            // reads them (`underscores`).
+            if let Err(e) = rt.router.path_policy().apply(&mut parts) {
+                state.faults.count(Fault::BadRequest);
+                break 'answer (respond::bad_path(&e, protocol), Decision::Invalid);
+            }
+            if let Err(name) = underscores::apply(&mut parts.headers, rt.router.underscores()) {
+                state.faults.count(Fault::BadRequest);
+                break 'answer (
+                    respond::underscore_header(&name, protocol),
+                    Decision::Invalid,
+                );
+            }
+            let class: &crate::route::Classified =
+                match rt
+                    .router
+                    .classify(&parts, peer.as_ref().map(|p| p.addr), now)
+                {
+                    Ok(c) => seen.insert(c),
+                    Err(e) => {
+                        state.faults.count(Fault::BadRequest);
+                        break 'answer (respond::bad_header(&e, protocol), Decision::Invalid);
+                    }
+                };
+            // Offered demand is what clients ask of the service; health checks are the proxy's and
+            // the load balancers' probes, not demand (they are never refused either).
+            if !class.health_check {
+                crate::admin::record_offered(class.criticality, class.cost);
+            } else if state.is_draining() {
+                // A load balancer probing through the data port hears what `/ready` says: during
+                // `[shutdown] drain_delay_ms` it takes this task out before the listener closes.
+                let res = respond::unavailable(
+                    protocol,
+                    "draining",
+                    "this proxy is shutting down (SIGTERM): send to another task".into(),
+                );
+                break 'answer (res, Decision::Refused);
+            }
+            // Capped: a caller's customer names must not grow the metrics without bound.
+            let labels =
                 state
-                    .fleet_controls()
-                    .layer()
-                    .check(now, class.criticality, draw)
-            });
-            if let Some(refusal) = refusal {
-                tower_metrics::shed(&labels, refusal.reason());
-                return Ok(respond::control_refusal(&refusal, protocol));
-            }
-        }
+                    .labels()
+                    .request(&class.customer, &class.operation, class.criticality);
+            // Refreshes the cached utilisation (and the gauges) at most every 10 ms.
+            let utilisation = rt.utilisation(now);
 
-        // Graceful degradation (never for health checks).
-        let mut degraded_path = false;
-        if let (Some(route), false) = (&class.route, class.health_check) {
-            if let Some(d) = &route.degrade {
-                let exercised = controls.exercise_degraded(fastrand::f64());
-                let engaged = exercised || utilisation >= d.threshold;
-                if engaged {
-                    let counters = state.degrade_counters(&route.name);
-                    if !state.degradation_enabled(&route.name) {
-                        counters.suppressed();
-                    } else {
-                        let mode = degrade::mode(d);
-                        counters.count(&route.name, mode, exercised);
-                        match mode {
-                            Mode::Static => return Ok(degrade::static_response(d)),
-                            Mode::UpstreamPath => {
-                                if let Some(p) = d.upstream_path.as_deref() {
-                                    if let Some(u) = degrade::rewrite_path(&parts.uri, p) {
-                                        parts.uri = u;
-                                        degraded_path = true;
+            let controls = state.controls();
+            if !class.health_check {
+                // The local and fleet layers with one draw: the stricter wins (controls/fleet.rs).
+                let draw = fastrand::f64();
+                let refusal = controls.check(now, class.criticality, draw).or_else(|| {
+                    state
+                        .fleet_controls()
+                        .layer()
+                        .check(now, class.criticality, draw)
+                });
+                if let Some(refusal) = refusal {
+                    tower_metrics::shed(&labels, refusal.reason());
+                    break 'answer (
+                        respond::control_refusal(&refusal, protocol),
+                        Decision::Refused,
+                    );
+                }
+            }
+
+            // Graceful degradation (never for health checks).
+            let mut degraded_path = false;
+            if let (Some(route), false) = (&class.route, class.health_check) {
+                if let Some(d) = &route.degrade {
+                    let exercised = controls.exercise_degraded(fastrand::f64());
+                    let engaged = exercised || utilisation >= d.threshold;
+                    if engaged {
+                        let counters = state.degrade_counters(&route.name);
+                        if !state.degradation_enabled(&route.name) {
+                            counters.suppressed();
+                        } else {
+                            let mode = degrade::mode(d);
+                            counters.count(&route.name, mode, exercised);
+                            match mode {
+                                Mode::Static => {
+                                    break 'answer (degrade::static_response(d), Decision::Degraded)
+                                }
+                                Mode::UpstreamPath => {
+                                    if let Some(p) = d.upstream_path.as_deref() {
+                                        if let Some(u) = degrade::rewrite_path(&parts.uri, p) {
+                                            parts.uri = u;
+                                            degraded_path = true;
+                                        }
                                     }
                                 }
                             }
@@ -167,80 +184,115 @@ pub fn handle(
                     }
                 }
             }
-        }
 
-        let admission = AdmissionRequest {
-            customer: &class.customer,
-            criticality: class.criticality,
-            operation: &class.operation,
-            deadline: class.deadline,
-            attempt: class.attempt,
-            estimated_cost: class.cost,
-            health_check: class.health_check,
-            continuation: false,
-        };
-        // At the arrival's clock reading: the controller's clock is the system's (`state.rs`).
-        let permit = match rt.controller.admit_at(&admission, now) {
-            Admission::Admitted(p) => p,
-            Admission::Refused(r) => {
-                tower_metrics::shed(&labels, r.reason.as_str());
-                note_overload(state, &r, now);
-                return Ok(respond::refusal(&r, protocol));
-            }
-            Admission::Queued(q) => {
-                let give_up = tokio::time::Instant::from_std(q.give_up_at());
-                let mut q = q;
-                let res = tokio::select! {
-                    r = &mut q => r,
-                    _ = tokio::time::sleep_until(give_up) => Err(q.expire()),
-                };
-                match res {
-                    Ok(p) => p,
-                    Err(r) => {
-                        tower_metrics::shed(&labels, r.reason.as_str());
-                        note_overload(state, &r, std::time::Instant::now());
-                        return Ok(respond::refusal(&r, protocol));
+            let admission = AdmissionRequest {
+                customer: &class.customer,
+                criticality: class.criticality,
+                operation: &class.operation,
+                deadline: class.deadline,
+                attempt: class.attempt,
+                estimated_cost: class.cost,
+                health_check: class.health_check,
+                continuation: false,
+            };
+            // At the arrival's clock reading: the controller's clock is the system's (`state.rs`).
+            let permit = match rt.controller.admit_at(&admission, now) {
+                Admission::Admitted(p) => p,
+                Admission::Refused(r) => {
+                    tower_metrics::shed(&labels, r.reason.as_str());
+                    note_overload(state, &r, now);
+                    break 'answer (respond::refusal(&r, protocol), Decision::Refused);
+                }
+                Admission::Queued(q) => {
+                    let give_up = tokio::time::Instant::from_std(q.give_up_at());
+                    let mut q = q;
+                    let res = tokio::select! {
+                        r = &mut q => r,
+                        _ = tokio::time::sleep_until(give_up) => Err(q.expire()),
+                    };
+                    match res {
+                        Ok(p) => p,
+                        Err(r) => {
+                            tower_metrics::shed(&labels, r.reason.as_str());
+                            note_overload(state, &r, std::time::Instant::now());
+                            break 'answer (respond::refusal(&r, protocol), Decision::Refused);
+                        }
                     }
                 }
+            };
+            tower_metrics::admitted(&labels, permit.queue_time());
+            granted = Some((permit.started_at(), permit.queue_time()));
+
+            // Forwarded headers: hop-by-hop removed, the effective context written (so an upstream
+            // using spillway-tower sees the criticality and customer the proxy decided, and the time
+            // left after queueing), the peer appended to x-forwarded-for.
+            let upgrade = client_upgrade.is_some();
+            strip_hop_by_hop(&mut parts.headers, upgrade);
+            let ctx = RequestContext {
+                criticality: class.criticality,
+                deadline: class.deadline,
+                customer: Arc::clone(&class.customer),
+                attempt: class.attempt,
+            };
+            // Criticality, customer (the configured default's value made once) and forwarded-for
+            // travel beside the map (`added`); the time left as of the grant (the controller read the
+            // clock then; queueing is included), rather than one more clock read per request.
+            let customer = rt.router.customer_value(&class.customer);
+            let added = Added::new(&mut parts.headers, &ctx, customer, peer.as_ref());
+            ctx.write_deadline(&mut parts.headers, permit.started_at(), protocol);
+            if degraded_path {
+                parts
+                    .headers
+                    .insert(degrade::DEGRADED_HEADER, HeaderValue::from_static("1"));
             }
-        };
-        tower_metrics::admitted(&labels, permit.queue_time());
 
-        // Forwarded headers: hop-by-hop removed, the effective context written (so an upstream
-        // using spillway-tower sees the criticality and customer the proxy decided, and the time
-        // left after queueing), the peer appended to x-forwarded-for.
-        let upgrade = client_upgrade.is_some();
-        strip_hop_by_hop(&mut parts.headers, upgrade);
-        let ctx = RequestContext {
-            criticality: class.criticality,
-            deadline: class.deadline,
-            customer: Arc::clone(&class.customer),
-            attempt: class.attempt,
+            let raw_fields = peer.as_ref().is_some_and(|p| p.raw_fields);
+            let (res, upstream_upgrade) = send::forward(
+                state, rt, &mut parts, &added, body, protocol, class, permit, labels, busy,
+                raw_fields,
+            )
+            .await;
+            // Without the client's side (it did not ask to upgrade) the hold is dropped here, which
+            // releases the permit at once.
+            if let (Some(on_client), Some(up)) = (client_upgrade, upstream_upgrade) {
+                tokio::spawn(tunnel(on_client, up));
+            }
+            (res, Decision::Admitted)
         };
-        // Criticality, customer (the configured default's value made once) and forwarded-for
-        // travel beside the map (`added`); the time left as of the grant (the controller read the
-        // clock then; queueing is included), rather than one more clock read per request.
-        let customer = rt.router.customer_value(&class.customer);
-        let added = Added::new(&mut parts.headers, &ctx, customer, peer.as_ref());
-        ctx.write_deadline(&mut parts.headers, permit.started_at(), protocol);
-        if degraded_path {
-            parts
-                .headers
-                .insert(degrade::DEGRADED_HEADER, HeaderValue::from_static("1"));
-        }
-
-        let raw_fields = peer.as_ref().is_some_and(|p| p.raw_fields);
-        let (res, upstream_upgrade) = send::forward(
-            state, rt, &mut parts, &added, body, protocol, &class, permit, labels, busy, raw_fields,
-        )
-        .await;
-        // Without the client's side (it did not ask to upgrade) the hold is dropped here, which
-        // releases the permit at once.
-        if let (Some(on_client), Some(up)) = (client_upgrade, upstream_upgrade) {
-            tokio::spawn(tunnel(on_client, up));
+        if let Some(log) = &rt.access {
+            if log.sampled() {
+                access(log, &res, decision, seen.as_ref(), granted);
+            }
         }
         Ok(res)
     }
+}
+
+/// Writes `res`'s access log line (`crate::access`); only called when the log is on and the
+/// request is in the sample.
+fn access(
+    log: &crate::access::AccessLog,
+    res: &Response<ProxyBody>,
+    decision: Decision,
+    class: Option<&crate::route::Classified>,
+    granted: Option<(Instant, std::time::Duration)>,
+) {
+    let reason = res
+        .headers()
+        .get(spillway_tower::server::reject::REASON)
+        .and_then(|v| v.to_str().ok());
+    log.record(&crate::access::Entry {
+        time: std::time::SystemTime::now(),
+        route: class.and_then(|c| c.route.as_ref()).map(|r| &*r.name),
+        criticality: class.map(|c| c.criticality),
+        customer: class.map(|c| &*c.customer),
+        decision,
+        reason,
+        queue: granted.map(|g| g.1),
+        upstream: granted.map(|g| g.0.elapsed()),
+        status: res.status().as_u16(),
+        attempt: class.map(|c| c.attempt),
+    });
 }
 
 /// Tells the listener the proxy refused `r` for its own overload — a refusal another task with

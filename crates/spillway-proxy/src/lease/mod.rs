@@ -246,10 +246,10 @@ async fn run(weak: Weak<ProxyState>) {
             Ok((members, shares)) => {
                 if failing {
                     failing = false;
-                    crate::metrics::log(&format!(
-                        "quota store {} answers again: leased shares apply",
-                        client::redacted(&url)
-                    ));
+                    tracing::info!(
+                        store = %client::redacted(&url),
+                        "quota store answers again: leased shares apply"
+                    );
                 }
                 lease.granted(book, &reports, members, &shares, now);
                 None
@@ -275,11 +275,12 @@ fn report_error(failing: &mut bool, url: &str, e: &str) {
     metrics::counter!(STORE_ERRORS).increment(1);
     if !*failing {
         *failing = true;
-        crate::metrics::log(&format!(
-            "quota store {} unreachable ({e}): keeping the last lease, then the static \
-             global / tasks split until it answers (logged once per outage)",
-            client::redacted(url)
-        ));
+        tracing::warn!(
+            store = %client::redacted(url),
+            error = %e,
+            "quota store unreachable: keeping the last lease, then the static global / tasks \
+             split until it answers (logged once per outage)"
+        );
     }
 }
 

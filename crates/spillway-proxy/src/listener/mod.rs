@@ -97,7 +97,7 @@ pub async fn serve_capped(
                 Ok(x) => x,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    crate::metrics::log(&format!("accept failed: {e}"));
+                    tracing::error!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -256,7 +256,7 @@ pub async fn serve_capped(
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(drain) => {
-            crate::metrics::log("shutdown: connections still open after the drain period; closing");
+            tracing::warn!("shutdown: connections still open after the drain period; closing");
         }
     }
 }

@@ -75,10 +75,10 @@ pub(super) async fn run(pool: Weak<Pool>) {
                 };
                 if ok {
                     if task.is_ejected(Instant::now()) {
-                        crate::metrics::log(&format!(
-                            "upstream {} passed its health check: back in rotation",
-                            task.addr
-                        ));
+                        tracing::info!(
+                            upstream = %task.addr,
+                            "upstream passed its health check: back in rotation"
+                        );
                     }
                     task.readmit();
                 } else {

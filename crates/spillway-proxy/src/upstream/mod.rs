@@ -313,10 +313,10 @@ impl Pool {
         };
         if ejected {
             metrics::counter!(crate::metrics::EJECTIONS, crate::metrics::L_UPSTREAM => task.addr.to_string()).increment(1);
-            crate::metrics::log(&format!(
-                "upstream {} ejected after repeated failures",
-                task.addr
-            ));
+            tracing::warn!(
+                upstream = %task.addr,
+                "upstream ejected after repeated failures"
+            );
         }
     }
 

@@ -291,10 +291,18 @@ impl Sim<'_> {
                 if at >= self.next_trace {
                     self.next_trace = at + self.end / 100;
                     let s = p.snapshot();
-                    eprintln!(
-                        "TRACE t={:.4} limit={} inflight={} queued={} busy={} fifo={} ok={} refused={} timedout={} exp={:?}",
-                        at as f64 / 1e9, s.limit, s.in_flight, s.queued, self.busy, self.fifo.len(),
-                        self.figures.ok, self.figures.refused, self.figures.timed_out, s.expected_service_time
+                    tracing::info!(
+                        t = at as f64 / 1e9,
+                        limit = s.limit,
+                        inflight = s.in_flight,
+                        queued = s.queued,
+                        busy = self.busy,
+                        fifo = self.fifo.len(),
+                        ok = self.figures.ok,
+                        refused = self.figures.refused,
+                        timed_out = self.figures.timed_out,
+                        expected_service_time = ?s.expected_service_time,
+                        "sweep cell"
                     );
                 }
             }

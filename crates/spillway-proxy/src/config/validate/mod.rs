@@ -66,6 +66,7 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
         crate::lease::check_store_url(url)
             .map_err(|why| bad("admission.quota.store", format!("{url:?}"), &why))?;
     }
+    cfg.log.validate().map_err(|e| core_err("log", &e))?;
     classify::validate(&cfg.classify)?;
     if cfg.signals.orca_max_age_ms == 0 {
         return Err(bad("signals.orca_max_age_ms", 0, "milliseconds >= 1"));

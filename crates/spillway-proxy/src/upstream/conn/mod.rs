@@ -303,11 +303,12 @@ impl Connections {
         let answer = h2c::probe(stream, self.connect_timeout).await;
         if answer != h2c::Answer::Yes {
             if let Some(t) = self.targets.get(task) {
-                crate::metrics::log(&format!(
-                    "upstream {}: no HTTP/2 (h2c) answer ({answer:?}); HTTP/2 clients' \
-                     requests go to it over HTTP/1.1",
-                    t.text
-                ));
+                tracing::warn!(
+                    upstream = %t.text,
+                    answer = ?answer,
+                    "upstream gave no HTTP/2 (h2c) answer; HTTP/2 clients' requests go to it \
+                     over HTTP/1.1"
+                );
             }
         }
         self.h2c.record(task, answer, self.now_ms())
