@@ -97,7 +97,7 @@ impl Reader {
         }
     }
 
-    /// The name shown at start and in `/status`-adjacent logs.
+    /// What it reads, for the start-up error when the first reading fails.
     pub fn describe(&self) -> &'static str {
         match self {
             Reader::ProcStat => "/proc/stat (the host)",
