@@ -187,6 +187,10 @@ pub fn describe() {
         "Admin requests refused for a missing or wrong token."
     );
     metrics::describe_counter!(ADMIN_FORBIDDEN, "Admin requests refused for their Origin.");
+    metrics::describe_counter!(
+        crate::access::DROPPED,
+        "Access-log lines dropped because the writer fell behind."
+    );
     // The lease task describes its families when it starts, which may be before the recorder.
     crate::lease::describe();
     for f in Fault::ALL {
@@ -197,4 +201,5 @@ pub fn describe() {
     }
     metrics::counter!(ADMIN_UNAUTHORIZED).absolute(0);
     metrics::counter!(ADMIN_FORBIDDEN).absolute(0);
+    metrics::counter!(crate::access::DROPPED).absolute(0);
 }
