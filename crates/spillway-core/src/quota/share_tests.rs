@@ -1,8 +1,10 @@
 //! Unit tests of the book's fleet side (`share.rs`): shared buckets, offered demand, re-rating.
 
 use super::super::*;
+use crate::criticality::Criticality;
 use crate::criticality::Criticality::*;
 use std::time::Duration;
+use std::time::Instant;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
