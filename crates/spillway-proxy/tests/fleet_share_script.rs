@@ -1,4 +1,4 @@
-//! The share script (`src/lease/share.lua`) against a real Redis, without proxies: max-min
+//! The share script (`spillway-tower/src/lease/share.lua`) against a real Redis, without proxies: max-min
 //! fairness, the spare split when demand is below the quota, and membership by TTL — an
 //! instance that stops renewing drops out within two lease intervals and its share returns to
 //! the others.
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis_support::RedisServer;
 
-const SCRIPT: &str = include_str!("../src/lease/share.lua");
+const SCRIPT: &str = include_str!("../../spillway-tower/src/lease/share.lua");
 const MEMBERS: &str = "{spillway}:quota:members";
 const KEY: &str = "{spillway}:quota:demand:CRITICAL:c:acme";
 
