@@ -97,7 +97,7 @@ pub use book::{BucketUsage, OverQuota, QuotaBook, QuotaCharge};
 pub use config::{
     CustomerQuota, QuotaConfig, QuotaEnforcement, DEFAULT_BURST, DEFAULT_MAX_RETRY_AFTER,
 };
-pub use share::{fair, SharedBucket, DEFAULT_LEASE_INTERVAL};
+pub use share::{fair, DemandEstimate, SharedBucket, DEFAULT_LEASE_INTERVAL, DEMAND_SMOOTHING};
 
 use book::Bucket;
 use config::MAX_DURATION;

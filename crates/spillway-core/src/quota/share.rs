@@ -60,6 +60,95 @@ pub struct SharedBucket<'a> {
     pub index: usize,
 }
 
+/// Demand is smoothed over this (an exponential average) while it holds steady: a second of a
+/// 15 requests/s customer is few enough arrivals that one interval's count alone would swing
+/// the shares.
+pub const DEMAND_SMOOTHING: Duration = Duration::from_secs(1);
+
+/// A reading this far from the estimate (as a fraction of the larger of the two), twice in a
+/// row on the same side, is a shift of demand rather than noise; one twice as far is a shift at
+/// once.
+const SHIFT: f64 = 0.25;
+
+/// One bucket's demand as a lease client reports it: the offered rate, smoothed while steady,
+/// followed at once when it shifts.
+///
+/// Why not only smoothing: after the busiest instance becomes the quietest, a one-second
+/// average keeps reporting the old demand for seconds, and the max-min share follows the
+/// reports, so the fleet took 3.7–4.8 s to admit its quota again (bench/results/
+/// fleet2-controls-sim.md). A reading off by half or more of the larger value, or off by a
+/// quarter twice in a row on the same side, is taken as it stands: Poisson noise of a few
+/// arrivals per interval rarely does either, and when it does the estimate is one reading's
+/// worth wrong for one interval. The first reading stands as it is (no history to smooth it
+/// with), so a busy instance is not under-reported after it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct DemandEstimate {
+    /// Cost units per second; `None` before the first reading.
+    est: Option<f64>,
+    /// The side (+1 above, −1 below, 0 within) of the last reading that was off by `SHIFT`.
+    last_side: i8,
+    /// The estimate before that reading, which the next one is compared with.
+    anchor: f64,
+}
+
+impl DemandEstimate {
+    /// The estimate, cost units/s (0 before the first reading).
+    pub fn get(&self) -> f64 {
+        self.est.unwrap_or(0.0)
+    }
+
+    /// Takes `rate` (cost units/s over the last `dt` seconds) into the estimate; returns it.
+    pub fn update(&mut self, rate: f64, dt: f64) -> f64 {
+        self.update_over(rate, dt, DEMAND_SMOOTHING.as_secs_f64())
+    }
+
+    /// [`update`](Self::update) with steady demand smoothed over `smoothing_s` seconds instead
+    /// of [`DEMAND_SMOOTHING`] (the simulator's knob).
+    pub fn update_over(&mut self, rate: f64, dt: f64, smoothing_s: f64) -> f64 {
+        let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+        let Some(est) = self.est else {
+            self.est = Some(rate);
+            return rate;
+        };
+        // A second reading off on the same side is compared with the estimate from before the
+        // first one: that one was smoothed in, and would hide the shift it began.
+        let reference = if self.last_side != 0 {
+            self.anchor
+        } else {
+            est
+        };
+        let scale = rate.max(reference);
+        let off = if scale > 0.0 {
+            (rate - reference) / scale
+        } else {
+            0.0
+        };
+        let side = if off > SHIFT {
+            1
+        } else if off < -SHIFT {
+            -1
+        } else {
+            0
+        };
+        let next = if off.abs() >= 2.0 * SHIFT || (side != 0 && side == self.last_side) {
+            self.last_side = 0;
+            rate
+        } else {
+            if side != 0 && self.last_side == 0 {
+                self.anchor = reference;
+            }
+            self.last_side = side;
+            if dt > 0.0 && smoothing_s > 0.0 {
+                est + (1.0 - (-dt / smoothing_s).exp()) * (rate - est)
+            } else {
+                est
+            }
+        };
+        self.est = Some(next);
+        next
+    }
+}
+
 /// `amount` cost units in millionths, for the offered counter.
 #[inline]
 pub(super) fn micro_units(amount: f64) -> u64 {

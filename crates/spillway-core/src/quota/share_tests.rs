@@ -112,3 +112,32 @@ fn store_settings_are_validated() {
     };
     assert!(orphan.validate().is_err());
 }
+
+#[test]
+fn demand_is_smoothed_while_steady_and_followed_when_it_shifts() {
+    let mut d = DemandEstimate::default();
+    assert_eq!(d.get(), 0.0);
+    assert_eq!(d.update(60.0, 0.5), 60.0, "the first reading stands");
+    // Noise within a quarter: smoothed (alpha = 1 - e^-0.5 over half a second).
+    let alpha = 1.0 - (-0.5f64).exp();
+    let want = 60.0 + alpha * (54.0 - 60.0);
+    assert!((d.update(54.0, 0.5) - want).abs() < 1e-9);
+    // A drop to a tenth: taken at once.
+    assert_eq!(d.update(6.0, 0.5), 6.0);
+    // Up by 40%, once: smoothed; twice in a row: taken.
+    let once = d.update(8.5, 0.5);
+    assert!(once > 6.0 && once < 8.5, "{once}");
+    assert_eq!(d.update(8.5, 0.5), 8.5);
+    // Off by a third, then back inside: the side resets, the next third is smoothed again.
+    let _ = d.update(8.5, 0.5);
+    let up = d.update(12.0, 0.5);
+    assert!(up < 12.0, "{up}");
+    let back = d.update(8.5, 0.5);
+    assert!(back < up, "{back}");
+    let again = d.update(12.0, 0.5);
+    assert!(again < 12.0, "{again}");
+    // Nonsense readings count as nothing offered.
+    let mut z = DemandEstimate::default();
+    assert_eq!(z.update(f64::NAN, 0.5), 0.0);
+    assert_eq!(z.update(-5.0, 0.5), 0.0);
+}

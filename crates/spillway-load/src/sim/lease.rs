@@ -7,11 +7,12 @@
 //! Demand is fluid (each instance offers a rate; it admits `min(offered, leased rate)`), so
 //! 10,000 instances over a minute take well under a second per run.
 //!
-//! What is modelled, as `spillway-proxy/src/lease/` does it:
+//! What is modelled, as the lease client (`spillway_tower::lease`) does it:
 //!
 //! * each instance calls the store once per lease interval, at its own random phase; the call
 //!   reports its demand (the offered rate averaged over the last interval, smoothed
-//!   exponentially over `smoothing_s`, as the proxy's lease client does) and renews its
+//!   exponentially over `smoothing_s` while steady and followed when it shifts:
+//!   [`DemandEstimate`], the lease client's own) and renews its
 //!   membership for two intervals;
 //! * the store computes the share with the script's own arithmetic
 //!   ([`spillway_core::quota::fair`], tested against `share.lua` on a real Redis) over the live
@@ -28,6 +29,7 @@
 
 use serde::Deserialize;
 use spillway_core::quota::fair::FairLevel;
+use spillway_core::quota::DemandEstimate;
 
 #[cfg(test)]
 #[path = "lease_tests.rs"]
@@ -212,12 +214,11 @@ pub struct LeaseRun {
 
 struct Inst {
     phase: u64,
-    est: f64,
+    est: DemandEstimate,
     offered: f64,
     since: Option<f64>,
     /// The store failed since the last lease: the next lease may not raise the rate.
     recovering: bool,
-    measured: bool,
     rate: f64,
     share: Option<f64>,
     last_lease: Option<f64>,
@@ -254,11 +255,10 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
     let mut inst: Vec<Inst> = (0..n)
         .map(|_| Inst {
             phase: rng.u64(..spi),
-            est: 0.0,
+            est: DemandEstimate::default(),
             offered: 0.0,
             since: None,
             recovering: false,
-            measured: false,
             rate: fixed,
             share: None,
             last_lease: None,
@@ -307,17 +307,12 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
                 }
             }
             if k % spi == me.phase {
-                // The lease client's demand: the last interval's offered rate, smoothed; the
-                // first reading is taken as it is (no history to smooth it with).
+                // The lease client's demand: the last interval's offered rate, smoothed while
+                // steady and followed when it shifts, by the lease client's own estimator.
                 if let Some(since) = me.since.filter(|&s| t > s) {
-                    let rate = me.offered / (t - since);
-                    if me.measured {
-                        let alpha = 1.0 - (-(t - since) / sc.smoothing_s).exp();
-                        me.est += alpha * (rate - me.est);
-                    } else {
-                        me.est = rate;
-                        me.measured = true;
-                    }
+                    let dt_call = t - since;
+                    me.est
+                        .update_over(me.offered / dt_call, dt_call, sc.smoothing_s);
                 }
                 me.offered = 0.0;
                 me.since = Some(t);
@@ -334,7 +329,7 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
         }
         if !callers.is_empty() {
             for &i in &callers {
-                reported[i] = inst[i].est;
+                reported[i] = inst[i].est.get();
                 member_until[i] = t + 2.0 * interval;
             }
             demands.clear();
@@ -342,7 +337,7 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
             let members = demands.len();
             let level = FairLevel::new(sc.global, members, &mut demands);
             for &i in &callers {
-                inst[i].pending = Some((t + latency, level.share(inst[i].est)));
+                inst[i].pending = Some((t + latency, level.share(inst[i].est.get())));
             }
         }
         series.push(admitted / target);

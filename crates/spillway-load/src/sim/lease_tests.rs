@@ -37,9 +37,14 @@ fn the_shipped_scenario_holds_the_quota_and_converges() {
             r.converge_start_s.is_some_and(|c| c <= 3.0 * iv + 1e-9),
             "{r:?}"
         );
-        // After the demand ranks reverse, the 1 s demand smoothing dominates, not the
-        // interval (bench/results/fleet2-controls-sim.md): bounded, not two intervals.
-        assert!(r.converge_shift_s.is_some_and(|c| c <= 5.0), "{r:?}");
+        // After the demand ranks reverse: the demand estimate follows a shift at once
+        // (DemandEstimate), so what is left is the protocol's own delay — one interval for
+        // every instance to read the new demand, one more for the others to see it (2.0–2.4
+        // intervals over 10–10,000 instances; it was 3.7–4.8 s under the plain 1 s smoothing).
+        assert!(
+            r.converge_shift_s.is_some_and(|c| c <= 2.5 * iv + 1e-9),
+            "{r:?}"
+        );
     }
 }
 

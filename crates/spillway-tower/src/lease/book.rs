@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use spillway_core::quota::QuotaBook;
+use spillway_core::quota::{DemandEstimate, QuotaBook};
 
 use super::{demand_key, LeaseMode};
 
@@ -28,8 +28,8 @@ pub struct LeaseBook {
     pub(super) book: usize,
     /// Per bucket: offered total at the last reading.
     pub(super) offered: HashMap<usize, f64>,
-    /// Per bucket: smoothed demand, cost units/s.
-    pub(super) demand: HashMap<usize, f64>,
+    /// Per bucket: the demand estimate, cost units/s.
+    pub(super) demand: HashMap<usize, DemandEstimate>,
     /// Per bucket: the last leased share.
     pub(super) share: HashMap<usize, f64>,
     pub(super) read_at: Option<Instant>,
@@ -37,8 +37,6 @@ pub struct LeaseBook {
     pub(super) last: Option<Instant>,
     pub(super) members: u64,
     pub(super) mode: LeaseMode,
-    /// Buckets with a first measured rate (the first is taken as it is, not smoothed from 0).
-    pub(super) measured: std::collections::HashSet<usize>,
     /// The store failed since the last lease: the next lease may lower rates, not raise them.
     pub(super) recovering: bool,
 }
@@ -54,15 +52,10 @@ impl Default for LeaseBook {
             last: None,
             members: 0,
             mode: LeaseMode::Static,
-            measured: std::collections::HashSet::new(),
             recovering: false,
         }
     }
 }
-
-/// Demand is smoothed over this (an exponential average): a second of a 15 requests/s customer
-/// is few enough arrivals that one interval's count alone would swing the shares.
-const DEMAND_SMOOTHING: Duration = Duration::from_secs(1);
 
 impl LeaseBook {
     /// Reads each shared bucket's demand from `book` at `now`, for the store.
@@ -82,33 +75,22 @@ impl LeaseBook {
             .read_at
             .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
         self.read_at = Some(now);
-        let alpha = if dt > 0.0 {
-            1.0 - (-dt / DEMAND_SMOOTHING.as_secs_f64()).exp()
-        } else {
-            0.0
-        };
         book.shared_buckets()
             .into_iter()
             .map(|b| {
                 let total = book.offered(b.index);
                 let prev = self.offered.insert(b.index, total);
-                let d = self.demand.entry(b.index).or_insert(0.0);
+                let d = self.demand.entry(b.index).or_default();
                 if let (Some(prev), true) = (prev, dt > 0.0) {
-                    let rate = (total - prev).max(0.0) / dt;
-                    // Smoothing from 0 would under-report a busy instance for a second or
-                    // more after it starts (the simulation's cold start took three intervals
-                    // instead of two): the first reading stands as it is.
-                    if self.measured.insert(b.index) {
-                        *d = rate;
-                    } else {
-                        *d += alpha * (rate - *d);
-                    }
+                    // Smoothed while steady, followed when it shifts; the first reading
+                    // stands as it is (spillway_core::quota::DemandEstimate says why).
+                    d.update((total - prev).max(0.0) / dt, dt);
                 }
                 Report {
                     index: b.index,
                     key: demand_key(b.customer, b.criticality),
                     global: b.global,
-                    demand: *d,
+                    demand: d.get(),
                 }
             })
             .collect()

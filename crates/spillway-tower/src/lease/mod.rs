@@ -10,7 +10,8 @@
 //! interval,
 //!
 //! 1. reads each shared bucket's demand — the cost offered to it per second, admitted or
-//!    refused, smoothed over about a second ([`QuotaBook::offered`]);
+//!    refused, smoothed while steady and followed when it shifts ([`QuotaBook::offered`],
+//!    [`DemandEstimate`]);
 //! 2. sends it in one `EVALSHA` of `share.lua`, which renews this instance's membership (a TTL
 //!    of two lease intervals, so an instance that stops renewing drops out within two
 //!    intervals and its share returns to the others), stores the demand, and computes this
@@ -42,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use spillway_core::controller::AdmissionController;
-use spillway_core::quota::{QuotaBook, QuotaConfig, DEFAULT_LEASE_INTERVAL};
+use spillway_core::quota::{DemandEstimate, QuotaBook, QuotaConfig, DEFAULT_LEASE_INTERVAL};
 use spillway_core::ConfigError;
 
 mod book;
@@ -333,7 +334,7 @@ impl Leaser {
                 customer: b.customer.map(str::to_string),
                 criticality: b.criticality,
                 global: b.global,
-                demand: lease.demand.get(&b.index).copied().unwrap_or(0.0),
+                demand: lease.demand.get(&b.index).map_or(0.0, DemandEstimate::get),
                 rate: b.rate,
             })
             .collect();
