@@ -16,8 +16,9 @@
 //!   membership for two intervals;
 //! * the store computes the share with the script's own arithmetic
 //!   ([`spillway_core::quota::fair`], tested against `share.lua` on a real Redis) over the live
-//!   members' last reports; calls in the same time step (a tenth of an interval by default) see
-//!   each other's reports, a small departure from Redis's one-at-a-time order;
+//!   members' last reports, and keeps the water level for half an interval, as the script
+//!   does; calls in the same time step (a tenth of an interval by default) see each other's
+//!   reports, a small departure from Redis's one-at-a-time order;
 //! * the reply arrives a store round trip later (`store_latency_ms`);
 //! * during a store outage calls fail: an instance holds its last lease for two intervals, then
 //!   moves linearly to the static `global / tasks` split over two more; an outage with
@@ -270,6 +271,7 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
     let mut member_until = vec![f64::NEG_INFINITY; n];
     let mut callers: Vec<usize> = Vec::new();
     let mut demands: Vec<f64> = Vec::with_capacity(n);
+    let mut kept: Option<(f64, FairLevel)> = None;
     let mut series: Vec<f64> = Vec::with_capacity(steps as usize);
     let mut calls = 0u64;
     let mut wiped = false;
@@ -281,6 +283,7 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
             reported.iter_mut().for_each(|r| *r = 0.0);
             member_until.iter_mut().for_each(|m| *m = f64::NEG_INFINITY);
             wiped = true;
+            kept = None;
         }
         let demand = |i: usize| {
             let j = if shifted { n - 1 - i } else { i };
@@ -332,10 +335,18 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
                 reported[i] = inst[i].est.get();
                 member_until[i] = t + 2.0 * interval;
             }
-            demands.clear();
-            demands.extend((0..n).filter(|&i| member_until[i] > t).map(|i| reported[i]));
-            let members = demands.len();
-            let level = FairLevel::new(sc.global, members, &mut demands);
+            // The script keeps a bucket's level for half an interval (`share.lua`): within
+            // that, callers get the kept level applied to their own demand.
+            let level = match kept {
+                Some((at, level)) if t - at < interval / 2.0 => level,
+                _ => {
+                    demands.clear();
+                    demands.extend((0..n).filter(|&i| member_until[i] > t).map(|i| reported[i]));
+                    let level = FairLevel::new(sc.global, demands.len(), &mut demands);
+                    kept = Some((t, level));
+                    level
+                }
+            };
             for &i in &callers {
                 inst[i].pending = Some((t + latency, level.share(inst[i].est.get())));
             }

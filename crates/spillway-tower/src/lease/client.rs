@@ -62,17 +62,21 @@ impl Client {
     }
 
     /// One lease: reports `reports`' demands and returns (live members, share per report).
+    /// Membership lasts `ttl`; a bucket's water level computed within `reuse` by any instance
+    /// is applied rather than computed again (see `share.lua`).
     pub async fn lease(
         &mut self,
         instance: &str,
         ttl: Duration,
+        reuse: Duration,
         reports: &[Report],
         budget: Duration,
     ) -> Result<(u64, Vec<f64>), String> {
         let mut inv = self.script.prepare_invoke();
         inv.key(MEMBERS_KEY)
             .arg(instance)
-            .arg(ttl.as_millis() as u64);
+            .arg(ttl.as_millis() as u64)
+            .arg(reuse.as_millis() as u64);
         for r in reports {
             inv.key(&r.key).arg(r.global).arg(r.demand);
         }

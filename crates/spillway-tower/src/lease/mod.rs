@@ -18,7 +18,9 @@
 //!    instance's share max-min fair over the live instances' demands, atomically;
 //! 3. re-rates the buckets with the shares ([`QuotaBook::set_rate`]).
 //!
-//! So the store sees one round trip per instance per interval, whatever the request rate.
+//! So the store sees one round trip per instance per interval, whatever the request rate, and
+//! each bucket's level is computed about twice per interval, whatever the fleet's size (the
+//! script keeps it for half an interval; `share.lua` says why).
 //! The proxy (`[admission.quota] store`) and the tower layer
 //! ([`SpillwayLayer::fleet_store`](crate::server::SpillwayLayer::fleet_store)) run the same
 //! [`Leaser`] against the same keys, so proxies and tower services can share one quota.
@@ -283,7 +285,9 @@ impl Leaser {
         }
         let ttl = store.lease_interval * 2;
         let result = match self.client.as_mut() {
-            Some((_, c)) => c.lease(&self.instance, ttl, &reports, budget).await,
+            // Half an interval: each bucket's level is computed about twice per interval
+            // whatever the fleet's size, and no share rests on a level older than that.
+            Some((_, c)) => c.lease(&self.instance, ttl, budget, &reports, budget).await,
             None => Err("no connection".into()),
         };
         metrics::counter!(STORE_CALLS).increment(1);
