@@ -65,10 +65,15 @@ pub struct SharedBucket<'a> {
 /// the shares.
 pub const DEMAND_SMOOTHING: Duration = Duration::from_secs(1);
 
-/// A reading this far from the estimate (as a fraction of the larger of the two), twice in a
-/// row on the same side, is a shift of demand rather than noise; one twice as far is a shift at
-/// once.
+/// A reading this far from the estimate (as a fraction of the larger of the two) is off; off
+/// on the same side for [`SHIFT_WINDOW`] is a shift of demand rather than noise, and so is one
+/// reading of that length off by twice this.
 const SHIFT: f64 = 0.25;
+
+/// The least time of arrivals a shift is taken from: about half a second (less a tenth for the
+/// lease timer's jitter), so that a shift is averaged over as many arrivals as a reading of a
+/// 500 ms lease holds, however short the interval.
+const SHIFT_WINDOW: f64 = 0.45;
 
 /// One bucket's demand as a lease client reports it: the offered rate, smoothed while steady,
 /// followed at once when it shifts.
@@ -76,19 +81,24 @@ const SHIFT: f64 = 0.25;
 /// Why not only smoothing: after the busiest instance becomes the quietest, a one-second
 /// average keeps reporting the old demand for seconds, and the max-min share follows the
 /// reports, so the fleet took 3.7–4.8 s to admit its quota again (bench/results/
-/// fleet2-controls-sim.md). A reading off by half or more of the larger value, or off by a
-/// quarter twice in a row on the same side, is taken as it stands: Poisson noise of a few
-/// arrivals per interval rarely does either, and when it does the estimate is one reading's
-/// worth wrong for one interval. The first reading stands as it is (no history to smooth it
-/// with), so a busy instance is not under-reported after it starts.
+/// fleet2-controls-sim.md). Readings off the estimate by more than a quarter, on the same side,
+/// for half a second (two readings or more, or one off by half), are taken as they stand: the
+/// newest reading becomes the estimate when it spans half a second, else the run's average. Shorter runs are smoothed as before, so an instance
+/// that sees a few arrivals per interval does not report each interval's count. The first
+/// reading stands as it is (no history to smooth it with), so a busy instance is not
+/// under-reported after it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct DemandEstimate {
     /// Cost units per second; `None` before the first reading.
     est: Option<f64>,
-    /// The side (+1 above, −1 below, 0 within) of the last reading that was off by `SHIFT`.
-    last_side: i8,
-    /// The estimate before that reading, which the next one is compared with.
+    /// The side (+1 above, −1 below, 0 none) of the current run of readings off the estimate.
+    side: i8,
+    /// The estimate before the run began, which its readings are compared with.
     anchor: f64,
+    /// The run's readings: cost units offered, seconds, readings.
+    run_units: f64,
+    run_secs: f64,
+    run_len: u32,
 }
 
 impl DemandEstimate {
@@ -106,17 +116,14 @@ impl DemandEstimate {
     /// of [`DEMAND_SMOOTHING`] (the simulator's knob).
     pub fn update_over(&mut self, rate: f64, dt: f64, smoothing_s: f64) -> f64 {
         let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+        let dt = if dt.is_finite() { dt.max(0.0) } else { 0.0 };
         let Some(est) = self.est else {
             self.est = Some(rate);
             return rate;
         };
-        // A second reading off on the same side is compared with the estimate from before the
-        // first one: that one was smoothed in, and would hide the shift it began.
-        let reference = if self.last_side != 0 {
-            self.anchor
-        } else {
-            est
-        };
+        // Readings of a run are compared with the estimate from before it: the first ones were
+        // smoothed in, and would hide the shift they began.
+        let reference = if self.side != 0 { self.anchor } else { est };
         let scale = rate.max(reference);
         let off = if scale > 0.0 {
             (rate - reference) / scale
@@ -130,19 +137,34 @@ impl DemandEstimate {
         } else {
             0
         };
-        let next = if off.abs() >= 2.0 * SHIFT || (side != 0 && side == self.last_side) {
-            self.last_side = 0;
-            rate
-        } else {
-            if side != 0 && self.last_side == 0 {
-                self.anchor = reference;
-            }
-            self.last_side = side;
-            if dt > 0.0 && smoothing_s > 0.0 {
-                est + (1.0 - (-dt / smoothing_s).exp()) * (rate - est)
+        if side == 0 || side != self.side {
+            self.side = side;
+            self.anchor = reference;
+            self.run_units = 0.0;
+            self.run_secs = 0.0;
+            self.run_len = 0;
+        }
+        if side != 0 {
+            self.run_units += rate * dt;
+            self.run_secs += dt;
+            self.run_len += 1;
+        }
+        let shifted = side != 0
+            && self.run_secs >= SHIFT_WINDOW
+            && (self.run_len >= 2 || off.abs() >= 2.0 * SHIFT);
+        let next = if shifted {
+            self.side = 0;
+            // The newest half second: a reading that long alone, else the run's average (its
+            // first reading may straddle the shift, so it is left out when it can be).
+            if dt >= SHIFT_WINDOW {
+                rate
             } else {
-                est
+                self.run_units / self.run_secs
             }
+        } else if dt > 0.0 && smoothing_s > 0.0 {
+            est + (1.0 - (-dt / smoothing_s).exp()) * (rate - est)
+        } else {
+            est
         };
         self.est = Some(next);
         next
