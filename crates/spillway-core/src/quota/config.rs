@@ -83,9 +83,9 @@ pub struct QuotaConfig {
     /// Default 1 s ([`DEFAULT_BURST`]). Accepted: more than 0, at most a day.
     #[cfg_attr(feature = "serde", serde(rename = "burst_ms", with = "millis"))]
     pub burst: Duration,
-    /// Cap on [`OverQuota::retry_after`], and the largest debt (as time of quota) enforced
-    /// charges may run up. Default 60 s ([`DEFAULT_MAX_RETRY_AFTER`]). Accepted: more than 0, at
-    /// most a day.
+    /// Cap on [`OverQuota::retry_after`](super::OverQuota::retry_after), and the largest debt
+    /// (as time of quota) enforced charges may run up. Default 60 s
+    /// ([`DEFAULT_MAX_RETRY_AFTER`]). Accepted: more than 0, at most a day.
     #[cfg_attr(
         feature = "serde",
         serde(rename = "max_retry_after_ms", with = "millis")

@@ -83,8 +83,9 @@ const SHIFT_WINDOW: f64 = 0.45;
 /// reports, so the fleet took 3.7–4.8 s to admit its quota again (bench/results/
 /// fleet2-controls-sim.md). Readings off the estimate by more than a quarter, on the same side,
 /// for half a second (two readings or more, or one off by half), are taken as they stand: the
-/// newest reading becomes the estimate when it spans half a second, else the run's average. Shorter runs are smoothed as before, so an instance
-/// that sees a few arrivals per interval does not report each interval's count. The first
+/// newest reading becomes the estimate when it spans half a second, else the run's average.
+/// Shorter runs are smoothed as before, so an instance that sees a few arrivals per interval
+/// does not report each interval's count. The first
 /// reading stands as it is (no history to smooth it with), so a busy instance is not
 /// under-reported after it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]

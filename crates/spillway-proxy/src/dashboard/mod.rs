@@ -13,7 +13,7 @@
 //! | `GET /assets/*` | the pages' scripts and style |
 //! | `GET /api/series?since=<ms>` | samples newer than `since` (all 15 min for 0), see [`Sample`] |
 //! | `GET /api/calc?...` | the calculator's answers from `spillway_core::erlang` ([`calc`]) |
-//! | `GET /api/fleet` | `/status`'s `quota_lease` and `fleet_controls`: where the quota rates and the fleet controls come from |
+//! | `GET /api/fleet` | `/status`'s `quota_lease` and `fleet_controls` (where rates and controls come from) |
 //!
 //! A sampler task ([`Dashboard::spawn_sampler`]) reads the proxy once a second into a ring of
 //! 900 samples (15 minutes). Rates are differences of the proxy's own counters; latency comes
