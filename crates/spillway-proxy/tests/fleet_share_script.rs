@@ -1,7 +1,7 @@
-//! The share script (`spillway-tower/src/lease/share.lua`) against a real Redis, without proxies: max-min
-//! fairness, the spare split when demand is below the quota, and membership by TTL — an
-//! instance that stops renewing drops out within two lease intervals and its share returns to
-//! the others.
+//! The share script (`spillway-tower/src/lease/share.lua`) against a real Redis, without
+//! proxies: max-min fairness, the spare split when demand is below the quota, membership by TTL
+//! — an instance that stops renewing drops out within two lease intervals and its share returns
+//! to the others — and the reuse of a bucket's level.
 
 mod redis_support;
 
