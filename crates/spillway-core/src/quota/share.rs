@@ -75,6 +75,11 @@ const SHIFT: f64 = 0.25;
 /// 500 ms lease holds, however short the interval.
 const SHIFT_WINDOW: f64 = 0.45;
 
+/// The least time a run with a reading of nothing is taken from: at a few arrivals per second
+/// half a second without one is common (two services at 2 requests/s in 100 ms leases: the quiet
+/// one's estimate fell to 0 and it was refused), so a drop to nothing needs three times as long.
+const SHIFT_WINDOW_EMPTY: f64 = 3.0 * SHIFT_WINDOW;
+
 /// One bucket's demand as a lease client reports it: the offered rate, smoothed while steady,
 /// followed at once when it shifts.
 ///
@@ -82,8 +87,9 @@ const SHIFT_WINDOW: f64 = 0.45;
 /// average keeps reporting the old demand for seconds, and the max-min share follows the
 /// reports, so the fleet took 3.7–4.8 s to admit its quota again (bench/results/
 /// fleet2-controls-sim.md). Readings off the estimate by more than a quarter, on the same side,
-/// for half a second (two readings or more, or one off by half), are taken as they stand: the
-/// newest reading becomes the estimate when it spans half a second, else the run's average.
+/// for half a second (two readings or more, or one off by half; a second and a half when one
+/// of them saw nothing), are taken as they stand: the newest reading becomes the estimate when
+/// it spans that time, else the run's average.
 /// Shorter runs are smoothed as before, so an instance that sees a few arrivals per interval
 /// does not report each interval's count. The first
 /// reading stands as it is (no history to smooth it with), so a busy instance is not
@@ -100,12 +106,22 @@ pub struct DemandEstimate {
     run_units: f64,
     run_secs: f64,
     run_len: u32,
+    /// Whether a reading of the run saw nothing offered.
+    run_empty: bool,
+    /// Whether the last reading was taken as a shift.
+    shifted: bool,
 }
 
 impl DemandEstimate {
     /// The estimate, cost units/s (0 before the first reading).
     pub fn get(&self) -> f64 {
         self.est.unwrap_or(0.0)
+    }
+
+    /// Whether the last reading was taken as a shift of demand (the store should then share
+    /// the quota out afresh rather than apply a level computed before it).
+    pub fn shifted(&self) -> bool {
+        self.shifted
     }
 
     /// Takes `rate` (cost units/s over the last `dt` seconds) into the estimate; returns it.
@@ -118,6 +134,7 @@ impl DemandEstimate {
     pub fn update_over(&mut self, rate: f64, dt: f64, smoothing_s: f64) -> f64 {
         let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
         let dt = if dt.is_finite() { dt.max(0.0) } else { 0.0 };
+        self.shifted = false;
         let Some(est) = self.est else {
             self.est = Some(rate);
             return rate;
@@ -144,20 +161,27 @@ impl DemandEstimate {
             self.run_units = 0.0;
             self.run_secs = 0.0;
             self.run_len = 0;
+            self.run_empty = false;
         }
         if side != 0 {
             self.run_units += rate * dt;
             self.run_secs += dt;
             self.run_len += 1;
+            self.run_empty |= rate == 0.0;
         }
-        let shifted = side != 0
-            && self.run_secs >= SHIFT_WINDOW
-            && (self.run_len >= 2 || off.abs() >= 2.0 * SHIFT);
+        let window = if self.run_empty {
+            SHIFT_WINDOW_EMPTY
+        } else {
+            SHIFT_WINDOW
+        };
+        let shifted =
+            side != 0 && self.run_secs >= window && (self.run_len >= 2 || off.abs() >= 2.0 * SHIFT);
         let next = if shifted {
             self.side = 0;
+            self.shifted = true;
             // The newest half second: a reading that long alone, else the run's average (its
             // first reading may straddle the shift, so it is left out when it can be).
-            if dt >= SHIFT_WINDOW {
+            if dt >= window {
                 rate
             } else {
                 self.run_units / self.run_secs

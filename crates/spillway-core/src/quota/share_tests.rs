@@ -122,8 +122,10 @@ fn demand_is_smoothed_while_steady_and_followed_when_it_shifts() {
     let alpha = 1.0 - (-0.5f64).exp();
     let want = 60.0 + alpha * (54.0 - 60.0);
     assert!((d.update(54.0, 0.5) - want).abs() < 1e-9);
+    assert!(!d.shifted());
     // A drop to a tenth over half a second: taken at once.
     assert_eq!(d.update(6.0, 0.5), 6.0);
+    assert!(d.shifted());
     // Up by 40%, once: smoothed; twice in a row: the run's average is taken.
     let once = d.update(8.5, 0.5);
     assert!(once > 6.0 && once < 8.5, "{once}");
@@ -143,13 +145,11 @@ fn demand_is_smoothed_while_steady_and_followed_when_it_shifts() {
 
 #[test]
 fn a_few_arrivals_per_short_interval_are_smoothed_not_followed() {
-    // 3 requests/s seen in 100 ms readings: mostly 0, now and then 10/s. No run of one side
-    // lasts half a second, so the estimate stays near the mean instead of jumping with it.
-    // (Half a second without an arrival would be taken as a drop: at a few arrivals per
-    // second the estimate is as noisy as a half-second count.)
+    // 2-3 requests/s seen in 100 ms readings: mostly 0, now and then 10/s. No run of one side
+    // lasts long enough, so the estimate stays near the mean instead of jumping with it.
     let mut d = DemandEstimate::default();
     d.update(2.0, 0.1);
-    let readings = [0.0, 0.0, 10.0, 0.0, 0.0, 0.0, 10.0, 0.0, 0.0, 10.0];
+    let readings = [0.0, 0.0, 10.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 10.0];
     for _ in 0..20 {
         for r in readings {
             let e = d.update(r, 0.1);
@@ -164,4 +164,9 @@ fn a_few_arrivals_per_short_interval_are_smoothed_not_followed() {
         last = d.update(40.0, 0.1);
     }
     assert!(before < 6.0 && last > 30.0, "{before} -> {last}");
+    // Nothing at all for a second and a half: a drop, taken.
+    for _ in 0..15 {
+        last = d.update(0.0, 0.1);
+    }
+    assert_eq!(last, 0.0);
 }

@@ -337,8 +337,11 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
             }
             // The script keeps a bucket's level for half an interval (`share.lua`): within
             // that, callers get the kept level applied to their own demand.
+            // A caller whose demand just shifted has it computed afresh (the lease client
+            // passes no reuse then).
+            let fresh = callers.iter().any(|&i| inst[i].est.shifted());
             let level = match kept {
-                Some((at, level)) if t - at < interval / 2.0 => level,
+                Some((at, level)) if !fresh && t - at < interval / 2.0 => level,
                 _ => {
                     demands.clear();
                     demands.extend((0..n).filter(|&i| member_until[i] > t).map(|i| reported[i]));

@@ -39,6 +39,8 @@ pub struct LeaseBook {
     pub(super) mode: LeaseMode,
     /// The store failed since the last lease: the next lease may lower rates, not raise them.
     pub(super) recovering: bool,
+    /// A bucket's demand shifted at the last reading: the store shares it out afresh.
+    pub(super) shifted: bool,
 }
 
 impl Default for LeaseBook {
@@ -53,6 +55,7 @@ impl Default for LeaseBook {
             members: 0,
             mode: LeaseMode::Static,
             recovering: false,
+            shifted: false,
         }
     }
 }
@@ -71,6 +74,7 @@ impl LeaseBook {
                 ..LeaseBook::default()
             };
         }
+        self.shifted = false;
         let dt = self
             .read_at
             .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
@@ -85,6 +89,7 @@ impl LeaseBook {
                     // Smoothed while steady, followed when it shifts; the first reading
                     // stands as it is (spillway_core::quota::DemandEstimate says why).
                     d.update((total - prev).max(0.0) / dt, dt);
+                    self.shifted |= d.shifted();
                 }
                 Report {
                     index: b.index,

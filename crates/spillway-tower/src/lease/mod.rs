@@ -286,8 +286,17 @@ impl Leaser {
         let ttl = store.lease_interval * 2;
         let result = match self.client.as_mut() {
             // Half an interval: each bucket's level is computed about twice per interval
-            // whatever the fleet's size, and no share rests on a level older than that.
-            Some((_, c)) => c.lease(&self.instance, ttl, budget, &reports, budget).await,
+            // whatever the fleet's size, and no share rests on a level older than that. A
+            // call whose demand just shifted has the levels computed afresh (and kept for the
+            // others), so a shift is not applied to a level from before it.
+            Some((_, c)) => {
+                let reuse = if self.lease.shifted {
+                    Duration::ZERO
+                } else {
+                    budget
+                };
+                c.lease(&self.instance, ttl, reuse, &reports, budget).await
+            }
             None => Err("no connection".into()),
         };
         metrics::counter!(STORE_CALLS).increment(1);

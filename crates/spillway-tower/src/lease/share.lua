@@ -4,7 +4,7 @@
 -- KEYS[2..]   one demand hash per shared bucket (instance id -> demand, cost units/s)
 -- ARGV[1]     this instance's id
 -- ARGV[2]     membership TTL, ms (two lease intervals)
--- ARGV[3]     how long a bucket's water level may be reused, ms (0: computed at every call)
+-- ARGV[3]     how long a kept water level may be reused, ms (0: computed afresh, and kept)
 -- ARGV[2+2k], ARGV[3+2k]   global quota and this instance's demand for KEYS[1+k]
 --
 -- Returns {live members, share for KEYS[2], share for KEYS[3], ...} as strings (a Lua number
@@ -21,9 +21,10 @@
 -- computing it at every call the store's work per interval grows with buckets x instances^2
 -- (100 customers x 4 criticalities x 20 instances: 26 ms per call). The level (and the floor,
 -- and the spare per demand) is kept in the bucket's hash under the field '~level' and reused
--- for ARGV[3] ms (the lease client passes half an interval), so each bucket is computed about
--- twice per interval whatever the fleet's size; each call then only stores its demand and
--- applies the level to it, as spillway_core::quota::fair::FairLevel does.
+-- for ARGV[3] ms (the lease client passes half an interval, or 0 when its demand has just
+-- shifted, so that the shift is shared out at once), so each bucket is computed about twice per
+-- interval whatever the fleet's size; each call then only stores its demand and applies the
+-- level to it, as spillway_core::quota::fair::FairLevel does.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
@@ -88,10 +89,8 @@ for k = 2, #KEYS do
         left = left - d
       end
     end
-    if reuse > 0 then
-      redis.call('HSET', KEYS[k], LEVEL,
-        string.format('%d %.17g %.17g %.17g', now, floor, level, spare))
-    end
+    redis.call('HSET', KEYS[k], LEVEL,
+      string.format('%d %.17g %.17g %.17g', now, floor, level, spare))
   end
   mine = math.max(mine, floor)
   local share
