@@ -6,6 +6,7 @@
 import { getJSON, postJSON, getToken, setToken } from "./api.js";
 import { LineChart, PALETTE } from "./chart.js";
 import { fmtShort, fmtPct } from "./format.js";
+import { startFleet } from "./fleet.js";
 
 const KEEP = 900; // 15 min at 1 s
 const POLL_MS = 1000;
@@ -248,3 +249,4 @@ $("token").value = getToken();
 $("token").addEventListener("change", (e) => setToken(e.target.value.trim()));
 setInterval(setFreshness, 1000);
 poll();
+startFleet();

@@ -192,7 +192,7 @@ pub fn describe() {
         "Access-log lines dropped because the writer fell behind."
     );
     // The lease task describes its families when it starts, which may be before the recorder.
-    crate::lease::describe();
+    spillway_tower::lease::describe();
     for f in Fault::ALL {
         metrics::counter!(FAULTS, L_KIND => f.as_str()).absolute(0);
     }

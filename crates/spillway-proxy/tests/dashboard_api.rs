@@ -223,3 +223,25 @@ async fn with_protected_reads_the_data_needs_the_token_but_the_pages_do_not() {
     assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_api_says_there_is_no_shared_store() {
+    let up = upstream().await;
+    let s = stack(&config(up.addr), AdminConfig::default()).await;
+    let v = s.admin_get("/api/fleet").await;
+    assert_eq!(v.status, StatusCode::OK, "{}", v.text);
+    let v = v.json();
+    // No store: the static split, and fleet controls refused (the page says both).
+    assert!(v["quota_lease"].is_null(), "{v}");
+    assert_eq!(v["fleet_controls"]["store"], false, "{v}");
+    assert_eq!(
+        v["fleet_controls"]["instance"],
+        s.state.fleet_controls().instance(),
+        "{v}"
+    );
+    assert_eq!(
+        v["fleet_controls"]["effective"]["retries_enabled"], true,
+        "{v}"
+    );
+    s.shutdown().await;
+}

@@ -101,6 +101,16 @@ async fn a_fleet_control_reaches_every_proxy_and_lifts_everywhere() {
         "{fc}"
     );
     assert_eq!(fc["effective"]["shed_below_from"], "fleet", "{fc}");
+    // The dashboard's fleet panel reads the same, and the setter is the lease's instance.
+    let dash = stacks[1].admin_get("/api/fleet").await.json();
+    let shed = &dash["fleet_controls"]["shed_below"];
+    assert_eq!(shed["set_by"], fc["shed_below"]["set_by"], "{dash}");
+    assert_eq!(shed["value"], fc["shed_below"]["value"], "{dash}");
+    let setter = stacks[0].admin_get("/api/fleet").await.json();
+    assert_eq!(
+        setter["quota_lease"]["instance"], fc["shed_below"]["set_by"],
+        "{setter}"
+    );
     assert!(
         fc["shed_below"]["expires_in_seconds"]
             .as_f64()

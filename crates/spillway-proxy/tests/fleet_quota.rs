@@ -272,6 +272,14 @@ async fn three_proxies_share_a_global_quota_through_redis() {
     let status = proxies[0].as_ref().unwrap().state.status();
     let lease = status.quota_lease.expect("a store is configured");
     assert!(lease.errors > 0 && lease.last_error.is_some(), "{lease:?}");
+    // One identity per proxy: the id it leases under is the setter id of its fleet controls.
+    let setter = proxies[0]
+        .as_ref()
+        .unwrap()
+        .state
+        .fleet_controls()
+        .instance();
+    assert_eq!(lease.instance, setter, "{lease:?}");
 
     // 4. Redis back: shares converge within 2 s (85 + 15).
     redis.restart();

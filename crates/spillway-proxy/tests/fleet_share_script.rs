@@ -1,7 +1,7 @@
-//! The share script (`src/lease/share.lua`) against a real Redis, without proxies: max-min
-//! fairness, the spare split when demand is below the quota, and membership by TTL — an
-//! instance that stops renewing drops out within two lease intervals and its share returns to
-//! the others.
+//! The share script (`spillway-tower/src/lease/share.lua`) against a real Redis, without
+//! proxies: max-min fairness, the spare split when demand is below the quota, membership by TTL
+//! — an instance that stops renewing drops out within two lease intervals and its share returns
+//! to the others — and the reuse of a bucket's level.
 
 mod redis_support;
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis_support::RedisServer;
 
-const SCRIPT: &str = include_str!("../src/lease/share.lua");
+const SCRIPT: &str = include_str!("../../spillway-tower/src/lease/share.lua");
 const MEMBERS: &str = "{spillway}:quota:members";
 const KEY: &str = "{spillway}:quota:demand:CRITICAL:c:acme";
 
@@ -21,6 +21,7 @@ fn lease(c: &mut redis::Connection, id: &str, demand: f64, ttl_ms: u64) -> (u64,
         .key(KEY)
         .arg(id)
         .arg(ttl_ms)
+        .arg(0) // the level computed at every call: each answer is checked on its own
         .arg(100.0)
         .arg(demand)
         .invoke(c)
@@ -124,6 +125,7 @@ fn the_rust_share_agrees_with_the_script() {
                 .key(KEY)
                 .arg(format!("i{i}"))
                 .arg(60_000)
+                .arg(0)
                 .arg(global)
                 .arg(demands[i])
                 .invoke(c)
@@ -145,4 +147,49 @@ fn the_rust_share_agrees_with_the_script() {
             );
         }
     }
+}
+
+/// A bucket's water level computed by one call is applied by the next ones for `reuse` ms
+/// (the store's work per interval then does not grow with instances²), and computed afresh
+/// after that.
+#[test]
+fn a_level_is_reused_for_its_time_then_computed_again() {
+    if redis_support::available().is_none() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut c = client.get_connection().unwrap();
+    let call = |c: &mut redis::Connection, id: &str, demand: f64, reuse: u64| -> f64 {
+        let reply: Vec<String> = redis::Script::new(SCRIPT)
+            .key(MEMBERS)
+            .key(KEY)
+            .arg(id)
+            .arg(60_000)
+            .arg(reuse)
+            .arg(100.0)
+            .arg(demand)
+            .invoke(c)
+            .expect("script runs");
+        reply[1].parse().unwrap()
+    };
+    call(&mut c, "a", 60.0, 0);
+    call(&mut c, "b", 60.0, 0);
+    // "a" computes the level over 60 + 60 (50 each) and keeps it for 300 ms.
+    assert!(close(call(&mut c, "a", 60.0, 300), 50.0));
+    // "b" now wants 10: within those 300 ms it gets min(10, level 50) ...
+    assert!(close(call(&mut c, "b", 10.0, 300), 10.0));
+    // ... and afterwards the fresh split of 60 + 10 under 100: 10 + 15 spare.
+    std::thread::sleep(Duration::from_millis(350));
+    assert!(close(call(&mut c, "b", 10.0, 300), 25.0));
+    // The kept level is not a member: no one counts it, nothing deletes it but its own key.
+    let keys: Vec<String> = redis::cmd("HKEYS").arg(KEY).query(&mut c).unwrap();
+    assert!(keys.contains(&"~level".to_string()), "{keys:?}");
+    assert_eq!(
+        redis::cmd("ZCARD")
+            .arg(MEMBERS)
+            .query::<u64>(&mut c)
+            .unwrap(),
+        2
+    );
 }

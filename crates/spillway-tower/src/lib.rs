@@ -45,6 +45,8 @@
 
 pub mod client;
 pub mod context;
+#[cfg(feature = "fleet")]
+pub mod lease;
 pub mod metrics;
 pub mod server;
 pub mod wire;

@@ -1,6 +1,6 @@
 //! The max-min fair share of a global quota, as the fleet quota script computes it in Redis.
 //!
-//! Why a Rust copy of the Lua (`spillway-proxy/src/lease/share.lua`): the simulator models the
+//! Why a Rust copy of the Lua (`spillway-tower/src/lease/share.lua`): the simulator models the
 //! lease protocol for fleets of up to 10,000 instances, and it must use the same arithmetic the
 //! store does, not a look-alike; a test runs both on random inputs against a real Redis and
 //! requires the same answers. Computing the water level once ([`FairLevel::new`]) and each

@@ -60,6 +60,142 @@ pub struct SharedBucket<'a> {
     pub index: usize,
 }
 
+/// Demand is smoothed over this (an exponential average) while it holds steady: a second of a
+/// 15 requests/s customer is few enough arrivals that one interval's count alone would swing
+/// the shares.
+pub const DEMAND_SMOOTHING: Duration = Duration::from_secs(1);
+
+/// A reading this far from the estimate (as a fraction of the larger of the two) is off; off
+/// on the same side for [`SHIFT_WINDOW`] is a shift of demand rather than noise, and so is one
+/// reading of that length off by twice this.
+const SHIFT: f64 = 0.25;
+
+/// The least time of arrivals a shift is taken from: about half a second (less a tenth for the
+/// lease timer's jitter), so that a shift is averaged over as many arrivals as a reading of a
+/// 500 ms lease holds, however short the interval.
+const SHIFT_WINDOW: f64 = 0.45;
+
+/// The least time a run with a reading of nothing is taken from: at a few arrivals per second
+/// half a second without one is common (two services at 2 requests/s in 100 ms leases: the quiet
+/// one's estimate fell to 0 and it was refused), so a drop to nothing needs three times as long.
+const SHIFT_WINDOW_EMPTY: f64 = 3.0 * SHIFT_WINDOW;
+
+/// One bucket's demand as a lease client reports it: the offered rate, smoothed while steady,
+/// followed at once when it shifts.
+///
+/// Why not only smoothing: after the busiest instance becomes the quietest, a one-second
+/// average keeps reporting the old demand for seconds, and the max-min share follows the
+/// reports, so the fleet took 3.7–4.8 s to admit its quota again (bench/results/
+/// fleet2-controls-sim.md). Readings off the estimate by more than a quarter, on the same side,
+/// for half a second (two readings or more, or one off by half; a second and a half when one
+/// of them saw nothing), are taken as they stand: the newest reading becomes the estimate when
+/// it spans that time, else the run's average.
+/// Shorter runs are smoothed as before, so an instance that sees a few arrivals per interval
+/// does not report each interval's count. The first
+/// reading stands as it is (no history to smooth it with), so a busy instance is not
+/// under-reported after it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct DemandEstimate {
+    /// Cost units per second; `None` before the first reading.
+    est: Option<f64>,
+    /// The side (+1 above, −1 below, 0 none) of the current run of readings off the estimate.
+    side: i8,
+    /// The estimate before the run began, which its readings are compared with.
+    anchor: f64,
+    /// The run's readings: cost units offered, seconds, readings.
+    run_units: f64,
+    run_secs: f64,
+    run_len: u32,
+    /// Whether a reading of the run saw nothing offered.
+    run_empty: bool,
+    /// Whether the last reading was taken as a shift.
+    shifted: bool,
+}
+
+impl DemandEstimate {
+    /// The estimate, cost units/s (0 before the first reading).
+    pub fn get(&self) -> f64 {
+        self.est.unwrap_or(0.0)
+    }
+
+    /// Whether the last reading was taken as a shift of demand (the store should then share
+    /// the quota out afresh rather than apply a level computed before it).
+    pub fn shifted(&self) -> bool {
+        self.shifted
+    }
+
+    /// Takes `rate` (cost units/s over the last `dt` seconds) into the estimate; returns it.
+    pub fn update(&mut self, rate: f64, dt: f64) -> f64 {
+        self.update_over(rate, dt, DEMAND_SMOOTHING.as_secs_f64())
+    }
+
+    /// [`update`](Self::update) with steady demand smoothed over `smoothing_s` seconds instead
+    /// of [`DEMAND_SMOOTHING`] (the simulator's knob).
+    pub fn update_over(&mut self, rate: f64, dt: f64, smoothing_s: f64) -> f64 {
+        let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
+        let dt = if dt.is_finite() { dt.max(0.0) } else { 0.0 };
+        self.shifted = false;
+        let Some(est) = self.est else {
+            self.est = Some(rate);
+            return rate;
+        };
+        // Readings of a run are compared with the estimate from before it: the first ones were
+        // smoothed in, and would hide the shift they began.
+        let reference = if self.side != 0 { self.anchor } else { est };
+        let scale = rate.max(reference);
+        let off = if scale > 0.0 {
+            (rate - reference) / scale
+        } else {
+            0.0
+        };
+        let side = if off > SHIFT {
+            1
+        } else if off < -SHIFT {
+            -1
+        } else {
+            0
+        };
+        if side == 0 || side != self.side {
+            self.side = side;
+            self.anchor = reference;
+            self.run_units = 0.0;
+            self.run_secs = 0.0;
+            self.run_len = 0;
+            self.run_empty = false;
+        }
+        if side != 0 {
+            self.run_units += rate * dt;
+            self.run_secs += dt;
+            self.run_len += 1;
+            self.run_empty |= rate == 0.0;
+        }
+        let window = if self.run_empty {
+            SHIFT_WINDOW_EMPTY
+        } else {
+            SHIFT_WINDOW
+        };
+        let shifted =
+            side != 0 && self.run_secs >= window && (self.run_len >= 2 || off.abs() >= 2.0 * SHIFT);
+        let next = if shifted {
+            self.side = 0;
+            self.shifted = true;
+            // The newest half second: a reading that long alone, else the run's average (its
+            // first reading may straddle the shift, so it is left out when it can be).
+            if dt >= window {
+                rate
+            } else {
+                self.run_units / self.run_secs
+            }
+        } else if dt > 0.0 && smoothing_s > 0.0 {
+            est + (1.0 - (-dt / smoothing_s).exp()) * (rate - est)
+        } else {
+            est
+        };
+        self.est = Some(next);
+        next
+    }
+}
+
 /// `amount` cost units in millionths, for the offered counter.
 #[inline]
 pub(super) fn micro_units(amount: f64) -> u64 {

@@ -1,8 +1,10 @@
 //! Unit tests of the book's fleet side (`share.rs`): shared buckets, offered demand, re-rating.
 
 use super::super::*;
+use crate::criticality::Criticality;
 use crate::criticality::Criticality::*;
 use std::time::Duration;
+use std::time::Instant;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -109,4 +111,62 @@ fn store_settings_are_validated() {
         ..QuotaConfig::default()
     };
     assert!(orphan.validate().is_err());
+}
+
+#[test]
+fn demand_is_smoothed_while_steady_and_followed_when_it_shifts() {
+    let mut d = DemandEstimate::default();
+    assert_eq!(d.get(), 0.0);
+    assert_eq!(d.update(60.0, 0.5), 60.0, "the first reading stands");
+    // Noise within a quarter: smoothed (alpha = 1 - e^-0.5 over half a second).
+    let alpha = 1.0 - (-0.5f64).exp();
+    let want = 60.0 + alpha * (54.0 - 60.0);
+    assert!((d.update(54.0, 0.5) - want).abs() < 1e-9);
+    assert!(!d.shifted());
+    // A drop to a tenth over half a second: taken at once.
+    assert_eq!(d.update(6.0, 0.5), 6.0);
+    assert!(d.shifted());
+    // Up by 40%, once: smoothed; twice in a row: the run's average is taken.
+    let once = d.update(8.5, 0.5);
+    assert!(once > 6.0 && once < 8.5, "{once}");
+    assert!((d.update(8.5, 0.5) - 8.5).abs() < 1e-9);
+    // Off by 40%, then back inside: the run ends, the next 40% is smoothed again.
+    let up = d.update(12.0, 0.5);
+    assert!(up < 12.0, "{up}");
+    let back = d.update(8.5, 0.5);
+    assert!(back < up, "{back}");
+    let again = d.update(12.0, 0.5);
+    assert!(again < 12.0, "{again}");
+    // Nonsense readings count as nothing offered.
+    let mut z = DemandEstimate::default();
+    assert_eq!(z.update(f64::NAN, 0.5), 0.0);
+    assert_eq!(z.update(-5.0, 0.5), 0.0);
+}
+
+#[test]
+fn a_few_arrivals_per_short_interval_are_smoothed_not_followed() {
+    // 2-3 requests/s seen in 100 ms readings: mostly 0, now and then 10/s. No run of one side
+    // lasts long enough, so the estimate stays near the mean instead of jumping with it.
+    let mut d = DemandEstimate::default();
+    d.update(2.0, 0.1);
+    let readings = [0.0, 0.0, 10.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 10.0];
+    for _ in 0..20 {
+        for r in readings {
+            let e = d.update(r, 0.1);
+            assert!(e > 0.5 && e < 6.0, "{e}");
+        }
+    }
+    // A real shift at the same cadence, 3 -> 40/s: followed after half a second of it (the
+    // run's average: the last 10/s reading began it).
+    let before = d.get();
+    let mut last = 0.0;
+    for _ in 0..5 {
+        last = d.update(40.0, 0.1);
+    }
+    assert!(before < 6.0 && last > 30.0, "{before} -> {last}");
+    // Nothing at all for a second and a half: a drop, taken.
+    for _ in 0..15 {
+        last = d.update(0.0, 0.1);
+    }
+    assert_eq!(last, 0.0);
 }

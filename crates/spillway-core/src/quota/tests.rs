@@ -1,8 +1,13 @@
+use super::book::{Slot, SCAN_MAX_CUSTOMERS};
+use super::units::to_ns;
 use super::*;
+use crate::criticality::Criticality;
 use crate::criticality::Criticality::*;
 use proptest::prelude::*;
 use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -7,16 +7,18 @@
 //! Demand is fluid (each instance offers a rate; it admits `min(offered, leased rate)`), so
 //! 10,000 instances over a minute take well under a second per run.
 //!
-//! What is modelled, as `spillway-proxy/src/lease/` does it:
+//! What is modelled, as the lease client (`spillway_tower::lease`) does it:
 //!
 //! * each instance calls the store once per lease interval, at its own random phase; the call
 //!   reports its demand (the offered rate averaged over the last interval, smoothed
-//!   exponentially over `smoothing_s`, as the proxy's lease client does) and renews its
+//!   exponentially over `smoothing_s` while steady and followed when it shifts:
+//!   [`DemandEstimate`], the lease client's own) and renews its
 //!   membership for two intervals;
 //! * the store computes the share with the script's own arithmetic
 //!   ([`spillway_core::quota::fair`], tested against `share.lua` on a real Redis) over the live
-//!   members' last reports; calls in the same time step (a tenth of an interval by default) see
-//!   each other's reports, a small departure from Redis's one-at-a-time order;
+//!   members' last reports, and keeps the water level for half an interval, as the script
+//!   does; calls in the same time step (a tenth of an interval by default) see each other's
+//!   reports, a small departure from Redis's one-at-a-time order;
 //! * the reply arrives a store round trip later (`store_latency_ms`);
 //! * during a store outage calls fail: an instance holds its last lease for two intervals, then
 //!   moves linearly to the static `global / tasks` split over two more; an outage with
@@ -28,6 +30,7 @@
 
 use serde::Deserialize;
 use spillway_core::quota::fair::FairLevel;
+use spillway_core::quota::DemandEstimate;
 
 #[cfg(test)]
 #[path = "lease_tests.rs"]
@@ -212,12 +215,11 @@ pub struct LeaseRun {
 
 struct Inst {
     phase: u64,
-    est: f64,
+    est: DemandEstimate,
     offered: f64,
     since: Option<f64>,
     /// The store failed since the last lease: the next lease may not raise the rate.
     recovering: bool,
-    measured: bool,
     rate: f64,
     share: Option<f64>,
     last_lease: Option<f64>,
@@ -254,11 +256,10 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
     let mut inst: Vec<Inst> = (0..n)
         .map(|_| Inst {
             phase: rng.u64(..spi),
-            est: 0.0,
+            est: DemandEstimate::default(),
             offered: 0.0,
             since: None,
             recovering: false,
-            measured: false,
             rate: fixed,
             share: None,
             last_lease: None,
@@ -270,6 +271,7 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
     let mut member_until = vec![f64::NEG_INFINITY; n];
     let mut callers: Vec<usize> = Vec::new();
     let mut demands: Vec<f64> = Vec::with_capacity(n);
+    let mut kept: Option<(f64, FairLevel)> = None;
     let mut series: Vec<f64> = Vec::with_capacity(steps as usize);
     let mut calls = 0u64;
     let mut wiped = false;
@@ -281,6 +283,7 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
             reported.iter_mut().for_each(|r| *r = 0.0);
             member_until.iter_mut().for_each(|m| *m = f64::NEG_INFINITY);
             wiped = true;
+            kept = None;
         }
         let demand = |i: usize| {
             let j = if shifted { n - 1 - i } else { i };
@@ -307,17 +310,12 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
                 }
             }
             if k % spi == me.phase {
-                // The lease client's demand: the last interval's offered rate, smoothed; the
-                // first reading is taken as it is (no history to smooth it with).
+                // The lease client's demand: the last interval's offered rate, smoothed while
+                // steady and followed when it shifts, by the lease client's own estimator.
                 if let Some(since) = me.since.filter(|&s| t > s) {
-                    let rate = me.offered / (t - since);
-                    if me.measured {
-                        let alpha = 1.0 - (-(t - since) / sc.smoothing_s).exp();
-                        me.est += alpha * (rate - me.est);
-                    } else {
-                        me.est = rate;
-                        me.measured = true;
-                    }
+                    let dt_call = t - since;
+                    me.est
+                        .update_over(me.offered / dt_call, dt_call, sc.smoothing_s);
                 }
                 me.offered = 0.0;
                 me.since = Some(t);
@@ -334,15 +332,26 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
         }
         if !callers.is_empty() {
             for &i in &callers {
-                reported[i] = inst[i].est;
+                reported[i] = inst[i].est.get();
                 member_until[i] = t + 2.0 * interval;
             }
-            demands.clear();
-            demands.extend((0..n).filter(|&i| member_until[i] > t).map(|i| reported[i]));
-            let members = demands.len();
-            let level = FairLevel::new(sc.global, members, &mut demands);
+            // The script keeps a bucket's level for half an interval (`share.lua`): within
+            // that, callers get the kept level applied to their own demand.
+            // A caller whose demand just shifted has it computed afresh (the lease client
+            // passes no reuse then).
+            let fresh = callers.iter().any(|&i| inst[i].est.shifted());
+            let level = match kept {
+                Some((at, level)) if !fresh && t - at < interval / 2.0 => level,
+                _ => {
+                    demands.clear();
+                    demands.extend((0..n).filter(|&i| member_until[i] > t).map(|i| reported[i]));
+                    let level = FairLevel::new(sc.global, demands.len(), &mut demands);
+                    kept = Some((t, level));
+                    level
+                }
+            };
             for &i in &callers {
-                inst[i].pending = Some((t + latency, level.share(inst[i].est)));
+                inst[i].pending = Some((t + latency, level.share(inst[i].est.get())));
             }
         }
         series.push(admitted / target);

@@ -37,9 +37,16 @@ fn the_shipped_scenario_holds_the_quota_and_converges() {
             r.converge_start_s.is_some_and(|c| c <= 3.0 * iv + 1e-9),
             "{r:?}"
         );
-        // After the demand ranks reverse, the 1 s demand smoothing dominates, not the
-        // interval (bench/results/fleet2-controls-sim.md): bounded, not two intervals.
-        assert!(r.converge_shift_s.is_some_and(|c| c <= 5.0), "{r:?}");
+        // After the demand ranks reverse: the demand estimate follows a shift after half a
+        // second of it (DemandEstimate), so what is left is mostly the protocol's own delay —
+        // an interval to read the new demand, part of another for the others to see it.
+        // 2.1-2.4 intervals at 500-1000 ms; at 250 ms the half-second window makes it 4.0-4.1
+        // (about 1 s). It was 3.7-4.8 s under the plain 1 s smoothing
+        // (bench/results/fleet3-issue31.md).
+        assert!(
+            r.converge_shift_s.is_some_and(|c| c <= 2.5 * iv + 1e-9),
+            "{r:?}"
+        );
     }
 }
 

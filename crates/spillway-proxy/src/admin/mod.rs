@@ -35,7 +35,7 @@
 
 mod api;
 mod auth;
-mod fleet;
+pub(crate) mod fleet;
 pub mod histograms;
 pub mod labels;
 pub mod metrics;

@@ -227,7 +227,7 @@ impl Default for FleetControls {
     fn default() -> Self {
         FleetControls {
             layer: IncidentControls::default(),
-            instance: format!("{}-{:08x}", std::process::id(), fastrand::u32(..)),
+            instance: spillway_tower::lease::instance_id(),
             meta: Mutex::new(Meta::default()),
         }
     }

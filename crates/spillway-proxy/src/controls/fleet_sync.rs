@@ -14,8 +14,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::fleet::{now_ms, Entry, Kind, POLL};
-use crate::lease::client::Client;
 use crate::state::ProxyState;
+use spillway_tower::lease::Client;
 
 /// Each store call's bound: under a poll, so the cadence holds.
 const BUDGET: Duration = Duration::from_millis(150);

@@ -39,6 +39,7 @@ pub const ASSETS: &[Asset] = &[
     asset!("/assets/dashboard.js", "dashboard.js", JS),
     asset!("/assets/calc.js", "calc.js", JS),
     asset!("/assets/format.js", "format.js", JS),
+    asset!("/assets/fleet.js", "fleet.js", JS),
 ];
 
 /// The asset at `path`, if any.

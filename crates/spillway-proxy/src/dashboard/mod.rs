@@ -4,7 +4,7 @@
 //! dashboard shows overload directly" (reference guide "Overload and load shedding", § "Make
 //! shedding visible"; SRE book ch. 21). Operators in an incident look at pictures, not JSON, and
 //! the machine may be offline, so every asset is embedded ([`assets`]) and the pages fetch only
-//! two JSON endpoints of this module:
+//! the JSON endpoints of this module:
 //!
 //! | path | what |
 //! | --- | --- |
@@ -13,6 +13,7 @@
 //! | `GET /assets/*` | the pages' scripts and style |
 //! | `GET /api/series?since=<ms>` | samples newer than `since` (all 15 min for 0), see [`Sample`] |
 //! | `GET /api/calc?...` | the calculator's answers from `spillway_core::erlang` ([`calc`]) |
+//! | `GET /api/fleet` | `/status`'s `quota_lease` and `fleet_controls` (where rates and controls come from) |
 //!
 //! A sampler task ([`Dashboard::spawn_sampler`]) reads the proxy once a second into a ring of
 //! 900 samples (15 minutes). Rates are differences of the proxy's own counters; latency comes
@@ -171,6 +172,15 @@ impl Dashboard {
                     },
                 };
                 json_response(self.ring.to_json_since(since, unix_ms()))
+            }
+            "/api/fleet" => {
+                // What `/status` says of the fleet, without the rest of it: an operator in an
+                // incident asks "are the quotas leased, and who set this control?".
+                let body = serde_json::json!({
+                    "quota_lease": self.state.leases().status(),
+                    "fleet_controls": crate::admin::fleet::status(&self.state, Instant::now()),
+                });
+                json_response(body.to_string())
             }
             "/api/calc" => match calc::answer(&query()) {
                 Ok(v) => json_response(v.to_string()),

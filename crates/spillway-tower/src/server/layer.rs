@@ -33,6 +33,9 @@ pub(crate) struct Shared {
     pub(crate) tick: Arc<AtomicU64>,
     /// Last utilisation read from a snapshot (f64 bits), for the ORCA header.
     pub(crate) utilisation: Arc<AtomicU64>,
+    /// The fleet lease task, when quotas are shared through a store (`fleet` feature).
+    #[cfg(feature = "fleet")]
+    pub(crate) fleet: Option<Arc<crate::lease::FleetLease>>,
 }
 
 impl Shared {
@@ -118,6 +121,8 @@ impl SpillwayLayer {
                 gauge_every: 64,
                 tick: Arc::new(AtomicU64::new(0)),
                 utilisation: Arc::new(AtomicU64::new(0)),
+                #[cfg(feature = "fleet")]
+                fleet: None,
             }),
         }
     }
@@ -298,6 +303,36 @@ impl SpillwayLayer {
         self.edit(|s| {
             s.labels = Arc::new(MetricLabels::new(s.labels.customers.max(), max));
         })
+    }
+
+    /// Shares the controller's customer quotas with every other instance leasing from the
+    /// Redis store at `url` (`redis://host:port/db`), instead of each enforcing the static
+    /// `global / tasks` split: every lease interval (500 ms) this instance reports its demand
+    /// per customer × criticality and takes its max-min fair share of the global quota,
+    /// computed in Redis (the [`lease`](crate::lease) module; the proxy's
+    /// `[admission.quota] store` speaks the same protocol, so proxies and services can share
+    /// a quota). The request path never waits on the store; when it is unreachable, the last
+    /// lease holds and then decays to the static split. Must be called inside the tokio
+    /// runtime that serves: the lease task runs on it, and leaves the fleet once the last clone
+    /// of the layer (and its services) is dropped. Calling it again replaces the store.
+    #[cfg(feature = "fleet")]
+    pub fn fleet_store(self, url: &str) -> Result<Self, ConfigError> {
+        self.fleet_store_with(crate::lease::FleetStore::new(url)?)
+    }
+
+    /// [`fleet_store`](Self::fleet_store) with every store setting (lease interval, password
+    /// file).
+    #[cfg(feature = "fleet")]
+    pub fn fleet_store_with(self, store: crate::lease::FleetStore) -> Result<Self, ConfigError> {
+        let lease = crate::lease::FleetLease::start(self.shared.controller.clone(), store)?;
+        Ok(self.edit(|s| s.fleet = Some(lease)))
+    }
+
+    /// Where this instance's quota rates come from, as of the last lease round (`None`: no
+    /// store, or no round yet).
+    #[cfg(feature = "fleet")]
+    pub fn fleet_status(&self) -> Option<crate::lease::LeaseStatus> {
+        self.shared.fleet.as_ref().and_then(|f| f.status())
     }
 
     /// `Retry-After` when the controller gives none (rounded up to whole seconds, ≥ 1 s).

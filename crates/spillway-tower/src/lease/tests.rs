@@ -1,7 +1,8 @@
-use super::client::{parse_reply, redacted};
 use super::*;
 use spillway_core::quota::{CustomerQuota, QuotaEnforcement};
+use spillway_core::quota::{QuotaBook, QuotaConfig};
 use spillway_core::Criticality;
+use std::time::{Duration, Instant};
 
 fn book(tasks: u32) -> (QuotaBook, QuotaConfig, Instant) {
     let t0 = Instant::now();
@@ -59,7 +60,7 @@ fn a_lease_rerates_and_a_failing_store_falls_back_to_the_static_split() {
     let mut lease = LeaseBook::default();
     assert!((rate(&book) - 30.0).abs() < 1e-9, "static 90 / 3 at first");
     // Failures before any lease: the static split.
-    lease.fail(&book, &cfg, t0);
+    lease.fail(&book, cfg.lease_interval, t0);
     assert_eq!(lease.mode, LeaseMode::Static);
     let reports = lease.demands(&book, t0);
     // The first lease after a failure may lower the rate, not raise it (the store may have
@@ -71,15 +72,15 @@ fn a_lease_rerates_and_a_failing_store_falls_back_to_the_static_split() {
     assert!((rate(&book) - 70.0).abs() < 1e-9);
     let at = |ms| t0 + Duration::from_millis(ms);
     // Holding for two intervals (1 s at 500 ms).
-    lease.fail(&book, &cfg, at(900));
+    lease.fail(&book, cfg.lease_interval, at(900));
     assert_eq!(lease.mode, LeaseMode::Holding);
     assert!((rate(&book) - 70.0).abs() < 1e-9);
     // Halfway down to 30 after three intervals.
-    lease.fail(&book, &cfg, at(1500));
+    lease.fail(&book, cfg.lease_interval, at(1500));
     assert_eq!(lease.mode, LeaseMode::Decaying);
     assert!((rate(&book) - 50.0).abs() < 1e-6, "{}", rate(&book));
     // Static from four intervals on.
-    lease.fail(&book, &cfg, at(2000));
+    lease.fail(&book, cfg.lease_interval, at(2000));
     assert_eq!(lease.mode, LeaseMode::Static);
     assert!((rate(&book) - 30.0).abs() < 1e-6);
     // Back: a lower share applies at once, a higher one from the second lease.
@@ -87,7 +88,7 @@ fn a_lease_rerates_and_a_failing_store_falls_back_to_the_static_split() {
     assert!((rate(&book) - 30.0).abs() < 1e-9);
     lease.granted(&book, &reports, 3, &[45.0], at(3000));
     assert!((rate(&book) - 45.0).abs() < 1e-9);
-    lease.fail(&book, &cfg, at(3100));
+    lease.fail(&book, cfg.lease_interval, at(3100));
     lease.granted(&book, &reports, 3, &[20.0], at(3500));
     assert!((rate(&book) - 20.0).abs() < 1e-9);
 }
@@ -112,17 +113,18 @@ fn replies_are_checked_and_urls_redacted() {
 }
 
 #[test]
-fn store_urls_are_checked_with_the_configuration() {
+fn store_urls_are_checked() {
     assert!(check_store_url("redis://127.0.0.1:6379/0").is_ok());
     assert!(check_store_url("redis://127.0.0.1:notaport/0").is_err());
     assert_eq!(
         check_store_url("rediss://cache:6380/0").is_ok(),
-        cfg!(feature = "tls")
+        cfg!(feature = "fleet-tls")
     );
-    let e = crate::config::parse(
-        "[admission.quota]\nstore = \"redis://h:99999/0\"\n",
-        "t.toml",
-    )
-    .unwrap_err();
-    assert_eq!(e.key, "admission.quota.store", "{e}");
+    assert!(FleetStore::new("redis://127.0.0.1:6379/0").is_ok());
+    let e = FleetStore::new("http://127.0.0.1:6379/0").unwrap_err();
+    assert!(e.to_string().contains("quota.store"), "{e}");
+    let short = FleetStore::new("redis://127.0.0.1:6379/0")
+        .unwrap()
+        .lease_interval(Duration::from_millis(10));
+    assert!(short.is_err());
 }

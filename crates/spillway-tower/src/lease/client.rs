@@ -17,7 +17,7 @@ use super::{Report, MEMBERS_KEY};
 const SHARE_LUA: &str = include_str!("share.lua");
 
 /// A connection to the store and the loaded script.
-pub(crate) struct Client {
+pub struct Client {
     conn: ConnectionManager,
     script: Script,
 }
@@ -31,7 +31,7 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Connects to `url` (password from the first line of `password_file`, if given) within
     /// `budget`.
-    pub(crate) async fn connect(
+    pub async fn connect(
         url: &str,
         password_file: Option<&str>,
         budget: Duration,
@@ -62,17 +62,21 @@ impl Client {
     }
 
     /// One lease: reports `reports`' demands and returns (live members, share per report).
-    pub(crate) async fn lease(
+    /// Membership lasts `ttl`; a bucket's water level computed within `reuse` by any instance
+    /// is applied rather than computed again (see `share.lua`).
+    pub async fn lease(
         &mut self,
         instance: &str,
         ttl: Duration,
+        reuse: Duration,
         reports: &[Report],
         budget: Duration,
     ) -> Result<(u64, Vec<f64>), String> {
         let mut inv = self.script.prepare_invoke();
         inv.key(MEMBERS_KEY)
             .arg(instance)
-            .arg(ttl.as_millis() as u64);
+            .arg(ttl.as_millis() as u64)
+            .arg(reuse.as_millis() as u64);
         for r in reports {
             inv.key(&r.key).arg(r.global).arg(r.demand);
         }
@@ -86,13 +90,13 @@ impl Client {
 
 impl Client {
     /// The connection, for other small commands on the same store (fleet controls).
-    pub(crate) fn conn(&mut self) -> &mut ConnectionManager {
+    pub fn conn(&mut self) -> &mut ConnectionManager {
         &mut self.conn
     }
 
     /// Removes `instance` from the member set (best effort, within `budget`): the others'
     /// next leases share its part out.
-    pub(crate) async fn leave(&mut self, instance: &str, budget: Duration) {
+    pub async fn leave(&mut self, instance: &str, budget: Duration) {
         let mut cmd = redis::cmd("ZREM");
         cmd.arg(MEMBERS_KEY).arg(instance);
         let _ = tokio::time::timeout(budget, cmd.query_async::<i64>(&mut self.conn)).await;
@@ -100,7 +104,7 @@ impl Client {
 }
 
 /// `{members, share...}` as the script returns it; every share finite and non-negative.
-pub(crate) fn parse_reply(reply: &[String], n: usize) -> Result<(u64, Vec<f64>), String> {
+pub fn parse_reply(reply: &[String], n: usize) -> Result<(u64, Vec<f64>), String> {
     let bad = || format!("unexpected reply from the share script: {reply:?}");
     let (first, rest) = reply.split_first().ok_or_else(bad)?;
     let members = first.parse::<u64>().map_err(|_| bad())?;
@@ -116,11 +120,26 @@ pub(crate) fn parse_reply(reply: &[String], n: usize) -> Result<(u64, Vec<f64>),
 }
 
 /// `url` without credentials: `scheme://host:port/db`, for logs and `/status`.
-pub(crate) fn redacted(url: &str) -> String {
+pub fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "(invalid store URL)".into();
     };
     let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
     let rest = rest.split_once('?').map_or(rest, |(r, _)| r);
     format!("{scheme}://{rest}")
+}
+
+/// Whether the lease client can use `url`: it parses as a Redis URL, and `rediss://` only in a
+/// build with TLS (the `fleet-tls` feature; the proxy's `tls`). The error says what is accepted.
+pub fn check_store_url(url: &str) -> Result<(), String> {
+    if url.starts_with("rediss://") && !cfg!(feature = "fleet-tls") {
+        return Err(
+            "redis://host:port/db (rediss:// needs a build with TLS: the proxy's `tls` \
+             feature, or spillway-tower's `fleet-tls`)"
+                .into(),
+        );
+    }
+    url.into_connection_info()
+        .map(|_| ())
+        .map_err(|e| format!("a redis://host:port/db or rediss://host:port/db URL ({e})"))
 }
