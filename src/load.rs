@@ -255,6 +255,9 @@ pub(crate) fn summary(r: &RunReport) -> String {
             );
         }
     }
+    if let (true, Some(e)) = (c.errors > 0, r.meta.get("first_error")) {
+        let _ = writeln!(out, "  first error: {}", e.as_str().unwrap_or("?"));
+    }
     match &r.latency {
         Some(l) => {
             let t = &l.total;

@@ -247,6 +247,9 @@ async fn a_certificate_the_ca_did_not_sign_fails_every_request() {
         0
     );
     assert!(seen.failed_handshakes.load(Ordering::SeqCst) >= 1);
+    // The report says why, down to the certificate check.
+    let why = report.meta["first_error"].as_str().unwrap_or_default();
+    assert!(why.contains("certificate"), "{why:?}");
 }
 
 #[test]

@@ -187,7 +187,12 @@ pub(crate) async fn execute(
                 Failure::not_retryable(done.attempts)
             }
             // Connection-level failure: the request was not processed; retryable.
-            Ok(Err(_)) => {
+            Ok(Err(e)) => {
+                // The first one is kept for the report: with a refused connection or a
+                // certificate that does not verify, every request fails the same way.
+                if live.first_error.get().is_none() {
+                    let _ = live.first_error.set(error_chain(e.as_ref()));
+                }
                 done.outcome = Outcome::Error;
                 Failure {
                     attempts_made: done.attempts,
@@ -211,4 +216,20 @@ pub(crate) async fn execute(
             return done;
         }
     }
+}
+
+/// `e` and its sources, `: `-separated (hyper's own message alone says only "client error
+/// (Connect)"; the reason, such as the certificate check's, is further down).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        next = cause.source();
+    }
+    text
 }

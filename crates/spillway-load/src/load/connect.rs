@@ -158,6 +158,15 @@ pub(crate) fn http_client(cfg: &LoadConfig, tls: Tls) -> HttpClient {
 }
 
 impl LoadConfig {
+    /// The target as a URL: `https://staging.example.com:443`, `http://127.0.0.1:8080`.
+    pub fn target_url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        match &self.authority {
+            Some(a) => format!("{scheme}://{a}"),
+            None => format!("{scheme}://{}", self.target),
+        }
+    }
+
     /// `https` needs the `tls` feature; `ca_file` needs `https`.
     pub(super) fn check_tls(&self) -> Result<(), LoadError> {
         let bad = |flag: &'static str, why: String| Err(LoadError::Config { flag, why });

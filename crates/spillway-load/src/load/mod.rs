@@ -143,15 +143,6 @@ impl LoadConfig {
         }
     }
 
-    /// The target as a URL: `https://staging.example.com:443`, `http://127.0.0.1:8080`.
-    pub fn target_url(&self) -> String {
-        let scheme = if self.https { "https" } else { "http" };
-        match &self.authority {
-            Some(a) => format!("{scheme}://{a}"),
-            None => format!("{scheme}://{}", self.target),
-        }
-    }
-
     /// The per-attempt timeout in force.
     pub fn effective_attempt_timeout(&self) -> Duration {
         self.attempt_timeout
@@ -288,6 +279,8 @@ pub struct Live {
     pub throttled: AtomicU64,
     /// Other failures.
     pub errors: AtomicU64,
+    /// The first connection-level failure, with its causes (e.g. why a certificate failed).
+    pub first_error: std::sync::OnceLock<String>,
 }
 
 impl Live {
@@ -400,6 +393,9 @@ impl LoadGenerator {
         match cfg.connections {
             Some(n) => closed_loop(&one, n, start + cfg.duration).await,
             None => open_loop(&one, &cfg).await?,
+        }
+        if let Some(e) = one.live.first_error.get() {
+            set_first_error(&one.recorder, e);
         }
         let send_lag = one.lag.lock().map(|h| spread(&h)).unwrap_or_default();
         let refusal = one.refusal.lock().map(|h| spread(&h)).unwrap_or_default();
@@ -568,6 +564,12 @@ fn spread(h: &Histogram<u64>) -> SendLag {
         p50_ms: h.value_at_quantile(0.5) as f64 / 1000.0,
         p99_ms: h.value_at_quantile(0.99) as f64 / 1000.0,
         max_ms: h.max() as f64 / 1000.0,
+    }
+}
+
+fn set_first_error(recorder: &Mutex<Recorder>, e: &str) {
+    if let Ok(mut r) = recorder.lock() {
+        r.set_meta("first_error", e);
     }
 }
 
