@@ -41,8 +41,8 @@ enum BehaviourArg {
 /// `spillway load` arguments.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Target HOST:PORT, http://HOST[:PORT] or https://HOST[:PORT] (HTTPS needs a build with
-    /// the `tls` feature). The name is resolved once; every connection goes to that address,
+    /// Target HOST:PORT, http://HOST or https://HOST, each URL with an optional :PORT (HTTPS
+    /// needs a build with the `tls` feature). The name is resolved once; every connection goes to that address,
     /// and the name is the Host header and the certificate's expected name. Loopback only,
     /// unless --allow-remote.
     #[arg(long, value_name = "ADDR", value_parser = parse_target)]
