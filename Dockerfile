@@ -8,8 +8,10 @@
 # checks it). The runtime stage is distroless: glibc and libgcc only (TLS is rustls, so no
 # OpenSSL), no shell, running as uid 65532.
 
+# Images by their full names: podman and buildah resolve no short name unless
+# registries.conf lists search registries, which Debian's does not.
 ARG RUST_VERSION=1.88
-FROM rust:${RUST_VERSION}-slim-bookworm AS build
+FROM docker.io/library/rust:${RUST_VERSION}-slim-bookworm AS build
 ARG FEATURES=""
 WORKDIR /src
 COPY . .

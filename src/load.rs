@@ -1,5 +1,5 @@
 //! `spillway load`: offer an open-loop load to a loopback target (or, with `--allow-remote` and
-//! a `--max-rate` cap, any target) and report goodput, rejections,
+//! a `--max-rate` cap, any target), over HTTP or HTTPS, and report goodput, rejections,
 //! timeouts and latency per second, per criticality and per customer.
 //!
 //! Why a thin layer: the generator, the client behaviours and the report live in
@@ -7,7 +7,6 @@
 //! module only turns flags into a [`LoadConfig`] and prints the result.
 
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use spillway_load::load::{self, Arrivals, Behaviour, LoadConfig, Mix, RateShape, TrafficClass};
 use spillway_load::report::{self, RunReport};
-use spillway_load::units::{any_addr, is_loopback_addr, parse_duration};
+use spillway_load::units::{is_loopback_addr, parse_duration, parse_target, Target};
 
 use crate::UsageError;
 
@@ -42,10 +41,16 @@ enum BehaviourArg {
 /// `spillway load` arguments.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// Target HOST:PORT or http://HOST:PORT (cleartext HTTP). Loopback only, unless
-    /// --allow-remote.
-    #[arg(long, value_name = "ADDR", value_parser = any_addr)]
-    target: SocketAddr,
+    /// Target HOST:PORT, http://HOST or https://HOST, each URL with an optional :PORT (HTTPS
+    /// needs a build with the `tls` feature). The name is resolved once; every connection goes to that address,
+    /// and the name is the Host header and the certificate's expected name. Loopback only,
+    /// unless --allow-remote.
+    #[arg(long, value_name = "ADDR", value_parser = parse_target)]
+    target: Target,
+    /// A PEM bundle of the CAs an https:// target's certificate may chain to [default: the
+    /// platform's trust store]. Certificates are always verified.
+    #[arg(long, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
     /// Allow a non-loopback --target (another machine: a staging service, a real backend).
     /// Requires --max-rate; the run prints its cap before it starts.
     #[arg(long, requires = "max_rate")]
@@ -128,7 +133,10 @@ pub fn run(args: &LoadArgs) -> Result<()> {
         BehaviourArg::Budgeted => Behaviour::Budgeted,
         BehaviourArg::Throttled => Behaviour::Throttled,
     };
-    let mut cfg = LoadConfig::new(args.target);
+    let mut cfg = LoadConfig::new(args.target.addr);
+    cfg.authority = Some(args.target.authority.clone());
+    cfg.https = args.target.https;
+    cfg.ca_file = args.ca_file.clone();
     cfg.title = args
         .title
         .clone()
@@ -159,7 +167,10 @@ pub fn run(args: &LoadArgs) -> Result<()> {
     if let Some(line) = cap_line(&cfg) {
         eprintln!("{line}");
     }
-    let report = load::run_blocking(cfg, !args.quiet)?;
+    let report = match load::run_blocking(cfg, !args.quiet) {
+        Err(e @ load::LoadError::Tls(_)) => return Err(UsageError(e.to_string()).into()),
+        other => other?,
+    };
     emit(&summary(&report))?;
     if let Some(path) = &args.json {
         report::write_json(std::slice::from_ref(&report), path)
@@ -187,11 +198,22 @@ fn cap_line(cfg: &LoadConfig) -> Option<String> {
     Some(format!(
         "sending at most {bound} req/s to {}{remote} for {:?} (peak --rate {} × up to {} \
          attempts; --max-rate {cap})",
-        cfg.target,
+        target_text(cfg),
         cfg.duration,
         cfg.shape.peak(),
         cfg.retry.max_attempts
     ))
+}
+
+/// The target as the cap line names it: `127.0.0.1:8080` for a cleartext address, the URL and
+/// the address it connects to otherwise.
+fn target_text(cfg: &LoadConfig) -> String {
+    let plain = cfg.authority.as_deref() == Some(cfg.target.to_string().as_str());
+    match (&cfg.authority, cfg.https) {
+        (None, false) => cfg.target.to_string(),
+        (Some(_), false) if plain => cfg.target.to_string(),
+        _ => format!("{} ({})", cfg.target_url(), cfg.target),
+    }
 }
 
 fn ratio(c: &report::Counts) -> String {
@@ -232,6 +254,9 @@ pub(crate) fn summary(r: &RunReport) -> String {
                 c.offered
             );
         }
+    }
+    if let (true, Some(e)) = (c.errors > 0, r.meta.get("first_error")) {
+        let _ = writeln!(out, "  first error: {}", e.as_str().unwrap_or("?"));
     }
     match &r.latency {
         Some(l) => {

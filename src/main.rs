@@ -40,8 +40,9 @@ enum Command {
     /// Where the utilisation knee is for your concurrency, and when to start refusing work
     /// (M/M/c queueing arithmetic).
     Calc(calc::CalcArgs),
-    /// Offer an open-loop (or, with --connections, closed-loop) load to a loopback target (or,
-    /// with --allow-remote and a --max-rate cap, another machine) and report goodput, rejections, timeouts and latency per second, criticality and customer
+    /// Offer an open-loop (or, with --connections, closed-loop) load over HTTP or HTTPS to a
+    /// loopback target (or, with --allow-remote and a --max-rate cap, another machine) and
+    /// report goodput, rejections, timeouts and latency per second, criticality and customer
     /// (JSON and HTML reports).
     Load(load::LoadArgs),
     /// Run a demo backend with the overload pathology: c workers, an unbounded FIFO queue that

@@ -253,7 +253,7 @@ fn the_dockerfile_builds_with_a_supported_rust_and_runs_unprivileged() {
         "Dockerfile Rust {given} < rust-version {needed}"
     );
     assert!(
-        text.contains("FROM rust:${RUST_VERSION}"),
+        text.contains("FROM docker.io/library/rust:${RUST_VERSION}"),
         "the build stage uses the ARG"
     );
     assert!(text.contains("cargo build --release --locked --bin spillway"));

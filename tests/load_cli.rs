@@ -248,17 +248,20 @@ fn a_remote_target_needs_allow_remote_and_a_cap_that_holds() {
             ],
             &["--connections"],
         ),
-        // TLS is not spoken: refused, not sent in cleartext.
+        // HTTPS to another machine needs the flag too; without the `tls` feature it is
+        // refused, not sent in cleartext.
         (
-            &[
-                "load",
-                "--target",
-                "https://10.0.0.1:443",
-                "--allow-remote",
-                "--max-rate",
-                "1000",
-            ],
-            &["--target", "cleartext"],
+            &["load", "--target", "https://10.0.0.1"],
+            if cfg!(feature = "tls") {
+                &["--target", "--allow-remote"]
+            } else {
+                &["--target", "cleartext", "--features tls"]
+            },
+        ),
+        // A CA bundle is for an HTTPS target only.
+        (
+            &["load", "--target", "127.0.0.1:9", "--ca-file", "ca.pem"],
+            &["--ca-file", "cleartext"],
         ),
     ];
     for (args, words) in cases {

@@ -91,6 +91,65 @@ pub fn is_loopback_addr(addr: SocketAddr) -> bool {
     is_loopback(addr.ip())
 }
 
+/// What [`parse_target`] accepts.
+pub const TARGET_ACCEPTS: &str = "HOST:PORT, http://HOST[:PORT] or https://HOST[:PORT]";
+
+/// A load target as typed: where to connect, and the name to speak to it by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Speak HTTPS (an `https://` URL).
+    pub https: bool,
+    /// The host and port as given (`localhost:8443`, `[::1]:80`, `staging.example.com:443`):
+    /// the Host header, and over HTTPS the name sent by SNI and checked in the certificate.
+    pub authority: String,
+    /// The address every connection goes to: the first the name resolved to, once.
+    pub addr: SocketAddr,
+}
+
+/// Parses `spillway load --target`: `host:port`, `http://host[:port]` or `https://host[:port]`
+/// (the port defaults to the scheme's), resolved once to its first address, loopback or not —
+/// the loopback check is made after parsing, so that the error can name `--allow-remote`
+/// ([`is_loopback_addr`]). A path is refused as in [`loopback_addr`].
+pub fn parse_target(s: &str) -> Result<Target, String> {
+    let (https, rest, default_port) = if let Some(r) = s.strip_prefix("https://") {
+        (true, r, Some(443))
+    } else if let Some(r) = s.strip_prefix("http://") {
+        (false, r, Some(80))
+    } else {
+        (false, s, None)
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    check_no_path(s, path, TARGET_ACCEPTS)?;
+    let has_port = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').is_some_and(|(_, p)| p.starts_with(':')),
+        None => authority.matches(':').count() == 1,
+    };
+    let authority = match default_port {
+        Some(port) if !has_port && !authority.is_empty() => format!("{authority}:{port}"),
+        _ => authority.to_string(),
+    };
+    let addr = authority
+        .to_socket_addrs()
+        .map_err(|e| format!("invalid address {s:?} ({e}): expected {TARGET_ACCEPTS}"))?
+        .next()
+        .ok_or_else(|| format!("address {s:?} resolves to nothing: expected {TARGET_ACCEPTS}"))?;
+    Ok(Target {
+        https,
+        authority,
+        addr,
+    })
+}
+
+fn check_no_path(s: &str, path: &str, accepts: &str) -> Result<(), String> {
+    if !path.is_empty() && path != "/" {
+        return Err(format!(
+            "{s:?}: an address takes no path (the load generator's paths are set per class, \
+             e.g. --class route={path}); expected {accepts}"
+        ));
+    }
+    Ok(())
+}
+
 fn resolve(s: &str, accepts: &str) -> Result<Vec<SocketAddr>, String> {
     if s.starts_with("https://") {
         return Err(format!(
@@ -99,12 +158,7 @@ fn resolve(s: &str, accepts: &str) -> Result<Vec<SocketAddr>, String> {
     }
     let rest = s.strip_prefix("http://").unwrap_or(s);
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    if !path.is_empty() && path != "/" {
-        return Err(format!(
-            "{s:?}: an address takes no path (the load generator's paths are set per class, \
-             e.g. --class route={path}); expected {accepts}"
-        ));
-    }
+    check_no_path(s, path, accepts)?;
     Ok(authority
         .to_socket_addrs()
         .map_err(|e| format!("invalid address {s:?} ({e}): expected {accepts}"))?
@@ -170,5 +224,28 @@ mod tests {
         assert!(loopback_addr("192.168.1.1:80").is_err());
         assert!(loopback_addr("[::ffff:8.8.8.8]:80").is_err());
         assert!(loopback_addr("no-port").is_err());
+    }
+
+    #[test]
+    fn load_targets_keep_their_scheme_and_name() {
+        let t = parse_target("https://localhost:8443").unwrap();
+        assert!(t.https && t.addr.ip().is_loopback() && t.addr.port() == 8443);
+        assert_eq!(t.authority, "localhost:8443");
+        // The scheme's port when none is given; a bare host:port is cleartext.
+        let t = parse_target("https://127.0.0.1/").unwrap();
+        assert_eq!(
+            (t.https, t.authority.as_str(), t.addr.port()),
+            (true, "127.0.0.1:443", 443)
+        );
+        assert_eq!(parse_target("http://[::1]").unwrap().authority, "[::1]:80");
+        let t = parse_target("[::1]:81").unwrap();
+        assert_eq!((t.https, t.addr.port()), (false, 81));
+        assert!(!is_loopback_addr(
+            parse_target("https://10.0.0.1").unwrap().addr
+        ));
+        let e = parse_target("https://127.0.0.1:8443/api").unwrap_err();
+        assert!(e.contains("route=/api"), "{e}");
+        assert!(parse_target("127.0.0.1").is_err());
+        assert!(parse_target("https://").is_err());
     }
 }

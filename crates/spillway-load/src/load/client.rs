@@ -13,15 +13,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http::{HeaderValue, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use spillway_core::retry::{Failure, RetryPolicy};
 use spillway_core::throttle::AdaptiveThrottle;
 use spillway_core::PerCriticality;
 use spillway_tower::wire;
 
+use super::connect::HttpClient;
 use super::mix::TrafficClass;
 use super::Live;
 use crate::report::Outcome;
@@ -52,26 +51,6 @@ impl Behaviour {
             Behaviour::Throttled => "throttled",
         }
     }
-}
-
-/// The HTTP client every request task shares (connection pool to the loopback target).
-pub(crate) type HttpClient = Client<HttpConnector, Empty<Bytes>>;
-
-/// Builds the shared client: no Nagle delay, a large idle pool (open-loop traffic opens one
-/// HTTP/1.1 connection per concurrent request), or HTTP/2 with prior knowledge.
-pub(crate) fn http_client(http2: bool) -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(5)));
-    let mut b = Client::builder(hyper_util::rt::TokioExecutor::new());
-    b.pool_idle_timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(4096)
-        .timer(hyper_util::rt::TokioTimer::new())
-        .pool_timer(hyper_util::rt::TokioTimer::new());
-    if http2 {
-        b.http2_only(true);
-    }
-    b.build(connector)
 }
 
 /// The policies one run's clients share.
@@ -208,7 +187,12 @@ pub(crate) async fn execute(
                 Failure::not_retryable(done.attempts)
             }
             // Connection-level failure: the request was not processed; retryable.
-            Ok(Err(_)) => {
+            Ok(Err(e)) => {
+                // The first one is kept for the report: with a refused connection or a
+                // certificate that does not verify, every request fails the same way.
+                if live.first_error.get().is_none() {
+                    let _ = live.first_error.set(error_chain(e.as_ref()));
+                }
                 done.outcome = Outcome::Error;
                 Failure {
                     attempts_made: done.attempts,
@@ -232,4 +216,20 @@ pub(crate) async fn execute(
             return done;
         }
     }
+}
+
+/// `e` and its sources, `: `-separated (hyper's own message alone says only "client error
+/// (Connect)"; the reason, such as the certificate check's, is further down).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        next = cause.source();
+    }
+    text
 }

@@ -1,4 +1,5 @@
-//! An open-loop HTTP load generator for loopback targets.
+//! An open-loop HTTP(S) load generator for loopback targets (others behind `allow_remote` and a
+//! rate cap).
 //!
 //! Why open loop: real users do not wait for each other. A closed-loop generator (a pool of
 //! workers each sending its next request when the previous answers) slows down exactly when the
@@ -28,11 +29,13 @@
 
 mod cap;
 mod client;
+mod connect;
 mod mix;
 mod progress;
 mod shape;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,8 +69,20 @@ pub const MAX_CONNECTIONS: u32 = 10_000;
 pub struct LoadConfig {
     /// Label of the run in reports.
     pub title: String,
-    /// The target: loopback, or anything with [`allow_remote`](Self::allow_remote).
+    /// The target: loopback, or anything with [`allow_remote`](Self::allow_remote). Every
+    /// connection goes to this address, whatever [`authority`](Self::authority) resolves to
+    /// later.
     pub target: SocketAddr,
+    /// The name and port the target is spoken to by (`staging.example.com:443`): the Host
+    /// header and, over HTTPS, the name sent by SNI and checked in the certificate. `None`: the
+    /// address.
+    pub authority: Option<String>,
+    /// Speak HTTPS (needs the `tls` feature). HTTP/1.1 or, with [`http2`](Self::http2), h2
+    /// agreed by ALPN.
+    pub https: bool,
+    /// A PEM bundle of the CAs an HTTPS target's certificate may chain to, instead of the
+    /// platform's trust store.
+    pub ca_file: Option<PathBuf>,
     /// Send to a non-loopback target. Needs [`max_rate`](Self::max_rate): someone else's
     /// service is on the other end, so the most this run can send is stated up front.
     pub allow_remote: bool,
@@ -108,6 +123,9 @@ impl LoadConfig {
         LoadConfig {
             title: "load".into(),
             target,
+            authority: None,
+            https: false,
+            ca_file: None,
             allow_remote: false,
             max_rate: None,
             shape: RateShape::Constant(100.0),
@@ -135,6 +153,8 @@ impl LoadConfig {
     /// Checks every setting; the error names the flag.
     pub fn validate(&self) -> Result<(), LoadError> {
         let bad = |flag: &'static str, why: String| Err(LoadError::Config { flag, why });
+        // First: an HTTPS target in a build without TLS is refused whatever else is set.
+        self.check_tls()?;
         if !self.allow_remote && !crate::units::is_loopback_addr(self.target) {
             return bad(
                 "--target",
@@ -213,6 +233,9 @@ pub enum LoadError {
         /// What is wrong and what is accepted.
         why: String,
     },
+    /// The TLS client could not be set up (an unreadable or empty CA bundle).
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
     /// The async runtime could not be started.
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
@@ -256,6 +279,8 @@ pub struct Live {
     pub throttled: AtomicU64,
     /// Other failures.
     pub errors: AtomicU64,
+    /// The first connection-level failure, with its causes (e.g. why a certificate failed).
+    pub first_error: std::sync::OnceLock<String>,
 }
 
 impl Live {
@@ -289,15 +314,18 @@ pub struct SendLag {
 pub struct LoadGenerator {
     cfg: LoadConfig,
     live: Arc<Live>,
+    tls: connect::Tls,
 }
 
 impl LoadGenerator {
-    /// Validates `cfg`.
+    /// Validates `cfg` and, for an HTTPS target, reads the CAs it trusts.
     pub fn new(cfg: LoadConfig) -> Result<Self, LoadError> {
         cfg.validate()?;
+        let tls = connect::Tls::new(&cfg)?;
         Ok(LoadGenerator {
             cfg,
             live: Arc::new(Live::default()),
+            tls,
         })
     }
 
@@ -317,6 +345,7 @@ impl LoadGenerator {
     pub async fn run(self) -> Result<RunReport, LoadError> {
         let cfg = self.cfg;
         let live = self.live;
+        let client = connect::http_client(&cfg, self.tls);
         let origin = Instant::now();
         let policies = Arc::new(client::Policies {
             behaviour: cfg.behaviour,
@@ -334,11 +363,12 @@ impl LoadGenerator {
             task: 1,
         });
         let mix = Arc::new(cfg.mix.clone());
+        let base = cfg.target_url();
         let uris: Vec<http::Uri> = mix
             .classes()
             .iter()
             .map(|c| {
-                format!("http://{}{}", cfg.target, c.path_and_query)
+                format!("{base}{}", c.path_and_query)
                     .parse()
                     .unwrap_or_else(|_| http::Uri::from_static("http://127.0.0.1/"))
             })
@@ -348,7 +378,7 @@ impl LoadGenerator {
         // Start a little in the future so the first intended times are not already late.
         let start = Instant::now() + Duration::from_millis(20);
         let one = Arc::new(OneRequest {
-            client: client::http_client(cfg.http2),
+            client,
             policies,
             live,
             mix,
@@ -363,6 +393,9 @@ impl LoadGenerator {
         match cfg.connections {
             Some(n) => closed_loop(&one, n, start + cfg.duration).await,
             None => open_loop(&one, &cfg).await?,
+        }
+        if let Some(e) = one.live.first_error.get() {
+            set_first_error(&one.recorder, e);
         }
         let send_lag = one.lag.lock().map(|h| spread(&h)).unwrap_or_default();
         let refusal = one.refusal.lock().map(|h| spread(&h)).unwrap_or_default();
@@ -386,7 +419,7 @@ impl LoadGenerator {
 
 /// What every request of a run shares: the client, the policies, and where outcomes go.
 struct OneRequest {
-    client: client::HttpClient,
+    client: connect::HttpClient,
     policies: Arc<client::Policies>,
     live: Arc<Live>,
     mix: Arc<Mix>,
@@ -534,9 +567,16 @@ fn spread(h: &Histogram<u64>) -> SendLag {
     }
 }
 
+fn set_first_error(recorder: &Mutex<Recorder>, e: &str) {
+    if let Ok(mut r) = recorder.lock() {
+        r.set_meta("first_error", e);
+    }
+}
+
 fn set_meta(r: &mut Recorder, cfg: &LoadConfig) {
     r.set_meta("tool", "spillway load");
     r.set_meta("target", cfg.target.to_string());
+    r.set_meta("url", cfg.target_url());
     r.set_meta("rate", format!("{:?}", cfg.shape));
     r.set_meta("arrivals", format!("{:?}", cfg.arrivals).to_lowercase());
     r.set_meta("duration_s", cfg.duration.as_secs_f64());
