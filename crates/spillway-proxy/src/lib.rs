@@ -74,7 +74,7 @@
 //! | [`dashboard`] | the live dashboard and knee calculator the admin listener serves |
 
 // Denied, not forbidden: one function builds header values from `httparse`'s spans unchecked,
-// as hyper does (`upstream::conn::codec::names::parsed_value`, measured there).
+// as hyper does (`http1::header::parsed_value`, measured there).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -90,6 +90,7 @@ pub mod forward;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod hostcpu;
+pub mod http1;
 pub mod lease;
 pub mod listener;
 pub mod metrics;

@@ -15,8 +15,9 @@ use spillway_tower::wire;
 
 use super::budget::{BodyBudget, BodyGrant};
 use super::Unread;
+use crate::http1::RawFields;
 use crate::listener::head::Busy;
-use crate::upstream::{BoxError, InSlot, Pool, RawFields, UpstreamBody};
+use crate::upstream::{BoxError, InSlot, Pool, UpstreamBody};
 
 /// The request body: buffered (replayable on another task; its share of the buffer budget
 /// held as long as it is) or streamed (sent once).

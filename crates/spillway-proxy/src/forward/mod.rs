@@ -10,7 +10,6 @@
 //! response counts as in flight for as long as it really occupies the upstream — and an upgraded
 //! tunnel until both its directions close.
 
-mod added;
 mod body;
 mod budget;
 mod headers;
@@ -34,17 +33,17 @@ use spillway_tower::wire::Protocol;
 
 use crate::access::Decision;
 use crate::degrade::{self, Mode};
+use crate::http1::AddedHeaders;
 use crate::metrics::Fault;
 use crate::respond;
 use crate::state::Current;
 use crate::upstream::ProxyBody;
 
-pub use added::Added;
+use crate::http1::strip_hop_by_hop;
 pub use body::Held;
 pub use budget::{BodyBudget, BodyGrant};
-pub(crate) use headers::is_hop_by_hop_name;
+use headers::is_upgrade;
 pub use headers::Peer;
-use headers::{is_upgrade, strip_hop_by_hop};
 pub use host::HostError;
 pub use unread::Unread;
 
@@ -238,7 +237,10 @@ pub fn handle(
             // travel beside the map (`added`); the time left as of the grant (the controller read the
             // clock then; queueing is included), rather than one more clock read per request.
             let customer = rt.router.customer_value(&class.customer);
-            let added = Added::new(&mut parts.headers, &ctx, customer, peer.as_ref());
+            let forwarded_for = peer
+                .as_ref()
+                .and_then(|p| headers::forwarded_for_value(&parts.headers, p));
+            let added = AddedHeaders::new(&mut parts.headers, &ctx, customer, forwarded_for);
             ctx.write_deadline(&mut parts.headers, permit.started_at(), protocol);
             if degraded_path {
                 parts

@@ -17,12 +17,13 @@ use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
 use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
 
 use super::body::{read_body, Guard, Held, ReadError, ReqBody, TunnelHold};
-use super::{Added, Unread};
+use super::Unread;
+use crate::http1::AddedHeaders;
 
 /// gRPC `CANCELLED`: the client's side of the stream failed.
 const GRPC_CANCELLED: u16 = 1;
-use super::headers::strip_hop_by_hop;
 use crate::config::UpstreamProtocol;
+use crate::http1::strip_hop_by_hop;
 use crate::listener::head::Busy;
 use crate::metrics::Fault;
 use crate::respond;
@@ -62,7 +63,7 @@ pub(super) fn forward<'a>(
     state: &'a Arc<ProxyState>,
     rt: &'a Arc<Runtime>,
     parts: &'a mut http::request::Parts,
-    added: &'a Added,
+    added: &'a AddedHeaders,
     body: Unread,
     protocol: Protocol,
     class: &'a crate::route::Classified,

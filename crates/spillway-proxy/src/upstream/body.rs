@@ -11,8 +11,9 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use super::{BoxError, RawFields};
+use super::BoxError;
 use crate::forward::{Held, Unread};
+use crate::http1::RawFields;
 
 /// A request or response body of the proxy.
 pub struct ProxyBody(Kind);
@@ -62,7 +63,7 @@ impl ProxyBody {
     }
 
     /// An upstream response's header fields that pass through as bytes to a client that
-    /// writes bytes (`conn::codec::raw`), if it has any.
+    /// writes bytes (`crate::http1::raw`), if it has any.
     pub(crate) fn raw_fields(&self) -> Option<&RawFields> {
         match &self.0 {
             Kind::Upstream(b) => b.raw_fields(),

@@ -42,12 +42,6 @@ use spillway_tower::wire::OrcaUtilisation;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use body::{empty_body, full_body, ProxyBody};
-pub(crate) use conn::{
-    chunk_header, chunked_end, parsed_value, ConnectionTokens, Decoded, Decoder, Framing, Lengths,
-    NameCache, RawFields,
-};
-// For the fuzz harnesses (`crate::fuzzing`).
-pub(crate) use conn::{parse_response, ResponseHead, MAX_HEAD};
 pub use conn::{Connections, UpstreamBody, UpstreamError};
 pub use eject::{max_ejected, Ejection};
 

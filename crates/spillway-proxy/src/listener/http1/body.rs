@@ -24,7 +24,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::upstream::{Decoded, Decoder, Framing};
+use crate::http1::{Decoded, Decoder, Framing};
 
 /// Most body bytes read from the client and not yet taken.
 pub const BUFFERED: usize = 64 * 1024;

@@ -25,7 +25,6 @@
 //! `connection: close`.
 
 mod body;
-mod codec;
 mod prefixed;
 #[cfg(test)]
 mod tests;
@@ -47,14 +46,14 @@ pub use body::{BodyError, RequestBody};
 pub use prefixed::Prefixed;
 
 use self::body::{Filler, Need};
-use self::codec::{Answering, Framing};
-// `pub(crate)` for the fuzz harnesses (`crate::fuzzing`).
-pub(crate) use self::codec::{parse_request, Parsed, RequestHead, MAX_HEADERS};
 use super::head::Progress;
 use crate::forward::{Peer, Unread};
+use crate::http1::server::{self as codec, Answering, Parsed, RequestHead};
+use crate::http1::Framing;
+use crate::http1::{chunk_header, chunked_end, NameCache};
 use crate::read_buffer::ReadBuffer;
 use crate::state::ProxyState;
-use crate::upstream::{chunk_header, chunked_end, NameCache, ProxyBody};
+use crate::upstream::ProxyBody;
 
 /// Body data up to this size is copied behind the head (one write for both); larger data is
 /// written from its own buffer.
