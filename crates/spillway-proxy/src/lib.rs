@@ -62,8 +62,10 @@
 //! | [`state`] | the runtime state shared with the admin API: reload, status, switches |
 //! | [`route`] | classification: route, criticality (trusted CIDRs), customer, cost |
 //! | [`path`] | the request path made normal before routing and forwarded so |
-//! | [`forward`] | one request's path: controls → degrade → admit → forward → permit held |
+//! | [`forward`] | one request's path: controls → degrade → admit → forward → permit held (layers: listener → forward → upstream → http1, checked by `tests/module_layers.rs`) |
 //! | [`upstream`] | the tasks: pools, p2c balancing, throttles, retries, ejection, health checks |
+//! | [`body`] | the bodies the proxy moves: [`ProxyBody`](body::ProxyBody), the client's unread request body, the upstream's response body holding the permit |
+//! | [`http1`] | HTTP/1.1 on the wire, both codecs and what they share (framing, header names, hop-by-hop fields); imports nothing of the proxy |
 //! | [`degrade`] | graceful degradation per route |
 //! | [`drain`] | readiness (`/ready`), the drain delay and timeout after SIGTERM |
 //! | [`run`] | the process: one single-threaded runtime per core for the data plane, a control runtime for admin, signals and reloads |
@@ -80,6 +82,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod body;
 pub mod config;
 pub mod controls;
 pub mod dashboard;

@@ -71,18 +71,21 @@ const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
     (
         "forward",
         "listener",
-        "the body types (Unread, Held) use the listener's request body and stall watch \
-         (Busy, Progress); a body module below both",
+        "a request carries its connection's ActiveRequest token (listener/head.rs); move \
+         Progress and ActiveRequest out of the listener's timer into a module below forward",
     ),
     (
-        "respond",
-        "forward",
-        "bad_host takes forward's HostError; move HostError down beside route",
+        "body",
+        "listener",
+        "UnreadRequestBody wraps the listener's request body channel (listener/http1/body.rs) \
+         and both bodies report to the connection's Progress; move those below body",
     ),
     (
         "upstream",
-        "forward",
-        "ProxyBody (upstream/body.rs) wraps forward's Held and Unread; a body module",
+        "body",
+        "the upstream connections send Request<ProxyBody>, whose response variant holds an \
+         UpstreamBody; split ProxyBody into request and response bodies, or make the \
+         connections generic over the request body",
     ),
     (
         "state",

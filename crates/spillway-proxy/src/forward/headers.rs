@@ -7,7 +7,7 @@ use http::{Request, Version};
 use spillway_tower::wire;
 
 use crate::http1::X_FORWARDED_FOR;
-use crate::listener::head::Busy;
+use crate::listener::head::ActiveRequest;
 
 /// Whether `req` asks to switch its connection to another protocol that the proxy tunnels (an
 /// HTTP/1.1 `upgrade` its `connection` names).
@@ -75,7 +75,7 @@ pub struct Peer {
     alone: Option<HeaderValue>,
     /// The request's mark on its connection's header-read timeout (`listener::head`), moved
     /// into the response body so the request counts as in progress until its body ends.
-    pub(crate) busy: Option<Busy>,
+    pub(crate) busy: Option<ActiveRequest>,
     /// The client's connection writes an answer's head as bytes (the HTTP/1.1 fast path), so an
     /// HTTP/1.1 upstream's header fields may pass through without a map (`RawFields`).
     pub(crate) raw_fields: bool,
@@ -94,7 +94,7 @@ impl Peer {
     }
 
     /// This connection's peer for one request, carrying the request's `busy` token.
-    pub fn for_request(&self, busy: Busy) -> Self {
+    pub fn for_request(&self, busy: ActiveRequest) -> Self {
         Peer {
             addr: self.addr,
             alone: self.alone.clone(),

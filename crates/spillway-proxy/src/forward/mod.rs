@@ -16,7 +16,6 @@ mod headers;
 mod host;
 mod send;
 mod underscores;
-mod unread;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -32,20 +31,18 @@ use spillway_tower::metrics as tower_metrics;
 use spillway_tower::wire::Protocol;
 
 use crate::access::Decision;
+use crate::body::{ProxyBody, UnreadRequestBody};
 use crate::degrade::{self, Mode};
 use crate::http1::AddedHeaders;
 use crate::metrics::Fault;
 use crate::respond;
-use crate::state::Current;
-use crate::upstream::ProxyBody;
+use crate::state::ThreadSnapshot;
 
 use crate::http1::strip_hop_by_hop;
-pub use body::Held;
 pub use budget::{BodyBudget, BodyGrant};
 use headers::is_upgrade;
 pub use headers::Peer;
 pub use host::HostError;
-pub use unread::Unread;
 
 /// Handles one client request with `cur`, its thread's snapshot of the state
 /// (`ProxyState::current`). Never fails: every outcome is a response; the `Result` is the
@@ -57,10 +54,10 @@ pub use unread::Unread;
 /// end (a refusal keeps the client's connection).
 #[allow(clippy::manual_async_fn)] // on purpose: see the body's first comment
 pub fn handle(
-    cur: Arc<Current>,
+    cur: Arc<ThreadSnapshot>,
     mut peer: Option<Peer>,
     mut parts: http::request::Parts,
-    body: Unread,
+    body: UnreadRequestBody,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> impl Future<Output = Result<Response<ProxyBody>, Infallible>> {
     // An `async` block that takes its arguments where they stand, not an `async fn`, which moves
@@ -310,14 +307,17 @@ fn note_overload(
     }
 }
 
-/// A request from hyper's server made ready for [`handle`]: its body guarded ([`Unread`]) and,
+/// A request from hyper's server made ready for [`handle`]: its body guarded ([`UnreadRequestBody`]) and,
 /// when it asks to upgrade the connection, the client's side of the upgrade taken.
 pub fn upgrade_of(
     mut req: Request<Incoming>,
-) -> (Request<Unread>, Option<hyper::upgrade::OnUpgrade>) {
+) -> (
+    Request<UnreadRequestBody>,
+    Option<hyper::upgrade::OnUpgrade>,
+) {
     let upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
     let version = req.version();
-    (req.map(|b| Unread::new(b, version)), upgrade)
+    (req.map(|b| UnreadRequestBody::new(b, version)), upgrade)
 }
 
 /// Copies bytes both ways until both directions have closed (or either fails), holding the
@@ -366,7 +366,7 @@ mod tests {
     /// sixth round).
     #[test]
     fn the_body_type_stays_within_256_bytes() {
-        let size = std::mem::size_of::<crate::upstream::ProxyBody>();
+        let size = std::mem::size_of::<crate::body::ProxyBody>();
         eprintln!("ProxyBody: {size} bytes");
         assert!(size <= 256, "ProxyBody is {size} bytes");
     }

@@ -9,7 +9,7 @@
 //! chunked rules and limits both ways), the body takes; at most [`BUFFERED`] bytes wait between
 //! them, and the task reads no further until the body has taken them (back-pressure to the
 //! client). A body let go of early is read and discarded by the connection's task, within
-//! [`DISCARD_LIMIT`] (`super::serve`), as `forward::Unread` drains hyper's bodies.
+//! [`DISCARD_LIMIT`] (`super::serve`), as `body::UnreadRequestBody` drains hyper's bodies.
 //!
 //! A client that sent `Expect: 100-continue` waits for `100 Continue` before its body: the
 //! body asks for it the first time its reader finds nothing to take (as hyper's server sends

@@ -129,7 +129,7 @@ impl UpstreamBody {
                 }
             }
             // The rest of a request body nobody will send (read behind the answer when it
-            // is a client's: `forward::Unread`).
+            // is a client's: `body::UnreadRequestBody`).
             *sending = None;
         }
     }

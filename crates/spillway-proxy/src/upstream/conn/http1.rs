@@ -26,11 +26,11 @@ use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWrite;
 
 use super::io::Io;
+use crate::body::ProxyBody;
 use crate::http1::client::{self as codec, Outgoing, ResponseHead, WireError};
 use crate::http1::AddedHeaders;
 use crate::http1::{NameCache, RawFields};
 use crate::read_buffer::ReadBuffer;
-use crate::upstream::ProxyBody;
 
 /// An HTTP/1.1 connection between exchanges. Boxed once per connection, so that the request's
 /// future, the response body and the idle list move a pointer.

@@ -61,7 +61,7 @@ pub use self::body::UpstreamBody;
 use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};
 use self::io::Io;
-use super::ProxyBody;
+use crate::body::ProxyBody;
 use crate::http1::client::WireError;
 
 /// Why a request could not be sent upstream or its response head not read.
