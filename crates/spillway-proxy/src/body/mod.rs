@@ -16,7 +16,7 @@ mod unread;
 
 pub use guarded::GuardedResponseBody;
 pub(crate) use guarded::{Guard, TunnelHold};
-pub use unread::{BodyBreak, UnreadRequestBody};
+pub use unread::UnreadRequestBody;
 
 use crate::http1::RawFields;
 use crate::upstream::BoxError;

@@ -39,10 +39,9 @@ use crate::respond;
 use crate::state::ThreadSnapshot;
 
 use crate::http1::strip_hop_by_hop;
-pub use budget::{BodyBudget, BodyGrant};
+pub(crate) use budget::BodyBudget;
 use headers::is_upgrade;
 pub use headers::Peer;
-pub use host::HostError;
 
 /// Handles one client request with `cur`, its thread's snapshot of the state
 /// (`ProxyState::current`). Never fails: every outcome is a response; the `Result` is the
