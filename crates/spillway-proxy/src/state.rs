@@ -300,7 +300,7 @@ impl ProxyState {
         &self.leases
     }
 
-    /// Marks the proxy as leaving: `/ready` answers 503 from now on (see [`crate::drain`]).
+    /// Marks the proxy as leaving: `/ready` answers 503 from now on (see `crate::drain`).
     pub fn begin_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
     }

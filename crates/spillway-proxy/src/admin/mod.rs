@@ -14,7 +14,7 @@
 //! | GET | `/metrics` | only with `protect_reads` | Prometheus text format |
 //! | GET | `/status` | only with `protect_reads` | JSON: admission, upstreams, routes, controls, offered demand |
 //! | GET | `/controls` | only with `protect_reads` | JSON: the incident controls |
-//! | GET | `/ready` | never | 200 when traffic should be sent here, else 503 and why ([`crate::drain`]) |
+//! | GET | `/ready` | never | 200 when traffic should be sent here, else 503 and why (`crate::drain`) |
 //! | GET | `/live` | never | 200 while the process answers |
 //! | GET | `/config` | yes | the effective configuration as JSON, secrets redacted |
 //! | POST | `/reload` | yes | re-read the config file (or reload the TOML body) |

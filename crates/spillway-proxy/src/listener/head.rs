@@ -54,7 +54,7 @@
 //!
 //! The same for the other direction, the body read timeout (`listen.body_read_timeout_ms`): a
 //! request body streamed to the upstream whose last poll found nothing from the client
-//! ([`UnreadRequestBody`](crate::body::UnreadRequestBody) reports it), with no body frame coming on the connection
+//! (`body::UnreadRequestBody` reports it), with no body frame coming on the connection
 //! since, for that long, is a client that stopped mid-upload (the "slow POST" attack): cut and
 //! counted as `body_timeout`.
 //!

@@ -253,7 +253,7 @@ impl Connections {
         }
     }
 
-    /// These connections over TLS made by `tls` (see [`crate::tls::Client`]).
+    /// These connections over TLS made by `tls` (see `crate::tls::Client`).
     #[cfg(feature = "tls")]
     pub fn with_tls(mut self, tls: crate::tls::Client) -> Self {
         self.tls = Some(Arc::new(tls));
