@@ -14,8 +14,8 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 use serde::Serialize;
 
+use crate::body::{full_body, ProxyBody};
 use crate::config::DegradeConfig;
-use crate::upstream::{full_body, ProxyBody};
 
 /// How a request was degraded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -56,50 +56,58 @@
 //! # }
 //! ```
 //!
+//! The public modules (linked) are what users and the tests need: [`run`] to start the proxy,
+//! [`config`] and [`state`] to build it, [`admin`] for its admin listener, and the types those
+//! take; the others (`code`) are internal, `pub(crate)`.
+//!
 //! | module | what |
 //! | --- | --- |
 //! | [`config`] | the TOML file: types, defaults, validation with key and line |
 //! | [`state`] | the runtime state shared with the admin API: reload, status, switches |
-//! | [`route`] | classification: route, criticality (trusted CIDRs), customer, cost |
-//! | [`path`] | the request path made normal before routing and forwarded so |
-//! | [`forward`] | one request's path: controls → degrade → admit → forward → permit held |
+//! | `route` | classification: route, criticality (trusted CIDRs), customer, cost |
+//! | `path` | the request path made normal before routing and forwarded so |
+//! | `forward` | one request's path: controls → degrade → admit → forward → permit held (layers: listener → forward → upstream → http1, checked by `tests/module_layers.rs`) |
 //! | [`upstream`] | the tasks: pools, p2c balancing, throttles, retries, ejection, health checks |
-//! | [`degrade`] | graceful degradation per route |
-//! | [`drain`] | readiness (`/ready`), the drain delay and timeout after SIGTERM |
+//! | `body` | the bodies the proxy moves: [`ProxyBody`](upstream::ProxyBody), the client's unread request body, the upstream's response body holding the permit |
+//! | [`http1`] | HTTP/1.1 on the wire, both codecs and what they share (framing, header names, hop-by-hop fields); imports nothing of the proxy |
+//! | `degrade` | graceful degradation per route |
+//! | `drain` | readiness (`/ready`), the drain delay and timeout after SIGTERM |
 //! | [`run`] | the process: one single-threaded runtime per core for the data plane, a control runtime for admin, signals and reloads |
 //! | [`listener`] | accept with back-pressure, HTTP/1.1 + h2c, header limits, graceful shutdown, `SO_REUSEPORT` sockets per thread |
-//! | [`tls`] | optional TLS on the listener and to the upstreams, reloaded on SIGHUP (cargo feature `tls`, rustls) |
+//! | `tls` | optional TLS on the listener and to the upstreams, reloaded on SIGHUP (cargo feature `tls`, rustls) |
 //! | [`access`] | the access log: sampled, formatted per request, written by a thread of its own |
 //! | [`admin`], [`controls`] | the admin listener and incident controls |
 //! | [`dashboard`] | the live dashboard and knee calculator the admin listener serves |
 
 // Denied, not forbidden: one function builds header values from `httparse`'s spans unchecked,
-// as hyper does (`upstream::conn::codec::names::parsed_value`, measured there).
+// as hyper does (`http1::header::parsed_value`, measured there).
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod access;
 pub mod admin;
+pub(crate) mod body;
 pub mod config;
 pub mod controls;
 pub mod dashboard;
-pub mod degrade;
-pub mod drain;
-pub mod forward;
+pub(crate) mod degrade;
+pub(crate) mod drain;
+pub(crate) mod forward;
 // The fuzz harnesses (fuzz/, tests/fuzz_corpus.rs): not part of the API.
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod hostcpu;
+pub(crate) mod hostcpu;
+pub mod http1;
 pub mod lease;
 pub mod listener;
 pub mod metrics;
-pub mod path;
+pub(crate) mod path;
 mod read_buffer;
 pub mod respond;
-pub mod route;
+pub(crate) mod route;
 pub mod run;
 pub mod state;
-pub mod tls;
+pub(crate) mod tls;
 pub mod upstream;
 
 pub use config::{ConfigError, ProxyConfig};

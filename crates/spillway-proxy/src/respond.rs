@@ -18,8 +18,8 @@ use spillway_core::Criticality;
 use spillway_tower::server::reject::{self, REASON};
 use spillway_tower::wire::{self, HeaderError, OverloadGiveUp, Protocol, Pushback};
 
+use crate::body::{empty_body, full_body, ProxyBody};
 use crate::controls::ControlRefusal;
-use crate::upstream::{empty_body, full_body, ProxyBody};
 
 /// The content type of the proxy's own plain-text bodies.
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -153,8 +153,9 @@ pub fn bad_header(e: &HeaderError, protocol: Protocol) -> Response<ProxyBody> {
     )
 }
 
-/// A request whose `host` cannot be forwarded (400 / `INVALID_ARGUMENT`), saying why.
-pub fn bad_host(e: &crate::forward::HostError, protocol: Protocol) -> Response<ProxyBody> {
+/// A request whose `host` cannot be forwarded (400 / `INVALID_ARGUMENT`), saying why (`e`:
+/// the forwarding policy's `HostError`; taken as text so this layer needs nothing from it).
+pub fn bad_host(e: &impl std::fmt::Display, protocol: Protocol) -> Response<ProxyBody> {
     error(
         protocol,
         StatusCode::BAD_REQUEST,

@@ -144,7 +144,7 @@ pub async fn start(state: Arc<ProxyState>, addr: Option<SocketAddr>) -> Result<R
 /// doc), the admin listener (if enabled); SIGHUP reloads the `--config` file (an invalid file
 /// is refused and the old configuration kept). On SIGTERM `/ready` turns 503 and the proxy
 /// keeps serving for `[shutdown] drain_delay_ms` (SIGINT or a second SIGTERM cut it short),
-/// then stops accepting and drains (see [`crate::drain`]); the admin listener answers until
+/// then stops accepting and drains (see `crate::drain`); the admin listener answers until
 /// the data plane is done.
 pub fn run(source: Source) -> Result<(), RunError> {
     let io = |what: &str| {

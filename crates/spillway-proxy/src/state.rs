@@ -100,7 +100,7 @@ impl Runtime {
 /// bumps) and its own count is touched by its thread only. A reload still takes effect for the
 /// next request: the epoch check is a read of a line that changes only on reload.
 #[derive(Debug)]
-pub struct Current {
+pub struct ThreadSnapshot {
     /// The proxy's shared state.
     pub state: Arc<ProxyState>,
     /// The runtime (configuration, controller, router, pool) at the snapshot's epoch.
@@ -110,14 +110,14 @@ pub struct Current {
 
 thread_local! {
     /// This thread's snapshot (of the last state it served: one per process outside tests).
-    static CURRENT: RefCell<Option<Arc<Current>>> = const { RefCell::new(None) };
+    static CURRENT: RefCell<Option<Arc<ThreadSnapshot>>> = const { RefCell::new(None) };
 }
 
 /// The proxy's shared state (hold it in an `Arc`).
 #[derive(Debug)]
 pub struct ProxyState {
     runtime: RwLock<Arc<Runtime>>,
-    /// Bumped after each runtime swap (see [`Current`]).
+    /// Bumped after each runtime swap (see [`ThreadSnapshot`]).
     epoch: AtomicU64,
     config_path: Option<PathBuf>,
     controls: Arc<IncidentControls>,
@@ -260,11 +260,11 @@ impl ProxyState {
     }
 
     /// This thread's snapshot of the state and its current runtime, for one request (see
-    /// [`Current`]): cloned from the thread's copy, or made afresh after a reload.
-    pub fn current(self: &Arc<Self>) -> Arc<Current> {
+    /// [`ThreadSnapshot`]): cloned from the thread's copy, or made afresh after a reload.
+    pub fn current(self: &Arc<Self>) -> Arc<ThreadSnapshot> {
         let epoch = self.epoch.load(Ordering::Acquire);
         let fresh = || {
-            Arc::new(Current {
+            Arc::new(ThreadSnapshot {
                 state: Arc::clone(self),
                 rt: self.runtime(),
                 epoch,
@@ -300,7 +300,7 @@ impl ProxyState {
         &self.leases
     }
 
-    /// Marks the proxy as leaving: `/ready` answers 503 from now on (see [`crate::drain`]).
+    /// Marks the proxy as leaving: `/ready` answers 503 from now on (see `crate::drain`).
     pub fn begin_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
     }

@@ -82,7 +82,7 @@ async fn send(c: &Arc<Connections>, path: &str, addr: SocketAddr) -> http::Respo
         get(path, addr),
         false,
         false,
-        &spillway_proxy::forward::Added::none(),
+        &spillway_proxy::http1::AddedHeaders::none(),
     )
     .await
     .expect("response")
@@ -225,7 +225,7 @@ async fn a_refused_connection_is_a_connect_error() {
             get("/", dead),
             false,
             false,
-            &spillway_proxy::forward::Added::none(),
+            &spillway_proxy::http1::AddedHeaders::none(),
         )
         .await
         .unwrap_err();
@@ -276,7 +276,7 @@ async fn reading_a_response_does_not_wake_the_task_reading_it() {
     for _ in 0..2 {
         // One task's waker for the head and the body, as when the proxy serves.
         let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
-        let none = spillway_proxy::forward::Added::none();
+        let none = spillway_proxy::http1::AddedHeaders::none();
         let mut send = std::pin::pin!(c.send(0, get("/", b.addr), false, false, &none));
         let (res, head_wakes) = self_wakes(&wakes, |cx| send.as_mut().poll(cx)).await;
         let mut body = res.expect("response").into_body();

@@ -8,32 +8,9 @@
 
 use http::header::AUTHORIZATION;
 use http::HeaderMap;
-use spillway_core::ConfigError;
 use subtle::ConstantTimeEq;
 
-/// Shortest accepted token: 16 bytes (64 bits even as hex digits, out of reach of guessing
-/// over a network; `openssl rand -hex 32` gives 64 characters).
-pub const MIN_TOKEN_LEN: usize = 16;
-
-/// What a token may contain: visible ASCII without spaces (RFC 6750 `b64token` is stricter;
-/// this is what a header value carries without quoting).
-pub const TOKEN_ACCEPTS: &str = "at least 16 visible ASCII characters without spaces \
-                                 (e.g. the output of `openssl rand -hex 32`)";
-
-/// Checks a configured token, naming `field` (e.g. `admin.token`) on error.
-pub fn validate_token(field: &'static str, token: &str) -> Result<(), ConfigError> {
-    let ok = token.len() >= MIN_TOKEN_LEN && token.bytes().all(|b| b.is_ascii_graphic());
-    if ok {
-        Ok(())
-    } else {
-        // Never echo the token itself into an error or log line.
-        Err(ConfigError::new(
-            field,
-            format!("<{} bytes, redacted>", token.len()),
-            TOKEN_ACCEPTS,
-        ))
-    }
-}
+pub use crate::config::admin::MIN_TOKEN_LEN;
 
 /// Whether `headers` carry `Authorization: Bearer <expected>`. The scheme is matched
 /// case-insensitively (RFC 9110 §11.1); the token is compared in constant time.
@@ -53,6 +30,7 @@ pub fn bearer_matches(expected: &[u8], headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::admin::validate_token;
     use http::HeaderValue;
 
     fn with(v: &str) -> HeaderMap {

@@ -31,19 +31,13 @@
 use std::net::{IpAddr, SocketAddr};
 
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN};
-use http::uri::Authority;
 use http::{HeaderMap, StatusCode, Uri};
-use spillway_core::ConfigError;
 
 use super::reply::ApiError;
+use crate::config::admin::{host_port, parse_allowed};
 
 /// The header that marks a request as sent by a script rather than a web form.
 pub const ADMIN_HEADER: &str = "x-spillway-admin";
-
-/// Longest `admin.allowed_hosts` entry (a DNS name is at most 253 characters, plus a port).
-const MAX_HOST_LEN: usize = 260;
-/// Most `admin.allowed_hosts` entries.
-pub const MAX_ALLOWED_HOSTS: usize = 64;
 
 /// The addresses requests that change state must be addressed to.
 #[derive(Debug, Clone)]
@@ -51,52 +45,6 @@ pub struct OwnAddress {
     listen: SocketAddr,
     /// `(lower-case host, port)`; no port = any port.
     allowed: Vec<(String, Option<u16>)>,
-}
-
-/// Checks one `admin.allowed_hosts` entry: `name` or `name:port`, a host name or IP literal.
-pub fn check_allowed_host(entry: &str) -> Result<(), ConfigError> {
-    parse_allowed(entry).map(|_| ())
-}
-
-fn parse_allowed(entry: &str) -> Result<(String, Option<u16>), ConfigError> {
-    const ACCEPTS: &str = "a host name or IP literal with an optional port, as a client puts it \
-                           in the Host header (e.g. \"spillway-admin.internal:9901\", \
-                           \"[::1]:9901\"), no scheme or path";
-    let bad = || ConfigError::new("allowed_hosts", format!("{entry:?}"), ACCEPTS);
-    if entry.is_empty() || entry.len() > MAX_HOST_LEN || entry.contains(['/', '@', '?', '#']) {
-        return Err(bad());
-    }
-    let (host, port) = host_port(entry.as_bytes()).ok_or_else(bad)?;
-    Ok((host.to_ascii_lowercase(), port))
-}
-
-/// Splits `host[:port]` (as in `Host`; IPv6 in brackets): `None` for anything else, a port
-/// that is not a number below 65536 included (the `http` crate's `Authority` reads those as
-/// "no port", which would let `host:99999` pass for port 80).
-fn host_port(v: &[u8]) -> Option<(&str, Option<u16>)> {
-    let a = Authority::try_from(v).ok()?;
-    let s = std::str::from_utf8(v).ok()?;
-    if a.as_str() != s || s.contains('@') {
-        return None; // userinfo, or not exactly an authority
-    }
-    let host_end = if s.starts_with('[') {
-        s.find(']')? + 1
-    } else {
-        s.find(':').unwrap_or(s.len())
-    };
-    let (host, rest) = s.split_at(host_end);
-    let port = match rest.strip_prefix(':') {
-        None if rest.is_empty() => None,
-        None => return None,
-        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
-            Some(p.parse::<u16>().ok()?)
-        }
-        Some(_) => return None,
-    };
-    if host.is_empty() || !host.bytes().all(|b| b.is_ascii_graphic()) {
-        return None;
-    }
-    Some((host, port))
 }
 
 impl OwnAddress {
@@ -261,6 +209,7 @@ fn shown(v: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::admin::check_allowed_host;
     use http::HeaderValue;
 
     fn h(pairs: &[(&'static str, &'static str)]) -> HeaderMap {

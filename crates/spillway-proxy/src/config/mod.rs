@@ -7,11 +7,13 @@
 //! ([`parse`]). The admission part (`[admission]`) is `spillway-core`'s own
 //! [`AdmissionConfig`](spillway_core::controller::AdmissionConfig), so the proxy cannot drift from the policy it configures.
 
+pub(crate) mod admin;
 mod load;
 mod request;
 mod types;
 mod validate;
 
+pub use admin::{AdminConfig, DEFAULT_LISTEN};
 pub use load::{check, parse, ConfigError};
 pub use request::*;
 pub use types::*;

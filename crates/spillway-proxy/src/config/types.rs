@@ -25,8 +25,8 @@ pub struct ProxyConfig {
     pub signals: SignalsConfig,
     /// Routes, first match wins.
     pub routes: Vec<RouteConfig>,
-    /// The admin listener (`crate::admin::AdminConfig`, documented there).
-    pub admin: crate::admin::AdminConfig,
+    /// The admin listener ([`AdminConfig`](super::AdminConfig), documented there).
+    pub admin: super::AdminConfig,
     /// Request target and header-name hygiene before routing (`request.rs`).
     pub request: super::RequestConfig,
     /// Leaving on SIGTERM (`crate::drain::ShutdownConfig`, documented there).
@@ -44,7 +44,7 @@ impl Default for ProxyConfig {
             classify: ClassifyConfig::default(),
             signals: SignalsConfig::default(),
             routes: Vec::new(),
-            admin: crate::admin::AdminConfig::default(),
+            admin: super::AdminConfig::default(),
             request: super::RequestConfig::default(),
             shutdown: crate::drain::ShutdownConfig::default(),
             log: crate::access::LogConfig::default(),

@@ -2,11 +2,12 @@
 
 use std::net::SocketAddr;
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, Version};
 use spillway_tower::wire;
 
-use crate::listener::head::Busy;
+use crate::http1::X_FORWARDED_FOR;
+use crate::listener::head::ActiveRequest;
 
 /// Whether `req` asks to switch its connection to another protocol that the proxy tunnels (an
 /// HTTP/1.1 `upgrade` its `connection` names).
@@ -42,79 +43,6 @@ pub(super) fn is_upgrade<B>(req: &Request<B>) -> bool {
             })
 }
 
-/// The hop-by-hop headers [`strip_hop_by_hop`] always removes (besides those `connection`
-/// lists): RFC 9110 §7.6.1 and the older `keep-alive`/`proxy-connection`; `connection`,
-/// `upgrade` and `te` have rules of their own. Not `trailer`: it is end-to-end (RFC 9110
-/// §6.6.2), and an HTTP/1.1 server sends a client only the trailer fields it announces, so
-/// without it every trailer on the way to an HTTP/1.1 client was dropped. A `static`, not a
-/// `const`: a `const` array is built and dropped again at every use.
-pub(super) static ALWAYS_REMOVED: [HeaderName; 5] = [
-    header::TRANSFER_ENCODING,
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-];
-
-/// `connection`, `upgrade`, `te` or one of [`ALWAYS_REMOVED`] (a test keeps the two lists
-/// together).
-///
-/// By length first: most fields are none of these, and a length tells at once, where comparing
-/// each name with nine others was ~570 instructions a forwarded request, two maps a request
-/// (callgrind, bench/results/proxy-forwarding.md "Fourteenth round").
-pub(super) fn is_hop_by_hop(n: &HeaderName) -> bool {
-    is_hop_by_hop_name(n.as_str().as_bytes())
-}
-
-/// [`is_hop_by_hop`] for a name as it came on the wire, in any case (the upstream codec's
-/// pass-through, `upstream::conn::codec::raw`, keeps these in the map).
-pub(crate) fn is_hop_by_hop_name(wire: &[u8]) -> bool {
-    let is = |s: &str| wire.eq_ignore_ascii_case(s.as_bytes());
-    match wire.len() {
-        2 => is("te"),
-        7 => is("upgrade"),
-        10 => is("connection") || is("keep-alive"),
-        16 => is("proxy-connection"),
-        17 => is("transfer-encoding"),
-        18 => is("proxy-authenticate"),
-        19 => is("proxy-authorization"),
-        _ => false,
-    }
-}
-
-/// Removes hop-by-hop headers (RFC 9110 §7.6.1), keeping `te: trailers` (gRPC needs it) and,
-/// for upgrades, `connection`/`upgrade`.
-///
-/// Most requests and responses carry none of them, so one pass over the names (no hashing;
-/// standard names compare as an enum tag) decides first whether there is anything to remove:
-/// the removals below hash and probe once per name, twice per forwarded request.
-pub(super) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
-    if !h.keys().any(is_hop_by_hop) {
-        return;
-    }
-    let named: Vec<header::HeaderName> = h
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| header::HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .filter(|n| !(keep_upgrade && *n == header::UPGRADE))
-        .collect();
-    for n in named {
-        h.remove(n);
-    }
-    for n in &ALWAYS_REMOVED {
-        h.remove(n);
-    }
-    if !keep_upgrade {
-        h.remove(header::CONNECTION);
-        h.remove(header::UPGRADE);
-    }
-    if wire::find(h, &header::TE).is_some_and(|v| v != "trailers") {
-        h.remove(header::TE);
-    }
-}
-
 /// Joins the `cookie` fields of a request into one, separated by `"; "`, as RFC 9113 §8.2.3
 /// requires of a request passing from HTTP/2 — where a client may send each cookie as a field
 /// of its own, and browsers do — to HTTP/1.1, where many servers read only the first
@@ -138,9 +66,6 @@ pub(super) fn join_cookies(h: &mut HeaderMap) {
     }
 }
 
-/// `x-forwarded-for` (a static name: a `&str` name would be copied into a new one per request).
-pub(super) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-
 /// A client connection's peer: its address and its `x-forwarded-for` value, formatted once per
 /// connection (clones share the bytes) instead of once per request.
 #[derive(Debug)]
@@ -150,7 +75,7 @@ pub struct Peer {
     alone: Option<HeaderValue>,
     /// The request's mark on its connection's header-read timeout (`listener::head`), moved
     /// into the response body so the request counts as in progress until its body ends.
-    pub(crate) busy: Option<Busy>,
+    pub(crate) busy: Option<ActiveRequest>,
     /// The client's connection writes an answer's head as bytes (the HTTP/1.1 fast path), so an
     /// HTTP/1.1 upstream's header fields may pass through without a map (`RawFields`).
     pub(crate) raw_fields: bool,
@@ -169,7 +94,7 @@ impl Peer {
     }
 
     /// This connection's peer for one request, carrying the request's `busy` token.
-    pub fn for_request(&self, busy: Busy) -> Self {
+    pub fn for_request(&self, busy: ActiveRequest) -> Self {
         Peer {
             addr: self.addr,
             alone: self.alone.clone(),
@@ -218,7 +143,10 @@ fn forwarded_for(prev: Option<&str>, ip: std::net::IpAddr) -> Option<HeaderValue
 
 #[cfg(test)]
 mod tests {
+    use http::header::HeaderName;
+
     use super::*;
+    use crate::http1::{is_hop_by_hop, strip_hop_by_hop, ALWAYS_REMOVED};
 
     /// The peer appended to `h`'s `x-forwarded-for`, as a forwarded request carries it.
     fn append_forwarded_for(h: &mut HeaderMap, peer: &Peer) {

@@ -10,14 +10,12 @@
 //! response counts as in flight for as long as it really occupies the upstream — and an upgraded
 //! tunnel until both its directions close.
 
-mod added;
 mod body;
 mod budget;
 mod headers;
 mod host;
 mod send;
 mod underscores;
-mod unread;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -33,20 +31,17 @@ use spillway_tower::metrics as tower_metrics;
 use spillway_tower::wire::Protocol;
 
 use crate::access::Decision;
+use crate::body::{ProxyBody, UnreadRequestBody};
 use crate::degrade::{self, Mode};
+use crate::http1::AddedHeaders;
 use crate::metrics::Fault;
 use crate::respond;
-use crate::state::Current;
-use crate::upstream::ProxyBody;
+use crate::state::ThreadSnapshot;
 
-pub use added::Added;
-pub use body::Held;
-pub use budget::{BodyBudget, BodyGrant};
-pub(crate) use headers::is_hop_by_hop_name;
+use crate::http1::strip_hop_by_hop;
+pub(crate) use budget::BodyBudget;
+use headers::is_upgrade;
 pub use headers::Peer;
-use headers::{is_upgrade, strip_hop_by_hop};
-pub use host::HostError;
-pub use unread::Unread;
 
 /// Handles one client request with `cur`, its thread's snapshot of the state
 /// (`ProxyState::current`). Never fails: every outcome is a response; the `Result` is the
@@ -58,10 +53,10 @@ pub use unread::Unread;
 /// end (a refusal keeps the client's connection).
 #[allow(clippy::manual_async_fn)] // on purpose: see the body's first comment
 pub fn handle(
-    cur: Arc<Current>,
+    cur: Arc<ThreadSnapshot>,
     mut peer: Option<Peer>,
     mut parts: http::request::Parts,
-    body: Unread,
+    body: UnreadRequestBody,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> impl Future<Output = Result<Response<ProxyBody>, Infallible>> {
     // An `async` block that takes its arguments where they stand, not an `async fn`, which moves
@@ -238,7 +233,10 @@ pub fn handle(
             // travel beside the map (`added`); the time left as of the grant (the controller read the
             // clock then; queueing is included), rather than one more clock read per request.
             let customer = rt.router.customer_value(&class.customer);
-            let added = Added::new(&mut parts.headers, &ctx, customer, peer.as_ref());
+            let forwarded_for = peer
+                .as_ref()
+                .and_then(|p| headers::forwarded_for_value(&parts.headers, p));
+            let added = AddedHeaders::new(&mut parts.headers, &ctx, customer, forwarded_for);
             ctx.write_deadline(&mut parts.headers, permit.started_at(), protocol);
             if degraded_path {
                 parts
@@ -308,14 +306,17 @@ fn note_overload(
     }
 }
 
-/// A request from hyper's server made ready for [`handle`]: its body guarded ([`Unread`]) and,
+/// A request from hyper's server made ready for [`handle`]: its body guarded ([`UnreadRequestBody`]) and,
 /// when it asks to upgrade the connection, the client's side of the upgrade taken.
 pub fn upgrade_of(
     mut req: Request<Incoming>,
-) -> (Request<Unread>, Option<hyper::upgrade::OnUpgrade>) {
+) -> (
+    Request<UnreadRequestBody>,
+    Option<hyper::upgrade::OnUpgrade>,
+) {
     let upgrade = is_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
     let version = req.version();
-    (req.map(|b| Unread::new(b, version)), upgrade)
+    (req.map(|b| UnreadRequestBody::new(b, version)), upgrade)
 }
 
 /// Copies bytes both ways until both directions have closed (or either fails), holding the
@@ -364,7 +365,7 @@ mod tests {
     /// sixth round).
     #[test]
     fn the_body_type_stays_within_256_bytes() {
-        let size = std::mem::size_of::<crate::upstream::ProxyBody>();
+        let size = std::mem::size_of::<crate::body::ProxyBody>();
         eprintln!("ProxyBody: {size} bytes");
         assert!(size <= 256, "ProxyBody is {size} bytes");
     }

@@ -16,18 +16,21 @@ use spillway_tower::client::overload_refusal;
 use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
 use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
 
-use super::body::{read_body, Guard, Held, ReadError, ReqBody, TunnelHold};
-use super::{Added, Unread};
+use super::body::{read_body, ReadError, ReqBody};
+use super::UnreadRequestBody;
+use crate::body::{Guard, GuardedResponseBody, TunnelHold};
+use crate::http1::AddedHeaders;
 
 /// gRPC `CANCELLED`: the client's side of the stream failed.
 const GRPC_CANCELLED: u16 = 1;
-use super::headers::strip_hop_by_hop;
+use crate::body::{empty_body, full_body, ProxyBody};
 use crate::config::UpstreamProtocol;
-use crate::listener::head::Busy;
+use crate::http1::strip_hop_by_hop;
+use crate::listener::head::ActiveRequest;
 use crate::metrics::Fault;
 use crate::respond;
 use crate::state::{ProxyState, Runtime};
-use crate::upstream::{empty_body, full_body, Pool, ProxyBody, Task, Tried, UpstreamBody};
+use crate::upstream::{Pool, Task, Tried, UpstreamBody};
 
 /// A request the task's client throttle counted as sent, not yet answered. Dropped unsettled
 /// — the request's future dropped because its caller went away before the task answered — it
@@ -62,13 +65,13 @@ pub(super) fn forward<'a>(
     state: &'a Arc<ProxyState>,
     rt: &'a Arc<Runtime>,
     parts: &'a mut http::request::Parts,
-    added: &'a Added,
-    body: Unread,
+    added: &'a AddedHeaders,
+    body: UnreadRequestBody,
     protocol: Protocol,
     class: &'a crate::route::Classified,
     mut permit: Permit,
     labels: RequestLabels,
-    busy: Option<Busy>,
+    busy: Option<ActiveRequest>,
     raw_fields: bool,
 ) -> impl Future<Output = (Response<ProxyBody>, Option<Upgrade>)> + 'a {
     // An `async` block, not an `async fn`: its arguments are not moved once more when first
@@ -434,7 +437,7 @@ pub(super) fn forward<'a>(
                     // Answer in the client's dialect: an HTTP/1.0 upstream must not turn the
                     // client's keep-alive HTTP/1.1 connection into 1.0 (hyper's h2 server ignores it).
                     p.version = Version::HTTP_11;
-                    let body = Held {
+                    let body = GuardedResponseBody {
                         inner: b,
                         guard: Some(Guard {
                             permit,

@@ -7,13 +7,11 @@ use http::{Method, StatusCode, Version};
 
 use super::hyper_oracle::{hyper_reads, hyper_response};
 use super::Input;
-use crate::listener::http1::{parse_request, Parsed, RequestHead, MAX_HEADERS};
-use crate::upstream::{
-    chunk_header, chunked_end, parse_response, Decoded, Decoder, Framing, NameCache, RawFields,
-    ResponseHead, MAX_HEAD,
-};
+use crate::http1::client::{parse_response, ResponseHead, MAX_HEAD};
+use crate::http1::server::{parse_request, Parsed, RequestHead, MAX_HEADERS};
+use crate::http1::{chunk_header, chunked_end, Decoded, Decoder, Framing, NameCache, RawFields};
 
-/// The listener's request head parser (`listener::http1::codec::parse_request`), against
+/// The listener's request head parser (`http1::server::parse_request`), against
 /// `httparse` as the oracle, over a buffer of pipelined requests.
 ///
 /// Input: a control byte (the head size limit, where to cut the buffer for the incremental
@@ -348,7 +346,7 @@ pub fn chunked(data: &[u8]) {
     }
 }
 
-/// The upstream's response head parser (`upstream::conn::codec::parse_response`), against
+/// The upstream's response head parser (`http1::client::parse_response`), against
 /// `httparse` and RFC 9112 §6.3 as the oracle.
 ///
 /// Input: a control byte (the request's method, `GET` or `HEAD`; whether the client side takes

@@ -14,7 +14,7 @@
 //!
 //! What is enforced (measured from a coarser clock, so a limit `L` closes between `L` and
 //! 1.25 `L` after its start): a request is in progress from its head until its response body
-//! ends (a [`Busy`] token travels with the response), and a connection with one in progress is
+//! ends (an [`ActiveRequest`] token travels with the response), and a connection with one in progress is
 //! never cut, so a slow upstream or a long streamed response is not. Otherwise:
 //! - a connection that has sent no complete head since it opened, or (HTTP/1.1) has begun its
 //!   next head and not finished it, gets the header timeout: closed and counted as
@@ -48,13 +48,13 @@
 //! takes, so a slow but live reader is never cut (nginx's `send_timeout` is the same rule).
 //! Over HTTP/2 a client can stall without filling the socket, by granting no flow-control
 //! credit: there the sign is a response body whose data hyper holds without asking for more
-//! ([`Sent`]) while nothing is written and no body on the connection is polled. A stream
+//! ([`ReportingResponseBody`]) while nothing is written and no body on the connection is polled. A stream
 //! stalled so on a connection whose other streams keep moving is cut alone: its body is
-//! dropped, which frees its slots, and counted as `send_timeout` ([`Sent`] says how).
+//! dropped, which frees its slots, and counted as `send_timeout` ([`ReportingResponseBody`] says how).
 //!
 //! The same for the other direction, the body read timeout (`listen.body_read_timeout_ms`): a
 //! request body streamed to the upstream whose last poll found nothing from the client
-//! ([`Unread`](crate::forward::Unread) reports it), with no body frame coming on the connection
+//! (`body::UnreadRequestBody` reports it), with no body frame coming on the connection
 //! since, for that long, is a client that stopped mid-upload (the "slow POST" attack): cut and
 //! counted as `body_timeout`.
 //!
@@ -88,7 +88,7 @@ use super::pressure::IdlePressure;
 pub struct Progress {
     /// Request heads handed to the service.
     heads: AtomicU64,
-    /// Requests in progress (live [`Busy`] tokens).
+    /// Requests in progress (live [`ActiveRequest`] tokens).
     active: AtomicU64,
     /// Bytes were read since the last request ended (a head is under way, not an idle wait).
     read: AtomicBool,
@@ -99,7 +99,7 @@ pub struct Progress {
     written: AtomicU64,
     /// The last write found the socket full: the client is not taking what is sent.
     write_blocked: AtomicBool,
-    /// Polls of response bodies served through hyper ([`Sent`]).
+    /// Polls of response bodies served through hyper ([`ReportingResponseBody`]).
     polled: AtomicU64,
     /// Of those bodies, how many handed over data at their last poll and have not been asked
     /// for more: hyper is holding it (over HTTP/2, waiting for the client's flow-control credit).
@@ -120,17 +120,17 @@ pub struct Progress {
     /// allocation per connection, as a cancellation token's node would be); its stored permit
     /// reaches a waiter that comes later.
     pub(crate) close: tokio::sync::Notify,
-    /// The HTTP/2 response bodies the timer may cut one by one ([`Sent`]'s module docs); dead
+    /// The HTTP/2 response bodies the timer may cut one by one ([`ReportingResponseBody`]'s module docs); dead
     /// ones are dropped as the list grows and at each check.
     streams: std::sync::Mutex<Vec<std::sync::Weak<sent::Shared>>>,
 }
 
 impl Progress {
     /// Keeps the connection marked as having a response in progress, without a request (a cut
-    /// HTTP/2 response whose stream hyper still holds: [`Sent`]).
-    fn hold(self: &Arc<Self>) -> Busy {
+    /// HTTP/2 response whose stream hyper still holds: [`ReportingResponseBody`]).
+    fn hold(self: &Arc<Self>) -> ActiveRequest {
         self.active.fetch_add(1, Relaxed);
-        Busy(Arc::clone(self))
+        ActiveRequest(Arc::clone(self))
     }
 
     /// Adds an HTTP/2 response body the timer may cut.
@@ -168,13 +168,13 @@ impl Progress {
     }
 
     /// A request head has arrived; the token marks it in progress until dropped.
-    pub fn begin(self: &Arc<Self>, version: http::Version) -> Busy {
+    pub fn begin(self: &Arc<Self>, version: http::Version) -> ActiveRequest {
         self.heads.fetch_add(1, Relaxed);
         self.active.fetch_add(1, Relaxed);
         if version == http::Version::HTTP_2 {
             self.h2.store(true, Relaxed);
         }
-        Busy(Arc::clone(self))
+        ActiveRequest(Arc::clone(self))
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -200,9 +200,9 @@ impl Progress {
         (self.written.load(Relaxed), self.polled.load(Relaxed))
     }
 
-    /// A request body starts or stops waiting on the client ([`Unread`]).
+    /// A request body starts or stops waiting on the client ([`UnreadRequestBody`]).
     ///
-    /// [`Unread`]: crate::forward::Unread
+    /// [`UnreadRequestBody`]: crate::body::UnreadRequestBody
     pub(crate) fn body_wait(&self, waiting: bool) {
         if waiting {
             self.body_waiting.fetch_add(1, Relaxed);
@@ -264,16 +264,16 @@ struct Snapshot {
 
 /// A request in progress on its connection, from its head until its response body ends.
 #[derive(Debug)]
-pub struct Busy(Arc<Progress>);
+pub struct ActiveRequest(Arc<Progress>);
 
-impl Busy {
+impl ActiveRequest {
     /// The connection's progress.
     pub(crate) fn progress(&self) -> &Progress {
         &self.0
     }
 }
 
-impl Drop for Busy {
+impl Drop for ActiveRequest {
     fn drop(&mut self) {
         self.0.active.fetch_sub(1, Relaxed);
         self.0.read.store(false, Relaxed);
@@ -334,7 +334,7 @@ pub async fn watch<F: Future>(
 }
 
 /// [`watch`], telling `cut` how many HTTP/2 responses it cut alone at each check (the send
-/// timeout applied to one stream: [`Sent`]'s module docs), and asking `overloaded` whether the
+/// timeout applied to one stream: [`ReportingResponseBody`]'s module docs), and asking `overloaded` whether the
 /// proxy refused work for its own overload while the connection has been idle (since the
 /// instant it is given): an HTTP/1.1 connection's idle timeout is then `limits.idle_pressure`'s
 /// minimum.
@@ -572,7 +572,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 }
 
 mod sent;
-pub use sent::Sent;
+pub use sent::ReportingResponseBody;
 
 #[cfg(test)]
 mod tests;

@@ -269,7 +269,7 @@ fn service(
     progress: Arc<head::Progress>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
-    Response = hyper::Response<head::Sent>,
+    Response = hyper::Response<head::ReportingResponseBody>,
     Error = std::convert::Infallible,
     Future: Send + 'static,
 > {
@@ -277,7 +277,7 @@ fn service(
         let busy = progress.begin(req.version());
         let (req, upgrade) = crate::forward::upgrade_of(req);
         // The bodies report to the connection's send and body read timeouts, except gRPC
-        // streams' (`head::Sent::new` says why).
+        // streams' (`head::ReportingResponseBody::new` says why).
         let grpc = Protocol::of(req.headers()) == Protocol::Grpc;
         let progress = (!grpc).then(|| Arc::clone(&progress));
         let req = match &progress {
@@ -289,7 +289,7 @@ fn service(
         let answer = crate::forward::handle(state.current(), peer, parts, body, upgrade);
         async move {
             let res = answer.await;
-            res.map(|r| r.map(|b| head::Sent::new(b, progress)))
+            res.map(|r| r.map(|b| head::ReportingResponseBody::new(b, progress)))
         }
     })
 }
@@ -319,7 +319,7 @@ async fn until_closed<C: Future>(
 }
 
 /// Counts how a client connection ended.
-/// `n` HTTP/2 responses cut alone by the send timeout (`head::Sent`).
+/// `n` HTTP/2 responses cut alone by the send timeout (`head::ReportingResponseBody`).
 fn count_cut(state: &ProxyState, n: u64) {
     for _ in 0..n {
         state.faults.count(Fault::SendTimeout);

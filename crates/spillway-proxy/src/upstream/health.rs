@@ -61,8 +61,13 @@ pub(super) async fn run(pool: Weak<Pool>) {
                 let index = usize::try_from(task.id).unwrap_or(usize::MAX);
                 let ok = match tokio::time::timeout(
                     timeout,
-                    p2.conns
-                        .send(index, req, false, false, &crate::forward::Added::none()),
+                    p2.conns.send(
+                        index,
+                        req,
+                        false,
+                        false,
+                        &crate::http1::AddedHeaders::none(),
+                    ),
                 )
                 .await
                 {

@@ -21,7 +21,6 @@
 //! API with an idle list per data-plane thread, so a connection is opened, used and reused by
 //! one thread, with no shared lock; an HTTP/1.1 connection is driven by the request using it).
 
-mod body;
 mod conn;
 mod eject;
 mod health;
@@ -41,13 +40,7 @@ use spillway_core::{Criticality, PerCriticality};
 use spillway_tower::wire::OrcaUtilisation;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-pub use body::{empty_body, full_body, ProxyBody};
-pub(crate) use conn::{
-    chunk_header, chunked_end, parsed_value, ConnectionTokens, Decoded, Decoder, Framing, Lengths,
-    NameCache, RawFields,
-};
-// For the fuzz harnesses (`crate::fuzzing`).
-pub(crate) use conn::{parse_response, ResponseHead, MAX_HEAD};
+pub use crate::body::{empty_body, full_body, ProxyBody};
 pub use conn::{Connections, UpstreamBody, UpstreamError};
 pub use eject::{max_ejected, Ejection};
 

@@ -36,16 +36,16 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
-use super::{Busy, Progress, Stall};
-use crate::upstream::ProxyBody;
+use super::{ActiveRequest, Progress, Stall};
+use crate::body::ProxyBody;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A response body that reports to its connection's [`Progress`] (see the module docs).
 #[derive(Debug)]
-pub struct Sent {
+pub struct ReportingResponseBody {
     inner: Inner,
-    /// `None` for a body that does not report (a gRPC stream's, see [`Sent::new`]).
+    /// `None` for a body that does not report (a gRPC stream's, see [`ReportingResponseBody::new`]).
     progress: Option<Arc<Progress>>,
     /// The last poll handed over a data frame (counted in `Progress::holding`; for a shared
     /// body, its state's `holding` is the one used).
@@ -75,7 +75,7 @@ struct SharedState {
     /// The timer's view: polls unchanged while holding, since when.
     stall: Stall<u64>,
     /// After a cut: the response still counts as in progress on its connection.
-    busy: Option<Busy>,
+    busy: Option<ActiveRequest>,
     progress: Arc<Progress>,
 }
 
@@ -106,7 +106,7 @@ impl Shared {
 const CUT: &str = "the client took none of this response for listen.send_timeout_ms (no HTTP/2 \
                    flow-control credit): cut";
 
-impl Sent {
+impl ReportingResponseBody {
     /// `inner`, reporting to `progress` when given. gRPC responses do not report: a stream
     /// whose consumer pauses is back-pressure gRPC is built on, and its call is bounded by
     /// its deadline (`grpc-timeout`) and the admission limit instead. Over HTTP/2 the body is
@@ -127,7 +127,7 @@ impl Sent {
             }
             _ => Inner::Own(inner),
         };
-        Sent {
+        ReportingResponseBody {
             inner,
             progress,
             holding: false,
@@ -166,7 +166,7 @@ fn note(
     }
 }
 
-impl Body for Sent {
+impl Body for ReportingResponseBody {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -217,7 +217,7 @@ impl Body for Sent {
     }
 }
 
-impl Drop for Sent {
+impl Drop for ReportingResponseBody {
     fn drop(&mut self) {
         self.release();
     }

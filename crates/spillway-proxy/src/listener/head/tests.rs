@@ -18,9 +18,11 @@ use std::pin::Pin;
 use bytes::Bytes;
 use http_body::Body;
 
-use super::{watch, watch_counting, Busy, Ended, Progress, Sent, Timeouts, Watched};
+use super::{
+    watch, watch_counting, ActiveRequest, Ended, Progress, ReportingResponseBody, Timeouts, Watched,
+};
+use crate::body::full_body;
 use crate::listener::pressure::IdlePressure;
-use crate::upstream::full_body;
 
 const T: Duration = Duration::from_millis(1_000);
 
@@ -322,7 +324,7 @@ async fn not_cut_during(p: &Progress, limits: Timeouts, activity: impl Future<Ou
 
 /// A request in progress whose response the client takes nothing of: the socket full, no
 /// write taken since.
-fn stalled(p: &Arc<Progress>) -> Busy {
+fn stalled(p: &Arc<Progress>) -> ActiveRequest {
     let busy = p.begin(http::Version::HTTP_11);
     p.write_blocked.store(true, Relaxed);
     busy
@@ -360,7 +362,8 @@ async fn a_body_whose_data_hyper_holds_with_nothing_written_is_cut() {
     // asked for more, and nothing was written since.
     let p = Arc::new(Progress::default());
     let _busy = p.begin(http::Version::HTTP_2);
-    let mut body = Sent::new(full_body(Bytes::from_static(b"data")), Some(Arc::clone(&p)));
+    let mut body =
+        ReportingResponseBody::new(full_body(Bytes::from_static(b"data")), Some(Arc::clone(&p)));
     let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
     assert!(frame.is_some_and(|f| f.is_ok_and(|f| f.is_data())));
     let limits = long_but(|l| l.send = T * 2);

@@ -9,7 +9,7 @@
 //! chunked rules and limits both ways), the body takes; at most [`BUFFERED`] bytes wait between
 //! them, and the task reads no further until the body has taken them (back-pressure to the
 //! client). A body let go of early is read and discarded by the connection's task, within
-//! [`DISCARD_LIMIT`] (`super::serve`), as `forward::Unread` drains hyper's bodies.
+//! [`DISCARD_LIMIT`] (`super::serve`), as `body::UnreadRequestBody` drains hyper's bodies.
 //!
 //! A client that sent `Expect: 100-continue` waits for `100 Continue` before its body: the
 //! body asks for it the first time its reader finds nothing to take (as hyper's server sends
@@ -24,7 +24,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::upstream::{Decoded, Decoder, Framing};
+use crate::http1::{Decoded, Decoder, Framing};
 
 /// Most body bytes read from the client and not yet taken.
 pub const BUFFERED: usize = 64 * 1024;

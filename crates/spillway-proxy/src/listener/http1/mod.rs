@@ -25,7 +25,6 @@
 //! `connection: close`.
 
 mod body;
-mod codec;
 mod prefixed;
 #[cfg(test)]
 mod tests;
@@ -47,14 +46,15 @@ pub use body::{BodyError, RequestBody};
 pub use prefixed::Prefixed;
 
 use self::body::{Filler, Need};
-use self::codec::{Answering, Framing};
-// `pub(crate)` for the fuzz harnesses (`crate::fuzzing`).
-pub(crate) use self::codec::{parse_request, Parsed, RequestHead, MAX_HEADERS};
 use super::head::Progress;
-use crate::forward::{Peer, Unread};
+use crate::body::ProxyBody;
+use crate::body::UnreadRequestBody;
+use crate::forward::Peer;
+use crate::http1::server::{self as codec, Answering, Parsed, RequestHead};
+use crate::http1::Framing;
+use crate::http1::{chunk_header, chunked_end, NameCache};
 use crate::read_buffer::ReadBuffer;
 use crate::state::ProxyState;
-use crate::upstream::{chunk_header, chunked_end, NameCache, ProxyBody};
 
 /// Body data up to this size is copied behind the head (one write for both); larger data is
 /// written from its own buffer.
@@ -166,11 +166,11 @@ where
         };
         let busy = set.progress.begin(parts.version);
         let (body, filler) = match body {
-            None => (Unread::empty(), None),
+            None => (UnreadRequestBody::empty(), None),
             Some(framing) => {
                 let (body, filler) = body::channel(framing, expect_continue);
-                let body = Unread::fast(body);
-                // gRPC(-Web) streams do not report (`listener::head::Sent::new` says why).
+                let body = UnreadRequestBody::fast(body);
+                // gRPC(-Web) streams do not report (`listener::head::ReportingResponseBody::new` says why).
                 let grpc = Protocol::of(&parts.headers) == Protocol::Grpc;
                 let body = if grpc {
                     body

@@ -7,8 +7,9 @@ use http::{Response, StatusCode, Version};
 use http_body_util::{Empty, Full, StreamBody};
 use proptest::prelude::*;
 
-use super::codec::{self, allowed_trailers, Answering, Framing, Parsed};
-use crate::upstream::NameCache;
+use crate::http1::server::{self as codec, allowed_trailers, Answering, Parsed};
+use crate::http1::Framing;
+use crate::http1::NameCache;
 
 const MAX: usize = 8192;
 
@@ -463,7 +464,7 @@ mod request_body {
     use http_body::Body;
 
     use super::super::body::{channel, BodyError, Need, BUFFERED, DISCARD_LIMIT};
-    use crate::upstream::Framing;
+    use crate::http1::Framing;
 
     /// A waker that counts its wakes.
     struct Count(AtomicUsize);

@@ -15,10 +15,11 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use super::codec::{Decoded, Decoder, Framing, RawFields, WireError};
 use super::http1::{Http1, Sending};
 use super::idle::{put_back, Home};
 use super::Lease;
+use crate::http1::client::WireError;
+use crate::http1::{Decoded, Decoder, Framing, RawFields};
 use crate::upstream::BoxError;
 
 /// An upstream response body; its end puts an HTTP/1.1 connection back on the idle list.
@@ -67,7 +68,7 @@ impl UpstreamBody {
             task,
         });
         if b.is_end_stream() {
-            // Such a response keeps its fields in its map (`codec::raw`): releasing the
+            // Such a response keeps its fields in its map (`crate::http1::raw`): releasing the
             // connection here forgets the passed-through ones.
             debug_assert!(
                 b.raw_fields().is_none(),
@@ -79,7 +80,7 @@ impl UpstreamBody {
         b
     }
 
-    /// The response's header fields that pass through as bytes (`codec::raw`), if any: they
+    /// The response's header fields that pass through as bytes (`crate::http1::raw`), if any: they
     /// are the client's to write with the head, before the body is read.
     pub(crate) fn raw_fields(&self) -> Option<&RawFields> {
         match &self.0 {
@@ -128,7 +129,7 @@ impl UpstreamBody {
                 }
             }
             // The rest of a request body nobody will send (read behind the answer when it
-            // is a client's: `forward::Unread`).
+            // is a client's: `body::UnreadRequestBody`).
             *sending = None;
         }
     }

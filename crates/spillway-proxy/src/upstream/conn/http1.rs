@@ -25,11 +25,12 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWrite;
 
-use super::codec::{self, NameCache, Outgoing, RawFields, ResponseHead, WireError};
 use super::io::Io;
-use crate::forward::Added;
+use crate::body::ProxyBody;
+use crate::http1::client::{self as codec, Outgoing, ResponseHead, WireError};
+use crate::http1::AddedHeaders;
+use crate::http1::{NameCache, RawFields};
 use crate::read_buffer::ReadBuffer;
-use crate::upstream::ProxyBody;
 
 /// An HTTP/1.1 connection between exchanges. Boxed once per connection, so that the request's
 /// future, the response body and the idle list move a pointer.
@@ -46,7 +47,7 @@ struct Conn {
     /// freeing of a map per response: ~340 instructions a request, `ir.sh`,
     /// bench/results/proxy-forwarding.md "Fourteenth round").
     spare: HeaderMap,
-    /// The current response's fields passed through as bytes (`codec::raw`).
+    /// The current response's fields passed through as bytes (`crate::http1::raw`).
     raw: RawFields,
 }
 
@@ -262,13 +263,13 @@ pub(super) struct Exchanged {
 /// exchange before (so the upstream may have closed it just as this one began).
 ///
 /// `raw`: the response's fields may pass through as bytes (the client writes bytes:
-/// `codec::raw`).
+/// `crate::http1::raw`).
 pub(super) fn exchange(
     mut h: Http1,
     req: Request<ProxyBody>,
     reused: bool,
     raw: bool,
-    added: &Added,
+    added: &AddedHeaders,
 ) -> Exchange {
     let c = &mut *h.0;
     c.write.clear();

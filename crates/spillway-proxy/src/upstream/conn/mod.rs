@@ -1,5 +1,5 @@
 //! Upstream connections: an idle list per thread and task, HTTP/1.1 spoken by the proxy's own
-//! codec ([`codec`]) and HTTP/2 by hyper's connection API (`hyper::client::conn`), instead of
+//! codec ([`crate::http1::client`]) and HTTP/2 by hyper's connection API (`hyper::client::conn`), instead of
 //! hyper-util's legacy pooled client.
 //!
 //! Why: the data plane runs one single-threaded runtime per core (`crate::run`), so a connection
@@ -10,7 +10,7 @@
 //! the response's extensions, a locked pool checkout and (while the response body streamed) a
 //! task spawned to put the connection back (heaptrack and hyper-util 0.1
 //! `client/legacy/client.rs`); hyper's HTTP/1.1 connection API, a channel each way per request
-//! ([`codec`]). Here a connection goes back to its thread's idle list when its exchange is
+//! ([`crate::http1::client`]). Here a connection goes back to its thread's idle list when its exchange is
 //! complete, from the response body itself ([`UpstreamBody`]).
 //!
 //! What still holds (the issue's "bounded pool of upstream connections, idle connections closed
@@ -38,7 +38,6 @@
 //! control runtime) each worker thread keeps its own, which is correct, only less shared.
 
 mod body;
-mod codec;
 mod h2c;
 mod http1;
 mod idle;
@@ -50,7 +49,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::forward::Added;
+use crate::http1::AddedHeaders;
 use http::{Request, Response};
 use hyper::client::conn::http2;
 use hyper::ext::ReasonPhrase;
@@ -59,18 +58,11 @@ use thread_local::ThreadLocal;
 use tokio::net::TcpStream;
 
 pub use self::body::UpstreamBody;
-use self::codec::WireError;
-/// The wire rules the client-facing HTTP/1.1 server shares with the upstream client.
-pub(crate) use self::codec::{
-    chunk_header, chunked_end, parsed_value, ConnectionTokens, Decoded, Decoder, Framing, Lengths,
-    NameCache, RawFields,
-};
-// For the fuzz harnesses (`crate::fuzzing`).
-pub(crate) use self::codec::{parse_response, ResponseHead, MAX_HEAD};
 use self::http1::{exchange, replay, Exchanged, Failed, Http1};
 use self::idle::{lock, Home};
 use self::io::Io;
-use super::ProxyBody;
+use crate::body::ProxyBody;
+use crate::http1::client::WireError;
 
 /// Why a request could not be sent upstream or its response head not read.
 #[derive(Debug)]
@@ -261,7 +253,7 @@ impl Connections {
         }
     }
 
-    /// These connections over TLS made by `tls` (see [`crate::tls::Client`]).
+    /// These connections over TLS made by `tls` (see `crate::tls::Client`).
     #[cfg(feature = "tls")]
     pub fn with_tls(mut self, tls: crate::tls::Client) -> Self {
         self.tls = Some(Arc::new(tls));
@@ -338,14 +330,14 @@ impl Connections {
     ///
     /// `raw_fields`: over HTTP/1.1, the response's header fields may pass through as bytes
     /// (`RawFields`: only for a caller whose client is written bytes, the fast path's).
-    /// `added`: fields the request goes out with besides its map's ([`Added`]).
+    /// `added`: fields the request goes out with besides its map's ([`AddedHeaders`]).
     pub fn send<'a>(
         self: &'a Arc<Self>,
         task: usize,
         req: Request<ProxyBody>,
         http2: bool,
         raw_fields: bool,
-        added: &'a Added,
+        added: &'a AddedHeaders,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + 'a {
         // An `async` block that takes `req` where it stands, not an `async fn`: an async fn's
         // arguments are moved once more, into its body's own locals, when it is first polled —

@@ -30,12 +30,12 @@ use crate::upstream::BoxError;
 /// own stream, after the answer: reading it would only spend the proxy's time under overload;
 /// the HTTP/1.1 fast path's connection reads and discards the rest itself).
 #[derive(Debug)]
-pub struct Unread {
+pub struct UnreadRequestBody {
     body: Option<Inner>,
     drain: bool,
     broke: Option<BodyBreak>,
     /// The client connection's progress, told when the body waits on the client
-    /// ([`Unread::reporting`]).
+    /// ([`UnreadRequestBody::reporting`]).
     progress: Option<Arc<Progress>>,
     /// The last poll found nothing from the client (counted in the connection's progress).
     waiting: bool,
@@ -64,10 +64,10 @@ enum Inner {
     Fast(RequestBody),
 }
 
-impl Unread {
+impl UnreadRequestBody {
     /// Guards `body`, which came over `version`.
     pub fn new(body: Incoming, version: http::Version) -> Self {
-        Unread {
+        UnreadRequestBody {
             // A body that has already ended (no body, or an empty one) is not kept at all.
             body: (!body.is_end_stream()).then(|| Inner::Hyper(Box::new(body))),
             drain: version <= http::Version::HTTP_11,
@@ -79,7 +79,7 @@ impl Unread {
 
     /// A body the HTTP/1.1 fast path's connection fills (and drains if it is let go of).
     pub fn fast(body: RequestBody) -> Self {
-        Unread {
+        UnreadRequestBody {
             body: Some(Inner::Fast(body)),
             drain: false,
             broke: None,
@@ -90,7 +90,7 @@ impl Unread {
 
     /// No body (a request that announced none).
     pub fn empty() -> Self {
-        Unread {
+        UnreadRequestBody {
             body: None,
             drain: false,
             broke: None,
@@ -122,7 +122,7 @@ impl Unread {
     }
 }
 
-impl Body for Unread {
+impl Body for UnreadRequestBody {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -174,7 +174,7 @@ impl Body for Unread {
     }
 }
 
-impl Drop for Unread {
+impl Drop for UnreadRequestBody {
     fn drop(&mut self) {
         self.stop_waiting();
         if let (Some(Inner::Hyper(body)), true) = (self.body.take(), self.drain) {

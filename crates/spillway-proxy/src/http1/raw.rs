@@ -21,8 +21,8 @@ use bytes::Bytes;
 use http::header::HeaderValue;
 use spillway_tower::wire::name;
 
-use super::parsed_value;
-use crate::forward::is_hop_by_hop_name;
+use super::header::parsed_value;
+use super::hop::is_hop_by_hop_name;
 
 /// What the proxy does with a response header field when it could pass it through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

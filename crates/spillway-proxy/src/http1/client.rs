@@ -28,22 +28,20 @@ use http::{Method, Request, StatusCode, Version};
 use http_body::Body;
 use smallvec::SmallVec;
 
-use crate::forward::Added;
+#[cfg(test)]
+use super::body::MAX_CHUNK_LINE;
+#[cfg(test)]
+use super::body::{Decoded, Decoder};
+use super::body::{Framing, Lengths};
+use super::header::{parsed_value, NameCache};
+use super::raw::{self, RawFields};
+use super::AddedHeaders;
 
-mod framing;
-mod names;
-mod raw;
 #[cfg(test)]
 mod tests;
 
-#[cfg(test)]
-use framing::MAX_CHUNK_LINE;
-pub(crate) use framing::{Decoded, Decoder, Framing, Lengths};
-pub(crate) use names::{parsed_value, NameCache};
-pub(crate) use raw::RawFields;
-
 /// Most header fields a response head (or a chunked body's trailer section) may have.
-const MAX_HEADERS: usize = 100;
+pub(super) const MAX_HEADERS: usize = 100;
 
 /// Largest response head, in bytes (hyper's default read-buffer limit, so the proxy accepts
 /// what it accepted before).
@@ -69,13 +67,13 @@ pub enum WireError {
     Io(#[from] std::io::Error),
 }
 
-fn invalid(what: impl Into<String>) -> WireError {
+pub(super) fn invalid(what: impl Into<String>) -> WireError {
     WireError::Invalid(what.into())
 }
 
 /// How a request's body goes on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Outgoing {
+pub(crate) enum Outgoing {
     /// No body.
     Empty,
     /// Exactly this many bytes.
@@ -87,9 +85,9 @@ pub(super) enum Outgoing {
 /// Writes `req`'s head (HTTP/1.1, the URI as given: origin form unless it is absolute), with the
 /// fields `added` after its map's, into `buf` and says how its body follows; a framing header
 /// the request lacks is added on the wire only, the request itself is not changed.
-pub(super) fn encode_request<B: Body>(
+pub(crate) fn encode_request<B: Body>(
     req: &Request<B>,
-    added: &Added,
+    added: &AddedHeaders,
     buf: &mut Vec<u8>,
 ) -> Outgoing {
     let headers = req.headers();

@@ -96,7 +96,7 @@ fn request_head(fields: &[(&str, &str)], body: &'static [u8]) -> String {
     }
     let req = b.body(Full::new(Bytes::from_static(body))).unwrap();
     let mut buf = Vec::new();
-    encode_request(&req, &crate::forward::Added::none(), &mut buf);
+    encode_request(&req, &crate::http1::AddedHeaders::none(), &mut buf);
     String::from_utf8(buf).unwrap()
 }
 

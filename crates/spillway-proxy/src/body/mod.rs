@@ -11,8 +11,15 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use super::{BoxError, RawFields};
-use crate::forward::{Held, Unread};
+mod guarded;
+mod unread;
+
+pub use guarded::GuardedResponseBody;
+pub(crate) use guarded::{Guard, TunnelHold};
+pub use unread::UnreadRequestBody;
+
+use crate::http1::RawFields;
+use crate::upstream::BoxError;
 
 /// A request or response body of the proxy.
 pub struct ProxyBody(Kind);
@@ -35,10 +42,10 @@ enum Kind {
     /// Bytes known in full (a buffered request body, a refusal's text); `None` once sent.
     Full(Option<Bytes>),
     /// A client's request body streamed upstream as it arrives (read behind the answer if
-    /// dropped before its end: `forward::Unread`).
-    Streamed(Unread),
+    /// dropped before its end: `body::UnreadRequestBody`).
+    Streamed(UnreadRequestBody),
     /// An upstream's response, holding the admission permit until it ends.
-    Upstream(Held),
+    Upstream(GuardedResponseBody),
 }
 
 /// An empty body.
@@ -53,16 +60,16 @@ pub fn full_body(bytes: Bytes) -> ProxyBody {
 
 impl ProxyBody {
     /// A client's request body, streamed.
-    pub fn streamed(body: Unread) -> Self {
+    pub fn streamed(body: UnreadRequestBody) -> Self {
         ProxyBody(Kind::Streamed(body))
     }
 
-    pub(crate) fn upstream(body: Held) -> Self {
+    pub(crate) fn upstream(body: GuardedResponseBody) -> Self {
         ProxyBody(Kind::Upstream(body))
     }
 
     /// An upstream response's header fields that pass through as bytes to a client that
-    /// writes bytes (`conn::codec::raw`), if it has any.
+    /// writes bytes (`crate::http1::raw`), if it has any.
     pub(crate) fn raw_fields(&self) -> Option<&RawFields> {
         match &self.0 {
             Kind::Upstream(b) => b.raw_fields(),

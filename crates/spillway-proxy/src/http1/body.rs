@@ -19,7 +19,7 @@
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use super::{invalid, WireError, MAX_HEAD, MAX_HEADERS};
+use super::client::{invalid, WireError, MAX_HEAD, MAX_HEADERS};
 
 /// Longest chunk-size line (size and extensions, without its CRLF) of a chunked body.
 pub(crate) const MAX_CHUNK_LINE: usize = 4096;

@@ -7,7 +7,7 @@
 //! was most of the ~1,560 instructions the added fields cost a forwarded request (a build that
 //! added none: bench/results/proxy-forwarding.md "Eighteenth round"). The HTTP/1.1 codec
 //! writes them after the map's fields; the HTTP/2 and upgrade paths, which hand the request to
-//! hyper, put them into the map first ([`Added::insert_into`]). A client's own field of the
+//! hyper, put them into the map first ([`AddedHeaders::insert_into`]). A client's own field of the
 //! same name is removed from the map when one is added, so ours replaces it as an insert would.
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -15,31 +15,33 @@ use spillway_core::Criticality;
 use spillway_tower::context::RequestContext;
 use spillway_tower::wire;
 
-use super::headers::{forwarded_for_value, Peer, X_FORWARDED_FOR};
+/// `x-forwarded-for` (a static name: a `&str` name would be copied into a new one per request).
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// Fields to add to a forwarded request (see the module docs). Kept small — it lives in every
 /// request's future, which is moved whole — so the criticality is its tag, not a field.
 #[derive(Debug, Default, Clone)]
-pub struct Added {
+pub struct AddedHeaders {
     criticality: Option<Criticality>,
     customer: Option<HeaderValue>,
     forwarded_for: Option<HeaderValue>,
 }
 
-impl Added {
+impl AddedHeaders {
     /// None (a request the proxy sends on its own behalf, such as a health check).
     pub fn none() -> Self {
-        Added::default()
+        AddedHeaders::default()
     }
 
     /// The fields for a request with `headers`, in the context `ctx` (`customer`: the
-    /// configured default customer's value, made once, when that is the customer), from
-    /// `peer`; the client's own fields of those names are removed from `headers`.
-    pub(super) fn new(
+    /// configured default customer's value, made once, when that is the customer), with
+    /// `forwarded_for` as its `x-forwarded-for` list (the caller's, made from the peer); the
+    /// client's own fields of those names are removed from `headers`.
+    pub(crate) fn new(
         headers: &mut HeaderMap,
         ctx: &RequestContext,
         customer: Option<HeaderValue>,
-        peer: Option<&Peer>,
+        forwarded_for: Option<HeaderValue>,
     ) -> Self {
         remove(headers, &wire::CRITICALITY);
         // A customer field that already says the same is left where it is (as
@@ -56,11 +58,10 @@ impl Added {
         if customer.is_some() {
             remove(headers, &wire::CUSTOMER);
         }
-        let forwarded_for = peer.and_then(|p| forwarded_for_value(headers, p));
         if forwarded_for.is_some() {
             remove(headers, &X_FORWARDED_FOR);
         }
-        Added {
+        AddedHeaders {
             criticality: Some(ctx.criticality),
             customer,
             forwarded_for,
@@ -126,7 +127,7 @@ mod tests {
         }
     }
 
-    fn written(a: &Added) -> String {
+    fn written(a: &AddedHeaders) -> String {
         let mut buf = Vec::new();
         a.write(&mut buf);
         String::from_utf8(buf).unwrap()
@@ -143,8 +144,9 @@ mod tests {
         h.append("x-spillway-customer", HeaderValue::from_static("acme"));
         h.insert("x-forwarded-for", HeaderValue::from_static("1.2.3.4"));
         h.insert("accept", HeaderValue::from_static("*/*"));
-        let peer = Peer::new("10.0.0.9:1".parse().unwrap());
-        let a = Added::new(&mut h, &ctx("acme"), None, Some(&peer));
+        // The list as the caller makes it from the client's field and the peer.
+        let xff = HeaderValue::from_static("1.2.3.4, 10.0.0.9");
+        let a = AddedHeaders::new(&mut h, &ctx("acme"), None, Some(xff));
         assert_eq!(
             written(&a),
             "x-spillway-criticality: SHEDDABLE_PLUS\r\nx-spillway-customer: acme\r\n\
@@ -169,20 +171,20 @@ mod tests {
     fn a_customer_field_that_already_says_the_same_stays_in_the_map() {
         let mut h = HeaderMap::new();
         h.insert("x-spillway-customer", HeaderValue::from_static("acme"));
-        let a = Added::new(&mut h, &ctx("acme"), None, None);
+        let a = AddedHeaders::new(&mut h, &ctx("acme"), None, None);
         assert_eq!(h["x-spillway-customer"], "acme");
         assert_eq!(a.customer, None);
         assert_eq!(written(&a), "x-spillway-criticality: SHEDDABLE_PLUS\r\n");
         // No customer at all: none added, none removed.
         let mut h = HeaderMap::new();
         h.insert("x-spillway-customer", HeaderValue::from_static("other"));
-        let a = Added::new(&mut h, &ctx(""), None, None);
+        let a = AddedHeaders::new(&mut h, &ctx(""), None, None);
         assert_eq!(h["x-spillway-customer"], "other");
         assert_eq!(a.customer, None);
         // The configured default's value, made once, is used as given.
         let mut h = HeaderMap::new();
         let made = HeaderValue::from_static("default");
-        let a = Added::new(&mut h, &ctx("default"), Some(made.clone()), None);
+        let a = AddedHeaders::new(&mut h, &ctx("default"), Some(made.clone()), None);
         assert_eq!(
             a.customer.as_ref().map(|v| v.as_bytes().as_ptr()),
             Some(made.as_bytes().as_ptr())
@@ -191,7 +193,7 @@ mod tests {
 
     #[test]
     fn none_adds_nothing() {
-        let a = Added::none();
+        let a = AddedHeaders::none();
         assert_eq!(written(&a), "");
         let mut m = HeaderMap::new();
         a.insert_into(&mut m);

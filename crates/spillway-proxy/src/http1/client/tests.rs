@@ -24,7 +24,7 @@ impl Body for Unsized {
 
 fn encoded<B: Body>(req: &Request<B>) -> (String, Outgoing) {
     let mut buf = Vec::new();
-    let out = encode_request(req, &crate::forward::Added::none(), &mut buf);
+    let out = encode_request(req, &crate::http1::AddedHeaders::none(), &mut buf);
     (String::from_utf8(buf).unwrap(), out)
 }
 

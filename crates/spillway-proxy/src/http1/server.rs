@@ -24,8 +24,11 @@ use http::{request, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 use smallvec::SmallVec;
 
-pub(super) use crate::upstream::Framing;
-use crate::upstream::{parsed_value, ConnectionTokens, Lengths, NameCache, RawFields};
+pub(crate) use super::body::Framing;
+use super::body::Lengths;
+use super::client::ConnectionTokens;
+use super::header::{parsed_value, NameCache};
+use super::raw::RawFields;
 
 /// Most header fields a request head may have (hyper's server limit, as before).
 pub(crate) const MAX_HEADERS: usize = 100;
@@ -200,7 +203,7 @@ fn put_back(buf: &mut BytesMut, head: &[u8]) -> Parsed {
 
 /// The request a response answers, as far as its head depends on it.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Answering {
+pub(crate) struct Answering {
     pub version: Version,
     pub head: bool,
     /// The connection may carry another request after this answer.
@@ -211,7 +214,7 @@ pub(super) struct Answering {
 
 /// How the response's body follows its head.
 #[derive(Debug)]
-pub(super) struct Head {
+pub(crate) struct Head {
     pub framing: Framing,
     /// The connection stays open after the body.
     pub keep_alive: bool,
@@ -223,7 +226,7 @@ pub(super) struct Head {
 /// Writes `res`'s head into `buf`, with the upstream's fields `raw` passed through as bytes
 /// besides those in its map; returns how its body follows, and whether the connection stays
 /// open after it (`keep_alive` unless the framing or the response itself closes it).
-pub(super) fn encode_response<B: Body>(
+pub(crate) fn encode_response<B: Body>(
     res: &Response<B>,
     raw: Option<&RawFields>,
     req: Answering,
@@ -376,7 +379,7 @@ fn may_trail(name: &HeaderName) -> bool {
 }
 
 /// The trailer fields of `all` that `allowed` lists.
-pub(super) fn allowed_trailers(all: HeaderMap, allowed: &[HeaderName]) -> HeaderMap {
+pub(crate) fn allowed_trailers(all: HeaderMap, allowed: &[HeaderName]) -> HeaderMap {
     let mut out = HeaderMap::new();
     for name in allowed {
         for v in all.get_all(name) {

@@ -1,0 +1,82 @@
+//! Hop-by-hop fields (RFC 9110 §7.6.1): the ones a proxy removes before passing a message on,
+//! for both HTTP/1.1 sides and the HTTP/2 path.
+//!
+//! Why here, beside the codecs: the upstream side's pass-through of raw fields ([`super::raw`])
+//! must keep these out of what it passes as bytes, and the forwarding policy removes them
+//! from maps; one list serves both, so they cannot disagree.
+
+use http::header::{self, HeaderMap, HeaderName};
+use spillway_tower::wire;
+
+/// The hop-by-hop headers [`strip_hop_by_hop`] always removes (besides those `connection`
+/// lists): RFC 9110 §7.6.1 and the older `keep-alive`/`proxy-connection`; `connection`,
+/// `upgrade` and `te` have rules of their own. Not `trailer`: it is end-to-end (RFC 9110
+/// §6.6.2), and an HTTP/1.1 server sends a client only the trailer fields it announces, so
+/// without it every trailer on the way to an HTTP/1.1 client was dropped. A `static`, not a
+/// `const`: a `const` array is built and dropped again at every use.
+pub(crate) static ALWAYS_REMOVED: [HeaderName; 5] = [
+    header::TRANSFER_ENCODING,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+];
+
+/// `connection`, `upgrade`, `te` or one of [`ALWAYS_REMOVED`] (a test keeps the two lists
+/// together).
+///
+/// By length first: most fields are none of these, and a length tells at once, where comparing
+/// each name with nine others was ~570 instructions a forwarded request, two maps a request
+/// (callgrind, bench/results/proxy-forwarding.md "Fourteenth round").
+pub(crate) fn is_hop_by_hop(n: &HeaderName) -> bool {
+    is_hop_by_hop_name(n.as_str().as_bytes())
+}
+
+/// [`is_hop_by_hop`] for a name as it came on the wire, in any case (the upstream codec's
+/// pass-through, [`super::raw`], keeps these in the map).
+pub(crate) fn is_hop_by_hop_name(wire: &[u8]) -> bool {
+    let is = |s: &str| wire.eq_ignore_ascii_case(s.as_bytes());
+    match wire.len() {
+        2 => is("te"),
+        7 => is("upgrade"),
+        10 => is("connection") || is("keep-alive"),
+        16 => is("proxy-connection"),
+        17 => is("transfer-encoding"),
+        18 => is("proxy-authenticate"),
+        19 => is("proxy-authorization"),
+        _ => false,
+    }
+}
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1), keeping `te: trailers` (gRPC needs it) and,
+/// for upgrades, `connection`/`upgrade`.
+///
+/// Most requests and responses carry none of them, so one pass over the names (no hashing;
+/// standard names compare as an enum tag) decides first whether there is anything to remove:
+/// the removals below hash and probe once per name, twice per forwarded request.
+pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
+    if !h.keys().any(is_hop_by_hop) {
+        return;
+    }
+    let named: Vec<header::HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| header::HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .filter(|n| !(keep_upgrade && *n == header::UPGRADE))
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in &ALWAYS_REMOVED {
+        h.remove(n);
+    }
+    if !keep_upgrade {
+        h.remove(header::CONNECTION);
+        h.remove(header::UPGRADE);
+    }
+    if wire::find(h, &header::TE).is_some_and(|v| v != "trailers") {
+        h.remove(header::TE);
+    }
+}
