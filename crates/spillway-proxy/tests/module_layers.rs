@@ -103,11 +103,6 @@ const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
         "state owns the listener's overload flag (listener::pressure::Overloaded)",
     ),
     (
-        "metrics",
-        "lease",
-        "the metric descriptions include lease's; register them from lease",
-    ),
-    (
         "tls",
         "state",
         "the certificate reloader reads the config through ProxyState",
