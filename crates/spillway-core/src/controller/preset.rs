@@ -80,6 +80,12 @@ impl AdmissionConfig {
     ///   exponential service, anywhere in 0.3–1.3 × the mean) unless a window is past twice
     ///   its tolerance or mostly timed out: it stalled a 100-worker service's cold start at
     ///   20–25 and refused 547 of 4,000 requests at 0.9 × capacity (253 now).
+    /// - not `knee_cap` (`limit/envoy/knee.rs`, BBR's bandwidth × `RTprop` by Little's law):
+    ///   it holds a 1000-worker upstream near its workers in a model, but over issue 28's full
+    ///   sweep it did more harm than good (R1 failing cells 120 → 206, R3 683 → 748, R4b
+    ///   18 → 162; R2 661 → 652): small upstreams' pools of in-flight levels mix queued and
+    ///   unqueued requests, and a slow service's pools are read before their long requests
+    ///   have finished (`bench/results/policy3-issue28.md`).
     ///
     /// **Queue:** bounded in time, not by a count: 1024 entries is only a backstop (half the
     /// limit refused bursts of a lightly loaded service; 64 refused a 100-worker 1 ms

@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::criticality::{Criticality, PerCriticality};
 use crate::limit::{AimdConfig, FixedConfig, LimitConfig};
 use crate::queue::QueueDiscipline;
 use crate::quota::{CustomerQuota, QuotaEnforcement};
 use crate::random::FixedRandom;
+use crate::shed::ShedConfig;
 use crate::signal::ManualSignal;
 use Criticality::*;
 

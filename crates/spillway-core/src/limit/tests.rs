@@ -607,6 +607,8 @@ fn invalid_configs_name_the_field() {
 mod envoy_app_limited_cap;
 #[path = "tests/envoy_futile_cut.rs"]
 mod envoy_futile_cut;
+#[path = "tests/envoy_knee_cap.rs"]
+mod envoy_knee_cap;
 #[path = "tests/envoy_live.rs"]
 mod envoy_live;
 #[path = "tests/envoy_once_per_rtt.rs"]

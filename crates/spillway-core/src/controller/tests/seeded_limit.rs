@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::criticality::{Criticality, PerCriticality};
 use crate::limit::EnvoyGradientConfig;
+use crate::limit::LimitConfig;
 use crate::random::{FixedRandom, SeededRandom};
+use crate::shed::ShedConfig;
 
 /// The Envoy gradient with short, fully jittered minRTT windows (1–2 s apart) and no shedding,
 /// so a 40 s run sees many windows whose timing depends on the random draws.

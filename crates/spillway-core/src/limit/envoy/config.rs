@@ -74,6 +74,12 @@ pub struct EnvoyGradientConfig {
     /// A sampling window also closes once it holds `request_count` samples and has lasted
     /// minRTT (see the module docs). Default false (Envoy: every `update_interval`).
     pub rtt_windows: bool,
+    /// Cap the limit where more in flight only adds queueing in the upstream (see the module
+    /// docs and `knee.rs`): requests are grouped by the in-flight count they were admitted
+    /// at; the first group (of at least 100) whose mean latency is confidently more than a
+    /// tenth above the lowest group's caps the limit, by Little's law, at 1.1 × what the
+    /// upstream runs at once. Default false (Envoy: the gradient alone).
+    pub knee_cap: bool,
     /// Use this minRTT instead of measuring it (Envoy `fixed_value`), `> 0` if set. Default unset.
     #[cfg_attr(
         feature = "serde",
@@ -102,6 +108,7 @@ impl Default for EnvoyGradientConfig {
             latency_slack: 0.0,
             exact_cuts: false,
             rtt_windows: false,
+            knee_cap: false,
             fixed_min_rtt: None,
         }
     }

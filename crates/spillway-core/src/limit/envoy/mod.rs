@@ -93,6 +93,13 @@
 //! samples than a minRTT measurement takes. Slow services are unaffected (their windows fill
 //! in more than 100 ms).
 //!
+//! A sixth addition, off by default: `knee_cap` (`knee.rs`). The gradient's tolerance is a
+//! queue in the upstream when the upstream is large (a median at 1.5 × minRTT is a third of a
+//! service time of waiting at 1000 workers); with the rule, the mean latency of requests
+//! grouped by the in-flight count they were admitted at shows where more in flight only
+//! adds latency, and Little's law caps the limit at what keeps the upstream busy with a
+//! tenth of a service time of queueing — BBR's in-flight bound of bandwidth × `RTprop`.
+//!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
 //! [`Sample::now`]. Percentiles come from a fixed log-linear histogram (two significant digits,
@@ -107,6 +114,7 @@
 use std::time::{Duration, Instant};
 
 use self::futile::FutileCuts;
+use self::knee::{KneeCap, Verdict};
 use self::live::LiveMinRtt;
 use super::histogram::LatencyHistogram;
 use super::{clamp_limit, Limit, Sample};
@@ -116,6 +124,7 @@ use crate::random::RandomSource;
 
 mod config;
 mod futile;
+mod knee;
 mod live;
 
 pub use self::config::EnvoyGradientConfig;
@@ -154,6 +163,8 @@ pub struct EnvoyGradientLimit {
     latency_slack: f64,
     exact_cuts: bool,
     rtt_windows: bool,
+    /// `knee_cap` (`knee.rs`).
+    knee: Option<KneeCap>,
     /// The callers' latency budget in nanoseconds (0 = unknown).
     budget_ns: f64,
     /// With `live_min_rtt`: growing by one per fast sample until a window is slow (see
@@ -243,6 +254,7 @@ impl EnvoyGradientLimit {
             latency_slack: finite_or(cfg.latency_slack, 0.0, 1.0, 0.0),
             exact_cuts: cfg.exact_cuts,
             rtt_windows: cfg.rtt_windows,
+            knee: cfg.knee_cap.then(|| KneeCap::new(interval_ns)),
             budget_ns: 0.0,
             slow_start: cfg.live_min_rtt && fixed.is_none(),
             limit: cfg
@@ -290,6 +302,16 @@ impl EnvoyGradientLimit {
     /// The last sampling window's summarised RTT (nanoseconds); 0 before the first window.
     pub fn sample_rtt_nanos(&self) -> f64 {
         self.sample_rtt_ns
+    }
+
+    /// How many times `knee_cap` capped the limit.
+    pub fn knee_caps(&self) -> u64 {
+        self.knee.as_ref().map_or(0, KneeCap::caps)
+    }
+
+    /// `knee_cap`'s unqueued mean latency `R₀` (nanoseconds); 0 while unknown or off.
+    pub fn knee_base_nanos(&self) -> f64 {
+        self.knee.as_ref().map_or(0.0, KneeCap::base_nanos)
     }
 
     /// Whether a minRTT measurement is in progress.
@@ -376,6 +398,7 @@ impl EnvoyGradientLimit {
         };
         self.censored = u64::from(dropped) * 2 >= u64::from(self.hist.count());
         self.hist.clear();
+        let knee = self.knee.as_mut().map(|k| k.close(self.limit));
         self.sample_rtt_ns = sample;
         if self.live.is_some() && self.measured_min_rtt_ns <= 0.0 {
             // No minRTT yet (live measurement): nothing to compare with; hold the limit — and
@@ -439,6 +462,11 @@ impl EnvoyGradientLimit {
                 old
             };
             new_limit = new_limit.min(cap.max(old));
+        }
+        match knee {
+            // knee.rs: past the knee by Little's law, whatever the median's tolerance says.
+            Some(Verdict::Cap(c)) => new_limit = new_limit.min(c.clamp(self.floor, self.max)),
+            Some(Verdict::Free) | None => {}
         }
         self.limit = new_limit;
         if self.one_change_per_rtt && new_limit != old {
@@ -546,6 +574,10 @@ impl Limit for EnvoyGradientLimit {
             {
                 self.min_rtt_ns = m;
                 self.measured_min_rtt_ns = m;
+                // So is its latency by in-flight level (knee.rs).
+                if let Some(k) = self.knee.as_mut() {
+                    k.forget();
+                }
             }
             // Slow start (live.rs): one more slot per request answered within minRTT's
             // tolerance while at least half the limit was in use — doubling per round trip,
@@ -575,6 +607,11 @@ impl Limit for EnvoyGradientLimit {
 
         // This sample belongs to the window now open (it may just have closed the last one).
         self.window_peak_in_flight = self.window_peak_in_flight.max(s.in_flight);
+        // knee.rs groups every completed request by its admission's in-flight level, across
+        // windows and limit changes: it needs no epoch.
+        if let (Some(k), false) = (self.knee.as_mut(), s.dropped) {
+            k.record(now_ns, s.in_flight, rtt_ns);
+        }
 
         // Requests started before the current minRTT window opened ran under the old limit:
         // they say nothing about ideal latency (Envoy discards them always).

@@ -1,0 +1,176 @@
+//! The admission's slow path: a request that found no free slot, or others waiting, is queued
+//! in criticality order or refused at once when it could not start in time (issue 28: refuse
+//! early instead of after waiting in vain).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
+
+use crate::criticality::Criticality;
+use crate::queue::DropReason;
+use crate::quota::QuotaCharge;
+
+use super::permit::{Waiter, WaiterState};
+use super::refusal::Counters;
+use super::{
+    Admission, AdmissionController, AdmissionRequest, Permit, QueuedAdmission, RefusalReason,
+};
+
+impl AdmissionController {
+    /// The slow path: queue the request (or refuse it), then dispatch.
+    pub(super) fn enqueue(
+        &self,
+        req: &AdmissionRequest<'_>,
+        now: Instant,
+        charge: QuotaCharge,
+    ) -> Admission {
+        let inner = &self.inner;
+        let c = req.criticality;
+        let refuse = |reason| {
+            inner.quota.settle(now, charge, 0.0);
+            inner.refuse(reason, c, now)
+        };
+        let limit = inner.limiter.limit();
+        let capacity = inner.queue_cfg.capacity(limit);
+        if capacity == 0 {
+            // The limit shrank below what leaves room to queue; work queued under the larger
+            // bound may still wait. Nothing less critical than this refused arrival may be
+            // served in its place, so it goes too (the lock only when someone waits).
+            if inner.queued.load(Ordering::SeqCst) > 0 {
+                let mut q = inner.lock_queue();
+                q.drop_below(now, c, |e, why| inner.drop_waiter(e, why, now));
+                inner.publish(&q);
+            }
+            return refuse(RefusalReason::ConcurrencyLimit);
+        }
+        let expected = inner.service.get();
+        // Deadlines are budgeted on the cautious figure; the wait estimate below on the mean.
+        let budget = inner.service_budget.get(expected);
+        if let Some(d) = req.deadline {
+            if now.checked_add(budget).map_or(true, |f| f > d) {
+                return refuse(RefusalReason::DeadlineExceeded);
+            }
+        }
+        // A slot frees about every `expected / in flight` while the limiter is full (Little's
+        // law; the limit when fewer run): the wait ahead of this request is that times the
+        // slots to free before one is its own. Zero until the first service time is known.
+        let running = limit.max(inner.limiter.in_flight()).max(1);
+        let per_slot = expected / u32::try_from(running).unwrap_or(u32::MAX);
+        let waiter = Arc::new(Waiter::new(c, charge));
+        let mut q = inner.lock_queue();
+        if q.standing().is_some_and(|lowest| c <= lowest) {
+            // A standing queue CoDel is dropping from, holding work at least as critical:
+            // refuse at the door (nothing less critical waits, so none takes its place).
+            drop(q);
+            return refuse(RefusalReason::QueueFull);
+        }
+        let mut give_up_at = q.give_up_at(now, req.deadline, budget, c);
+        // Slots to free before one is this level's: those beyond its allowance (a cut of the
+        // limit leaves more in flight than the new limit) and one more.
+        let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));
+        let ahead = q.ahead_of(c, req.continuation) + blocked;
+        let wait = per_slot.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
+        let by_wait = now + inner.queue_cfg.max_wait;
+        if give_up_at > by_wait && now.checked_add(wait).map_or(true, |t| t > give_up_at) {
+            // CRITICAL work may wait past the max wait for its deadline (`give_up_at`) only
+            // when it is expected to start in time: a CRITICAL queue that outgrew its callers'
+            // deadlines, held until they ran out, served each request too late to count and
+            // goodput collapsed (issue 28's full sweep: on/off bursts with CRITICAL at 0.8 of
+            // capacity, 0.96 -> 0.23 of capacity). It waits out the max wait as before.
+            give_up_at = by_wait;
+        }
+        let late = now.checked_add(wait).map_or(true, |t| t > give_up_at);
+        // Its deadline, not the max wait, set the budget: retrying cannot help.
+        let deadline_bound = give_up_at < now + inner.queue_cfg.max_wait;
+        // The lowest level refused for overload within one max wait: the level being shed.
+        let shed_level = inner.shedding.lowest_within(now, inner.queue_cfg.max_wait);
+        let above_shed = shed_level.is_some_and(|s| s < c);
+        if late && (deadline_bound || (c < Criticality::Critical && !above_shed)) {
+            // It could not start in time: refuse now instead of after waiting in vain. Past
+            // its own deadline's budget that is `DeadlineExceeded`; past the queue's max wait
+            // it is a queueing refusal (another task may serve it: retryable while the
+            // overload is momentary), and then nothing less critical may keep waiting in its
+            // place either. Critical work bound only by the max wait is not refused on the
+            // estimate: it is a guess (a cut limit's slots free faster than the mean says),
+            // and such work is served ahead of all that queues after it, so it waits out its
+            // max wait instead. So does any work above a level being shed (refused for
+            // overload within one max wait): the slots that level gives up come to it first,
+            // and refusing it on the guess let the shed level run in its place (`spillway
+            // demo`: the `good` customer's SHEDDABLE_PLUS, 10/s of a capacity of 100/s,
+            // refused `queue_full` on the estimate three attempts in a row while `noisy`'s
+            // SHEDDABLE was being served).
+            if deadline_bound {
+                drop(q);
+                return refuse(RefusalReason::DeadlineExceeded);
+            }
+            q.drop_below(now, c, |e, why| inner.drop_waiter(e, why, now));
+            inner.publish(&q);
+            drop(q);
+            return refuse(RefusalReason::QueueFull);
+        }
+        let pushed = match q.push(
+            now,
+            Arc::clone(&waiter),
+            c,
+            req.continuation,
+            req.deadline,
+            capacity,
+        ) {
+            Ok(p) => p,
+            Err(_) => {
+                drop(q);
+                return refuse(RefusalReason::QueueFull);
+            }
+        };
+        Counters::bump(&inner.counters.enqueued[c.index()]);
+        for e in pushed.evicted {
+            inner.drop_waiter(e, DropReason::Evicted, now);
+        }
+        q.drop_pushed_back(now, c, shed_level, per_slot, budget, |e, why| {
+            inner.drop_waiter(e, why, now)
+        });
+        // Publish the length, then dispatch: a release that decremented in-flight before this
+        // store is caught by this dispatch; one after it sees `queued > 0` and dispatches.
+        inner.publish(&q);
+        inner.dispatch(&mut q, now);
+        drop(q);
+        #[cfg(test)]
+        super::interleave::between_dispatch_and_answer();
+        // Granted (or dropped) by the dispatch we just ran: answer now instead of via a future.
+        // Looked at under the waiter's lock and taken only if final: taking a still-waiting state
+        // out and putting it back left a window in which another thread's dispatch dequeued the
+        // waiter, found it not `Waiting` and moved on — a queued admission no one would grant.
+        let outcome = {
+            let mut s = waiter.lock();
+            if matches!(*s, WaiterState::Waiting(_)) {
+                None
+            } else {
+                Some(std::mem::replace(&mut *s, WaiterState::Taken))
+            }
+        };
+        match outcome {
+            Some(WaiterState::Granted { started, in_flight }) => {
+                return Admission::Admitted(Permit::slot(
+                    Arc::clone(inner),
+                    c,
+                    started,
+                    Duration::ZERO,
+                    in_flight,
+                    charge,
+                ));
+            }
+            Some(WaiterState::Refused(r)) => return Admission::Refused(r),
+            _ => {}
+        }
+        Admission::Queued(QueuedAdmission {
+            inner: Arc::clone(inner),
+            waiter,
+            ticket: pushed.ticket,
+            enqueued_at: now,
+            give_up_at,
+            deadline: req.deadline,
+            done: false,
+        })
+    }
+}

@@ -1,0 +1,214 @@
+//! The controller's shared state at work: shedding, utilisation, refusals, the release path
+//! and the queue's dispatch. Split from `mod.rs` so that the admission decision (`admit_at`)
+//! and its slow path (`enqueue.rs`) read apart from the bookkeeping they call.
+
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::criticality::Criticality;
+use crate::limit::Sample;
+use crate::limiter::Limiter;
+use crate::queue::{AdmissionQueue, DropReason, QueueEntry, SlotSource, Ticket};
+
+use super::permit::{Waiter, WaiterState};
+use super::{Admission, Inner, Refusal, RefusalReason};
+
+/// The limiter as the queue's slot source, remembering the in-flight count of the last take.
+struct Slots<'a> {
+    limiter: &'a Limiter,
+    in_flight: Cell<usize>,
+}
+
+impl SlotSource for Slots<'_> {
+    fn has_slot(&self, c: Criticality) -> bool {
+        self.limiter.has_slot(c)
+    }
+    fn take_slot(&self, c: Criticality) -> bool {
+        match self.limiter.try_acquire(c) {
+            Some(n) => {
+                self.in_flight.set(n);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Inner {
+    /// The shed decision. An injected source is drawn on every decision, as it always was, so a
+    /// seeded run (the simulator) replays the same decisions; the default thread-local
+    /// generator only when the ramp needs a draw (`0 < p < 1`), since its sequence is nobody's
+    /// contract and the draw was a good part of an admission's cost.
+    pub(super) fn should_shed(&self, c: Criticality, utilisation: f64) -> bool {
+        match self.random.get() {
+            Some(r) => self.shed.should_shed(c, utilisation, r.uniform()),
+            None => self.shed.should_shed_with(c, utilisation, fastrand::f64),
+        }
+    }
+
+    /// Max over the configured signals and in-flight / limit; NaN readings are ignored.
+    pub(super) fn utilisation(&self, now: Instant) -> f64 {
+        let limit = self.limiter.limit();
+        let in_flight = self.limiter.in_flight();
+        let mut u = if limit == 0 {
+            1.0
+        } else {
+            in_flight as f64 / limit as f64
+        };
+        if !self.has_signals.load(Ordering::Acquire) {
+            return u;
+        }
+        for slot in &self.signals {
+            let Some(s) = slot.get() else { break };
+            let v = s.utilisation(now);
+            if v > u {
+                u = v;
+            }
+        }
+        u
+    }
+
+    pub(super) fn overloaded(&self, utilisation: f64, queued: usize) -> bool {
+        utilisation >= self.overloaded_at || self.limiter.is_full() || queued > 0
+    }
+
+    pub(crate) fn refusal(&self, reason: RefusalReason, c: Criticality, now: Instant) -> Refusal {
+        let overload = reason.retry_elsewhere_can_help();
+        if overload {
+            self.shedding.refused(c, now);
+        }
+        let retry_after = if overload {
+            self.overload_retry_after
+        } else {
+            None
+        };
+        Refusal {
+            reason,
+            criticality: c,
+            retry_after,
+            sustained: overload && self.episode.refused(c, now),
+        }
+    }
+
+    pub(super) fn refuse(&self, reason: RefusalReason, c: Criticality, now: Instant) -> Admission {
+        self.counters.refused(reason, c);
+        Admission::Refused(self.refusal(reason, c, now))
+    }
+
+    pub(super) fn lock_queue(&self) -> MutexGuard<'_, AdmissionQueue<Arc<Waiter>>> {
+        // Queue operations leave it consistent at every step; a panic elsewhere while holding
+        // the lock must not stop admission for good.
+        match self.queue.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Returns a slot, then dispatches to waiters if any (see the module docs for the order).
+    pub(crate) fn release_slot(&self, c: Criticality, sample: Option<&Sample>, abandoned: bool) {
+        let budget = sample.map(|_| Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed)));
+        match sample {
+            Some(s) if abandoned => self.limiter.release_abandoned(c, s, budget),
+            _ => self.limiter.release_with_budget(c, sample, budget),
+        }
+        if self.queued.load(Ordering::SeqCst) > 0 {
+            let mut q = self.lock_queue();
+            self.dispatch(&mut q, self.clock.now());
+        }
+    }
+
+    /// Removes a waiter by ticket; `true` if it was still queued. `gave_up` is the waiter's
+    /// criticality when it leaves because it waited too long (not its own deadline, not a
+    /// cancellation): everything less critical is then refused too, as it would be served in
+    /// its place (see [`AdmissionQueue::drop_below`]).
+    pub(crate) fn remove_waiter(&self, ticket: Ticket, gave_up: Option<Criticality>) -> bool {
+        let now = self.clock.now();
+        let mut q = self.lock_queue();
+        let removed = q.remove(now, ticket).is_some();
+        if let (true, Some(c)) = (removed, gave_up) {
+            q.drop_below(now, c, |e, why| self.drop_waiter(e, why, now));
+        }
+        self.publish(&q);
+        removed
+    }
+
+    /// Refuses a waiter the queue dropped.
+    pub(super) fn drop_waiter(&self, e: QueueEntry<Arc<Waiter>>, why: DropReason, now: Instant) {
+        let reason = match why {
+            DropReason::QueueTimeout | DropReason::Codel => RefusalReason::QueueTimeout,
+            DropReason::DeadlineExceeded => RefusalReason::DeadlineExceeded,
+            DropReason::Evicted => RefusalReason::QueueFull,
+        };
+        let w = e.item;
+        if w.resolve(WaiterState::Refused(self.refusal(
+            reason,
+            w.criticality,
+            now,
+        ))) {
+            self.quota.settle(now, w.charge, 0.0);
+            self.counters.refused(reason, w.criticality);
+        }
+    }
+
+    /// Grants slots to waiters in queue order while slots are free, dropping the queue's
+    /// victims on the way. Called with the queue locked.
+    pub(super) fn dispatch(&self, q: &mut AdmissionQueue<Arc<Waiter>>, now: Instant) {
+        let slots = Slots {
+            limiter: &self.limiter,
+            in_flight: Cell::new(0),
+        };
+        // Whether a waiter can still finish in time is judged on the cautious figure
+        // (`ServiceBudget`): the EWMA is below a skewed mean most of the time.
+        let expected = self.service_budget.get(self.service.get());
+        while let Some(e) = q.dequeue(now, expected, &slots, |e, why| {
+            self.drop_waiter(e, why, now)
+        }) {
+            let granted = WaiterState::Granted {
+                started: now,
+                in_flight: slots.in_flight.get(),
+            };
+            if !e.item.resolve(granted) {
+                // Not waiting any more (cannot happen: waiters leave the queue only under
+                // this lock); never lose the slot.
+                self.limiter.release(e.criticality, None);
+            }
+        }
+        self.publish(q);
+    }
+
+    /// Folds a caller's remaining time into the latency budget the limit algorithm sees
+    /// ([`crate::limit::Limit::set_latency_budget`]): an EWMA with gain 1/16, stored only
+    /// when it moves by more than 1/8 (callers with one timeout give nearly the same budget
+    /// each time, so the shared line is rarely written). Each reading is capped at the queue's
+    /// max wait: a deadline says when the caller gives up on the whole call, not how long one
+    /// attempt may take (`spillway demo`'s clients allow a third of it per attempt), and the
+    /// controller itself lets no request without one wait longer.
+    pub(super) fn note_budget(&self, remaining: Duration) {
+        let old = Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed));
+        let x = remaining.min(self.queue_cfg.max_wait).as_secs_f64();
+        let o = old.as_secs_f64();
+        let next = if self.budget_from_deadlines.load(Ordering::Relaxed) {
+            o + (x - o) / 16.0
+        } else {
+            // The first deadline replaces the max-wait stand-in outright.
+            self.budget_from_deadlines.store(true, Ordering::Relaxed);
+            x
+        };
+        // `o` is never NaN (it comes from a Duration); `<= 0.0` is the unset budget.
+        if (next - o).abs() > o / 8.0 || o <= 0.0 {
+            let next = Duration::try_from_secs_f64(next).unwrap_or(old);
+            self.budget_ns
+                .store(crate::clock::saturating_nanos(next), Ordering::Relaxed);
+        }
+    }
+
+    /// Publishes the queue's length (and where its next dequeue will read, for hints).
+    pub(super) fn publish(&self, q: &AdmissionQueue<Arc<Waiter>>) {
+        self.queued.store(q.len(), Ordering::SeqCst);
+        for (hint, addr) in self.queue_next.iter().zip(q.next_addrs()) {
+            hint.store(addr, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! `knee_cap`: on a large upstream kept saturated, the limit stays near what its workers can
+//! run (Little's law) instead of where the median reaches the gradient's tolerance; latency
+//! that a cut does not bring down is taken as the upstream's and left to the gradient.
+
+use super::*;
+use crate::controller::AdmissionConfig;
+
+/// The zero-config gradient with `knee_cap` as given.
+fn preset(knee_cap: bool) -> EnvoyGradientConfig {
+    match AdmissionConfig::zero_config().limit {
+        LimitConfig::EnvoyGradient(c) => EnvoyGradientConfig { knee_cap, ..c },
+        other => panic!("zero_config is the Envoy gradient, not {other:?}"),
+    }
+}
+
+/// A saturated upstream of `workers` FIFO workers with exponential service of mean `mean_ms`
+/// (times `slow.0` from `slow.1` ms on), behind a caller with more demand than any limit:
+/// whenever fewer than the limit are in flight another request is sent. Runs until `until_ms`;
+/// returns the limit every 100 ms.
+fn saturated(
+    l: &mut EnvoyGradientLimit,
+    t0: Instant,
+    workers: usize,
+    mean_ms: f64,
+    slow: (f64, f64),
+    until_ms: f64,
+) -> Vec<usize> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    // Times in nanoseconds; `free`: when each worker is next free; `done`: (completion, sent,
+    // in flight when sent).
+    let mut rng = fastrand::Rng::with_seed(28);
+    let mut free: BinaryHeap<Reverse<u64>> = (0..workers).map(|_| Reverse(0)).collect();
+    let mut done: BinaryHeap<Reverse<(u64, u64, usize)>> = BinaryHeap::new();
+    let (mut now, mut path, mut next_report) = (0u64, Vec::new(), 0u64);
+    let until = (until_ms * 1e6) as u64;
+    while now < until {
+        while done.len() < l.limit() {
+            let mean = if now as f64 >= slow.1 * 1e6 {
+                mean_ms * slow.0
+            } else {
+                mean_ms
+            };
+            let service = (-mean * 1e6 * (1.0 - rng.f64()).ln()) as u64;
+            let Some(Reverse(f)) = free.pop() else { break };
+            let end = f.max(now) + service.max(1);
+            free.push(Reverse(end));
+            done.push(Reverse((end, now, done.len() + 1)));
+        }
+        let Some(Reverse((end, sent, in_flight))) = done.pop() else {
+            break;
+        };
+        now = end;
+        l.on_sample(&sample(
+            t0 + Duration::from_nanos(now),
+            Duration::from_nanos(end - sent),
+            in_flight,
+            false,
+        ));
+        if now >= next_report {
+            path.push(l.limit());
+            next_report += 100_000_000;
+        }
+    }
+    path
+}
+
+#[test]
+fn a_thousand_workers_kept_busy_are_not_given_a_queue() {
+    let t0 = Instant::now();
+    let run = |knee: bool| {
+        let mut l =
+            EnvoyGradientLimit::new(&preset(knee), t0, Box::new(FixedRandom(0.0))).expect("valid");
+        // A first request alone measures minRTT, as at any start.
+        l.on_sample(&sample(t0, 7 * MS, 1, false));
+        let path = saturated(&mut l, t0, 1000, 10.0, (1.0, f64::INFINITY), 3000.0);
+        (path, l.knee_caps())
+    };
+    let (with, caps) = run(true);
+    let (without, _) = run(false);
+    let tail = |p: &[usize]| *p[p.len() - 10..].iter().max().expect("ran");
+    // Without the cap the gradient's tolerance (here its slack: 10 % of the 100 ms budget, a
+    // whole service time) holds about twice the workers in flight.
+    assert!(tail(&without) > 1500, "without: {without:?}");
+    // With it: about a tenth of a service time's queue (1.1 × the workers, plus the
+    // estimate's error), and never below what keeps them busy for long.
+    assert!(tail(&with) <= 1300, "with: {with:?}");
+    let low = *with[with.len() - 10..].iter().min().expect("ran");
+    assert!(low >= 950, "with: {with:?}");
+    assert!(caps > 0);
+}
+
+#[test]
+fn an_upstream_that_got_slower_is_not_cut_to_nothing() {
+    let t0 = Instant::now();
+    let run = |knee: bool| {
+        let mut l =
+            EnvoyGradientLimit::new(&preset(knee), t0, Box::new(FixedRandom(0.0))).expect("valid");
+        l.on_sample(&sample(t0, 7 * MS, 1, false));
+        // At 1.5 s every request takes twice as long, queued or not: slower, not queueing.
+        saturated(&mut l, t0, 1000, 10.0, (2.0, 1500.0), 4000.0)
+    };
+    let with = run(true);
+    // The cap may cut once, then takes the slower latency as the upstream's: the 1000 workers
+    // are still kept busy (the median limit over the last second at least 950).
+    let mut last: Vec<usize> = with[with.len() - 10..].to_vec();
+    last.sort_unstable();
+    assert!(last[5] >= 950, "with {with:?}");
+}
