@@ -5,11 +5,11 @@
 //! 2.6 s of the million-client run: each client has its own throttle and retry budget); with
 //! the item counter it also reports requests per second.
 //!
-//! Run: `cargo bench -p spillway-load --bench sim`.
+//! Run: `cargo bench -p spillway-sim --bench sim`.
 
 use divan::counter::ItemsCount;
 use divan::Bencher;
-use spillway_load::sim::{builtin, run_one, Scenario};
+use spillway_sim::{builtin, run_one, Scenario};
 
 fn main() {
     divan::main();

@@ -3,12 +3,12 @@
 //! lockstep windows of simulated time, as a sharded engine would run them
 //! (bench/results/sim-speed.md, "Lockstep windows, measured").
 //!
-//!   flock /work/measure.lock cargo run --release -p spillway-load --example sim_lockstep [ROUNDS]
+//!   flock /work/measure.lock cargo run --release -p spillway-sim --example sim_lockstep [ROUNDS]
 
 use std::time::Duration;
 
-use spillway_load::sim::builtin;
-use spillway_load::sim::lockstep::lockstep;
+use spillway_sim::builtin;
+use spillway_sim::lockstep::lockstep;
 
 fn main() {
     let rounds: u32 = match std::env::args().nth(1).map(|a| a.parse()) {

@@ -10,34 +10,34 @@ use super::config::{ConfigError, Scenario};
 pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "retry-amplification",
-        include_str!("../../../../examples/sim/retry-amplification.toml"),
+        include_str!("../../../examples/sim/retry-amplification.toml"),
     ),
     (
         "local-overload",
-        include_str!("../../../../examples/sim/local-overload.toml"),
+        include_str!("../../../examples/sim/local-overload.toml"),
     ),
     (
         "datacenter-overload",
-        include_str!("../../../../examples/sim/datacenter-overload.toml"),
+        include_str!("../../../examples/sim/datacenter-overload.toml"),
     ),
     (
         "metastable",
-        include_str!("../../../../examples/sim/metastable.toml"),
+        include_str!("../../../examples/sim/metastable.toml"),
     ),
     (
         "customer-quotas",
-        include_str!("../../../../examples/sim/customer-quotas.toml"),
+        include_str!("../../../examples/sim/customer-quotas.toml"),
     ),
     (
         "criticality-spike",
-        include_str!("../../../../examples/sim/criticality-spike.toml"),
+        include_str!("../../../examples/sim/criticality-spike.toml"),
     ),
-    ("demo", include_str!("../../../../examples/sim/demo.toml")),
-    ("mmc", include_str!("../../../../examples/sim/mmc.toml")),
-    ("fleet", include_str!("../../../../examples/sim/fleet.toml")),
+    ("demo", include_str!("../../../examples/sim/demo.toml")),
+    ("mmc", include_str!("../../../examples/sim/mmc.toml")),
+    ("fleet", include_str!("../../../examples/sim/fleet.toml")),
     (
         "fleet-million-clients",
-        include_str!("../../../../examples/sim/fleet-million-clients.toml"),
+        include_str!("../../../examples/sim/fleet-million-clients.toml"),
     ),
 ];
 

@@ -3,7 +3,7 @@
 
 use super::{run_one, LeaseScenario};
 
-const SHIPPED: &str = include_str!("../../../../examples/sim/fleet-lease.toml");
+const SHIPPED: &str = include_str!("../../../examples/sim/fleet-lease.toml");
 
 fn small() -> LeaseScenario {
     let mut sc = LeaseScenario::from_toml(SHIPPED, "fleet-lease.toml").expect("shipped scenario");
@@ -52,7 +52,7 @@ fn bad_values_name_their_key() {
     assert!(LeaseScenario::from_toml(&bad, "x").is_err());
 }
 
-/// The shipped scenario in full, for the figures (`cargo test --release -p spillway-load --lib
+/// The shipped scenario in full, for the figures (`cargo test --release -p spillway-sim --lib
 /// shipped_lease_table -- --ignored --nocapture`).
 #[test]
 #[ignore = "figures: run in release"]

@@ -1,9 +1,10 @@
-//! `spillway sim`: the real policies at fleet scale, in simulated time.
+//! Spillway's simulator: the real policies at fleet scale, in simulated time, and the run
+//! reports (JSON, self-contained HTML with SVG charts) it shares with `spillway-load`.
 //!
 //! Why: a laptop cannot run ten thousand tasks and a million clients, and overload behaviour —
 //! retry amplification down a call chain, metastable collapse after a short trigger, one
 //! customer's surge, a spike of sheddable traffic — only shows at that scale. The SRE book (ch.
-//! 21) itself recommends simulating "useful work" against overload and retries. So this module
+//! 21) itself recommends simulating "useful work" against overload and retries. So this crate
 //! runs a discrete-event simulation of clients, a call graph of layers of tasks, queues and
 //! workers, and drives the **same** `spillway-core` objects the proxy and the tower layers use —
 //! `AdmissionController` (quota, shed policy, concurrency limit, queue), `RetryPolicy`,
@@ -11,8 +12,13 @@
 //! No policy is re-implemented here: the simulator only supplies time, load balancing, workers
 //! and timers. A fixed seed gives byte-identical results.
 //!
+//! Why a crate of its own: a simulation needs no network. It depends on `spillway-core` only
+//! (the proxy's zero-config policy comes from [`spillway_core::preset`]), so it builds without
+//! hyper or tokio (`.ci/run` checks), and `spillway-load`'s load generator, backend and demo
+//! use its [`report`] module for their own runs.
+//!
 //! Scenarios are TOML files ([`config::Scenario`]); the shipped ones are embedded
-//! ([`builtin`]). Output is the shared run report ([`crate::report::RunReport`]): per-second
+//! ([`builtin`]). Output is the shared run report ([`report::RunReport`]): per-second
 //! counts by offered time, latency of successes, plus the simulator's view inside the fleet
 //! (attempts reaching each layer, wasted work, refusals by reason) in `meta.layers`.
 //!
@@ -20,12 +26,15 @@
 //! events in a queue holding at most a few timers per in-flight attempt (stale timers of
 //! finished attempts are skipped by generation and disappear as their time passes). Beside
 //! them: each client instance's own throttle and retry budget (~1.45 kB a client all told at
-//! 10⁶ clients, sixth round), each task's controller (~2.2 kB), and the report's row per
-//! simulated second.
+//! 10⁶ clients), each task's controller (~2.2 kB), and the report's row per simulated second.
+
+// Denied, not forbidden: three hints to the hardware are `unsafe` calls (a prefetch, the
+// huge-page advice and a no-op waker), each allowed where it is made and said why there.
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod builtin;
 pub mod config;
-pub mod demo;
 mod engine;
 pub mod lease;
 #[doc(hidden)]
@@ -33,6 +42,7 @@ pub mod lockstep;
 mod model;
 pub mod output;
 mod pages;
+pub mod report;
 pub mod shape;
 mod sharded;
 mod stats;
@@ -42,7 +52,7 @@ pub mod time;
 pub use config::{ConfigError, Scenario};
 pub use stats::LayerSummary;
 
-use crate::report::RunReport;
+use report::RunReport;
 
 /// The simulation could not run.
 #[derive(Debug, thiserror::Error)]

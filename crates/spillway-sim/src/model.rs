@@ -247,7 +247,7 @@ impl Layer {
         let q = &cfg.quota;
         let has_quota = q.default.is_some() || !q.customers.is_empty();
         let admission = if cfg.proxy_admission {
-            spillway_proxy::ProxyConfig::default().admission
+            spillway_core::preset::proxy_default().admission
         } else {
             AdmissionConfig {
                 limit: limit_config(cfg),

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use spillway_core::Criticality;
-use spillway_load::report::{self, Outcome, Recorder, RequestRecord, RunReport};
+use spillway_sim::report::{self, Outcome, Recorder, RequestRecord, RunReport};
 
 fn rec(
     at_ms: u64,

@@ -1,6 +1,6 @@
 //! Bad scenario files get errors that name the key, the value and what is accepted.
 
-use spillway_load::sim::{builtin, Scenario};
+use spillway_sim::{builtin, Scenario};
 
 const BASE: &str = r#"
 name = "t"
@@ -26,7 +26,7 @@ fn err(text: &str) -> String {
 #[test]
 fn the_base_scenario_is_valid_and_runs() {
     let sc = Scenario::from_toml(BASE, "test.toml").expect("valid");
-    let runs = spillway_load::sim::run_scenario(&sc).expect("runs");
+    let runs = spillway_sim::run_scenario(&sc).expect("runs");
     assert_eq!(runs.len(), 1);
     assert!(runs[0].offered > 0);
 }
@@ -95,7 +95,7 @@ fn the_envoy_limit_is_seeded_so_runs_repeat_exactly() {
     .replace("rps = 10", "rps = 600"); // past the 4 workers' ~400/s, so the limit matters
     let sc = Scenario::from_toml(&text, "test.toml").expect("envoy_gradient is accepted");
     let json = || {
-        let runs = spillway_load::sim::run_scenario(&sc).expect("runs");
+        let runs = spillway_sim::run_scenario(&sc).expect("runs");
         assert!(runs[0].offered > 0);
         serde_json::to_string(&runs.iter().map(|r| &r.report).collect::<Vec<_>>()).expect("json")
     };

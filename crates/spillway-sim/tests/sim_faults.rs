@@ -1,8 +1,8 @@
 //! Faults: a task lost, a zone lost, a slow dependency — each visible in the run, and gone when
 //! the fault ends.
 
-use spillway_load::report::{Counts, RunReport};
-use spillway_load::sim::{run_one, Scenario};
+use spillway_sim::report::{Counts, RunReport};
+use spillway_sim::{run_one, Scenario};
 
 fn scenario(extra: &str) -> Scenario {
     let text = format!(

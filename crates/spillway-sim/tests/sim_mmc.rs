@@ -4,7 +4,7 @@
 //! queue behind a fixed limit of c, so this also checks the simulator's plumbing around it.
 
 use spillway_core::erlang::MmcQueue;
-use spillway_load::sim::{builtin, run_one, Scenario};
+use spillway_sim::{builtin, run_one, Scenario};
 
 /// The shipped `mmc` scenario with `c` workers at utilisation 0.8, for `requests` arrivals.
 fn mmc(c: u32, requests: f64, seed: u64) -> Scenario {

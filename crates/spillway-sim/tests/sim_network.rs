@@ -3,8 +3,8 @@
 //! a cancellation follows its attempt by the same delay. The same holds to the microsecond
 //! when the fleet is simulated in shards and the attempts cross between them.
 
-use spillway_load::report::RunReport;
-use spillway_load::sim::{run_one, Scenario};
+use spillway_sim::report::RunReport;
+use spillway_sim::{run_one, Scenario};
 
 /// One client group at a rate far below capacity, evenly spaced, constant service times: every
 /// latency is exactly the sum of the parts, so the delays are visible to the microsecond.

@@ -2,8 +2,8 @@
 //! Library, "Using load shedding to avoid overload"). Scenarios are shortened or scaled down so
 //! each test runs in a few seconds in a debug build; the shapes of the results are the same.
 
-use spillway_load::report::{Counts, RunReport};
-use spillway_load::sim::{builtin, run_scenario, Scenario, SimRun};
+use spillway_sim::report::{Counts, RunReport};
+use spillway_sim::{builtin, run_scenario, Scenario, SimRun};
 
 fn shipped(name: &str) -> Scenario {
     builtin::scenario(name)
@@ -45,7 +45,7 @@ fn window(
     r: &RunReport,
     from: u64,
     to: u64,
-    pick: impl Fn(&spillway_load::report::SecondStats) -> Option<Counts>,
+    pick: impl Fn(&spillway_sim::report::SecondStats) -> Option<Counts>,
 ) -> Counts {
     let mut c = Counts::default();
     for s in r.seconds.iter().filter(|s| s.t >= from && s.t < to) {
@@ -93,7 +93,7 @@ fn retry_amplification_27x_naive_vs_at_most_1_2x_gated() {
 fn metastable_unprotected_stays_collapsed_protected_recovers() {
     let sc = shipped("metastable").scaled(0.5);
     let runs = run(&sc);
-    let all = |s: &spillway_load::report::SecondStats| Some(s.counts);
+    let all = |s: &spillway_sim::report::SecondStats| Some(s.counts);
     for r in &runs {
         let before = success(&window(&r.report, 5, 20, all));
         let after = success(&window(&r.report, 40, 90, all));
@@ -245,7 +245,7 @@ fn variants_at_once_give_the_json_of_variants_in_turn() {
     let mut sc = shipped("datacenter-overload").scaled(0.1);
     sc.duration_s = 20.0;
     let json = |jobs: usize| {
-        let runs = spillway_load::sim::run_scenario_with(&sc, jobs).expect("scenario runs");
+        let runs = spillway_sim::run_scenario_with(&sc, jobs).expect("scenario runs");
         let reports: Vec<RunReport> = runs.into_iter().map(|r| r.report).collect();
         assert_eq!(reports.len(), 3, "the three variants");
         assert_ne!(

@@ -2,8 +2,8 @@
 //! streams — so the same statistics, every request accounted for, the scenarios' conclusions
 //! unchanged, and a run that repeats exactly whatever the threads' timing.
 
-use spillway_load::report::RunReport;
-use spillway_load::sim::{builtin, run_one, run_scenario, Scenario, SimRun};
+use spillway_sim::report::RunReport;
+use spillway_sim::{builtin, run_one, run_scenario, Scenario, SimRun};
 
 /// 40 tasks of 4 workers at 10 ms (16,000 requests/s), offered half of that by 40 client
 /// instances through the whole protected path, 0.5 ms each way.
@@ -140,7 +140,7 @@ fn metastable_in_shards_unprotected_stays_collapsed_protected_recovers() {
     let runs = run_scenario(&sc).expect("runs");
     let after = |name: &str| {
         let r = variant(&runs, name);
-        let mut c = spillway_load::report::Counts::default();
+        let mut c = spillway_sim::report::Counts::default();
         for s in r.report.seconds.iter().filter(|s| s.t >= 40 && s.t < 90) {
             c.add(&s.counts);
         }

@@ -5,8 +5,9 @@
 //! where both can run. The demo is that place: one backend, the proxy in its zero-config form,
 //! retrying clients, 2× to 10× overload. So the scenario here is derived from
 //! [`DemoConfig`] — its capacity, streams, mixes, timeouts and attempts — rather than copied
-//! into a file, and the proxy's admission is `spillway_proxy::ProxyConfig::default()`'s, taken
-//! whole; when either changes, the simulated side follows.
+//! into a file, and the proxy's admission and upstream timeout are its zero-config preset's
+//! (`spillway_core::preset::proxy_default()`), taken whole; when either changes, the simulated
+//! side follows.
 //!
 //! How the pieces map:
 //! - the proxy is a protected layer with the proxy's admission controller, negligible local
@@ -26,12 +27,12 @@
 
 use std::fmt::Write as _;
 
+use super::{DemoConfig, Mode};
 use crate::backend::ServiceTime;
-use crate::demo::{DemoConfig, Mode};
 use crate::load::RateShape;
 use crate::report::RunReport;
 
-use super::config::{ConfigError, Scenario};
+use spillway_sim::config::{ConfigError, Scenario};
 
 /// The demo's protected (`Mode::Spillway`) or unprotected run as a simulator scenario.
 pub fn scenario(cfg: &DemoConfig, mode: Mode) -> Result<Scenario, String> {
@@ -83,13 +84,13 @@ pub fn scenario(cfg: &DemoConfig, mode: Mode) -> Result<Scenario, String> {
         }
     }
     if protected {
-        let upstream = spillway_proxy::ProxyConfig::default().upstream;
+        let preset = spillway_core::preset::proxy_default();
         let _ = writeln!(
             toml,
             "[[layer]]\nname = \"proxy\"\nworkers = 100000\n\
              service = {{ dist = \"const\", mean_ms = 0.001 }}\nretry = \"none\"\n\
              timeout_ms = {}\nproxy_admission = true\n",
-            upstream.request_timeout_ms,
+            preset.request_timeout.as_millis(),
         );
     }
     let mean = ms(cfg.service);

@@ -340,7 +340,7 @@ pub struct LayerConfig {
     #[serde(default)]
     pub admission: AdmissionSettings,
     /// Admit with `spillway proxy`'s zero-config admission (limit, queue, shed thresholds and
-    /// the rest, taken whole from `spillway_proxy::ProxyConfig::default()`) instead of
+    /// the rest, taken whole from `spillway_core::preset::proxy_default()`) instead of
     /// `admission`. Default false.
     #[serde(default)]
     pub proxy_admission: bool,

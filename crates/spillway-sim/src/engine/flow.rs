@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 
 use super::shard::TopDone;
 use super::*;
-use crate::sim::model::{Attempt, Held, Node};
+use crate::model::{Attempt, Held, Node};
 use spillway_core::controller::NoAnswer;
 
 impl Engine {

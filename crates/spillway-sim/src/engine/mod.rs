@@ -29,15 +29,15 @@ use std::time::{Duration, Instant};
 use spillway_core::controller::{Admission, AdmissionRequest, Outcome, Refusal};
 use spillway_core::retry::Failure;
 
-use crate::report::{Outcome as ReqOutcome, Recorder};
-use crate::sim::config::{Arrivals, FaultConfig, RetryKind, Scenario};
-use crate::sim::model::{
+use crate::config::{Arrivals, FaultConfig, RetryKind, Scenario};
+use crate::model::{
     Caller, Held, Layer, Part, Phase, Res, RetrySet, Slab, CLIENT, LOCAL, NEVER, NONE,
 };
-use crate::sim::pages::HugePages;
-use crate::sim::shape::{exp, service_nanos, LoadShape};
-use crate::sim::stats::{bump, LayerStats};
-use crate::sim::time::SimClock;
+use crate::pages::HugePages;
+use crate::report::{Outcome as ReqOutcome, Recorder};
+use crate::shape::{exp, service_nanos, LoadShape};
+use crate::stats::{bump, LayerStats};
+use crate::time::SimClock;
 
 mod flow;
 mod picks;
@@ -281,7 +281,7 @@ impl Engine {
                 instances,
                 rr: 0,
                 picks: Picks::new(shard::seed(sc.seed, part), g, &layers[0]),
-                deadline: c.deadline_ms.map_or(NEVER, crate::sim::shape::ms_to_nanos),
+                deadline: c.deadline_ms.map_or(NEVER, crate::shape::ms_to_nanos),
             });
         }
         let mut faults = Vec::with_capacity(sc.faults.len());
@@ -334,7 +334,7 @@ impl Engine {
                 } => (
                     Fault::Slow {
                         layer: li(layer),
-                        extra_ns: crate::sim::shape::ms_to_nanos(*extra_ms),
+                        extra_ns: crate::shape::ms_to_nanos(*extra_ms),
                     },
                     *at_s,
                     *for_s,

@@ -22,10 +22,10 @@
 
 use super::Engine;
 #[cfg(test)]
-use crate::sim::config::Balance;
+use crate::config::Balance;
 #[cfg(test)]
-use crate::sim::model::Part;
-use crate::sim::model::{Layer, NONE};
+use crate::model::Part;
+use crate::model::{Layer, NONE};
 
 /// Picks ahead at which what an enqueue reads is prefetched.
 const CLOSE: usize = 1;
@@ -104,8 +104,8 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::sim::builtin;
-    use crate::sim::time::SimClock;
+    use crate::builtin;
+    use crate::time::SimClock;
 
     /// A layer with hot tasks (a draw for the hot share, then one for the task), balanced at
     /// random and round robin: after each pick the copies name exactly the tasks the stream

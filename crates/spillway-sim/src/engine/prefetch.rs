@@ -58,7 +58,7 @@ use std::mem::size_of;
 use std::time::Instant;
 
 use super::{Engine, Ev, Kind};
-use crate::sim::model::{Caller, Held, Node, CLIENT, NONE};
+use crate::model::{Caller, Held, Node, CLIENT, NONE};
 
 /// Stage distances, in events ahead of the one being run (see the module docs).
 const FAR: usize = 12;

@@ -6,7 +6,7 @@
 //! on it, a cancellation walks down through it, the answer comes back to it. When the task is
 //! on another shard, that node stays with the caller as a *stub* ([`Phase::Remote`]) and the
 //! task's shard makes a node of its own that serves the attempt and names the stub as its
-//! parent (with the caller's shard in [`Node::from`](crate::sim::model::Node)). The two are
+//! parent (with the caller's shard in [`Node::from`](crate::model::Node)). The two are
 //! joined by three messages, each sent at least one network delay ahead of when it acts —
 //! `Deliver` (the attempt), `Answer` (result, queue and service time, to the stub) and
 //! `Cancel` (named by the stub, found through [`Links::serving`]) — which is what lets every
@@ -28,8 +28,8 @@ use std::time::Duration;
 use spillway_core::Criticality;
 
 use super::{Engine, Kind, Phase, Res, NONE};
+use crate::model::{Attempt, Part};
 use crate::report::{Outcome as ReqOutcome, RequestRecord};
-use crate::sim::model::{Attempt, Part};
 
 /// How many messages ahead of the one being taken its node is prefetched.
 const AHEAD: usize = 6;

@@ -2,7 +2,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::{lockstep, SpinBarrier};
-use crate::sim::{run_one, Scenario};
+use crate::{run_one, Scenario};
 
 fn small() -> Scenario {
     Scenario::from_toml(

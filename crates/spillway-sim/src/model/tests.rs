@@ -30,8 +30,8 @@ fn picks_are_the_live_lists_entries_whether_or_not_it_is_read() {
     use std::time::Instant;
 
     use super::{Layer, Part, NONE};
-    use crate::sim::builtin;
-    use crate::sim::time::SimClock;
+    use crate::builtin;
+    use crate::time::SimClock;
 
     let sc = builtin::scenario("local-overload")
         .expect("shipped")

@@ -1,5 +1,5 @@
 use super::window_ns;
-use crate::sim::Scenario;
+use crate::Scenario;
 
 #[test]
 fn the_window_is_the_smallest_delay_of_any_layer() {

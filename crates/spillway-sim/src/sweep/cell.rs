@@ -46,9 +46,9 @@ use spillway_core::controller::{
 use spillway_core::{Clock, Criticality};
 
 use super::config::{ArrivalKind, BackendKind, CellSpec, Dist, ModelConfig, SweepConfig};
-use crate::sim::config::ServiceDist;
-use crate::sim::shape::{exp, ms_to_nanos, service_nanos};
-use crate::sim::time::{SimClock, SimRandom};
+use crate::config::ServiceDist;
+use crate::shape::{exp, ms_to_nanos, service_nanos};
+use crate::time::{SimClock, SimRandom};
 
 const ARRIVAL: u8 = 0;
 const SEND: u8 = 1;
@@ -182,11 +182,7 @@ pub fn run_mode(
         spec,
         model: m,
         propagate_deadline: sweep.propagate_deadline,
-        upstream_timeout: Duration::from_millis(
-            spillway_proxy::ProxyConfig::default()
-                .upstream
-                .request_timeout_ms,
-        ),
+        upstream_timeout: spillway_core::preset::proxy_default().request_timeout,
         now: 0,
         end,
         half: end / 2,

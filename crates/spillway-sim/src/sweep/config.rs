@@ -9,7 +9,7 @@
 
 use serde::Deserialize;
 
-use crate::sim::config::ConfigError;
+use crate::config::ConfigError;
 
 pub use super::spec::{ArrivalKind, BackendKind, CellSpec, Dist};
 

@@ -28,7 +28,7 @@ pub use config::{CellSpec, SweepConfig};
 pub use judge::{Check, Verdict, CHECKS};
 pub use output::{summary_text, write_html, write_json};
 
-use crate::sim::SimError;
+use crate::SimError;
 
 /// One cell's runs and verdicts.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -180,7 +180,7 @@ pub fn run_sweep(
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> Result<SweepReport, SimError> {
     let specs = sweep.cells()?;
-    let jobs = crate::sim::jobs_for(jobs, specs.len()).max(1);
+    let jobs = crate::jobs_for(jobs, specs.len()).max(1);
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let mut slots: Vec<Option<Result<CellResult, SimError>>> =

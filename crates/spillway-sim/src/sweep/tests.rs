@@ -3,8 +3,8 @@ use spillway_core::erlang::MmcQueue;
 use super::config::{ArrivalKind, BackendKind, Dist};
 use super::*;
 
-const QUICK: &str = include_str!("../../../../../examples/sim/robustness-quick.toml");
-const FULL: &str = include_str!("../../../../../examples/sim/robustness.toml");
+const QUICK: &str = include_str!("../../../../examples/sim/robustness-quick.toml");
+const FULL: &str = include_str!("../../../../examples/sim/robustness.toml");
 
 pub(super) fn sweep(extra: &str) -> SweepConfig {
     SweepConfig::from_toml(
@@ -541,8 +541,8 @@ fn a_protected_cell_agrees_with_the_fleet_engine() {
         client("c", "CRITICAL", 240.0),
         client("s", "SHEDDABLE", 560.0)
     );
-    let sc = crate::sim::Scenario::from_toml(&toml, "x").expect("scenario");
-    let fleet = crate::sim::run_one(&sc, "x").expect("runs").report.summary;
+    let sc = crate::Scenario::from_toml(&toml, "x").expect("scenario");
+    let fleet = crate::run_one(&sc, "x").expect("runs").report.summary;
     let fleet_success = fleet.counts.goodput as f64 / fleet.counts.offered as f64;
     let c = &fleet.by_criticality["CRITICAL"];
     let fleet_critical = c.goodput as f64 / c.offered as f64;

@@ -1,7 +1,7 @@
 use std::task::Waker;
 
 use super::Wakes;
-use crate::sim::model::NONE;
+use crate::model::NONE;
 
 fn taken(w: &Wakes) -> Vec<(u32, u32)> {
     let mut got = Vec::new();

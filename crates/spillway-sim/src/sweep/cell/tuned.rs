@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use super::*;
 
 /// The cap, what holds a slot, and who waits.
-pub(in crate::sim::sweep) struct Tuned {
+pub(in crate::sweep) struct Tuned {
     cap: u32,
     in_flight: u32,
     /// CRITICAL first, then the rest, each in arrival order. A request whose client gave up
@@ -26,7 +26,7 @@ pub(in crate::sim::sweep) struct Tuned {
 }
 
 impl Tuned {
-    pub(in crate::sim::sweep) fn new(cap: u32, clairvoyant: bool) -> Tuned {
+    pub(in crate::sweep) fn new(cap: u32, clairvoyant: bool) -> Tuned {
         Tuned {
             cap: cap.max(1),
             in_flight: 0,
