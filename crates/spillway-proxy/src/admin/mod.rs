@@ -35,6 +35,7 @@
 
 mod api;
 mod auth;
+pub mod counted;
 mod fleet;
 pub mod histograms;
 pub mod labels;
