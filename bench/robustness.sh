@@ -126,7 +126,7 @@ start_backend() { # $1 = cell name; the drop, if any, is timed from the backend'
     lognormal) args+=(--dist lognormal --sigma 1) ;;
     bimodal) args+=(--dist bimodal --slow-share 0.05 --slow-factor 20) ;;
   esac
-  # The sweep's model (crates/spillway-load/src/sim/sweep/config.rs ModelConfig defaults):
+  # The sweep's model (crates/spillway-sim/src/sweep/config.rs ModelConfig defaults):
   # slowdown ×(1 + 1 · max(0, held/workers − 1)); drop to half speed over 40–70 % of the run.
   case $b in
     slowdown) args+=(--slowdown-alpha "$(awk -v w="$w" 'BEGIN {print 1 / w}')" --slowdown-threshold "$w") ;;

@@ -3,7 +3,7 @@
 //! Why a subcommand: the simulator answers "what do the real policies do with ten thousand
 //! tasks and their clients?" deterministically and in seconds; this module only picks the
 //! scenario (shipped by name, or a file), applies the command-line overrides, runs it through
-//! `spillway_load::sim` and prints/writes the results. Exit code 2 for a bad argument or an
+//! `spillway_sim` and prints/writes the results. Exit code 2 for a bad argument or an
 //! invalid scenario (the message names the key), 1 for I/O failures.
 
 use std::io::Write;
@@ -12,9 +12,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use spillway_load::report::{write_html, write_json, RunReport};
-use spillway_load::sim::{self, builtin, output, Scenario};
 use spillway_load::units::parse_duration;
+use spillway_sim::report::{write_html, write_json, RunReport};
+use spillway_sim::{self as sim, builtin, output, Scenario};
 
 use crate::UsageError;
 
@@ -92,7 +92,9 @@ pub struct SimArgs {
 
 /// `--versus-demo`: the simulated and the measured protected demo, their table rows and plateaus.
 fn versus_demo(args: &SimArgs, out: &mut impl Write) -> Result<()> {
-    use spillway_load::demo::{render_table, run_blocking, summarise, DemoConfig, Mode};
+    use spillway_load::demo::{
+        render_table, run_blocking, simulated as demo, summarise, DemoConfig, Mode,
+    };
     let mut cfg = if args.quick {
         DemoConfig::quick()
     } else {
@@ -102,7 +104,7 @@ fn versus_demo(args: &SimArgs, out: &mut impl Write) -> Result<()> {
     if let Some(seed) = args.seed {
         cfg.seed = seed;
     }
-    let sc = sim::demo::scenario(&cfg, Mode::Spillway).map_err(UsageError)?;
+    let sc = demo::scenario(&cfg, Mode::Spillway).map_err(UsageError)?;
     let mut simulated = sim::run_one(&sc, "spillway")
         .map_err(|e| UsageError(e.to_string()))?
         .report;
@@ -123,15 +125,15 @@ fn versus_demo(args: &SimArgs, out: &mut impl Write) -> Result<()> {
     let rows = [summarise(&cfg, &simulated), summarise(&cfg, &measured)];
     out.write_all(render_table(&rows).as_bytes())?;
     let (sim_p, real_p) = (
-        sim::demo::plateau(&cfg, &simulated),
-        sim::demo::plateau(&cfg, &measured),
+        demo::plateau(&cfg, &simulated),
+        demo::plateau(&cfg, &measured),
     );
     if let (Some(s), Some(m)) = (sim_p, real_p) {
         writeln!(
             out,
             "goodput plateau (seconds {:?}, x capacity {}/s): simulated {s:.3}, measured {m:.3}, \
              {:.1}% apart (target: within 10%)",
-            sim::demo::plateau_seconds(&cfg),
+            demo::plateau_seconds(&cfg),
             cfg.capacity(),
             (s - m).abs() / m * 100.0
         )?;
@@ -287,7 +289,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
 
 /// `--lease FILE`: runs the lease model for each fleet size × interval and prints the table.
 fn lease(args: &SimArgs, path: &std::path::Path, out: &mut impl Write) -> Result<()> {
-    use spillway_load::sim::lease::{self, LeaseScenario};
+    use spillway_sim::lease::{self, LeaseScenario};
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading lease scenario {}", path.display()))?;
     let mut sc =
@@ -319,7 +321,7 @@ fn lease(args: &SimArgs, path: &std::path::Path, out: &mut impl Write) -> Result
 
 /// `--sweep FILE`: runs the matrix and prints the verdicts.
 fn sweep(args: &SimArgs, path: &std::path::Path, out: &mut impl Write) -> Result<()> {
-    use spillway_load::sim::sweep::{self, SweepConfig};
+    use spillway_sim::sweep::{self, SweepConfig};
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading sweep file {}", path.display()))?;
     let mut cfg = SweepConfig::from_toml(&text, &path.display().to_string())
@@ -365,7 +367,7 @@ fn sweep(args: &SimArgs, path: &std::path::Path, out: &mut impl Write) -> Result
     eprintln!(
         "simulated {cells} cells ({} runs, {events} events) in {wall:.1} s wall, up to {} at once",
         runs.len(),
-        spillway_load::sim::jobs_for(args.jobs, cells)
+        spillway_sim::jobs_for(args.jobs, cells)
     );
     if let Some(p) = &args.json {
         sweep::write_json(&report, p)?;

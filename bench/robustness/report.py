@@ -6,7 +6,7 @@ requirement the worst cell of each; the fast-upstream check. Writes PREFIX.md an
 
     report.py WORK PREFIX DURATION HOST_NOTE CELL... < cell table (bench/robustness.sh's CELLS)
 
-Applicability follows the sweep's judge (crates/spillway-load/src/sim/sweep/judge.rs):
+Applicability follows the sweep's judge (crates/spillway-sim/src/sweep/judge.rs):
 R1 Poisson cells offered <= 0.9x (success vs unprotected, pp) and closed loops (goodput vs
 unprotected, %); R2 open cells offered 1x-10x with CRITICAL share in (0, 0.8 x lowest capacity];
 R3 open cells offered 1x-10x (goodput / integral of min(offered, capacity)); R4a open cells

@@ -44,7 +44,8 @@
 //! | [`controller`] | all of the above behind one call | — |
 //!
 //! and on the client side: [`throttle`] (adaptive throttling) and [`retry`] (the three retry
-//! gates). [`erlang`] is the M/M/c arithmetic behind `spillway calc`.
+//! gates). [`erlang`] is the M/M/c arithmetic behind `spillway calc`; [`preset`] is the proxy's
+//! zero-config policy by name.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -57,6 +58,7 @@ pub mod error;
 pub mod hint;
 pub mod limit;
 pub mod limiter;
+pub mod preset;
 pub mod queue;
 pub mod quota;
 pub mod random;

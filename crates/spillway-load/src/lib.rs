@@ -1,5 +1,6 @@
 //! Spillway's proof tools: an open-loop load generator, a demo backend with the overload
-//! pathology built in, a simulator, and the reports (JSON, self-contained HTML with SVG charts).
+//! pathology built in, and the demo. The run reports (JSON, self-contained HTML with SVG
+//! charts) and the simulator are `spillway-sim`'s; [`report`] is re-exported here.
 //!
 //! Why a crate of its own: the claims Spillway makes are curves (goodput vs offered load past the
 //! knee, recovery after a surge — SRE book ch. 21; AWS Builders' Library "Using load shedding to
@@ -36,6 +37,7 @@
 pub mod backend;
 pub mod demo;
 pub mod load;
-pub mod report;
-pub mod sim;
 pub mod units;
+
+/// The run reports, shared with the simulator (`spillway_sim::report`).
+pub use spillway_sim::report;

@@ -1,11 +1,12 @@
 //! `spillway demo`'s scenario in the simulator — built from the demo's own `DemoConfig`
-//! (`spillway_load::sim::demo`), summarised with the demo's own table
+//! (`spillway_load::demo::simulated`), summarised with the demo's own table
 //! (`spillway_load::demo::summarise`) — has the demo's shape: the unprotected backend collapses
 //! under the staircase to 10×, the protected one holds a plateau near capacity. The measured
 //! comparison is `sim_demo_measured.rs`.
 
+use spillway_load::demo::simulated as demo;
 use spillway_load::demo::{render_table, summarise, DemoConfig, Mode};
-use spillway_load::sim::{demo, run_one};
+use spillway_sim::run_one;
 
 #[test]
 fn simulated_demo_plateaus_near_capacity_when_protected_and_collapses_when_not() {

@@ -1,8 +1,8 @@
 //! The simulator agrees with the real thing where both can run: `spillway demo --quick`'s
 //! protected run — the real backend behind the real proxy in its zero-config form, driven by the
 //! real load generator on loopback for 15 s — against the same scenario simulated
-//! (`spillway_load::sim::demo`, built from the same `DemoConfig`). Their goodput plateaus, over
-//! the seconds offered 2× capacity and more, must be within 10% of each other.
+//! (`spillway_load::demo::simulated`, built from the same `DemoConfig`). Their goodput plateaus,
+//! over the seconds offered 2× capacity and more, must be within 10% of each other.
 //!
 //! Not a timing test: the backend's capacity is set by its sleeping workers, not by this
 //! machine's speed, and the plateau is a count of requests served. The load (at most 500
@@ -15,9 +15,10 @@
 //! discarded and the demo run again, at most [`TRIES`] times; if no try ran on schedule the test
 //! fails and says so, with the lag it saw.
 
+use spillway_load::demo::simulated as demo;
 use spillway_load::demo::{run_mode, DemoConfig, Mode};
 use spillway_load::report::RunReport;
-use spillway_load::sim::{demo, run_one};
+use spillway_sim::run_one;
 
 /// How many times the real demo is run before giving up on a host too busy to measure on.
 const TRIES: usize = 3;

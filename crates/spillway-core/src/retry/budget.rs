@@ -7,12 +7,12 @@
 //! `RetryBudget(ttl, minRetriesPerSec, percentCanRetry)` idea (defaults there: 10 s, 10/s, 20 %):
 //! a client that sends a handful of requests would otherwise never be allowed a single retry.
 //!
-//! Both counts — original requests and retries — live in one [`WindowedPair`]: a slice's two
+//! Both counts — original requests and retries — live in one [`Windowed<2>`]: a slice's two
 //! counts share one 8-byte word, and the sums are running totals (one load each). Per client
 //! that is one 80-byte bucket array instead of two, ~120 bytes less (sixth round: 10⁶ simulated
 //! clients hold one each). The price is the pair's per-slice ceiling,
-//! [`MAX_SLICE_COUNT`](crate::window::MAX_SLICE_COUNT) (16.7 M requests a slice — 16.7 M/s at
-//! the default 1 s slices): requests past it are not counted (the allowance grows no further
+//! [`Windowed::MAX_SLICE_COUNT`] (16.7 M requests a slice — 16.7 M/s at the default 1 s
+//! slices): requests past it are not counted (the allowance grows no further
 //! in that slice) and a retry past it is refused.
 //!
 //! Spending is exact under concurrency, without a lock: a caller first *reserves* its retry
@@ -21,8 +21,8 @@
 //! came before its own and was not taken back — and takes the reservation back if the total is
 //! over the allowance. So the committed reservation whose add came last saw every other
 //! committed one, even in another bucket: committed retries never exceed the allowance (the
-//! argument as it was over two `WindowedCounter`s, whose sums scanned the buckets; the pair's
-//! module docs give the ordering). (The one slack left is clock skew between threads: a
+//! argument as it was over two separate counters, whose sums scanned the buckets;
+//! `window/windowed.rs` gives the ordering). (The one slack left is clock skew between threads: a
 //! reservation a thread with a later `now` has already rolled out of the window is not seen by
 //! one with an earlier `now` — it is out of the window a bucket later anyway.) The price is the
 //! opposite race: two callers reserving at the very edge can both back off, so the budget may
@@ -31,7 +31,7 @@
 use std::fmt;
 use std::time::Instant;
 
-use crate::window::{PairLanded, WindowedPair};
+use crate::window::{Landed, Windowed};
 
 #[cfg(test)]
 #[path = "tests/budget_model.rs"]
@@ -51,7 +51,7 @@ const RETRIES: usize = 1;
 /// Retries against requests over a sliding window; see the module docs. `Send + Sync`.
 pub struct RetryBudget {
     /// Count [`REQUESTS`] and count [`RETRIES`] over the window.
-    counts: WindowedPair,
+    counts: Windowed<2>,
     ratio: f64,
     /// `min_retries_per_sec × window`, in retries.
     floor: f64,
@@ -61,7 +61,7 @@ impl RetryBudget {
     /// A budget with `cfg`'s ratio, floor and window. `cfg` should have been validated.
     pub(crate) fn new(cfg: &RetryConfig, origin: Instant) -> Self {
         RetryBudget {
-            counts: WindowedPair::new(cfg.window, cfg.buckets, origin),
+            counts: Windowed::new(cfg.window, cfg.buckets, origin),
             ratio: cfg.budget_ratio,
             floor: cfg.min_retries_per_sec * cfg.window.as_secs_f64(),
         }
@@ -111,8 +111,8 @@ impl RetryBudget {
     }
 
     /// Adds one retry; `None` (nothing added) if its slice already holds
-    /// [`MAX_SLICE_COUNT`](crate::window::MAX_SLICE_COUNT).
-    fn reserve(&self, now: Instant) -> Option<PairLanded> {
+    /// [`Windowed::MAX_SLICE_COUNT`].
+    fn reserve(&self, now: Instant) -> Option<Landed> {
         let landed = self.counts.add_landed(now, RETRIES, 1)?;
         (landed.added() == 1).then_some(landed)
     }

@@ -39,23 +39,24 @@
 //!
 //! The hot path ([`AdaptiveThrottle::try_acquire`]) takes no lock and allocates nothing, and its
 //! cost does not grow with the number of buckets: both counts are running totals
-//! ([`WindowedPair`]), corrected once per bucket as it leaves the window, so a decision is a
+//! ([`Windowed`]), corrected once per bucket as it leaves the window, so a decision is a
 //! few atomic loads, a draw only when `P > 0`, and one compare-exchange plus one atomic add.
 //! (Summing the 120 buckets of both counters on every decision was most of its cost.) Both
 //! counts of a slice share one 8-byte word (960 bytes per throttle at the defaults, half of
-//! what two words a slice took); each saturates at [`MAX_SLICE_COUNT`](crate::window::MAX_SLICE_COUNT) events per slice.
+//! what two words a slice took); each saturates at [`Windowed::MAX_SLICE_COUNT`] events per
+//! slice.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::{check_range, ConfigError};
 use crate::random::{RandomSource, ThreadRandom};
-use crate::window::{WindowedPair, MAX_BUCKETS};
+use crate::window::{Windowed, MAX_BUCKETS};
 
 #[cfg(test)]
 mod tests;
 
-/// Index of the requests count in the throttle's [`WindowedPair`].
+/// Index of the requests count in the throttle's [`Windowed`].
 const REQUESTS: usize = 0;
 /// Index of the accepts count.
 const ACCEPTS: usize = 1;
@@ -75,7 +76,7 @@ pub struct ThrottleConfig {
     /// How many buckets the window is kept in: old traffic is forgotten one bucket at a time.
     /// Memory grows with this (8 bytes per bucket); a decision's cost does not (running
     /// totals). Default 120 (1 s each). Accepted: `1..=3600`. A bucket counts at most
-    /// 16,777,215 requests ([`MAX_SLICE_COUNT`](crate::window::MAX_SLICE_COUNT); more are not counted), so keep
+    /// 16,777,215 requests ([`Windowed::MAX_SLICE_COUNT`]; more are not counted), so keep
     /// `window / buckets` short enough for the request rate to one backend (at the default
     /// 1 s, 16.7 M requests/s).
     pub buckets: usize,
@@ -157,7 +158,7 @@ pub struct Throttled {
 /// taking work).
 pub struct AdaptiveThrottle<R: RandomSource = ThreadRandom> {
     /// Count [`REQUESTS`] and count [`ACCEPTS`], over one window.
-    counts: WindowedPair,
+    counts: Windowed<2>,
     k: f64,
     /// `min_requests_per_sec × window` in requests: below it the throttle stays open.
     min_requests: f64,
@@ -176,7 +177,7 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
     pub fn with_random(cfg: ThrottleConfig, origin: Instant, rng: R) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(AdaptiveThrottle {
-            counts: WindowedPair::new(cfg.window, cfg.buckets, origin),
+            counts: Windowed::new(cfg.window, cfg.buckets, origin),
             k: cfg.k,
             min_requests: cfg.min_requests_per_sec * cfg.window.as_secs_f64(),
             rng,
@@ -236,7 +237,7 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
 
     /// `(requests, accepts)` over the window ending at `now`. O(1): running totals. Time is
     /// expected to move forward; a `now` behind the newest one seen reads the newest window
-    /// (see [`WindowedPair`]).
+    /// (see [`Windowed`]).
     pub fn counts(&self, now: Instant) -> (u64, u64) {
         let [requests, accepts] = self.counts.sums(now);
         (requests, accepts)

@@ -344,7 +344,7 @@ fn a_slice_counts_at_most_max_slice_count_requests_and_fails_open() {
     // slice, further requests are not counted, so the throttle refuses less, never more.
     let (t, clock) = throttle_with(ThrottleConfig::default(), 0.0);
     let now = clock.now();
-    let max = crate::window::MAX_SLICE_COUNT;
+    let max = crate::window::Windowed::<2>::MAX_SLICE_COUNT;
     feed(&t, now, max + 1_000, 0);
     assert_eq!(t.counts(now), (max, 0));
     let next = now + S;

@@ -32,6 +32,7 @@
 //! depend on the distribution: its unbounded FIFO queue serves callers who have left.
 
 mod merge;
+pub mod simulated;
 mod table;
 
 use std::net::SocketAddr;

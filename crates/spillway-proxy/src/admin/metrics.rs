@@ -24,6 +24,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use spillway_core::Criticality;
 use spillway_tower::wire::metric as m;
 
+use super::counted::Counted;
 use super::histograms::{Histograms, Recorder};
 
 /// Counter (float, cost units): estimated cost of every request that arrived, admitted or
@@ -146,11 +147,13 @@ pub struct MetricsError(String);
 
 static HANDLE: OnceLock<Result<MetricsHandle, MetricsError>> = OnceLock::new();
 
-/// What renders the process's metrics: the exporter's handle and the `*_seconds` histograms.
+/// What renders the process's metrics: the exporter's handle and the `*_seconds` histograms;
+/// and what the dashboard reads them from.
 #[derive(Debug, Clone)]
 pub struct MetricsHandle {
     prometheus: PrometheusHandle,
     histograms: Arc<Histograms>,
+    counted: Arc<Counted>,
 }
 
 impl MetricsHandle {
@@ -163,6 +166,16 @@ impl MetricsHandle {
         }
         self.histograms.render_into(&mut out);
         out
+    }
+
+    /// The `*_seconds` histograms.
+    pub fn histograms(&self) -> &Histograms {
+        &self.histograms
+    }
+
+    /// The refusal counters kept beside the exporter's (the dashboard's).
+    pub fn counted(&self) -> &Counted {
+        &self.counted
     }
 
     /// The exporter's periodic housekeeping (the admin listener calls it).
@@ -180,10 +193,12 @@ pub fn install_recorder() -> Result<MetricsHandle, MetricsError> {
             let handle = MetricsHandle {
                 prometheus: prometheus.handle(),
                 histograms: Arc::new(Histograms::new(SECONDS_BUCKETS)),
+                counted: Arc::new(Counted::new()),
             };
             metrics::set_global_recorder(Recorder {
                 prometheus,
                 histograms: Arc::clone(&handle.histograms),
+                counted: Arc::clone(&handle.counted),
             })
             .map_err(|e| MetricsError(e.to_string()))?;
             describe();

@@ -35,6 +35,7 @@
 
 mod api;
 mod auth;
+pub mod counted;
 pub(crate) mod fleet;
 pub mod histograms;
 pub mod labels;

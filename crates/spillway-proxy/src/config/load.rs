@@ -406,6 +406,20 @@ mod tests {
             spillway_core::limit::LimitConfig::EnvoyGradient(_)
         ));
     }
+    /// The simulator models the zero-config proxy through core's preset, not through this
+    /// crate: the two must not drift apart.
+    #[test]
+    fn the_defaults_are_cores_proxy_preset() {
+        let (cfg, preset) = (
+            ProxyConfig::default(),
+            spillway_core::preset::proxy_default(),
+        );
+        assert_eq!(cfg.admission, preset.admission);
+        assert_eq!(
+            u128::from(cfg.upstream.request_timeout_ms),
+            preset.request_timeout.as_millis()
+        );
+    }
     #[test]
     fn a_partial_admission_table_keeps_the_proxy_defaults() {
         let cfg = parse("[admission.queue]\nmax_wait_ms = 250.0\n", "t.toml").expect("valid");

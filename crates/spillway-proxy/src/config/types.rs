@@ -52,11 +52,12 @@ impl Default for ProxyConfig {
     }
 }
 
-/// The zero-config admission default: spillway-core's [`AdmissionConfig::zero_config`], the
-/// same policy `spillway-tower` gets from `AdmissionConfig::default()` (its documentation says
-/// what it does and why; CONFIG.md lists the values).
+/// The zero-config admission default: spillway-core's proxy preset
+/// ([`spillway_core::preset::proxy_default`], i.e. [`AdmissionConfig::zero_config`]), the same
+/// policy `spillway-tower` gets from `AdmissionConfig::default()` (its documentation says what
+/// it does and why; CONFIG.md lists the values).
 pub fn default_admission() -> AdmissionConfig {
-    AdmissionConfig::zero_config()
+    spillway_core::preset::proxy_default().admission
 }
 
 /// The client-facing listener.
@@ -204,7 +205,13 @@ impl Default for UpstreamConfig {
             addresses: vec!["127.0.0.1:9000".into()],
             protocol: UpstreamProtocol::Auto,
             connect_timeout_ms: 1_000,
-            request_timeout_ms: 30_000,
+            // The simulator reads the same figure from core's preset.
+            request_timeout_ms: u64::try_from(
+                spillway_core::preset::proxy_default()
+                    .request_timeout
+                    .as_millis(),
+            )
+            .unwrap_or(u64::MAX),
             response_body_timeout_ms: 60_000,
             max_requests_per_task: 256,
             pool_wait_timeout_ms: 1_000,

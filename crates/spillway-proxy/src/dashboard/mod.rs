@@ -28,7 +28,7 @@
 
 pub mod assets;
 pub mod calc;
-pub mod prom;
+pub mod recorded;
 pub mod ring;
 pub mod sample;
 pub mod source;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use spillway_core::Criticality;
 
-use super::prom::PromReading;
+use super::recorded::Recorded;
 
 /// At most this many customers (and operations) are listed per sample, the largest first; the
 /// rest are summed under [`OTHER`]. Bounds the payload whatever the label cardinality.
@@ -56,8 +56,9 @@ pub struct Reading {
     pub degradation_all_off: bool,
     /// Each route's degradation state.
     pub routes: Vec<RouteReading>,
-    /// The metric families only the Prometheus recorder holds (`None` when not installed).
-    pub prom: Option<PromReading>,
+    /// The metric families only the process's metrics recorder holds (`None` when not
+    /// installed).
+    pub recorded: Option<Recorded>,
 }
 
 /// One route's degradation, as read.
@@ -255,8 +256,8 @@ impl Differ {
         let mut throttled_by_criticality = [0.0; 4];
         let (mut throttled_by_customer, mut throttled_by_operation) =
             (BTreeMap::new(), BTreeMap::new());
-        if let (Some(np), false) = (&now.prom, first) {
-            let pp = p.prom.as_ref();
+        if let (Some(np), false) = (&now.recorded, first) {
+            let pp = p.recorded.as_ref();
             let scale =
                 |m: BTreeMap<String, f64>| m.into_iter().map(|(k, v)| (k, v / dt)).collect();
             let extra = delta_map(&np.shed_by_reason, pp.map(|x| &x.shed_by_reason));
@@ -279,7 +280,7 @@ impl Differ {
                     p99: p99 * 1e3,
                 })
             };
-            let empty = super::prom::Histogram::default();
+            let empty = super::recorded::Histogram::default();
             queue_ms = ms(np
                 .queue_time
                 .delta_summary(pp.map_or(&empty, |x| &x.queue_time)));
@@ -388,23 +389,36 @@ mod tests {
 
     #[test]
     fn metrics_add_customers_latency_and_only_the_reasons_the_controller_lacks() {
-        use super::super::prom;
-        let text = |shed: u64, incident: u64, q_count: u64, q_sum: f64| {
-            format!(
-                "spillway_requests_shed_total{{customer=\"acme\",operation=\"/a\",criticality=\"SHEDDABLE\",reason=\"shed\"}} {shed}\n\
-                 spillway_requests_shed_total{{reason=\"incident_shed\"}} {incident}\n\
-                 spillway_queue_time_seconds_bucket{{le=\"0.01\"}} {q_count}\n\
-                 spillway_queue_time_seconds_bucket{{le=\"+Inf\"}} {q_count}\n\
-                 spillway_queue_time_seconds_sum {q_sum}\n\
-                 spillway_queue_time_seconds_count {q_count}\n"
-            )
+        use crate::admin::histograms::Snapshot;
+        use crate::dashboard::recorded::{Histogram, Recorded};
+        use metrics::{Key, Label};
+        use spillway_tower::wire::metric as m;
+        let recorded = |shed: u64, incident: u64, q_count: u64, q_sum: f64| {
+            let mut r = Recorded::default();
+            let labels = [
+                ("customer", "acme"),
+                ("operation", "/a"),
+                ("criticality", "SHEDDABLE"),
+                ("reason", "shed"),
+            ]
+            .map(|(k, v)| Label::new(k, v));
+            r.add_counter(&Key::from_parts(m::SHED, labels.to_vec()), shed);
+            let incident_key =
+                Key::from_parts(m::SHED, vec![Label::new("reason", "incident_shed")]);
+            r.add_counter(&incident_key, incident);
+            r.queue_time = Histogram::of(Some(Snapshot {
+                cumulative: vec![(0.01, q_count)],
+                count: q_count,
+                sum: q_sum,
+            }));
+            r
         };
         let mut d = Differ::default();
         let mut r = reading(0, 0, 0);
-        r.prom = Some(prom::read(&text(0, 0, 0, 0.0)));
+        r.recorded = Some(recorded(0, 0, 0, 0.0));
         d.next(r, 0, 1.0);
         let mut r = reading(100, 40, 60);
-        r.prom = Some(prom::read(&text(60, 7, 40, 0.2)));
+        r.recorded = Some(recorded(60, 7, 40, 0.2));
         let s = d.next(r, 1_000, 1.0);
         // "shed" comes from the controller (60), not added again from the metric.
         assert_eq!(s.shed_by_reason["shed"], 60.0);

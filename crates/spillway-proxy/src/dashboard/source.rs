@@ -1,5 +1,5 @@
 //! Where a [`Reading`] comes from: the proxy's `/status` (admission controller, upstream tasks,
-//! routes), the offered-demand counters, and the Prometheus recorder.
+//! routes), the offered-demand counters, and the process's metrics recorder.
 //!
 //! Why these and nothing new: the dashboard must show what the proxy already measures, so an
 //! operator's picture and Prometheus' never disagree; it adds no counter to the data path.
@@ -8,7 +8,7 @@ use crate::admin::metrics::MetricsHandle;
 use spillway_core::controller::RefusalReason;
 use spillway_core::Criticality;
 
-use super::prom;
+use super::recorded;
 use super::sample::{Reading, RouteReading};
 use crate::admin::metrics as admin_metrics;
 use crate::state::ProxyState;
@@ -62,6 +62,6 @@ pub fn read(state: &ProxyState, metrics: Option<&MetricsHandle>) -> Reading {
         signals: a.signals.clone(),
         degradation_all_off: status.degradation_all_off,
         routes,
-        prom: metrics.map(|h| prom::read(&h.render())),
+        recorded: metrics.map(recorded::read),
     }
 }

@@ -35,7 +35,7 @@ use smallvec::SmallVec;
 use spillway_core::retry::RetryPolicy;
 use spillway_core::signal::{LoadSignal, ManualSignal};
 use spillway_core::throttle::AdaptiveThrottle;
-use spillway_core::window::WindowedCounter;
+use spillway_core::window::Windowed;
 use spillway_core::{Criticality, PerCriticality};
 use spillway_tower::wire::OrcaUtilisation;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -56,6 +56,10 @@ const ERROR_PENALTY: usize = 4;
 /// Window over which errors count against a task (and requests are counted for health-check
 /// pacing).
 const WINDOW: Duration = Duration::from_secs(10);
+/// Index of requests started in a task's `outcomes`.
+const STARTED: usize = 0;
+/// Index of failures and refusals in a task's `outcomes`.
+const FAILED: usize = 1;
 
 /// `host:port` → an authority, if it is one.
 pub fn parse_authority(s: &str) -> Option<http::uri::Authority> {
@@ -86,8 +90,8 @@ pub struct Task {
     pub slots: Arc<Semaphore>,
     /// Client-side adaptive throttles for this task, one per criticality.
     pub throttles: PerCriticality<AdaptiveThrottle>,
-    errors: WindowedCounter,
-    requests: WindowedCounter,
+    /// Requests started ([`STARTED`]) and failures ([`FAILED`]) over the last [`WINDOW`].
+    outcomes: Windowed<2>,
     ejection: Mutex<Ejection>,
     /// Mirror of the ejection's end (ns since `origin`, 0 = not ejected) for the lock-free
     /// check on every pick.
@@ -195,8 +199,7 @@ impl Pool {
                 in_flight: AtomicUsize::new(0),
                 slots: Arc::new(Semaphore::new(cfg.max_requests_per_task)),
                 throttles: throttles(cfg, origin)?,
-                errors: WindowedCounter::new(WINDOW, 10, origin),
-                requests: WindowedCounter::new(WINDOW, 10, origin),
+                outcomes: Windowed::new(WINDOW, 10, origin),
                 ejection: Mutex::new(Ejection::default()),
                 ejected_until_ns: AtomicU64::new(0),
                 origin,
@@ -289,7 +292,7 @@ impl Pool {
     /// Records a failure or refusal from `task`, ejecting it if it has failed enough times in a
     /// row and the fleet cap allows.
     pub fn record_failure(&self, task: &Task, now: Instant) {
-        task.errors.add(now, 1);
+        task.outcomes.add(now, FAILED, 1);
         task.failures.fetch_add(1, Ordering::Relaxed);
         // A pass over the fleet, taken only for a failure that would eject.
         let may = || {
@@ -353,8 +356,8 @@ impl Pool {
                         .map(|th| th.probability(now)),
                     throttle_requests: req,
                     throttle_accepts: acc,
-                    recent_errors: t.errors.sum(now),
-                    recent_requests: t.requests.sum(now),
+                    recent_errors: t.outcomes.sums(now)[FAILED],
+                    recent_requests: t.outcomes.sums(now)[STARTED],
                     ejected: ej.is_ejected(now),
                     ejected_for_ms: ej.remaining(now).map_or(0, |d| d.as_millis() as u64),
                     times_ejected: ej.times(),
@@ -493,8 +496,9 @@ impl Task {
     }
 
     fn score(&self, now: Instant) -> usize {
-        self.in_flight()
-            .saturating_add((self.errors.sum(now) as usize).saturating_mul(ERROR_PENALTY))
+        self.in_flight().saturating_add(
+            (self.outcomes.sums(now)[FAILED] as usize).saturating_mul(ERROR_PENALTY),
+        )
     }
 
     /// Marks one request started (dropping the guard ends it).
@@ -517,13 +521,13 @@ impl Task {
 
     fn count_start(&self, now: Instant) {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        self.requests.add(now, 1);
+        self.outcomes.add(now, STARTED, 1);
         self.total.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Requests per second sent to it over the last window.
     pub fn request_rate(&self, now: Instant) -> f64 {
-        self.requests.sum(now) as f64 / WINDOW.as_secs_f64()
+        self.outcomes.sums(now)[STARTED] as f64 / WINDOW.as_secs_f64()
     }
 
     /// Ends an ejection (health check passed).
@@ -559,7 +563,7 @@ impl InSlot {
     /// 10 s) and in its status, without the pool's ejection bookkeeping, which this side of a
     /// response does not reach: for a task cut for going silent mid-answer.
     pub(crate) fn charge_failure(&self, now: Instant) {
-        self.0.errors.add(now, 1);
+        self.0.outcomes.add(now, FAILED, 1);
         self.0.failures.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -52,7 +52,7 @@ fn p2c_prefers_less_loaded_and_avoids_erroring_tasks() {
     }
     drop(busy);
     // A task answering fast refusals: idle, but penalised for its errors.
-    p.tasks[1].errors.add(now, 3);
+    p.tasks[1].outcomes.add(now, FAILED, 3);
     let _one = p.tasks[0].start(now);
     for _ in 0..20 {
         assert_eq!(p.pick(&tried(&[]), now).unwrap().id, 0);

@@ -1,7 +1,7 @@
-//! The retry budget over one [`WindowedPair`] against the budget as it was before the sixth
-//! round — two [`WindowedCounter`]s, summed by scanning — as the model: for any configuration
-//! and any forward sequence of requests, retries and silences (including silences long enough
-//! to wrap the pair's 16-bit round tags), both decide every retry alike and report the same
+//! The retry budget over one [`Windowed<2>`] against the budget as it was before the sixth
+//! round — two separate counters, one per count (here two [`Windowed<1>`]) — as the model:
+//! for any configuration and any forward sequence of requests, retries and silences
+//! (including silences long enough to wrap the pair's 16-bit round tags), both decide every retry alike and report the same
 //! counts and allowance at every step.
 
 use std::time::{Duration, Instant};
@@ -10,12 +10,12 @@ use proptest::prelude::*;
 
 use super::{RetryBudget, ROUNDING_SLACK};
 use crate::retry::RetryConfig;
-use crate::window::{WindowedCounter, WindowedPair, MAX_SLICE_COUNT};
+use crate::window::Windowed;
 
-/// The budget before the sixth round, verbatim but for its name.
+/// The budget before the sixth round, verbatim but for its name and its two counters' type.
 struct Model {
-    requests: WindowedCounter,
-    retries: WindowedCounter,
+    requests: Windowed<1>,
+    retries: Windowed<1>,
     ratio: f64,
     floor: f64,
 }
@@ -23,30 +23,30 @@ struct Model {
 impl Model {
     fn new(cfg: &RetryConfig, origin: Instant) -> Self {
         Model {
-            requests: WindowedCounter::new(cfg.window, cfg.buckets, origin),
-            retries: WindowedCounter::new(cfg.window, cfg.buckets, origin),
+            requests: Windowed::new(cfg.window, cfg.buckets, origin),
+            retries: Windowed::new(cfg.window, cfg.buckets, origin),
             ratio: cfg.budget_ratio,
             floor: cfg.min_retries_per_sec * cfg.window.as_secs_f64(),
         }
     }
     fn record_request(&self, now: Instant) {
-        self.requests.add(now, 1);
+        self.requests.add(now, 0, 1);
     }
     fn allowance(&self, now: Instant) -> f64 {
-        self.ratio * self.requests.sum(now) as f64 + self.floor
+        self.ratio * self.requests.sums(now)[0] as f64 + self.floor
     }
     fn counts(&self, now: Instant) -> (u64, u64) {
-        (self.requests.sum(now), self.retries.sum(now))
+        (self.requests.sums(now)[0], self.retries.sums(now)[0])
     }
     fn try_spend(&self, now: Instant) -> bool {
-        let Some(landed) = self.retries.add_landed(now, 1) else {
+        let Some(landed) = self.retries.add_landed(now, 0, 1) else {
             return false;
         };
-        let with_ours = self.retries.sum(now);
+        let with_ours = self.retries.sums(now)[0];
         if with_ours as f64 <= self.allowance(now) + ROUNDING_SLACK {
             true
         } else {
-            self.retries.take_back(landed, 1);
+            self.retries.take_back(landed, 0, 1);
             false
         }
     }
@@ -124,7 +124,7 @@ proptest! {
 fn take_back_only_touches_its_own_count_and_round() {
     const S: Duration = Duration::from_secs(1);
     let t0 = Instant::now();
-    let p = WindowedPair::new(S * 10, 10, t0);
+    let p = Windowed::<2>::new(S * 10, 10, t0);
     p.add(t0, 0, 5);
     let landed = p.add_landed(t0, 1, 3).expect("n > 0 lands");
     assert_eq!(landed.added(), 3);
@@ -150,8 +150,8 @@ fn a_full_slice_refuses_the_retry() {
         ..RetryConfig::default()
     };
     let budget = RetryBudget::new(&cfg, t0);
-    budget.counts.add(t0, 1, MAX_SLICE_COUNT - 1);
+    budget.counts.add(t0, 1, Windowed::<2>::MAX_SLICE_COUNT - 1);
     assert!(budget.try_spend(t0), "the last one that fits the slice");
     assert!(!budget.try_spend(t0), "the slice is full");
-    assert_eq!(budget.counts(t0).1, MAX_SLICE_COUNT);
+    assert_eq!(budget.counts(t0).1, Windowed::<2>::MAX_SLICE_COUNT);
 }

@@ -13,7 +13,8 @@
 //! the same buckets (`name_bucket{…,le="…"}` cumulative, `le="+Inf"`, `_sum`, `_count`).
 //!
 //! Everything else (counters, gauges, histograms of other names) still goes to the exporter:
-//! [`Recorder`] routes by name and `/metrics` appends this text to the exporter's.
+//! [`Recorder`] routes by name and `/metrics` appends this text to the exporter's. The refusal
+//! counters the dashboard reads go to the exporter and to [`Counted`] as well.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -26,6 +27,8 @@ use metrics_exporter_prometheus::formatting::{
     sanitize_description, sanitize_label_key, sanitize_label_value, sanitize_metric_name,
 };
 use metrics_exporter_prometheus::PrometheusRecorder;
+
+use super::counted::Counted;
 
 /// Names ending so are kept here as bucket counters; any other histogram goes to the exporter.
 pub const SUFFIX: &str = "_seconds";
@@ -190,6 +193,27 @@ impl Histograms {
         )
     }
 
+    /// Every histogram named `name` summed over its label sets (`None` while there is none):
+    /// what the dashboard charts. All have the same bounds, so the sum is bound by bound.
+    pub fn summed(&self, name: &str) -> Option<Snapshot> {
+        let map = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut total: Option<Snapshot> = None;
+        for h in map.iter().filter(|(k, _)| k.name() == name).map(|(_, h)| h) {
+            let s = h.snapshot();
+            match &mut total {
+                None => total = Some(s),
+                Some(t) => {
+                    for (a, b) in t.cumulative.iter_mut().zip(&s.cumulative) {
+                        a.1 += b.1;
+                    }
+                    t.count += s.count;
+                    t.sum += s.sum;
+                }
+            }
+        }
+        total
+    }
+
     /// Keeps `description` for the `# HELP` line of `name` (the first one given stays, as in
     /// the exporter).
     pub fn describe(&self, name: &str, description: SharedString) {
@@ -256,13 +280,16 @@ impl Histograms {
     }
 }
 
-/// The process's recorder: `*_seconds` histograms here, everything else in the exporter.
+/// The process's recorder: `*_seconds` histograms here, everything else in the exporter, and
+/// the refusal counters in the exporter and in [`Counted`].
 #[derive(Debug)]
 pub struct Recorder {
     /// Counters, gauges and the other histograms.
     pub prometheus: PrometheusRecorder,
     /// The `*_seconds` histograms.
     pub histograms: Arc<Histograms>,
+    /// The dashboard's refusal counters, beside the exporter's.
+    pub counted: Arc<Counted>,
 }
 
 impl metrics::Recorder for Recorder {
@@ -283,7 +310,12 @@ impl metrics::Recorder for Recorder {
     }
 
     fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
-        self.prometheus.register_counter(key, metadata)
+        let exporter = self.prometheus.register_counter(key, metadata);
+        if Counted::wants(key.name()) {
+            self.counted.tee(key, exporter)
+        } else {
+            exporter
+        }
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {

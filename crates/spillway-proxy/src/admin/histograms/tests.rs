@@ -100,9 +100,11 @@ fn the_recorder_keeps_seconds_histograms_and_passes_the_rest_on() {
     let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = prometheus.handle();
     let histograms = Arc::new(Histograms::new(BOUNDS));
+    let counted = Arc::new(crate::admin::counted::Counted::new());
     let r = Recorder {
         prometheus,
         histograms: Arc::clone(&histograms),
+        counted: Arc::clone(&counted),
     };
     let meta = metrics::Metadata::new("t", metrics::Level::INFO, None);
     r.register_histogram(&Key::from_name("t_wait_seconds"), &meta)
@@ -123,4 +125,42 @@ fn the_recorder_keeps_seconds_histograms_and_passes_the_rest_on() {
     // Another name's histogram stays the exporter's (a summary: no buckets configured).
     assert!(theirs.contains("t_body_bytes"), "{theirs}");
     assert!(!theirs.contains("t_wait_seconds"), "{theirs}");
+    // A refusal counter is counted in both, the exporter's text and `Counted`; others only
+    // in the exporter.
+    let shed = Key::from_parts(
+        spillway_tower::wire::metric::SHED,
+        vec![metrics::Label::new("reason", "limit")],
+    );
+    r.register_counter(&shed, &meta).increment(3);
+    r.register_counter(&shed, &meta).increment(1);
+    assert!(
+        handle
+            .render()
+            .contains("spillway_requests_shed_total{reason=\"limit\"} 4"),
+        "{}",
+        handle.render()
+    );
+    assert_eq!(counted.values(), vec![(shed, 4)]);
+}
+
+/// The dashboard's view of a histogram: every label set's buckets, count and sum added up.
+#[test]
+fn summed_adds_every_label_set_of_one_name() {
+    let histograms = Histograms::new(BOUNDS);
+    assert_eq!(histograms.summed("t_wait_seconds"), None);
+    let a = Key::from_parts("t_wait_seconds", vec![metrics::Label::new("op", "a")]);
+    let b = Key::from_parts("t_wait_seconds", vec![metrics::Label::new("op", "b")]);
+    histograms.get(&a).observe(0.05);
+    histograms.get(&b).observe(0.05);
+    histograms.get(&b).observe(20.0);
+    histograms
+        .get(&Key::from_name("t_other_seconds"))
+        .observe(0.05);
+    let s = histograms.summed("t_wait_seconds").expect("two label sets");
+    let one = histograms.get(&a).snapshot();
+    assert_eq!((s.count, s.sum), (3, 20.1));
+    for ((bound, n), (same, m)) in s.cumulative.iter().zip(&one.cumulative) {
+        assert_eq!(bound, same);
+        assert_eq!(*n, 2 * m, "le {bound}");
+    }
 }
