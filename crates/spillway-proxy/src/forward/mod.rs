@@ -15,6 +15,7 @@ mod body;
 mod budget;
 mod headers;
 mod host;
+mod in_progress;
 mod send;
 mod underscores;
 mod unread;
@@ -46,6 +47,7 @@ pub(crate) use headers::is_hop_by_hop_name;
 pub use headers::Peer;
 use headers::{is_upgrade, strip_hop_by_hop};
 pub use host::HostError;
+pub use in_progress::{Holding, InProgress};
 pub use unread::Unread;
 
 /// Handles one client request with `cur`, its thread's snapshot of the state
@@ -78,7 +80,21 @@ pub fn handle(
         // read only when the log is on.
         let mut seen = None;
         let mut granted: Option<(Instant, std::time::Duration)> = None;
+        // Held until the answer's head is made (`in_progress`).
+        let holding;
         let (res, decision) = 'answer: {
+            holding = state.in_progress.begin();
+            if holding.is_none() {
+                state.faults.count(Fault::RequestsInProgress);
+                let res = respond::unavailable(
+                    protocol,
+                    "requests_in_progress",
+                    "this proxy holds listen.max_requests_in_progress requests: send to another \
+                     task or later"
+                        .into(),
+                );
+                break 'answer (res, Decision::Refused);
+            }
             if parts.method == http::Method::CONNECT {
                 // Before hyper's server would take a 2xx for an open tunnel and hold the connection.
                 state.faults.count(Fault::BadRequest);
@@ -259,6 +275,7 @@ pub fn handle(
             }
             (res, Decision::Admitted)
         };
+        drop(holding);
         if let Some(log) = &rt.access {
             if log.sampled() {
                 access(log, &res, decision, seen.as_ref(), granted);
