@@ -388,11 +388,22 @@ fn request_and_series_budgets_have_bounds() {
             "listen.max_requests_in_progress",
             "expected requests at most 1000000",
         ),
+        (
+            "[admin]\nmax_series_per_family = 99\n",
+            "admin.max_series_per_family",
+            "expected an integer from 100 to 1000000",
+        ),
+        (
+            "[admin]\nmax_series_per_family = 1000001\n",
+            "admin.max_series_per_family",
+            "expected an integer from 100 to 1000000",
+        ),
     ] {
         refused(key, toml, 2, key, says);
     }
     let out = accepted("budgets-defaults", "[listen]\n");
     assert!(out.contains("\"max_requests_in_progress\": 4096"), "{out}");
+    assert!(out.contains("\"max_series_per_family\": 1500"), "{out}");
 }
 
 #[test]

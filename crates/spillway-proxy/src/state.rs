@@ -46,6 +46,8 @@ pub struct Runtime {
 fn apply_label_caps(labels: &crate::admin::labels::MetricLabels, cfg: &ProxyConfig) {
     labels.customers.set_max(cfg.admin.max_customer_labels);
     labels.operations.set_max(cfg.admin.max_operation_labels);
+    // The process's, as the recorder is (the last configuration loaded wins).
+    spillway_tower::metrics::series::set_max_series_per_family(cfg.admin.max_series_per_family);
     let c = &cfg.classify;
     labels.customers.seed(
         std::iter::once(c.default_customer.as_str()).chain(c.api_keys.values().map(String::as_str)),
