@@ -101,6 +101,11 @@ pub fn gauges(in_flight: usize, limit: usize, utilisation: f64) {
 
 /// A client call to `destination` was refused locally by the adaptive throttle.
 pub fn throttled(l: &RequestLabels, destination: SharedString) {
+    // Per call (these are not cached per thread): a lookup in the family's kept label sets.
+    let (l, folded) = handles::counter_labels(m::THROTTLED, l, &[&destination]);
+    if folded {
+        handles::overflow_counter(m::THROTTLED).increment(1);
+    }
     let [a, b, c] = l.labels();
     metrics::counter!(
         m::THROTTLED,
@@ -111,6 +116,10 @@ pub fn throttled(l: &RequestLabels, destination: SharedString) {
 
 /// A client retry to `destination` was sent; `reason` is what failed (e.g. `overloaded`).
 pub fn retried(l: &RequestLabels, destination: SharedString, reason: &'static str) {
+    let (l, folded) = handles::counter_labels(m::RETRIED, l, &[reason, &destination]);
+    if folded {
+        handles::overflow_counter(m::RETRIED).increment(1);
+    }
     let [a, b, c, d] = l.labels_with_reason(reason);
     metrics::counter!(
         m::RETRIED,

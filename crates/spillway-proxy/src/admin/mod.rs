@@ -119,7 +119,8 @@ pub struct AdminConfig {
     pub max_customer_labels: usize,
     /// Operations that get metric series of their own, as for customers. Default 100.
     pub max_operation_labels: usize,
-    /// Series each per-request family (admitted, shed, queue time, latency) may hold; label
+    /// Series each per-request family (admitted, shed, queue time, latency, throttled,
+    /// retried) may hold; label
     /// combinations past it are recorded with the customer, then the operation, as `other`
     /// (`spillway_tower::metrics::series`). Default 1 500.
     pub max_series_per_family: usize,

@@ -30,7 +30,14 @@ use super::{series, RequestLabels};
 use crate::wire::metric as m;
 
 /// The families whose series are capped ([`series`]), as the overflow counter names them.
-pub(super) const CAPPED_FAMILIES: [&str; 4] = [m::ADMITTED, m::SHED, m::QUEUE_TIME, m::LATENCY];
+pub(super) const CAPPED_FAMILIES: [&str; 6] = [
+    m::ADMITTED,
+    m::SHED,
+    m::QUEUE_TIME,
+    m::LATENCY,
+    m::THROTTLED,
+    m::RETRIED,
+];
 
 /// Label sets kept per thread before the table is cleared.
 pub(super) const MAX_LABEL_SETS: usize = 4096;
@@ -70,23 +77,24 @@ impl Overflow {
     }
 }
 
-fn overflow_counter(family: &'static str) -> Counter {
+pub(super) fn overflow_counter(family: &'static str) -> Counter {
     metrics::counter!(m::LABEL_OVERFLOW, m::L_FAMILY => family)
 }
 
-/// The labels a counter of `family` records `l` under (with `reason` for `shed`): its own if
-/// they fit, else with the customer as `other`, else with the operation too; and whether they
-/// were folded.
-fn counter_labels(
+/// The labels a counter of `family` records `l` under (`extra`: the values of its other
+/// labels, e.g. the reason for `shed`): its own if they fit, else with the customer as `other`,
+/// else with the operation too; and whether they were folded.
+pub(super) fn counter_labels(
     family: &'static str,
     l: &RequestLabels,
-    reason: Option<&'static str>,
+    extra: &[&str],
 ) -> (RequestLabels, bool) {
     let crit = l.criticality.as_str();
     let recorder = current_recorder();
     let fits = |customer: &str, operation: &str| {
-        let key = series::key(&[customer, operation, crit, reason.unwrap_or("")]);
-        series::admit(recorder, family, &key, 1)
+        let mut values = vec![customer, operation, crit];
+        values.extend_from_slice(extra);
+        series::admit(recorder, family, &series::key(&values), 1)
     };
     if fits(&l.customer, &l.operation) {
         return (l.clone(), false);
@@ -128,7 +136,7 @@ fn histogram(family: &'static str, l: &RequestLabels) -> (Histogram, bool) {
 
 impl Handles {
     fn register(l: &RequestLabels) -> Self {
-        let (admitted, admitted_folded) = counter_labels(m::ADMITTED, l, None);
+        let (admitted, admitted_folded) = counter_labels(m::ADMITTED, l, &[]);
         // Without the customer: a histogram is ~17 series (its buckets, sum and count), so
         // per customer × operation × criticality 100 customers on 3 routes at 4
         // criticalities made a 4.4 MB `/metrics`; the counters keep per-customer accounting.
@@ -156,7 +164,7 @@ impl Handles {
         let i = match shed.iter().position(|(r, _, _)| *r == reason) {
             Some(i) => i,
             None => {
-                let (labels, folded) = counter_labels(m::SHED, l, Some(reason));
+                let (labels, folded) = counter_labels(m::SHED, l, &[reason]);
                 let c = metrics::counter!(m::SHED, labels.labels_with_reason(reason).to_vec());
                 shed.push((reason, c, folded.then(|| overflow_counter(m::SHED))));
                 shed.len() - 1
@@ -420,6 +428,35 @@ mod tests {
         // The shed family was empty: its first label set fits.
         assert_eq!(overflow(m::SHED), 0);
         assert_eq!(rec.value(m::SHED, "CRITICAL", Some("limit")), 1);
+    }
+
+    #[test]
+    fn throttled_destinations_are_capped_too() {
+        let rec = Counting::default();
+        let max = series::max_series_per_family();
+        let l = labels("acme", "get", Criticality::Critical);
+        metrics::with_local_recorder(&rec, || {
+            for i in 0..max + 10 {
+                super::super::throttled(&l, SharedString::from(format!("10.0.0.1:{i}")));
+            }
+        });
+        let map = rec.0.lock().unwrap();
+        let series = map.keys().filter(|k| k.name() == m::THROTTLED).count();
+        // Past the cap each new destination is (other, other, CRITICAL, destination): the
+        // destinations are the configured tasks, so that many at most.
+        assert_eq!(series, max + 10);
+        let total: u64 = map
+            .iter()
+            .filter(|(k, _)| k.name() == m::THROTTLED)
+            .map(|(_, v)| v.load(Ordering::Relaxed))
+            .sum();
+        assert_eq!(total, (max + 10) as u64, "every call counted");
+        let overflow: u64 = map
+            .iter()
+            .filter(|(k, _)| k.name() == m::LABEL_OVERFLOW)
+            .map(|(_, v)| v.load(Ordering::Relaxed))
+            .sum();
+        assert_eq!(overflow, 10);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Bounded label *combinations*: each per-request family (admitted, shed, queue time,
-//! latency) keeps at most [`max_series_per_family`] series; a label set past it is recorded
+//! latency, and the client side's throttled and retried, whose `destination` multiplies them
+//! by the tasks) keeps at most [`max_series_per_family`] series; a label set past it is recorded
 //! under a coarser one — its customer as `other`, then its operation too — and the request is
 //! counted in [`crate::wire::metric::LABEL_OVERFLOW`].
 //!
@@ -17,10 +18,13 @@
 //! the value cap give it one early, so their operation's totals stay whole), else `(other,
 //! other, criticality)`; a histogram's `(operation, criticality)` becomes `(other,
 //! criticality)`. The last fallbacks are never refused (at most 4 label sets per family, times
-//! the reasons for `shed`), so nothing goes uncounted.
+//! the reasons for `shed` and the destinations — configured tasks — for throttled and
+//! retried), so nothing goes uncounted.
 //!
 //! Cost: decided once per label set and thread, when its handles are registered
-//! (`super::handles`); a folded request pays one more atomic add (the overflow counter).
+//! (`super::handles`); a folded request pays one more atomic add (the overflow counter). The
+//! throttled and retried counters, recorded through the facade on each call, ask on each call
+//! (a lock and a hash, next to the facade's own label vector and registry probe).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
