@@ -2,8 +2,8 @@
 //! (`listen.max_requests_in_progress`).
 //!
 //! Why a bound of its own: each request read and not yet answered holds memory — its head and
-//! header map, its future, and while it waits upstream a connection there — about 8 kB in a
-//! release build once the buffers that sit idle while it waits are let go of
+//! header map, its future, and while it waits upstream a connection there — about 8 kB of RSS
+//! in a release build once the buffers that sit idle while it waits are let go of
 //! (bench/results/hardening-issue29.md). Admission bounds what is admitted, but not what a
 //! configuration that admits a lot (a fixed limit far above the upstream's, or health checks,
 //! which are never refused) lets pile up while the upstream stalls, nor the heads HTTP/2
