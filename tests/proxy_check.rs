@@ -373,6 +373,39 @@ fn sizes_counts_and_durations_have_upper_bounds() {
     );
 }
 
+/// The budgets that bound memory whatever callers send (issue 29): requests held at once, and
+/// the series of each per-request metric family.
+#[test]
+fn request_and_series_budgets_have_bounds() {
+    for (toml, key, says) in [
+        (
+            "[listen]\nmax_requests_in_progress = 0\n",
+            "listen.max_requests_in_progress",
+            "expected an integer >= 1",
+        ),
+        (
+            "[listen]\nmax_requests_in_progress = 1000001\n",
+            "listen.max_requests_in_progress",
+            "expected requests at most 1000000",
+        ),
+        (
+            "[admin]\nmax_series_per_family = 99\n",
+            "admin.max_series_per_family",
+            "expected an integer from 100 to 1000000",
+        ),
+        (
+            "[admin]\nmax_series_per_family = 1000001\n",
+            "admin.max_series_per_family",
+            "expected an integer from 100 to 1000000",
+        ),
+    ] {
+        refused(key, toml, 2, key, says);
+    }
+    let out = accepted("budgets-defaults", "[listen]\n");
+    assert!(out.contains("\"max_requests_in_progress\": 4096"), "{out}");
+    assert!(out.contains("\"max_series_per_family\": 1500"), "{out}");
+}
+
 #[test]
 fn api_keys_are_not_empty_and_cidrs_are_written_canonically() {
     refused(

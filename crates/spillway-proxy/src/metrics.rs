@@ -81,10 +81,12 @@ pub enum Fault {
     BodyTimeout,
     /// A client took no byte of its response for `listen.send_timeout_ms` (connection cut).
     SendTimeout,
+    /// A request answered 503 at once because `listen.max_requests_in_progress` were held.
+    RequestsInProgress,
 }
 
 impl Fault {
-    const ALL: [Fault; 13] = [
+    const ALL: [Fault; 14] = [
         Fault::BadRequest,
         Fault::HeadersTooLarge,
         Fault::HeaderTimeout,
@@ -98,6 +100,7 @@ impl Fault {
         Fault::TlsHandshake,
         Fault::BodyTimeout,
         Fault::SendTimeout,
+        Fault::RequestsInProgress,
     ];
 
     /// The metric label value.
@@ -116,6 +119,7 @@ impl Fault {
             Fault::TlsHandshake => "tls_handshake",
             Fault::BodyTimeout => "body_timeout",
             Fault::SendTimeout => "send_timeout",
+            Fault::RequestsInProgress => "requests_in_progress",
         }
     }
 }

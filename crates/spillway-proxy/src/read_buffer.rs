@@ -33,9 +33,14 @@ pub(crate) struct ReadBuffer {
 }
 
 impl ReadBuffer {
+    /// A buffer holding no memory yet: its first read goes onto the stack and allocates only
+    /// for what came ([`ReadBuffer::poll_fill`]). Why for a new connection: the first request
+    /// head (or response head) read into an 8 KiB buffer is split off and shares that buffer
+    /// for as long as its request lives, so every request waiting in a stall held 8 KiB for a
+    /// head of a few hundred bytes.
     pub(crate) fn new() -> Self {
         ReadBuffer {
-            buf: BytesMut::with_capacity(READ_FIRST),
+            buf: BytesMut::new(),
             size: READ_FIRST,
         }
     }

@@ -46,6 +46,8 @@ pub struct Runtime {
 fn apply_label_caps(labels: &crate::admin::labels::MetricLabels, cfg: &ProxyConfig) {
     labels.customers.set_max(cfg.admin.max_customer_labels);
     labels.operations.set_max(cfg.admin.max_operation_labels);
+    // The process's, as the recorder is (the last configuration loaded wins).
+    spillway_tower::metrics::series::set_max_series_per_family(cfg.admin.max_series_per_family);
     let c = &cfg.classify;
     labels.customers.seed(
         std::iter::once(c.default_customer.as_str()).chain(c.api_keys.values().map(String::as_str)),
@@ -135,6 +137,9 @@ pub struct ProxyState {
     origin: RwLock<String>,
     /// Fault counters (bad input, upstream failures).
     pub faults: crate::metrics::Faults,
+    /// Requests held now, all connections together (`listen.max_requests_in_progress`, read
+    /// at start like the rest of `[listen]`).
+    pub in_progress: crate::forward::InProgress,
     /// Request bodies buffered for retries, all requests together
     /// (`upstream.retry_buffer_total_bytes`; outlives reloads, which set its limit).
     body_budget: Arc<crate::forward::BodyBudget>,
@@ -212,7 +217,10 @@ impl ProxyState {
         let runtime = build_runtime(Arc::new(cfg), None, origin)?;
         let labels = crate::admin::labels::MetricLabels::new(0, 0);
         apply_label_caps(&labels, &runtime.config);
+        let in_progress =
+            crate::forward::InProgress::new(runtime.config.listen.max_requests_in_progress);
         let state = Arc::new(ProxyState {
+            in_progress,
             overrides,
             leases: crate::lease::Leases::default(),
             tls: crate::tls::Reloader::default(),

@@ -28,6 +28,7 @@ use metrics::{Label, SharedString};
 
 mod handles;
 pub mod labels;
+pub mod series;
 use spillway_core::Criticality;
 
 use crate::wire::metric as m;
@@ -72,16 +73,23 @@ pub fn admitted(l: &RequestLabels, queue_time: Duration) {
     let h = handles::of(l);
     h.admitted.increment(1);
     h.queue_time.record(queue_time.as_secs_f64());
+    if let Some(o) = &h.overflow {
+        o.admitted();
+    }
 }
 
 /// A request was refused by the server layer for `reason` (`RefusalReason::as_str`).
 pub fn shed(l: &RequestLabels, reason: &'static str) {
-    handles::of(l).shed(l, reason).increment(1);
+    handles::of(l).count_shed(l, reason);
 }
 
 /// An admitted request finished (its body ended or failed) after `latency` since admission.
 pub fn latency(l: &RequestLabels, latency: Duration) {
-    handles::of(l).latency.record(latency.as_secs_f64());
+    let h = handles::of(l);
+    h.latency.record(latency.as_secs_f64());
+    if let Some(o) = &h.overflow {
+        o.latency();
+    }
 }
 
 /// The controller's current state.
@@ -93,6 +101,11 @@ pub fn gauges(in_flight: usize, limit: usize, utilisation: f64) {
 
 /// A client call to `destination` was refused locally by the adaptive throttle.
 pub fn throttled(l: &RequestLabels, destination: SharedString) {
+    // Per call (these are not cached per thread): a lookup in the family's kept label sets.
+    let (l, folded) = handles::counter_labels(m::THROTTLED, l, &[&destination]);
+    if folded {
+        handles::overflow_counter(m::THROTTLED).increment(1);
+    }
     let [a, b, c] = l.labels();
     metrics::counter!(
         m::THROTTLED,
@@ -103,6 +116,10 @@ pub fn throttled(l: &RequestLabels, destination: SharedString) {
 
 /// A client retry to `destination` was sent; `reason` is what failed (e.g. `overloaded`).
 pub fn retried(l: &RequestLabels, destination: SharedString, reason: &'static str) {
+    let (l, folded) = handles::counter_labels(m::RETRIED, l, &[reason, &destination]);
+    if folded {
+        handles::overflow_counter(m::RETRIED).increment(1);
+    }
     let [a, b, c, d] = l.labels_with_reason(reason);
     metrics::counter!(
         m::RETRIED,
@@ -132,6 +149,14 @@ pub fn describe() {
         "Client calls refused locally by the adaptive throttle."
     );
     metrics::describe_counter!(m::RETRIED, "Client retries sent.");
+    metrics::describe_counter!(
+        m::LABEL_OVERFLOW,
+        "Requests recorded under a coarser label set (customer, then operation, as other) \
+         because their family held its most series, by family."
+    );
+    for family in handles::CAPPED_FAMILIES {
+        metrics::counter!(m::LABEL_OVERFLOW, m::L_FAMILY => family).absolute(0);
+    }
     metrics::describe_gauge!(m::IN_FLIGHT, "Requests holding an admission permit.");
     metrics::describe_gauge!(m::LIMIT, "Current concurrency limit.");
     metrics::describe_gauge!(

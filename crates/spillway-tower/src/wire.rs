@@ -162,6 +162,11 @@ pub mod metric {
     pub const L_REASON: &str = "reason";
     /// Label: client destination.
     pub const L_DESTINATION: &str = "destination";
+    /// Counter: requests recorded under a coarser label set because their family held its
+    /// most series (`crate::metrics::series`; label `family`: the family's name).
+    pub const LABEL_OVERFLOW: &str = "spillway_label_overflow_total";
+    /// Label: metric family ([`LABEL_OVERFLOW`]).
+    pub const L_FAMILY: &str = "family";
 }
 
 // ---------------------------------------------------------------------------------------------

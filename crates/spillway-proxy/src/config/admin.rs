@@ -35,6 +35,7 @@ pub const DEFAULT_LISTEN: SocketAddr =
 /// allowed_hosts = []             # other names a change may be addressed to (see `origin`)
 /// max_customer_labels = 100      # customers with series of their own; the rest are "other"
 /// max_operation_labels = 100     # the same for operations
+/// max_series_per_family = 1500   # series of each per-request family; the rest fold into "other"
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -68,6 +69,11 @@ pub struct AdminConfig {
     pub max_customer_labels: usize,
     /// Operations that get metric series of their own, as for customers. Default 100.
     pub max_operation_labels: usize,
+    /// Series each per-request family (admitted, shed, queue time, latency, throttled,
+    /// retried) may hold; label
+    /// combinations past it are recorded with the customer, then the operation, as `other`
+    /// (`spillway_tower::metrics::series`). Default 1 500.
+    pub max_series_per_family: usize,
 }
 
 impl Default for AdminConfig {
@@ -85,6 +91,7 @@ impl Default for AdminConfig {
             allowed_hosts: Vec::new(),
             max_customer_labels: DEFAULT_MAX_VALUES,
             max_operation_labels: DEFAULT_MAX_VALUES,
+            max_series_per_family: spillway_tower::metrics::series::DEFAULT_MAX_SERIES,
         }
     }
 }
@@ -163,6 +170,18 @@ impl AdminConfig {
                     field,
                     v,
                     "an integer from 0 to 10000 (each value costs about 35 series in /metrics)",
+                ));
+            }
+        }
+        {
+            use spillway_tower::metrics::series::{MAX_MAX_SERIES, MIN_MAX_SERIES};
+            let v = self.max_series_per_family;
+            if !(MIN_MAX_SERIES..=MAX_MAX_SERIES).contains(&v) {
+                return Err(ConfigError::new(
+                    "max_series_per_family",
+                    v,
+                    "an integer from 100 to 1000000 (each series costs ~100-130 bytes of \
+                     /metrics; a histogram label set costs 17)",
                 ));
             }
         }

@@ -95,6 +95,10 @@ pub struct ListenConfig {
     /// Largest request head (HTTP/1.1 read buffer; HTTP/2 header list) in bytes; larger → 431.
     /// Default 65 536.
     pub max_header_bytes: usize,
+    /// Requests held at once, from a head read to the answer's head (queued, waiting for an
+    /// upstream slot or for the upstream's answer), all connections and threads together;
+    /// past it a request is answered 503 at once (`forward::in_progress`). Default 4 096.
+    pub max_requests_in_progress: usize,
     /// TLS (with the `tls` cargo feature): certificate chain and key, PEM files.
     pub tls: Option<TlsConfig>,
     /// Data-plane threads, each with its own single-threaded runtime, `SO_REUSEPORT` listener
@@ -121,6 +125,7 @@ impl Default for ListenConfig {
             send_timeout_ms: 60_000,
             body_read_timeout_ms: 60_000,
             max_header_bytes: 65_536,
+            max_requests_in_progress: 4_096,
             tls: None,
             threads: default_threads(),
         }

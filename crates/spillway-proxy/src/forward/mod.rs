@@ -14,6 +14,7 @@ mod body;
 mod budget;
 mod headers;
 mod host;
+mod in_progress;
 mod send;
 mod underscores;
 
@@ -42,6 +43,7 @@ use crate::http1::strip_hop_by_hop;
 pub(crate) use budget::BodyBudget;
 use headers::is_upgrade;
 pub use headers::Peer;
+pub use in_progress::{Holding, InProgress};
 
 /// Handles one client request with `cur`, its thread's snapshot of the state
 /// (`ProxyState::current`). Never fails: every outcome is a response; the `Result` is the
@@ -73,7 +75,21 @@ pub fn handle(
         // read only when the log is on.
         let mut seen = None;
         let mut granted: Option<(Instant, std::time::Duration)> = None;
+        // Held until the answer's head is made (`in_progress`).
+        let holding;
         let (res, decision) = 'answer: {
+            holding = state.in_progress.begin();
+            if holding.is_none() {
+                state.faults.count(Fault::RequestsInProgress);
+                let res = respond::unavailable(
+                    protocol,
+                    "requests_in_progress",
+                    "this proxy holds listen.max_requests_in_progress requests: send to another \
+                     task or later"
+                        .into(),
+                );
+                break 'answer (res, Decision::Refused);
+            }
             if parts.method == http::Method::CONNECT {
                 // Before hyper's server would take a 2xx for an open tunnel and hold the connection.
                 state.faults.count(Fault::BadRequest);
@@ -257,6 +273,7 @@ pub fn handle(
             }
             (res, Decision::Admitted)
         };
+        drop(holding);
         if let Some(log) = &rt.access {
             if log.sampled() {
                 access(log, &res, decision, seen.as_ref(), granted);

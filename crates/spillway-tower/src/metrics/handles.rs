@@ -25,8 +25,19 @@ use std::sync::Arc;
 
 use metrics::{Counter, Histogram, Recorder, SharedString};
 
-use super::RequestLabels;
+use super::labels::OTHER;
+use super::{series, RequestLabels};
 use crate::wire::metric as m;
+
+/// The families whose series are capped ([`series`]), as the overflow counter names them.
+pub(super) const CAPPED_FAMILIES: [&str; 6] = [
+    m::ADMITTED,
+    m::SHED,
+    m::QUEUE_TIME,
+    m::LATENCY,
+    m::THROTTLED,
+    m::RETRIED,
+];
 
 /// Label sets kept per thread before the table is cleared.
 pub(super) const MAX_LABEL_SETS: usize = 4096;
@@ -36,32 +47,134 @@ pub(super) struct Handles {
     pub(super) admitted: Counter,
     pub(super) queue_time: Histogram,
     pub(super) latency: Histogram,
-    /// Refusals by reason (a handful of `&'static str` reasons; a linear scan).
-    shed: RefCell<Vec<(&'static str, Counter)>>,
+    /// Set when any family records this label set under a coarser one ([`series`]).
+    pub(super) overflow: Option<Box<Overflow>>,
+    /// Refusals by reason (a handful of `&'static str` reasons; a linear scan), with the
+    /// overflow counter when folded.
+    shed: RefCell<Vec<(&'static str, Counter, Option<Counter>)>>,
+}
+
+/// The overflow counters of the families that fold a label set ([`series`]).
+pub(super) struct Overflow {
+    admitted: Option<Counter>,
+    queue_time: Option<Counter>,
+    latency: Option<Counter>,
+}
+
+impl Overflow {
+    /// One admitted request (its count and its queue time) recorded under coarser labels.
+    pub(super) fn admitted(&self) {
+        for c in [&self.admitted, &self.queue_time].into_iter().flatten() {
+            c.increment(1);
+        }
+    }
+
+    /// One latency recorded under coarser labels.
+    pub(super) fn latency(&self) {
+        if let Some(c) = &self.latency {
+            c.increment(1);
+        }
+    }
+}
+
+pub(super) fn overflow_counter(family: &'static str) -> Counter {
+    metrics::counter!(m::LABEL_OVERFLOW, m::L_FAMILY => family)
+}
+
+/// The labels a counter of `family` records `l` under (`extra`: the values of its other
+/// labels, e.g. the reason for `shed`): its own if they fit, else with the customer as `other`,
+/// else with the operation too; and whether they were folded.
+pub(super) fn counter_labels(
+    family: &'static str,
+    l: &RequestLabels,
+    extra: &[&str],
+) -> (RequestLabels, bool) {
+    let crit = l.criticality.as_str();
+    let recorder = current_recorder();
+    let fits = |customer: &str, operation: &str| {
+        let mut values = vec![customer, operation, crit];
+        values.extend_from_slice(extra);
+        series::admit(recorder, family, &series::key(&values), 1)
+    };
+    if fits(&l.customer, &l.operation) {
+        return (l.clone(), false);
+    }
+    let customer: Arc<str> = Arc::from(OTHER);
+    let operation = if fits(OTHER, &l.operation) {
+        l.operation.clone()
+    } else {
+        SharedString::const_str(OTHER)
+    };
+    let folded = RequestLabels {
+        customer,
+        operation,
+        criticality: l.criticality,
+    };
+    (folded, true)
+}
+
+/// The histogram of `family` for `l`: by its operation and criticality if that fits, else with
+/// the operation as `other`; and whether it was folded.
+fn histogram(family: &'static str, l: &RequestLabels) -> (Histogram, bool) {
+    let key = series::key(&[&l.operation, l.criticality.as_str()]);
+    if series::admit(current_recorder(), family, &key, series::HISTOGRAM_SERIES) {
+        return (
+            metrics::histogram!(family, l.histogram_labels().to_vec()),
+            false,
+        );
+    }
+    let folded = RequestLabels {
+        customer: Arc::clone(&l.customer),
+        operation: SharedString::const_str(OTHER),
+        criticality: l.criticality,
+    };
+    (
+        metrics::histogram!(family, folded.histogram_labels().to_vec()),
+        true,
+    )
 }
 
 impl Handles {
     fn register(l: &RequestLabels) -> Self {
+        let (admitted, admitted_folded) = counter_labels(m::ADMITTED, l, &[]);
+        // Without the customer: a histogram is ~17 series (its buckets, sum and count), so
+        // per customer × operation × criticality 100 customers on 3 routes at 4
+        // criticalities made a 4.4 MB `/metrics`; the counters keep per-customer accounting.
+        let (queue_time, queue_folded) = histogram(m::QUEUE_TIME, l);
+        let (latency, latency_folded) = histogram(m::LATENCY, l);
+        let overflow = (admitted_folded || queue_folded || latency_folded).then(|| {
+            Box::new(Overflow {
+                admitted: admitted_folded.then(|| overflow_counter(m::ADMITTED)),
+                queue_time: queue_folded.then(|| overflow_counter(m::QUEUE_TIME)),
+                latency: latency_folded.then(|| overflow_counter(m::LATENCY)),
+            })
+        });
         Self {
-            admitted: metrics::counter!(m::ADMITTED, l.labels().to_vec()),
-            // Without the customer: a histogram is ~17 series (its buckets, sum and count), so
-            // per customer × operation × criticality 100 customers on 3 routes at 4
-            // criticalities made a 4.4 MB `/metrics`; the counters keep per-customer accounting.
-            queue_time: metrics::histogram!(m::QUEUE_TIME, l.histogram_labels().to_vec()),
-            latency: metrics::histogram!(m::LATENCY, l.histogram_labels().to_vec()),
+            admitted: metrics::counter!(m::ADMITTED, admitted.labels().to_vec()),
+            queue_time,
+            latency,
+            overflow,
             shed: RefCell::new(Vec::new()),
         }
     }
 
-    /// The `shed` counter for `reason`, registered on its first use.
-    pub(super) fn shed(&self, l: &RequestLabels, reason: &'static str) -> Counter {
+    /// Counts one refusal for `reason` (its counter registered on its first use).
+    pub(super) fn count_shed(&self, l: &RequestLabels, reason: &'static str) {
         let mut shed = self.shed.borrow_mut();
-        if let Some((_, c)) = shed.iter().find(|(r, _)| *r == reason) {
-            return c.clone();
+        let i = match shed.iter().position(|(r, _, _)| *r == reason) {
+            Some(i) => i,
+            None => {
+                let (labels, folded) = counter_labels(m::SHED, l, &[reason]);
+                let c = metrics::counter!(m::SHED, labels.labels_with_reason(reason).to_vec());
+                shed.push((reason, c, folded.then(|| overflow_counter(m::SHED))));
+                shed.len() - 1
+            }
+        };
+        let (_, c, overflow) = &shed[i];
+        c.increment(1);
+        if let Some(o) = overflow {
+            o.increment(1);
         }
-        let c = metrics::counter!(m::SHED, l.labels_with_reason(reason).to_vec());
-        shed.push((reason, c.clone()));
-        c
     }
 }
 
@@ -71,6 +184,8 @@ type ByCriticality = [Option<Rc<Handles>>; 4];
 struct Table {
     /// Address of the recorder the handles were registered with.
     recorder: usize,
+    /// The series caps' generation the handles were registered under (`series::generation`).
+    generation: u64,
     len: usize,
     by_customer: HashMap<Arc<str>, HashMap<SharedString, ByCriticality>>,
     /// The label set found last and its handles. A request asks twice (admitted, then its
@@ -84,20 +199,22 @@ thread_local! {
     static TABLE: RefCell<Table> = RefCell::new(Table::default());
 }
 
-fn current_recorder() -> usize {
+pub(super) fn current_recorder() -> usize {
     metrics::with_recorder(|r: &dyn Recorder| (r as *const dyn Recorder).cast::<()>() as usize)
 }
 
 /// The handles for `l`'s label set on this thread, registered on first use.
 pub(super) fn of(l: &RequestLabels) -> Rc<Handles> {
     let recorder = current_recorder();
+    let generation = series::generation();
     TABLE.with(|t| {
         let mut t = t.borrow_mut();
-        if t.recorder != recorder || t.len >= MAX_LABEL_SETS {
+        if t.recorder != recorder || t.len >= MAX_LABEL_SETS || t.generation != generation {
             t.by_customer.clear();
             t.last = None;
             t.len = 0;
             t.recorder = recorder;
+            t.generation = generation;
         }
         if let Some((last, h)) = &t.last {
             if last == l {
@@ -257,6 +374,89 @@ mod tests {
         let rec = Counting::default();
         metrics::with_local_recorder(&rec, || super::super::admitted(&l, Duration::ZERO));
         assert_eq!(rec.value(m::ADMITTED, "CRITICAL", None), 1);
+    }
+
+    #[test]
+    fn a_full_family_folds_the_customer_then_the_operation_and_counts_it() {
+        use super::super::labels::OTHER;
+        let rec = Counting::default();
+        let max = series::max_series_per_family();
+        let count = |customer: &str, op: &str| -> u64 {
+            rec.0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| k.name() == m::ADMITTED)
+                .filter(|(k, _)| {
+                    let l: Vec<(&str, &str)> = k.labels().map(|l| (l.key(), l.value())).collect();
+                    l.contains(&(m::L_CUSTOMER, customer)) && l.contains(&(m::L_OPERATION, op))
+                })
+                .map(|(_, v)| v.load(Ordering::Relaxed))
+                .sum()
+        };
+        metrics::with_local_recorder(&rec, || {
+            // `(other, a)` first, then the family filled on operation `b`.
+            super::super::admitted(&labels(OTHER, "a", Criticality::Critical), Duration::ZERO);
+            for i in 1..max {
+                let l = labels(&format!("c{i}"), "b", Criticality::Critical);
+                super::super::admitted(&l, Duration::ZERO);
+            }
+            // Full: a new customer on `a` is counted as `(other, a)`, on `c` as `(other, other)`.
+            super::super::admitted(&labels("late", "a", Criticality::Critical), Duration::ZERO);
+            super::super::admitted(&labels("late", "c", Criticality::Critical), Duration::ZERO);
+            super::super::shed(&labels("c1", "b", Criticality::Critical), "limit");
+        });
+        assert_eq!(count("c1", "b"), 1, "kept");
+        assert_eq!(count("late", "a") + count("late", "c"), 0, "folded");
+        assert_eq!(
+            count(OTHER, "a"),
+            2,
+            "the customer folded, the operation kept"
+        );
+        assert_eq!(count(OTHER, OTHER), 1, "both folded");
+        let overflow = |family: &str| -> u64 {
+            rec.0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| k.name() == m::LABEL_OVERFLOW)
+                .filter(|(k, _)| k.labels().any(|l| l.value() == family))
+                .map(|(_, v)| v.load(Ordering::Relaxed))
+                .sum()
+        };
+        assert_eq!(overflow(m::ADMITTED), 2);
+        // The shed family was empty: its first label set fits.
+        assert_eq!(overflow(m::SHED), 0);
+        assert_eq!(rec.value(m::SHED, "CRITICAL", Some("limit")), 1);
+    }
+
+    #[test]
+    fn throttled_destinations_are_capped_too() {
+        let rec = Counting::default();
+        let max = series::max_series_per_family();
+        let l = labels("acme", "get", Criticality::Critical);
+        metrics::with_local_recorder(&rec, || {
+            for i in 0..max + 10 {
+                super::super::throttled(&l, SharedString::from(format!("10.0.0.1:{i}")));
+            }
+        });
+        let map = rec.0.lock().unwrap();
+        let series = map.keys().filter(|k| k.name() == m::THROTTLED).count();
+        // Past the cap each new destination is (other, other, CRITICAL, destination): the
+        // destinations are the configured tasks, so that many at most.
+        assert_eq!(series, max + 10);
+        let total: u64 = map
+            .iter()
+            .filter(|(k, _)| k.name() == m::THROTTLED)
+            .map(|(_, v)| v.load(Ordering::Relaxed))
+            .sum();
+        assert_eq!(total, (max + 10) as u64, "every call counted");
+        let overflow: u64 = map
+            .iter()
+            .filter(|(k, _)| k.name() == m::LABEL_OVERFLOW)
+            .map(|(_, v)| v.load(Ordering::Relaxed))
+            .sum();
+        assert_eq!(overflow, 10);
     }
 
     #[test]

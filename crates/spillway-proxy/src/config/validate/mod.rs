@@ -140,6 +140,15 @@ fn listen(l: &ListenConfig) -> Result<(), Invalid> {
             "8192 ..= 16777216 bytes (hyper's smallest read buffer is 8 KiB)",
         ));
     }
+    if l.max_requests_in_progress == 0 {
+        return Err(bad("listen.max_requests_in_progress", 0, "an integer >= 1"));
+    }
+    at_most(
+        "listen.max_requests_in_progress",
+        l.max_requests_in_progress,
+        MAX_CONNECTIONS,
+        "requests",
+    )?;
     if !(1..=1024).contains(&l.threads) {
         return Err(bad("listen.threads", l.threads, "an integer in 1 ..= 1024"));
     }

@@ -199,6 +199,7 @@ where
         // connections, bench/results/proxy-forwarding.md "Nineteenth round").
         let keep_alive;
         let mut whole = {
+            let mut waits = 0u32;
             let res = std::future::poll_fn(|cx| {
                 if let Poll::Ready(r) = handling.as_mut().poll(cx) {
                     return Poll::Ready(Some(match r {
@@ -235,6 +236,17 @@ where
                         Poll::Ready(Ok(_)) => {}
                         Poll::Pending => break,
                     }
+                }
+                // A second wake-up with no answer (in practice the connection's timer): the
+                // request waits (queued, or on a slow upstream), so what the connection keeps
+                // for its next request is let go of, as between requests — the read buffer
+                // (when no body streams through it) and the last answer's write buffer.
+                waits += 1;
+                if waits == 2 {
+                    if filler.is_none() {
+                        read.release();
+                    }
+                    write = Vec::new();
                 }
                 Poll::Pending
             })
