@@ -43,7 +43,7 @@ use crate::http1::strip_hop_by_hop;
 pub(crate) use budget::BodyBudget;
 use headers::is_upgrade;
 pub use headers::Peer;
-pub use in_progress::{Holding, InProgress};
+pub(crate) use in_progress::InProgress;
 
 /// Handles one client request with `cur`, its thread's snapshot of the state
 /// (`ProxyState::current`). Never fails: every outcome is a response; the `Result` is the
