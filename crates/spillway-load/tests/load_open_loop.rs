@@ -42,10 +42,18 @@ async fn keeps_send_times_and_counts_queueing_against_a_slow_target() {
         "{:?}",
         report.summary
     );
-    // The generator kept to its schedule although each answer took longer and longer.
+    // The generator kept to its schedule although each answer took longer and longer. A
+    // generator that waited for answers would send the last request ~395 ms late (59 × 6.7 ms
+    // of backlog); the bounds sit far below that and far above a busy host's scheduling
+    // delays (one 21.6 ms outlier among 59 sends has been seen with six test runs sharing 2
+    // cores).
     let lag = &report.meta["send_lag"];
-    let p99 = lag["p99_ms"].as_f64().unwrap();
-    assert!(p99 < 20.0, "send lag {lag} vs a 33 ms interval");
+    let lag_p50 = lag["p50_ms"].as_f64().unwrap();
+    let lag_max = lag["max_ms"].as_f64().unwrap();
+    assert!(
+        lag_p50 < 10.0 && lag_max < 100.0,
+        "send lag {lag} vs a 33 ms interval"
+    );
     // Latency includes the queueing: second 0's median is ~140 ms, second 1's ~340 ms; a
     // closed-loop generator would have measured ~40 ms throughout.
     let p50 = |s: usize| report.seconds[s].latency.unwrap().p50_ms;
