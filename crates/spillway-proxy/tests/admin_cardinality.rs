@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use admin_support::{sample, stack, upstream, Stack, REQUEST_TIMEOUT};
+use admin_support::{metrics, rss_kib, sample, stack, upstream, REQUEST_TIMEOUT};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -95,12 +95,6 @@ fn customers(metrics: &str, prefix: &str) -> BTreeSet<String> {
 fn counted(metrics: &str, customer: Option<&str>) -> f64 {
     let want: Vec<(&str, &str)> = customer.map(|c| ("customer", c)).into_iter().collect();
     sample(metrics, ADMITTED, &want).unwrap_or(0.0) + sample(metrics, SHED, &want).unwrap_or(0.0)
-}
-
-async fn metrics(s: &Stack) -> String {
-    let m = s.admin_get("/metrics").await;
-    assert_eq!(m.status, StatusCode::OK);
-    m.text
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,12 +215,6 @@ async fn customers_on_several_routes_at_every_criticality_keep_metrics_small() {
         "queue-time histograms per customer"
     );
     s.shutdown().await;
-}
-
-fn rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// 100,000 distinct customers: `/metrics` under 1 MB and the process's RSS growth (proxy,

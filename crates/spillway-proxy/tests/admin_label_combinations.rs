@@ -14,7 +14,7 @@ mod admin_support;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
-use admin_support::{sample, stack, upstream, Stack, REQUEST_TIMEOUT};
+use admin_support::{metrics, rss_kib, sample, stack, upstream, REQUEST_TIMEOUT};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -97,12 +97,6 @@ fn label_sets(metrics: &str, family: &str) -> BTreeSet<String> {
         .collect()
 }
 
-async fn metrics(s: &Stack) -> String {
-    let m = s.admin_get("/metrics").await;
-    assert_eq!(m.status, StatusCode::OK);
-    m.text
-}
-
 /// Requests counted in the admitted and shed families, all label sets together.
 fn counted(metrics: &str) -> f64 {
     sample(metrics, ADMITTED, &[]).unwrap_or(0.0) + sample(metrics, SHED, &[]).unwrap_or(0.0)
@@ -172,12 +166,6 @@ async fn label_combinations_past_the_cap_fold_into_other_and_every_request_is_co
     let series = s.admin_get("/api/series?since=0").await;
     assert_eq!(series.status, StatusCode::OK);
     s.shutdown().await;
-}
-
-fn rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The worst case with the default caps: 100 routes × 100 customers × 4

@@ -274,3 +274,17 @@ pub fn sample(metrics: &str, name: &str, want: &[(&str, &str)]) -> Option<f64> {
     }
     total
 }
+
+/// The admin's `/metrics` text, which must answer 200.
+pub async fn metrics(s: &Stack) -> String {
+    let m = s.admin_get("/metrics").await;
+    assert_eq!(m.status, StatusCode::OK);
+    m.text
+}
+
+/// This process's resident set in KiB (`VmRSS`), `None` where `/proc` doesn't say.
+pub fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
