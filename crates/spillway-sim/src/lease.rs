@@ -400,7 +400,7 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
 /// normal approximation (rounded, at least 0) from 30 up, where its error is far below the
 /// noise it stands for.
 fn poisson(rng: &mut fastrand::Rng, mean: f64) -> u64 {
-    if !(mean > 0.0) {
+    if mean.is_nan() || mean <= 0.0 {
         return 0;
     }
     if mean < 30.0 {

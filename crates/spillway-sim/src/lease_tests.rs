@@ -64,14 +64,18 @@ fn bad_values_name_their_key() {
 #[test]
 #[ignore = "figures: run in release"]
 fn shipped_lease_table() {
-    let sc = LeaseScenario::from_toml(SHIPPED, "fleet-lease.toml").expect("shipped scenario");
-    print!("{}", super::TABLE_HEADER);
-    for &n in &sc.instances {
-        for &l in &sc.lease_ms {
-            let started = std::time::Instant::now();
-            let r = run_one(&sc, n, l);
-            print!("{}", super::row(&r));
-            eprintln!("{n} × {l} ms: {:.2} s", started.elapsed().as_secs_f64());
+    let mut sc = LeaseScenario::from_toml(SHIPPED, "fleet-lease.toml").expect("shipped scenario");
+    for arrivals in [super::Arrivals::Poisson, super::Arrivals::Fluid] {
+        sc.arrivals = arrivals;
+        println!("arrivals: {arrivals:?}");
+        print!("{}", super::TABLE_HEADER);
+        for &n in &sc.instances {
+            for &l in &sc.lease_ms {
+                let started = std::time::Instant::now();
+                let r = run_one(&sc, n, l);
+                print!("{}", super::row(&r));
+                eprintln!("{n} × {l} ms: {:.2} s", started.elapsed().as_secs_f64());
+            }
         }
     }
 }

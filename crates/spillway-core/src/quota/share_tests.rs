@@ -213,11 +213,12 @@ fn a_busy_bucket_follows_a_shift_at_its_next_reading() {
 }
 
 #[test]
-fn a_few_arrivals_per_reading_are_never_taken_for_a_shift() {
+fn a_few_arrivals_per_reading_are_rarely_taken_for_a_shift() {
     // 2 requests/s in 250 ms readings: half an arrival per reading, runs of a second or more
-    // without one are common. Counted, no run is ever beyond noise: the estimate stays a
-    // smoothed average, never drops to nothing, and its ask covers the demand most of the
-    // time (figures in bench/results/fleet4-issue31.md).
+    // without one are common. Counted, a run is beyond noise only when it could hardly be
+    // chance (4.5 s without an arrival: about once in 8,000 starts), so the estimate stays a
+    // smoothed average, and its ask covers the demand most of the time (seed 31: 13 shifts
+    // in 19,900 readings, mean 1.995, the ask under the demand 8.9% of the time).
     let (rate, dt) = (2.0, 0.25);
     let mut state = 31;
     let mut d = DemandEstimate::default();
@@ -236,8 +237,8 @@ fn a_few_arrivals_per_reading_are_never_taken_for_a_shift() {
     let mean = sum / (n - 100) as f64;
     let under = under as f64 / (n - 100) as f64;
     eprintln!("2/s in 250 ms readings: mean {mean:.3}, lowest {lowest:.3}, ask under the demand {under:.3}, shifts {shifts}");
-    assert_eq!(shifts, 0);
+    assert!(shifts <= n / 1000, "{shifts}");
     assert!((mean - rate).abs() < 0.1 * rate, "{mean}");
-    assert!(lowest > 0.0, "{lowest}");
-    assert!(under < 0.2, "{under}");
+    assert!(lowest >= 0.0, "{lowest}");
+    assert!(under < 0.15, "{under}");
 }
