@@ -72,6 +72,9 @@ fn load(
     tokio::spawn(async move {
         let c = client();
         let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+        // A busy host delays ticks; sending the missed ones in a burst would offer more than
+        // `rate` inside a measuring window and read as an over-admitting fleet.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         while !stop.load(Ordering::Relaxed) {
             tick.tick().await;
             let (c, tallies) = (c.clone(), Arc::clone(&tallies));

@@ -97,7 +97,8 @@ fn shares_are_max_min_fair_and_follow_membership() {
 }
 
 /// The simulator's Rust copy of the share arithmetic (`spillway_core::quota::fair`) gives the
-/// script's answers on random fleets: demands over and under the quota, idle instances, ties.
+/// script's answers on random fleets: demands over and under the quota, idle instances, ties,
+/// asks above the demand.
 #[test]
 fn the_rust_share_agrees_with_the_script() {
     use spillway_core::quota::fair::FairLevel;
@@ -119,6 +120,17 @@ fn the_rust_share_agrees_with_the_script() {
                 _ => rng.f64() * global * 3.0 / n as f64,
             })
             .collect();
+        // Some instances ask for more than their demand (`DEMAND:ASK`).
+        let asks: Vec<f64> = demands
+            .iter()
+            .map(|&d| {
+                if rng.bool() {
+                    d + rng.f64() * global / n as f64
+                } else {
+                    d
+                }
+            })
+            .collect();
         let call = |c: &mut redis::Connection, i: usize| -> (u64, f64) {
             let reply: Vec<String> = redis::Script::new(SCRIPT)
                 .key(MEMBERS)
@@ -127,7 +139,7 @@ fn the_rust_share_agrees_with_the_script() {
                 .arg(60_000)
                 .arg(0)
                 .arg(global)
-                .arg(demands[i])
+                .arg(format!("{}:{}", demands[i], asks[i]))
                 .invoke(c)
                 .expect("script runs");
             (reply[0].parse().unwrap(), reply[1].parse().unwrap())
@@ -139,7 +151,7 @@ fn the_rust_share_agrees_with_the_script() {
         for i in 0..n {
             let (members, lua) = call(&mut c, i);
             assert_eq!(members as usize, n);
-            let rust = level.share(demands[i]);
+            let rust = level.share_asking(demands[i], asks[i]);
             assert!(
                 (lua - rust).abs() <= 1e-9 * global.max(1.0),
                 "trial {trial}: global {global}, demands {demands:?}, instance {i}: \
@@ -192,4 +204,57 @@ fn a_level_is_reused_for_its_time_then_computed_again() {
             .unwrap(),
         2
     );
+}
+
+/// One call with a raw demand argument (`DEMAND`, `DEMAND:ASK`, or negative to leave).
+fn call_raw(c: &mut redis::Connection, id: &str, demand: &str) -> (u64, f64) {
+    let reply: Vec<String> = redis::Script::new(SCRIPT)
+        .key(MEMBERS)
+        .key(KEY)
+        .arg(id)
+        .arg(60_000)
+        .arg(0)
+        .arg(100.0)
+        .arg(demand)
+        .invoke(c)
+        .expect("script runs");
+    (reply[0].parse().unwrap(), reply[1].parse().unwrap())
+}
+
+/// An instance asks for its demand's upper bound (`DEMAND:ASK`): the level is computed over
+/// the demands, its own share is the ask up to the level. An idle instance leaves a bucket
+/// (a negative demand): it no longer counts there, though it stays a member; a bucket every
+/// instance left still answers a finite share.
+#[test]
+fn asks_and_leaving_a_bucket() {
+    if redis_support::available().is_none() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut c = client.get_connection().unwrap();
+    call_raw(&mut c, "a", "240");
+    call_raw(&mut c, "b", "45");
+    call_raw(&mut c, "c", "15:21");
+    // Level over 240, 45, 15: 42.5. "c" asks 21 (its demand's noise): it gets 21, "b" 42.5.
+    let (_, s) = call_raw(&mut c, "c", "15:21");
+    assert!(close(s, 21.0), "{s}");
+    let (_, b) = call_raw(&mut c, "b", "45");
+    assert!(close(b, 42.5), "{b}");
+    // An ask above the level is cut to it.
+    let (_, s) = call_raw(&mut c, "c", "15:60");
+    assert!(close(s, 42.5), "{s}");
+    // "c" leaves: the level is over 240 and 45 alone (45 met, 55 for "a"), and "c" holds a
+    // floor share (1% of an equal split).
+    let (n, s) = call_raw(&mut c, "c", "-1");
+    assert_eq!(n, 3, "still a member");
+    assert!(s > 0.0 && s < 1.0, "{s}");
+    let keys: Vec<String> = redis::cmd("HKEYS").arg(KEY).query(&mut c).unwrap();
+    assert!(!keys.contains(&"c".to_string()), "{keys:?}");
+    let (_, a) = call_raw(&mut c, "a", "240");
+    assert!(close(a, 55.0), "{a}");
+    // Everyone leaves: still a finite share (as if alone and idle: the whole quota).
+    call_raw(&mut c, "a", "-1");
+    let (_, b) = call_raw(&mut c, "b", "-1");
+    assert!(b.is_finite() && close(b, 100.0), "{b}");
 }

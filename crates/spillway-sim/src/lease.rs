@@ -10,10 +10,13 @@
 //! What is modelled, as the lease client (`spillway_tower::lease`) does it:
 //!
 //! * each instance calls the store once per lease interval, at its own random phase; the call
-//!   reports its demand (the offered rate averaged over the last interval, smoothed
-//!   exponentially over `smoothing_s` while steady and followed when it shifts:
-//!   [`DemandEstimate`], the lease client's own) and renews its
-//!   membership for two intervals;
+//!   reports its demand (the arrivals counted since the last reading — a Poisson count of the
+//!   offered rate unless `arrivals = "fluid"` — smoothed exponentially over `smoothing_s`
+//!   while steady and followed when they show a shift: [`DemandEstimate`], the lease client's
+//!   own), asks for its demand's upper bound ([`DemandEstimate::upper`]) and renews its
+//!   membership for two intervals; an instance is up from 0, so its first reading runs from
+//!   there, one under a quarter interval is not taken (it reports its static rate), and its
+//!   first lease may lower the static split but not raise it, as the lease client does;
 //! * the store computes the share with the script's own arithmetic
 //!   ([`spillway_core::quota::fair`], tested against `share.lua` on a real Redis) over the live
 //!   members' last reports, and keeps the water level for half an interval, as the script
@@ -82,6 +85,22 @@ pub struct LeaseScenario {
     /// Time steps per lease interval.
     #[serde(default = "steps")]
     pub steps_per_interval: u32,
+    /// How a reading counts arrivals (each request costs 1 unit): `"poisson"` (the default)
+    /// draws a Poisson count of the offered units, as real requests arrive, so low-traffic
+    /// instances read as noisily as they would; `"fluid"` counts exactly what was offered.
+    #[serde(default)]
+    pub arrivals: Arrivals,
+}
+
+/// How a reading counts arrivals (see [`LeaseScenario::arrivals`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arrivals {
+    /// A Poisson count of the offered units.
+    #[default]
+    Poisson,
+    /// Exactly the offered units.
+    Fluid,
 }
 
 /// A window in which the store does not answer.
@@ -258,8 +277,11 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
             phase: rng.u64(..spi),
             est: DemandEstimate::default(),
             offered: 0.0,
-            since: None,
-            recovering: false,
+            // Every instance is up from 0: its book counts from there (its first reading
+            // runs from the origin, as the lease client's does).
+            since: Some(0.0),
+            // The first lease may lower the static split, not raise it (`LeaseBook`).
+            recovering: true,
             rate: fixed,
             share: None,
             last_lease: None,
@@ -312,13 +334,23 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
             if k % spi == me.phase {
                 // The lease client's demand: the last interval's offered rate, smoothed while
                 // steady and followed when it shifts, by the lease client's own estimator.
-                if let Some(since) = me.since.filter(|&s| t > s) {
+                // A reading shorter than a quarter interval tells nothing and is not taken
+                // (`LeaseBook::demands`): the next one runs from the same point.
+                if let Some(since) = me.since.filter(|&s| t - s >= interval / 4.0 - 1e-9) {
                     let dt_call = t - since;
+                    let k = match sc.arrivals {
+                        Arrivals::Poisson => poisson(&mut rng, me.offered),
+                        Arrivals::Fluid => me.offered.round() as u64,
+                    };
+                    let units = match sc.arrivals {
+                        Arrivals::Poisson => k as f64,
+                        Arrivals::Fluid => me.offered,
+                    };
                     me.est
-                        .update_over(me.offered / dt_call, dt_call, sc.smoothing_s);
+                        .update_with(units / dt_call, dt_call, Some(k), sc.smoothing_s);
+                    me.offered = 0.0;
+                    me.since = Some(t);
                 }
-                me.offered = 0.0;
-                me.since = Some(t);
                 calls += 1;
                 if down {
                     me.recovering = true;
@@ -332,7 +364,8 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
         }
         if !callers.is_empty() {
             for &i in &callers {
-                reported[i] = inst[i].est.get();
+                // Before its first reading an instance reports the rate it enforces.
+                reported[i] = inst[i].est.value().unwrap_or(inst[i].rate);
                 member_until[i] = t + 2.0 * interval;
             }
             // The script keeps a bucket's level for half an interval (`share.lua`): within
@@ -351,12 +384,38 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
                 }
             };
             for &i in &callers {
-                inst[i].pending = Some((t + latency, level.share(inst[i].est.get())));
+                let ask = match inst[i].est.value() {
+                    Some(_) => inst[i].est.upper(),
+                    None => reported[i],
+                };
+                inst[i].pending = Some((t + latency, level.share_asking(reported[i], ask)));
             }
         }
         series.push(admitted / target);
     }
     measure(sc, n, lease_ms, dt, &series, calls)
+}
+
+/// A Poisson count with mean `mean`: by multiplication of uniforms for small means, by the
+/// normal approximation (rounded, at least 0) from 30 up, where its error is far below the
+/// noise it stands for.
+fn poisson(rng: &mut fastrand::Rng, mean: f64) -> u64 {
+    if mean.is_nan() || mean <= 0.0 {
+        return 0;
+    }
+    if mean < 30.0 {
+        let limit = (-mean).exp();
+        let mut p = rng.f64();
+        let mut k = 0;
+        while p > limit {
+            p *= rng.f64();
+            k += 1;
+        }
+        return k;
+    }
+    let u1 = 1.0 - rng.f64(); // (0, 1]
+    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * rng.f64()).cos();
+    (mean + mean.sqrt() * z).round().max(0.0) as u64
 }
 
 /// No lease this interval: hold the last for two intervals, then move to the static split

@@ -83,6 +83,10 @@ pub(super) struct Bucket {
     /// Cost offered to this bucket since the book was built (admitted or refused), in
     /// millionths of a cost unit: the demand a lease client reports.
     pub(super) offered: AtomicU64,
+    /// Requests offered to this bucket since the book was built (admitted or refused): with
+    /// `offered`, it tells a lease client how many arrivals a reading rests on, and so whether
+    /// a change is noise or a shift (`share.rs`, [`super::DemandEstimate`]).
+    pub(super) arrivals: AtomicU64,
     /// The global quota, cost units/s; negative when the bucket is unlimited or its quota is 0
     /// (neither is shared out among a fleet).
     pub(super) global: f64,
@@ -117,7 +121,7 @@ pub struct QuotaBook {
     pub(super) tasks: u32,
     /// Configured customers in configuration order, then the default slot last.
     pub(super) slots: Vec<Slot>,
-    origin: Instant,
+    pub(super) origin: Instant,
     /// Burst as ns of refill.
     burst_ns: u64,
     /// Cap on retry_after and debt floor while enforcing, ns.
@@ -159,6 +163,7 @@ impl QuotaBook {
                     tat: AtomicU64::new(0),
                     ns_per_unit: AtomicU64::new(ns_per_unit.to_bits()),
                     offered: AtomicU64::new(0),
+                    arrivals: AtomicU64::new(0),
                     global: match q.per_criticality[c] {
                         Some(g) if ns_per_unit.is_finite() && ns_per_unit > 0.0 => g,
                         _ => -1.0,
@@ -250,6 +255,7 @@ impl QuotaBook {
             bucket
                 .offered
                 .fetch_add(share::micro_units(amount), Ordering::Relaxed);
+            bucket.arrivals.fetch_add(1, Ordering::Relaxed);
         }
         if ns_per_unit.is_infinite() {
             // A quota of 0: nothing may be spent while enforcing, and there is nothing to track.

@@ -15,6 +15,7 @@
 /// The water level of one bucket over the live instances' demands.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FairLevel {
+    global: f64,
     floor: f64,
     /// `Some(level)` when demand exceeds the quota; `None` when it does not.
     level: Option<f64>,
@@ -30,10 +31,17 @@ impl FairLevel {
         for d in demands.iter_mut() {
             *d = d.max(floor);
         }
-        let total: f64 = demands.iter().sum();
+        // No demand at all (every instance left the bucket): as one demand of nothing, like
+        // the script.
+        let total: f64 = if demands.is_empty() {
+            floor
+        } else {
+            demands.iter().sum()
+        };
         let n = demands.len().max(1);
         if total <= global {
             return FairLevel {
+                global,
                 floor,
                 level: None,
                 spare_each: (global - total) / n as f64,
@@ -50,6 +58,7 @@ impl FairLevel {
             left -= d;
         }
         FairLevel {
+            global,
             floor,
             level: Some(level),
             spare_each: 0.0,
@@ -58,10 +67,20 @@ impl FairLevel {
 
     /// The share of an instance whose demand is `mine` (as counted in [`FairLevel::new`]).
     pub fn share(&self, mine: f64) -> f64 {
+        self.share_asking(mine, mine)
+    }
+
+    /// The share of an instance whose demand is `mine` (as counted in [`FairLevel::new`]) and
+    /// which asks for up to `ask` for itself (its demand's upper bound,
+    /// [`DemandEstimate::upper`](super::DemandEstimate::upper)): over the quota, the ask up to
+    /// the level; within it, the demand plus the spare or the ask (at most the quota),
+    /// whichever is more.
+    pub fn share_asking(&self, mine: f64, ask: f64) -> f64 {
         let mine = mine.max(self.floor);
+        let ask = if ask.is_finite() { ask.max(mine) } else { mine };
         match self.level {
-            None => mine + self.spare_each,
-            Some(level) => mine.min(level),
+            None => (mine + self.spare_each).max(ask.min(self.global)),
+            Some(level) => ask.min(level),
         }
     }
 }

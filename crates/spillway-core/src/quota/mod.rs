@@ -83,7 +83,7 @@
 //! hash and just as bounded). **Unknown customers all share one default slot**, and that sharing is
 //! what bounds memory: however many distinct names arrive, the book holds
 //! `(size_of::<Slot>() + 2 × name length + one map entry) × (customers configured + 1)` bytes —
-//! about 220 bytes plus twice the name per customer on 64-bit targets (a slot is 4 buckets × 32
+//! about 250 bytes plus twice the name per customer on 64-bit targets (a slot is 4 buckets × 40
 //! bytes of bucket state plus the boxed name).
 
 mod book;

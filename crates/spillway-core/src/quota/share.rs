@@ -67,12 +67,12 @@ pub const DEMAND_SMOOTHING: Duration = Duration::from_secs(1);
 
 /// A reading this far from the estimate (as a fraction of the larger of the two) is off; off
 /// on the same side for [`SHIFT_WINDOW`] is a shift of demand rather than noise, and so is one
-/// reading of that length off by twice this.
+/// reading of that length off by twice this, or one reading whose arrivals show it cannot be
+/// noise ([`SIGNIFICANT_GAP`]).
 const SHIFT: f64 = 0.25;
 
-/// The least time of arrivals a shift is taken from: about half a second (less a tenth for the
-/// lease timer's jitter), so that a shift is averaged over as many arrivals as a reading of a
-/// 500 ms lease holds, however short the interval.
+/// The least time of arrivals a shift is taken from when the arrivals are too few to tell it
+/// from noise in one reading: about half a second (less a tenth for the lease timer's jitter).
 const SHIFT_WINDOW: f64 = 0.45;
 
 /// The least time a run with a reading of nothing is taken from: at a few arrivals per second
@@ -80,24 +80,42 @@ const SHIFT_WINDOW: f64 = 0.45;
 /// one's estimate fell to 0 and it was refused), so a drop to nothing needs three times as long.
 const SHIFT_WINDOW_EMPTY: f64 = 3.0 * SHIFT_WINDOW;
 
+/// One reading is a shift by itself when its arrival count `k` and the count the estimate
+/// expects, `λ`, are this far apart in square roots: `|√k − √λ| ≥ 2`. The square root of a
+/// Poisson count has a standard deviation of about ½ whatever its mean (Anscombe's transform),
+/// so this is about four standard deviations: a steady demand reads that far off in well under
+/// one reading in ten thousand.
+const SIGNIFICANT_GAP: f64 = 2.0;
+
+/// ... and when `k` or `λ` is at least this (a Poisson mean of 9 reads 0 once in 8,000).
+const SIGNIFICANT_COUNT: f64 = 9.0;
+
 /// One bucket's demand as a lease client reports it: the offered rate, smoothed while steady,
 /// followed at once when it shifts.
 ///
 /// Why not only smoothing: after the busiest instance becomes the quietest, a one-second
 /// average keeps reporting the old demand for seconds, and the max-min share follows the
 /// reports, so the fleet took 3.7–4.8 s to admit its quota again (bench/results/
-/// fleet2-controls-sim.md). Readings off the estimate by more than a quarter, on the same side,
-/// for half a second (two readings or more, or one off by half; a second and a half when one
-/// of them saw nothing), are taken as they stand: the newest reading becomes the estimate when
-/// it spans that time, else the run's average.
-/// Shorter runs are smoothed as before, so an instance that sees a few arrivals per interval
-/// does not report each interval's count. The first
-/// reading stands as it is (no history to smooth it with), so a busy instance is not
-/// under-reported after it starts.
+/// fleet2-controls-sim.md).
+///
+/// Why arrival counts: whether one reading is a shift or noise depends on how many requests
+/// it rests on, not on its length. A reading off the estimate by more than a quarter whose
+/// arrival count is also about four Poisson standard deviations from what the estimate expects
+/// ([`SIGNIFICANT_GAP`]) is taken as it stands, at once: a busy bucket follows a shift at its
+/// next reading, however short the lease interval (at 250 ms leases a half-second window cost
+/// two readings, so about four intervals; bench/results/fleet4-issue31.md). Readings with too
+/// few arrivals to tell (a few requests per interval) keep the time rule: off by more than a
+/// quarter on the same side for half a second (two readings or more, or one off by half; a
+/// second and a half when one of them saw nothing), then the newest half second is taken.
+/// Shorter runs are smoothed, so an instance that sees a few arrivals per interval does not
+/// report each interval's count. The first reading stands as it is (no history to smooth it
+/// with), so a busy instance is not under-reported after it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct DemandEstimate {
     /// Cost units per second; `None` before the first reading.
     est: Option<f64>,
+    /// Cost units per arrival (smoothed), to turn the estimate into an expected count.
+    per_arrival: Option<f64>,
     /// The side (+1 above, −1 below, 0 none) of the current run of readings off the estimate.
     side: i8,
     /// The estimate before the run began, which its readings are compared with.
@@ -106,8 +124,12 @@ pub struct DemandEstimate {
     run_units: f64,
     run_secs: f64,
     run_len: u32,
+    /// The run's arrivals.
+    run_arrivals: u64,
     /// Whether a reading of the run saw nothing offered.
     run_empty: bool,
+    /// The smoothing time of the last reading, seconds (for [`DemandEstimate::upper`]).
+    smoothing: f64,
     /// Whether the last reading was taken as a shift.
     shifted: bool,
 }
@@ -118,6 +140,34 @@ impl DemandEstimate {
         self.est.unwrap_or(0.0)
     }
 
+    /// The estimate, cost units/s, or `None` before the first reading.
+    pub fn value(&self) -> Option<f64> {
+        self.est
+    }
+
+    /// An upper bound of the demand: the estimate plus two standard deviations of the Poisson
+    /// noise of the arrivals it rests on (an average of `λ` arrivals/s over a smoothing time
+    /// `τ` varies by `√(λ / 2τ)`). The lease client asks for this much for itself while the
+    /// fleet's level is computed over the estimates.
+    ///
+    /// Why: an instance that sees a few requests per interval reads its demand low about half
+    /// the time, and a share of exactly its estimate then refuses what its demand would have
+    /// had: simulated with Poisson arrivals, 1,000 instances sharing 1,000/s admitted 75–80%
+    /// of it and 10,000 about half (bench/results/fleet4-issue31.md). The excess goes unused
+    /// while demand holds; if many quiet instances grow at once the fleet admits up to their
+    /// asks until the estimates, and with them the level, catch up (the smoothing time). A
+    /// larger ask (a rule-of-three term for windows without arrivals) was tried and made
+    /// 1,000 instances admit 4–5% over the quota.
+    pub fn upper(&self) -> f64 {
+        let est = self.get();
+        match self.per_arrival {
+            Some(cpa) if self.smoothing > 0.0 => {
+                est + 2.0 * (est * cpa / (2.0 * self.smoothing)).sqrt()
+            }
+            _ => est,
+        }
+    }
+
     /// Whether the last reading was taken as a shift of demand (the store should then share
     /// the quota out afresh rather than apply a level computed before it).
     pub fn shifted(&self) -> bool {
@@ -125,18 +175,38 @@ impl DemandEstimate {
     }
 
     /// Takes `rate` (cost units/s over the last `dt` seconds) into the estimate; returns it.
+    /// Without an arrival count only the time rule tells a shift from noise.
     pub fn update(&mut self, rate: f64, dt: f64) -> f64 {
-        self.update_over(rate, dt, DEMAND_SMOOTHING.as_secs_f64())
+        self.update_with(rate, dt, None, DEMAND_SMOOTHING.as_secs_f64())
     }
 
     /// [`update`](Self::update) with steady demand smoothed over `smoothing_s` seconds instead
     /// of [`DEMAND_SMOOTHING`] (the simulator's knob).
     pub fn update_over(&mut self, rate: f64, dt: f64, smoothing_s: f64) -> f64 {
+        self.update_with(rate, dt, None, smoothing_s)
+    }
+
+    /// Takes a reading of `rate` cost units/s over `dt` seconds resting on `arrivals`
+    /// requests (when known), smoothing steady demand over `smoothing_s` seconds; returns the
+    /// estimate.
+    pub fn update_with(
+        &mut self,
+        rate: f64,
+        dt: f64,
+        arrivals: Option<u64>,
+        smoothing_s: f64,
+    ) -> f64 {
         let rate = if rate.is_finite() { rate.max(0.0) } else { 0.0 };
         let dt = if dt.is_finite() { dt.max(0.0) } else { 0.0 };
         self.shifted = false;
+        // Cost per arrival of this reading, when it has both.
+        let per = arrivals
+            .filter(|&k| k > 0 && rate > 0.0 && dt > 0.0)
+            .map(|k| rate * dt / k as f64);
+        self.smoothing = smoothing_s;
         let Some(est) = self.est else {
             self.est = Some(rate);
+            self.per_arrival = per;
             return rate;
         };
         // Readings of a run are compared with the estimate from before it: the first ones were
@@ -155,18 +225,40 @@ impl DemandEstimate {
         } else {
             0
         };
+        // Whether `k` arrivals in `secs` cannot be the reference's (see SIGNIFICANT_GAP).
+        let cpa = self.per_arrival.or(per).filter(|&c| c > 0.0);
+        let beyond_noise = |k: u64, secs: f64| match cpa {
+            Some(cpa) => {
+                let k = k as f64;
+                let expected = reference * secs / cpa;
+                k.max(expected) >= SIGNIFICANT_COUNT
+                    && (k.sqrt() - expected.sqrt()).abs() >= SIGNIFICANT_GAP
+            }
+            None => false,
+        };
+        let significant = side != 0 && arrivals.is_some_and(|k| beyond_noise(k, dt));
+        let alpha = if dt > 0.0 && smoothing_s > 0.0 {
+            1.0 - (-dt / smoothing_s).exp()
+        } else {
+            0.0
+        };
+        if let Some(per) = per {
+            self.per_arrival = Some(self.per_arrival.map_or(per, |p| p + alpha * (per - p)));
+        }
         if side == 0 || side != self.side {
             self.side = side;
             self.anchor = reference;
             self.run_units = 0.0;
             self.run_secs = 0.0;
             self.run_len = 0;
+            self.run_arrivals = 0;
             self.run_empty = false;
         }
         if side != 0 {
             self.run_units += rate * dt;
             self.run_secs += dt;
             self.run_len += 1;
+            self.run_arrivals += arrivals.unwrap_or(0);
             self.run_empty |= rate == 0.0;
         }
         let window = if self.run_empty {
@@ -174,22 +266,30 @@ impl DemandEstimate {
         } else {
             SHIFT_WINDOW
         };
-        let shifted =
-            side != 0 && self.run_secs >= window && (self.run_len >= 2 || off.abs() >= 2.0 * SHIFT);
-        let next = if shifted {
+        let timed = if arrivals.is_some() {
+            // Counted: the run as a whole is beyond noise (a quiet instance's runs of empty
+            // readings are not a drop to nothing until they could not be chance).
+            side != 0 && self.run_len >= 2 && beyond_noise(self.run_arrivals, self.run_secs)
+        } else {
+            side != 0 && self.run_secs >= window && (self.run_len >= 2 || off.abs() >= 2.0 * SHIFT)
+        };
+        let next = if significant {
+            // Too many arrivals off to be noise: the reading stands, now.
+            self.side = 0;
+            self.shifted = true;
+            rate
+        } else if timed {
             self.side = 0;
             self.shifted = true;
             // The newest half second: a reading that long alone, else the run's average (its
             // first reading may straddle the shift, so it is left out when it can be).
-            if dt >= window {
+            if dt >= window && arrivals.is_none() {
                 rate
             } else {
                 self.run_units / self.run_secs
             }
-        } else if dt > 0.0 && smoothing_s > 0.0 {
-            est + (1.0 - (-dt / smoothing_s).exp()) * (rate - est)
         } else {
-            est
+            est + alpha * (rate - est)
         };
         self.est = Some(next);
         next
@@ -266,6 +366,18 @@ impl QuotaBook {
             Some(b) => b.offered.load(Ordering::Relaxed) as f64 / 1e6,
             None => 0.0,
         }
+    }
+
+    /// Requests offered to the shared bucket `index` since the book was built, admitted or
+    /// refused (0 for an index that is not a shared bucket). Monotonic.
+    pub fn arrivals(&self, index: usize) -> u64 {
+        self.shared(index)
+            .map_or(0, |b| b.arrivals.load(Ordering::Relaxed))
+    }
+
+    /// The instant the book counts from: its counts of offered cost and arrivals start here.
+    pub fn origin(&self) -> std::time::Instant {
+        self.origin
     }
 
     /// Re-rates the shared bucket `index` to `per_sec` cost units per second (this instance's

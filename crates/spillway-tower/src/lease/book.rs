@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use spillway_core::quota::{DemandEstimate, QuotaBook};
+use spillway_core::quota::{DemandEstimate, QuotaBook, DEMAND_SMOOTHING};
 
 use super::{demand_key, LeaseMode};
 
@@ -17,17 +17,29 @@ pub struct Report {
     pub key: String,
     /// Global quota, cost units/s.
     pub global: f64,
-    /// This instance's demand, cost units/s.
+    /// This instance's demand, cost units/s; negative: this instance leaves the bucket (idle,
+    /// see [`LeaseBook::demands`]).
     pub demand: f64,
+    /// What this instance asks for itself, at least `demand`: the demand's upper bound for
+    /// the noise of its arrivals ([`DemandEstimate::upper`]).
+    pub ask: f64,
 }
+
+/// A bucket with no arrival for this long is idle: it is reported once more, as leaving, and
+/// then not at all until a request arrives (a store call then costs what the busy buckets do,
+/// not every configured customer × criticality).
+pub const IDLE_AFTER: Duration = Duration::from_secs(2);
 
 /// The client's memory of demand and leases, and the fallback arithmetic (no I/O: unit-tested).
 #[derive(Debug)]
 pub struct LeaseBook {
     /// Which book the counts below belong to (a reload may build a new controller).
     pub(super) book: usize,
-    /// Per bucket: offered total at the last reading.
-    pub(super) offered: HashMap<usize, f64>,
+    /// Per bucket: offered total and arrivals at the last reading.
+    pub(super) offered: HashMap<usize, (f64, u64)>,
+    /// Per bucket: when a request last arrived (as of a reading), and whether the store has
+    /// been told the bucket is idle here.
+    pub(super) seen: HashMap<usize, (Instant, bool)>,
     /// Per bucket: the demand estimate, cost units/s.
     pub(super) demand: HashMap<usize, DemandEstimate>,
     /// Per bucket: the last leased share.
@@ -48,21 +60,32 @@ impl Default for LeaseBook {
         LeaseBook {
             book: 0,
             offered: HashMap::new(),
+            seen: HashMap::new(),
             demand: HashMap::new(),
             share: HashMap::new(),
             read_at: None,
             last: None,
             members: 0,
             mode: LeaseMode::Static,
-            recovering: false,
+            // The first lease may lower the static split but not raise it: the store may not
+            // count the others yet (a fleet starting together), as after an outage.
+            recovering: true,
             shifted: false,
         }
     }
 }
 
 impl LeaseBook {
-    /// Reads each shared bucket's demand from `book` at `now`, for the store.
-    pub fn demands(&mut self, book: &QuotaBook, now: Instant) -> Vec<Report> {
+    /// Reads each shared bucket's demand from `book` at `now`, for the store, with leases every
+    /// `interval`.
+    ///
+    /// The first reading runs from the book's origin; one shorter than a quarter of an
+    /// interval (the call a lease task makes as it starts) tells nothing, so it is not taken
+    /// (the next reading runs from the same point) and a bucket with arrivals reports the rate
+    /// it enforces instead. A bucket idle for [`IDLE_AFTER`] is reported once as leaving (a
+    /// negative demand: the script drops this instance from it) and then left out; it keeps
+    /// its last share until a request arrives and the next reading reports it again.
+    pub fn demands(&mut self, book: &QuotaBook, now: Instant, interval: Duration) -> Vec<Report> {
         let id = book as *const QuotaBook as usize;
         if id != self.book {
             // A new book (controller rebuilt on reload): its counts start again at 0.
@@ -75,30 +98,58 @@ impl LeaseBook {
             };
         }
         self.shifted = false;
-        let dt = self
-            .read_at
-            .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
-        self.read_at = Some(now);
-        book.shared_buckets()
-            .into_iter()
-            .map(|b| {
-                let total = book.offered(b.index);
-                let prev = self.offered.insert(b.index, total);
-                let d = self.demand.entry(b.index).or_default();
-                if let (Some(prev), true) = (prev, dt > 0.0) {
-                    // Smoothed while steady, followed when it shifts; the first reading
-                    // stands as it is (spillway_core::quota::DemandEstimate says why).
-                    d.update((total - prev).max(0.0) / dt, dt);
-                    self.shifted |= d.shifted();
+        let since = self.read_at.unwrap_or_else(|| book.origin());
+        let span = now.saturating_duration_since(since);
+        let reading = span >= interval / 4;
+        let dt = span.as_secs_f64();
+        if reading {
+            self.read_at = Some(now);
+        }
+        let mut out = Vec::new();
+        for b in book.shared_buckets() {
+            let total = book.offered(b.index);
+            let count = book.arrivals(b.index);
+            let (prev_total, prev_count) = self.offered.get(&b.index).copied().unwrap_or_default();
+            let d = self.demand.entry(b.index).or_default();
+            let arrived = count > prev_count;
+            if reading {
+                self.offered.insert(b.index, (total, count));
+                // Smoothed while steady, followed when it shifts; the first reading stands
+                // as it is (spillway_core::quota::DemandEstimate says why).
+                d.update_with(
+                    (total - prev_total).max(0.0) / dt,
+                    dt,
+                    Some(count - prev_count),
+                    DEMAND_SMOOTHING.as_secs_f64(),
+                );
+                self.shifted |= d.shifted();
+            }
+            let seen = self.seen.entry(b.index).or_insert((book.origin(), false));
+            if arrived {
+                *seen = (now, false);
+            }
+            let (demand, ask) = if count == 0 || (seen.1 && !arrived) {
+                // Never used (it keeps the static split until a request arrives), or idle and
+                // the store told so: nothing to send.
+                continue;
+            } else if arrived || now.saturating_duration_since(seen.0) < IDLE_AFTER {
+                match d.value() {
+                    Some(v) => (v, d.upper()),
+                    None => (b.rate, b.rate),
                 }
-                Report {
-                    index: b.index,
-                    key: demand_key(b.customer, b.criticality),
-                    global: b.global,
-                    demand: d.get(),
-                }
-            })
-            .collect()
+            } else {
+                seen.1 = true;
+                (-1.0, -1.0)
+            };
+            out.push(Report {
+                index: b.index,
+                key: demand_key(b.customer, b.criticality),
+                global: b.global,
+                demand,
+                ask,
+            });
+        }
+        out
     }
 
     /// A lease arrived: apply the shares. The first one after a failure may come from a store
@@ -135,6 +186,10 @@ impl LeaseBook {
     /// the static split over two more.
     pub fn fail(&mut self, book: &QuotaBook, lease_interval: Duration, now: Instant) {
         self.recovering = true;
+        // The store may not have heard that a bucket went idle here: say it again.
+        for seen in self.seen.values_mut() {
+            seen.1 = false;
+        }
         let hold = lease_interval * 2;
         let Some(last) = self.last else {
             self.mode = LeaseMode::Static;

@@ -78,7 +78,12 @@ impl Client {
             .arg(ttl.as_millis() as u64)
             .arg(reuse.as_millis() as u64);
         for r in reports {
-            inv.key(&r.key).arg(r.global).arg(r.demand);
+            inv.key(&r.key).arg(r.global);
+            if r.ask > r.demand {
+                inv.arg(format!("{}:{}", r.demand, r.ask));
+            } else {
+                inv.arg(r.demand);
+            }
         }
         let reply: Vec<String> = tokio::time::timeout(budget, inv.invoke_async(&mut self.conn))
             .await

@@ -12,7 +12,10 @@
 //! 1. reads each shared bucket's demand — the cost offered to it per second, admitted or
 //!    refused, smoothed while steady and followed when it shifts ([`QuotaBook::offered`],
 //!    [`DemandEstimate`]);
-//! 2. sends it in one `EVALSHA` of `share.lua`, which renews this instance's membership (a TTL
+//! 2. sends the buckets with traffic (an idle one once more, as leaving it; [`IDLE_AFTER`]),
+//!    each with its demand and the upper bound of it this instance asks for itself
+//!    ([`DemandEstimate::upper`]),
+//!    in one `EVALSHA` of `share.lua`, which renews this instance's membership (a TTL
 //!    of two lease intervals, so an instance that stops renewing drops out within two
 //!    intervals and its share returns to the others), stores the demand, and computes this
 //!    instance's share max-min fair over the live instances' demands, atomically;
@@ -53,7 +56,7 @@ mod client;
 #[cfg(test)]
 mod tests;
 
-pub use book::{LeaseBook, Report};
+pub use book::{LeaseBook, Report, IDLE_AFTER};
 pub use client::{check_store_url, parse_reply, redacted, Client};
 
 /// Counter: lease round trips that failed (unreachable, timed out, refused).
@@ -273,7 +276,7 @@ impl Leaser {
     /// went. Never fails: a store that does not answer is a mode of the status.
     pub async fn step(&mut self, book: &QuotaBook, store: &FleetStore) -> LeaseStatus {
         let now = Instant::now();
-        let reports = self.lease.demands(book, now);
+        let reports = self.lease.demands(book, now, store.lease_interval);
         let budget = store.lease_interval / 2;
         let same = |k: &FleetStore| k.url == store.url && k.password_file == store.password_file;
         if !matches!(&self.client, Some((k, _)) if same(k)) {

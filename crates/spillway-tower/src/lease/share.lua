@@ -5,7 +5,18 @@
 -- ARGV[1]     this instance's id
 -- ARGV[2]     membership TTL, ms (two lease intervals)
 -- ARGV[3]     how long a kept water level may be reused, ms (0: computed afresh, and kept)
--- ARGV[2+2k], ARGV[3+2k]   global quota and this instance's demand for KEYS[1+k]
+-- ARGV[2+2k], ARGV[3+2k]   global quota and this instance's demand for KEYS[1+k], as
+--             'DEMAND' or 'DEMAND:ASK'; a negative demand: this instance leaves the bucket (idle
+--             here), and gets the share of a demand of 0. ASK (at least the demand) is what the
+--             instance asks for itself: its demand's upper bound, for the noise of a few arrivals
+--             per interval (spillway_core::quota::DemandEstimate::upper). The level is computed
+--             over the demands; this instance's share is the ask up to the level (over the
+--             quota), or the demand plus the spare or the ask, whichever is more (within it).
+--
+-- A client sends only the buckets it has traffic for (and each idle one once, as leaving), so
+-- a call costs what its busy buckets cost; a bucket nobody sends expires with its hash after
+-- four intervals, and one an instance stopped sending no longer counts it. An idle instance
+-- keeps the share it got when it left until its traffic returns, at most an interval later.
 --
 -- Returns {live members, share for KEYS[2], share for KEYS[3], ...} as strings (a Lua number
 -- would be truncated to an integer reply).
@@ -41,8 +52,15 @@ local live = nil
 local out = { tostring(n) }
 for k = 2, #KEYS do
   local global = tonumber(ARGV[2 * k])
-  local mine = tonumber(ARGV[2 * k + 1])
-  redis.call('HSET', KEYS[k], id, ARGV[2 * k + 1])
+  local d, a = string.match(ARGV[2 * k + 1], '^([^:]+):(.+)$')
+  local mine = tonumber(d or ARGV[2 * k + 1]) or 0
+  local ask = tonumber(a) or mine
+  if mine < 0 then
+    mine, ask = 0, 0
+    redis.call('HDEL', KEYS[k], id)
+  else
+    redis.call('HSET', KEYS[k], id, d or ARGV[2 * k + 1])
+  end
   local floor, level, spare
   if reuse > 0 then
     local cached = redis.call('HGET', KEYS[k], LEVEL)
@@ -74,6 +92,11 @@ for k = 2, #KEYS do
         redis.call('HDEL', KEYS[k], all[i])
       end
     end
+    if #demands == 0 then
+      -- Every instance left the bucket (this call too): as if this one alone wanted nothing.
+      demands[1] = floor
+      total = floor
+    end
     level, spare = -1, 0
     if total <= global then
       spare = (global - total) / #demands
@@ -93,11 +116,12 @@ for k = 2, #KEYS do
       string.format('%d %.17g %.17g %.17g', now, floor, level, spare))
   end
   mine = math.max(mine, floor)
+  ask = math.max(ask, mine)
   local share
   if level < 0 then
-    share = mine + spare
+    share = math.max(mine + spare, math.min(ask, global))
   else
-    share = math.min(mine, level)
+    share = math.min(ask, level)
   end
   out[#out + 1] = tostring(share)
 end

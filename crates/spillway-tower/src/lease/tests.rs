@@ -23,35 +23,72 @@ fn rate(book: &QuotaBook) -> f64 {
     book.shared_buckets()[0].rate
 }
 
+const IV: Duration = Duration::from_millis(500);
+
+fn charge(book: &QuotaBook, t0: Instant, n: usize) {
+    for _ in 0..n {
+        let _ = book.try_charge(t0, "acme", Criticality::Critical, 1.0, true);
+    }
+}
+
 #[test]
 fn demand_is_the_offered_rate_smoothed() {
     let (book, _, t0) = book(3);
     let mut lease = LeaseBook::default();
-    let r = lease.demands(&book, t0);
+    // A bucket nothing was offered to is not sent (it keeps the static split).
+    assert!(lease.demands(&book, t0, IV).is_empty());
+    // 60 cost units/s for 10 s of half-second readings: the average reaches it, and the ask
+    // is two standard deviations of its Poisson noise above (√(60 / 2) each).
+    let mut r = Vec::new();
+    for i in 1..=20u64 {
+        charge(&book, t0, 30);
+        r = lease.demands(&book, t0 + Duration::from_millis(500 * i), IV);
+    }
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].key, "{spillway}:quota:demand:CRITICAL:c:acme");
-    assert_eq!((r[0].global, r[0].demand), (90.0, 0.0));
-    // 60 cost units/s for 10 s of half-second readings: the average reaches it.
-    let mut d = 0.0;
-    for i in 1..=20u64 {
-        for _ in 0..30 {
-            let _ = book.try_charge(t0, "acme", Criticality::Critical, 1.0, true);
-        }
-        d = lease.demands(&book, t0 + Duration::from_millis(500 * i))[0].demand;
-    }
-    assert!((d - 60.0).abs() < 0.1, "{d}");
+    assert_eq!(r[0].global, 90.0);
+    assert!((r[0].demand - 60.0).abs() < 0.1, "{r:?}");
+    let sd = (60.0f64 / 2.0).sqrt();
+    assert!((r[0].ask - (r[0].demand + 2.0 * sd)).abs() < 0.1, "{r:?}");
 }
 
 #[test]
 fn the_first_demand_reading_stands_as_it_is() {
     let (fresh, _, t0) = book(3);
     let mut lease = LeaseBook::default();
-    lease.demands(&fresh, t0);
-    for _ in 0..30 {
-        let _ = fresh.try_charge(t0, "acme", Criticality::Critical, 1.0, true);
-    }
-    let d = lease.demands(&fresh, t0 + Duration::from_millis(500))[0].demand;
+    // The call a lease task makes as it starts reads nothing (too short): a bucket with
+    // arrivals reports the rate it enforces, and the reading goes on from the origin.
+    charge(&fresh, t0, 3);
+    let r = lease.demands(&fresh, t0 + Duration::from_millis(10), IV);
+    assert_eq!((r[0].demand, r[0].ask), (30.0, 30.0), "{r:?}");
+    charge(&fresh, t0, 27);
+    let d = lease.demands(&fresh, t0 + IV, IV)[0].demand;
     assert!((d - 60.0).abs() < 1e-9, "{d}");
+}
+
+#[test]
+fn an_idle_bucket_is_sent_once_as_leaving_then_left_out() {
+    let (book, cfg, t0) = book(3);
+    let mut lease = LeaseBook::default();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    charge(&book, t0, 20);
+    assert_eq!(lease.demands(&book, at(500), IV).len(), 1);
+    // No arrival since: still sent until IDLE_AFTER (2 s) has passed ...
+    assert_eq!(lease.demands(&book, at(1000), IV).len(), 1);
+    assert_eq!(lease.demands(&book, at(2000), IV).len(), 1);
+    // ... then once as leaving (a negative demand), then not at all.
+    let r = lease.demands(&book, at(2500), IV);
+    assert_eq!((r.len(), r[0].demand), (1, -1.0), "{r:?}");
+    assert!(lease.demands(&book, at(3000), IV).is_empty());
+    // A failed call may have lost the leave: it is sent again.
+    lease.fail(&book, cfg.lease_interval, at(3000));
+    let r = lease.demands(&book, at(3500), IV);
+    assert_eq!((r.len(), r[0].demand), (1, -1.0), "{r:?}");
+    assert!(lease.demands(&book, at(4000), IV).is_empty());
+    // A request arrives: the bucket is reported again at the next reading.
+    charge(&book, t0, 1);
+    let r = lease.demands(&book, at(4500), IV);
+    assert!(r.len() == 1 && r[0].demand > 0.0, "{r:?}");
 }
 
 #[test]
@@ -62,7 +99,9 @@ fn a_lease_rerates_and_a_failing_store_falls_back_to_the_static_split() {
     // Failures before any lease: the static split.
     lease.fail(&book, cfg.lease_interval, t0);
     assert_eq!(lease.mode, LeaseMode::Static);
-    let reports = lease.demands(&book, t0);
+    charge(&book, t0, 1);
+    let reports = lease.demands(&book, t0, IV);
+    assert_eq!(reports.len(), 1);
     // The first lease after a failure may lower the rate, not raise it (the store may have
     // restarted empty and count only the first instances back); the next one applies.
     lease.granted(&book, &reports, 2, &[70.0], t0);
