@@ -16,8 +16,9 @@
 //! once the head is answered, the body is streamed, not buffered, so a slow reader holds what
 //! its connection holds — the body's next chunk and the connection's buffers — not the whole
 //! response, and a client that takes nothing is cut at `listen.send_timeout_ms`
-//! (`listener::head::watch`; test `a_response_the_client_takes_nothing_of_is_cut_at_the_send_timeout`).
-//! Those are bounded by `listen.max_connections`, as idle connections are. Counting the body
+//! (`listener::head::watch`; its test
+//! `a_response_the_client_takes_nothing_of_is_cut_at_the_send_timeout`). Those are bounded by
+//! `listen.max_connections`, as idle connections are. Counting the body
 //! too would make slow readers, which the client controls, use up the budget that protects
 //! against a stalled upstream, and refuse other clients' new requests 503 while they read.
 //! Not measured: over HTTP/2 each stream may have data queued in hyper's send buffer up to its
