@@ -16,13 +16,19 @@ sit idle while a request waits have been let go of):
   - if BUDGET is set (the proxy's `listen.max_requests_in_progress`; the first two steps must
     fit in it), OVER more: each must be answered 503 at once; their RSS growth, and after they
     are closed.
+With H2=1 the held requests are HTTP/2 streams (h2c, prior knowledge), STREAMS per
+connection (default 100; 1 compares a connection each with HTTP/1.1): what an h2 stream held
+in a stall costs (issue 29: the buffers of a request that waits). The refusals past the budget
+stay HTTP/1.1.
 Everything on 127.0.0.1, bounded, the proxy stopped on exit.
 
   bench/stall-memory.py BIN [LABEL]    # env: WARM (200), HELD (800), OVER (1000), BUDGET
-                                       # (unset: the key is not written), SETTLE (2)
+                                       # (unset: the key is not written), SETTLE (2),
+                                       # H2 (unset: HTTP/1.1), STREAMS (100)
 """
 import os
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -37,6 +43,45 @@ OVER = int(os.environ.get("OVER", "1000"))
 BUDGET = os.environ.get("BUDGET")
 SETTLE = float(os.environ.get("SETTLE", "2"))
 REQ = b"GET /x HTTP/1.1\r\nHost: stall\r\n\r\n"
+H2 = bool(os.environ.get("H2"))
+STREAMS = int(os.environ.get("STREAMS", "100"))
+
+
+def h2_frame(kind, flags, stream, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+# GET http://stall/x: :method GET and :scheme http from the static table, :path and
+# :authority as literals without indexing (their names indexed), no Huffman coding.
+H2_HEADERS = b"\x82\x86\x04\x02/x\x01\x05stall"
+
+
+def h2_open(port, streams):
+    """A prior-knowledge h2c connection with `streams` GETs sent and left waiting; the
+    server's SETTINGS acknowledged (so the connection is a healthy one)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0)
+    for i in range(streams):
+        # END_STREAM | END_HEADERS
+        out += h2_frame(1, 0x5, 2 * i + 1, H2_HEADERS)
+    s.sendall(out)
+    buf = b""
+    while True:
+        while len(buf) < 9:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise SystemExit("the proxy closed an h2 connection")
+            buf += chunk
+        n = int.from_bytes(buf[:3], "big")
+        while len(buf) < 9 + n:
+            buf += s.recv(65536)
+        kind, flags = buf[3], buf[4]
+        buf = buf[9 + n:]
+        if kind == 4 and not flags & 1:
+            s.sendall(h2_frame(4, 1, 0))
+            return s
+        if kind in (1, 3, 7):  # an answer, RST_STREAM or GOAWAY: not a stall
+            raise SystemExit(f"the proxy answered an h2 stream (frame type {kind})")
 
 
 def free_port():
@@ -103,7 +148,13 @@ def main():
                     if line.startswith("VmRSS:"):
                         return int(line.split()[1])
 
-        def send(n):
+        def send(n, h2=H2):
+            if h2:
+                out = []
+                while n > 0:
+                    out.append(h2_open(data, min(n, STREAMS)))
+                    n -= STREAMS
+                return out
             out = []
             for _ in range(n):
                 s = socket.create_connection(("127.0.0.1", data), timeout=10)
@@ -117,20 +168,27 @@ def main():
                 time.sleep(0.05)
             if len(held_up) < total:
                 raise SystemExit(f"only {len(held_up)} of {total} requests reached the upstream")
+            # Over HTTP/2 the first requests also open h2c probes (the proxy asks the upstream
+            # for h2c and falls back to HTTP/1.1 after 1 s of silence): wait until no more come.
+            seen = -1
+            while seen != len(held_up) and time.time() < deadline:
+                seen = len(held_up)
+                time.sleep(1.2 if H2 else 0)
             time.sleep(SETTLE)
 
         rows = [("idle", rss(), 0)]
         socks += send(WARM)
         reach(WARM)
         rows.append((f"{WARM} held (warm-up)", rss(), len(held_up)))
+        base = len(held_up)
         socks += send(HELD)
-        reach(WARM + HELD)
+        reach(base + HELD)
         rows.append((f"{HELD} more held", rss(), len(held_up)))
         per_held = (rows[-1][1] - rows[-2][1]) / HELD
         per_over = None
         if BUDGET:
             started = time.time()
-            over = send(OVER)
+            over = send(OVER, h2=False)
             codes = {}
             for s in over:
                 head = b""
@@ -153,7 +211,8 @@ def main():
                 s.close()
             time.sleep(SETTLE)
             rows.append(("  those closed", rss(), len(held_up)))
-        print(f"{LABEL}: proxy VmRSS kB / requests at the upstream")
+        kind = f"h2, {STREAMS} streams a connection" if H2 else "HTTP/1.1"
+        print(f"{LABEL} ({kind}): proxy VmRSS kB / requests at the upstream")
         for name, r, n in rows:
             print(f"  {name:<78} {r:>8} {n:>6}")
         print(f"  per held request: {per_held:.2f} kB")

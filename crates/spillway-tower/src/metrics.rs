@@ -11,8 +11,8 @@
 //! (see the `handles` module): after a label set's first request, recording is a hash lookup of the
 //! customer and operation strings and an atomic update — no label `Vec`, no `Key` built, no
 //! registry lookup (the facade builds both on every `counter!(name, labels)` call, which cost
-//! one allocation and a registry probe per call). Rare events (throttled, retried, gauges) use
-//! the facade directly. Label values are `&'static str` (criticality, reason) or
+//! one allocation and a registry probe per call). The client side's throttled and retried
+//! counters are cached per thread alike (`client`); gauges use the facade directly. Label values are `&'static str` (criticality, reason) or
 //! `SharedString`s built from `Arc<str>` (customer, operation, destination) — a reference-count
 //! bump, never a string copy. Names are in [`crate::wire::metric`].
 //!
@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use metrics::{Label, SharedString};
 
+mod client;
 mod handles;
 pub mod labels;
 pub mod series;
@@ -101,31 +102,12 @@ pub fn gauges(in_flight: usize, limit: usize, utilisation: f64) {
 
 /// A client call to `destination` was refused locally by the adaptive throttle.
 pub fn throttled(l: &RequestLabels, destination: SharedString) {
-    // Per call (these are not cached per thread): a lookup in the family's kept label sets.
-    let (l, folded) = handles::counter_labels(m::THROTTLED, l, &[&destination]);
-    if folded {
-        handles::overflow_counter(m::THROTTLED).increment(1);
-    }
-    let [a, b, c] = l.labels();
-    metrics::counter!(
-        m::THROTTLED,
-        vec![a, b, c, Label::new(m::L_DESTINATION, destination)]
-    )
-    .increment(1);
+    client::count(m::THROTTLED, l, None, destination);
 }
 
 /// A client retry to `destination` was sent; `reason` is what failed (e.g. `overloaded`).
 pub fn retried(l: &RequestLabels, destination: SharedString, reason: &'static str) {
-    let (l, folded) = handles::counter_labels(m::RETRIED, l, &[reason, &destination]);
-    if folded {
-        handles::overflow_counter(m::RETRIED).increment(1);
-    }
-    let [a, b, c, d] = l.labels_with_reason(reason);
-    metrics::counter!(
-        m::RETRIED,
-        vec![a, b, c, d, Label::new(m::L_DESTINATION, destination)]
-    )
-    .increment(1);
+    client::count(m::RETRIED, l, Some(reason), destination);
 }
 
 /// The adaptive throttle's current refusal probability for `destination`.

@@ -320,6 +320,23 @@ pub struct Timeouts {
     pub idle_pressure: IdlePressure,
 }
 
+impl Timeouts {
+    /// How often [`watch`] checks a connection: a quarter of the shortest limit, so closing
+    /// happens between 1 and 1.25 limits after the last progress (the pressure-scaled idle
+    /// timeout included: under pressure a burst's idle connections go within 1.25 of its
+    /// minimum).
+    pub fn period(&self) -> Duration {
+        let shortest = self
+            .header
+            .min(self.idle)
+            .min(self.idle_pressure.min)
+            .min(self.send)
+            .min(self.body)
+            .min(self.upstream_body);
+        (shortest / 4).max(Duration::from_millis(1))
+    }
+}
+
 /// Runs `conn` (a client connection's future) until it ends or one of `limits` closes it, as
 /// the module describes: by dropping it (which closes the socket), or for an HTTP/2 connection
 /// between requests by asking it to close gracefully. `slots` is the connection cap: with no
@@ -346,17 +363,7 @@ pub async fn watch_counting<F: Future>(
     cut: impl Fn(u64),
     overloaded: impl Fn(Instant) -> bool,
 ) -> Ended<F::Output> {
-    // A quarter: closing happens between 1 and 1.25 limits after the last progress (the
-    // pressure-scaled idle timeout included: under pressure a burst's idle connections go
-    // within 1.25 of its minimum).
-    let shortest = limits
-        .header
-        .min(limits.idle)
-        .min(limits.idle_pressure.min)
-        .min(limits.send)
-        .min(limits.body)
-        .min(limits.upstream_body);
-    let period = (shortest / 4).max(Duration::from_millis(1));
+    let period = limits.period();
     let mut quiet_from = Instant::now();
     let mut seen = progress.snapshot();
     // Writes and body polls seen at the last check, and since when something the client has

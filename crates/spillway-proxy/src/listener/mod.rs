@@ -26,6 +26,7 @@
 
 pub mod head;
 pub mod http1;
+mod nudge;
 pub mod pressure;
 
 use std::future::Future;
@@ -163,7 +164,7 @@ pub async fn serve_capped(
                                     ..
                                 } = fast;
                                 let watched = Arc::clone(&progress);
-                                let svc = service(state, peer, progress);
+                                let svc = service(state, peer, progress, limits.period());
                                 let io = TokioIo::new(io);
                                 let conn = builder.serve_connection_with_upgrades(io, svc);
                                 let shut = |c: std::pin::Pin<&mut _>| {
@@ -199,7 +200,12 @@ pub async fn serve_capped(
                         let ended = match timed.await {
                             Ok(Ok(tls)) => {
                                 let io = head::Watched::new(tls, Arc::clone(&progress));
-                                let svc = service(Arc::clone(&state), peer, Arc::clone(&progress));
+                                let svc = service(
+                                    Arc::clone(&state),
+                                    peer,
+                                    Arc::clone(&progress),
+                                    limits.period(),
+                                );
                                 let conn =
                                     builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
                                 let shut = |c: std::pin::Pin<&mut _>| {
@@ -267,6 +273,7 @@ fn service(
     state: Arc<ProxyState>,
     peer: crate::forward::Peer,
     progress: Arc<head::Progress>,
+    period: Duration,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = hyper::Response<head::ReportingResponseBody>,
@@ -274,7 +281,8 @@ fn service(
     Future: Send + 'static,
 > {
     service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let busy = progress.begin(req.version());
+        let version = req.version();
+        let busy = progress.begin(version);
         let (req, upgrade) = crate::forward::upgrade_of(req);
         // The bodies report to the connection's send and body read timeouts, except gRPC
         // streams' (`head::ReportingResponseBody::new` says why).
@@ -287,6 +295,10 @@ fn service(
         let (parts, body) = req.into_parts();
         let peer = Some(peer.for_request(busy));
         let answer = crate::forward::handle(state.current(), peer, parts, body, upgrade);
+        // An HTTP/2 stream's request runs in a task of its own, which the connection's timer
+        // does not wake ([`nudge`]); hyper's HTTP/1.1 requests run in the connection's task.
+        let every = (version == hyper::Version::HTTP_2).then_some(period);
+        let answer = nudge::Nudged::new(answer, every);
         async move {
             let res = answer.await;
             res.map(|r| r.map(|b| head::ReportingResponseBody::new(b, progress)))

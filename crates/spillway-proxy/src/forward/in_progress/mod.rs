@@ -11,6 +11,20 @@
 //! Past the budget a request is answered **503** at once, before classification, so a refusal
 //! costs no more than its head: it is not buffered, queued or sent.
 //!
+//! Why it ends at the answer's head, and a response body the client reads slowly is not
+//! counted: what the budget bounds is work the proxy piles up while the *upstream* is slow;
+//! once the head is answered, the body is streamed, not buffered, so a slow reader holds what
+//! its connection holds — the body's next chunk and the connection's buffers — not the whole
+//! response, and a client that takes nothing is cut at `listen.send_timeout_ms`
+//! (`listener::head::watch`; its test
+//! `a_response_the_client_takes_nothing_of_is_cut_at_the_send_timeout`). Those are bounded by
+//! `listen.max_connections`, as idle connections are. Counting the body
+//! too would make slow readers, which the client controls, use up the budget that protects
+//! against a stalled upstream, and refuse other clients' new requests 503 while they read.
+//! Not measured: over HTTP/2 each stream may have data queued in hyper's send buffer up to its
+//! flow-control window, so a connection of many slowly read streams can hold more than an
+//! HTTP/1.1 connection does.
+//!
 //! One shared atomic: a compare-and-swap when a request starts and a subtraction when it ends,
 //! the price of an exact bound across threads (the admission controller's in-flight count pays
 //! the same).

@@ -17,14 +17,14 @@
 //! not fit becomes `(other, operation, criticality)` if that one has a series (customers past
 //! the value cap give it one early, so their operation's totals stay whole), else `(other,
 //! other, criticality)`; a histogram's `(operation, criticality)` becomes `(other,
-//! criticality)`. The last fallbacks are never refused (at most 4 label sets per family, times
-//! the reasons for `shed` and the destinations — configured tasks — for throttled and
-//! retried), so nothing goes uncounted.
+//! criticality)`. The throttled and retried families fold their `destination` last
+//! (`super::client`), so their last fallback is `(other, other, criticality, [reason,] other)`.
+//! The last fallbacks are never refused (at most 4 label sets per family, times the reasons for
+//! `shed` and `retried`), so nothing goes uncounted.
 //!
 //! Cost: decided once per label set and thread, when its handles are registered
-//! (`super::handles`); a folded request pays one more atomic add (the overflow counter). The
-//! throttled and retried counters, recorded through the facade on each call, ask on each call
-//! (a lock and a hash, next to the facade's own label vector and registry probe).
+//! (`super::handles`, `super::client`); a folded request pays one more atomic add (the overflow
+//! counter).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
