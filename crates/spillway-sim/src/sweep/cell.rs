@@ -388,12 +388,7 @@ impl Sim<'_> {
         }
         let id = self.alloc();
         let now = self.now;
-        let outside = if self.overhead > 0 {
-            (exp(&mut self.overhead_rng, self.overhead as f64) as u64).min(self.timeout)
-        } else {
-            0
-        };
-        let deadline = now + self.timeout - outside;
+        let deadline = now + self.timeout - self.outside();
         let r = &mut self.reqs[id as usize];
         r.gen = r.gen.wrapping_add(1);
         r.phase = Phase::Queued;

@@ -42,6 +42,15 @@ impl Sim<'_> {
         }
     }
 
+    /// A new request's time outside the backend and the proxy's queue (`overhead`), at most
+    /// its whole timeout.
+    pub(super) fn outside(&mut self) -> u64 {
+        if self.overhead == 0 {
+            return 0;
+        }
+        (exp(&mut self.overhead_rng, self.overhead as f64) as u64).min(self.timeout)
+    }
+
     pub(super) fn draw_service(&mut self) -> u64 {
         let mean = self.spec.mean_ms;
         let rng = &mut self.service_rng;
