@@ -8,6 +8,16 @@
 
 use super::*;
 
+/// A model's optional duration: 0 stays 0 (`ms_to_nanos` makes it 1 ns, which would turn the
+/// timer, wake and overhead models on and change every cell of the sweep).
+pub(super) fn nanos_or_none(ms: f64) -> u64 {
+    if ms > 0.0 {
+        ms_to_nanos(ms)
+    } else {
+        0
+    }
+}
+
 impl Sim<'_> {
     /// The next open-loop arrival after `t`: Poisson at the offered rate, or at the rate
     /// scaled up while a burst is on and none while it is off (memoryless, so a draw that
