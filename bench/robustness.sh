@@ -20,8 +20,15 @@
 #   bench/robustness.sh                    # every cell (prints the expected time first)
 #   bench/robustness.sh w1-1ms-exp-t5-2x-c0.6 fast-upstream   # only these (names below)
 #   bench/robustness.sh --list             # the cells and their parameters
+#   WORK=/tmp/rc bench/robustness.sh CELL1 CELL2   # runs kept in WORK (default: a new temp dir)
+#   WORK=/tmp/rc bench/robustness.sh --report      # no runs: simulate (with $BIN) and report every cell
+#                                          # whose runs are in WORK (groups run one by one, e.g.
+#                                          # each under `flock /work/measure.lock`, one report)
 #   SKIP_BUILD=1 SKIP_INSTALL=1 bench/robustness.sh
 #   DURATION=12 REPEATS=3 OUT=bench/results bench/robustness.sh
+#   SIM_SEEDS="29 30" SIM_TICK_MS=1 SIM_OVERHEAD_MS=0.9 SIM_WAKE_MS=0 bench/robustness.sh --report
+#                                          # the simulation's other seeds (each cell's spread)
+#                                          # and its model of this backend and host (below)
 #   SPILLWAY_EXTRA=$'max_requests_per_task = 4096\n[upstream.throttle]\nk = 1000.0' \
 #     bench/robustness.sh CELL             # TOML added to the cells' proxy config after
 #                                          # [upstream]'s addresses (an experiment, not the default)
@@ -73,10 +80,19 @@ if [ "${1:-}" = --list ]; then
   exit 0
 fi
 
-# Which cells: the names given, or all of them (and the fast-upstream check).
+# Which cells: the names given, or all of them (and the fast-upstream check); with --report,
+# those already run in WORK, none run again.
 SELECTED=()
 FAST=
-if [ $# -eq 0 ]; then
+REPORT_ONLY=
+if [ "${1:-}" = --report ]; then
+  [ -n "${WORK:-}" ] && [ -d "$WORK" ] || { echo "--report needs WORK=<dir of earlier runs>" >&2; exit 2; }
+  REPORT_ONLY=1
+  while read -r n _; do
+    [ -n "$n" ] && [ -e "$WORK/$n.unprotected.json" ] && SELECTED+=("$n")
+  done <<<"$CELLS"
+  [ ${#SELECTED[@]} -gt 0 ] || [ -s "$WORK/fast.txt" ] || { echo "no runs in $WORK" >&2; exit 2; }
+elif [ $# -eq 0 ]; then
   while read -r n _; do [ -n "$n" ] && SELECTED+=("$n"); done <<<"$CELLS"
   FAST=1
 else
@@ -87,12 +103,12 @@ else
   done
 fi
 
-[ -n "${SKIP_BUILD:-}" ] || cargo build --release --quiet
-BIN=target/release/spillway
-WORK=$(mktemp -d /tmp/spillway-robustness.XXXXXX)
+[ -n "${SKIP_BUILD:-}${REPORT_ONLY}" ] || cargo build --release --quiet
+BIN=${BIN:-target/release/spillway}   # e.g. a copy, so a rebuild mid-run changes nothing
+if [ -n "${WORK:-}" ]; then mkdir -p "$WORK"; else WORK=$(mktemp -d /tmp/spillway-robustness.XXXXXX); fi
 mkdir -p "$OUT"
 
-if [ -z "${SKIP_INSTALL:-}" ] && { ! have haproxy || ! have nginx || ! have wrk; }; then
+if [ -z "${SKIP_INSTALL:-}${REPORT_ONLY}" ] && { ! have haproxy || ! have nginx || ! have wrk; }; then
   if [ "$(id -u)" = 0 ] && have apt-get; then
     { apt-get install -y --no-install-recommends haproxy nginx-light wrk \
       || { apt-get update && apt-get install -y --no-install-recommends haproxy nginx-light wrk; } \
@@ -113,7 +129,8 @@ for n in "${SELECTED[@]}"; do
   est=$(awk -v e="$est" -v d="$DURATION" -v t="$t" 'BEGIN {print e + 3 * (d + t + 2.5)}')
 done
 [ -n "$FAST" ] && est=$(awk -v e="$est" -v r="$REPEATS" 'BEGIN {print e + r * 2 * 11}')
-echo "robustness: ${#SELECTED[@]} cells${FAST:+ + fast-upstream}, ${DURATION} s each run; expected ~$(awk -v e="$est" 'BEGIN {printf "%.0f", e / 60 + 0.5}') min (+ the simulation)"
+[ -z "$REPORT_ONLY" ] || est=0
+echo "robustness: ${#SELECTED[@]} cells${FAST:+ + fast-upstream}${REPORT_ONLY:+ already run}, ${DURATION} s each run; expected ~$(awk -v e="$est" 'BEGIN {printf "%.0f", e / 60 + 0.5}') min (+ the simulation)"
 echo "work files in $WORK"
 echo "host: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), busy now $(busy_1s) %"
 
@@ -246,6 +263,8 @@ run_cell() { # $1 = cell name, $2 = way (unprotected | spillway | haproxy)
   "$BIN" load "${args[@]}" --title "$way" --json "$WORK/$n.$way.json" >"$WORK/$n.$way.txt" 2>&1 \
     || echo "  $way: load failed (see $WORK/$n.$way.txt)"
   [ -n "$sampler" ] && stop "$sampler"
+  # What the backend served in all (with the run's length: its real capacity, when overloaded).
+  http_get "$BACKEND" /stats >"$WORK/$n.$way.backend.json" 2>/dev/null || true
   if [ "$way" = spillway ]; then http_get "$ADMIN" /status >"$WORK/$n.$way.status.json" 2>/dev/null || true; fi
   [ -n "$front" ] && stop "$front"
   stop "$BACKEND_PID"
@@ -253,7 +272,10 @@ run_cell() { # $1 = cell name, $2 = way (unprotected | spillway | haproxy)
 }
 
 for n in "${SELECTED[@]}"; do
+  [ -z "$REPORT_ONLY" ] || break
   echo "cell $n (load average $(cut -d' ' -f1 /proc/loadavg))"
+  # The host's state when the cell ran (a report over groups run at different times says it).
+  echo "$(date -u +%H:%M:%S) load average $(cut -d' ' -f1-3 /proc/loadavg), busy $(busy_1s) %" >"$WORK/$n.host.txt"
   for way in unprotected spillway haproxy; do run_cell "$n" "$way"; done
 done
 
@@ -265,6 +287,15 @@ if [ ${#SELECTED[@]} -gt 0 ]; then
     echo "seed = $SEED"
     echo "min_duration_s = $DURATION"
     echo "max_duration_s = $DURATION"
+    # The real backend and host, as the simulation's model sees them: `spillway backend`'s
+    # workers sleep on tokio's 1 ms timer, and each request spends time outside the backend
+    # (loopback hops, the generator's send lag, three processes sharing the cores) — the mean
+    # over this run's unprotected successes of latency − backend queue − service (the median
+    # over cells with at least 50 of them), unless SIM_OVERHEAD_MS says.
+    echo "[model]"
+    echo "backend_timer_tick_ms = ${SIM_TICK_MS:-1}"
+    echo "overhead_ms = ${SIM_OVERHEAD_MS:-$(python3 bench/robustness/overhead.py "$WORK" "${SELECTED[@]}")}"
+    echo "backend_wake_ms = ${SIM_WAKE_MS:-0}"
     for n in "${SELECTED[@]}"; do
       read -r _ w m d tx off crit arr b <<<"$(grep "^$n " <<<"$CELLS")"
       printf '[[matrix]]\nname = "%s"\nworkers = [%s]\nmean_ms = [%s]\ndistribution = ["%s"]\ntimeout_x = [%s]\noffered = [%s]\ncritical_share = [%s]\narrivals = ["%s"]\nbackend = ["%s"]\n' \
@@ -274,11 +305,19 @@ if [ ${#SELECTED[@]} -gt 0 ]; then
   echo "simulating the same cells ($WORK/sim.toml) ..."
   "$BIN" sim --sweep "$WORK/sim.toml" --json "$WORK/sim.json" >"$WORK/sim.txt" 2>&1 \
     || echo "simulation failed (see $WORK/sim.txt)"
+  # Other seeds of the same cells: how far one 12 s run of a cell strays by chance (the
+  # controller's trajectory, heavy-tailed service samples), which a single real run does too.
+  rm -f "$WORK"/sim.seed*.json
+  for s in ${SIM_SEEDS-29 30 31 32}; do
+    sed "s/^seed = .*/seed = $s/" "$WORK/sim.toml" >"$WORK/sim.seed$s.toml"
+    "$BIN" sim --sweep "$WORK/sim.seed$s.toml" --json "$WORK/sim.seed$s.json" >/dev/null 2>&1 \
+      || echo "simulation with seed $s failed"
+  done
 fi
 
 # Requirement 1's fast upstream: closed-loop clients through the zero-config proxy vs the same
 # proxy with the limit off (a fixed 1000), in front of nginx answering a static 200.
-if [ -n "$FAST" ]; then
+if [ -n "$FAST" ] && [ -z "$REPORT_ONLY" ]; then
   if have nginx; then
     mkdir -p "$WORK/nginx/logs"
     cat >"$WORK/nginx/nginx.conf" <<NGINX

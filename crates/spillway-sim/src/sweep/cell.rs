@@ -26,6 +26,8 @@
 
 mod admission;
 mod backend;
+#[cfg(test)]
+mod tests;
 mod tuned;
 
 use std::cmp::Reverse;
@@ -114,6 +116,20 @@ struct Sim<'a> {
     // Backend.
     busy: u32,
     fifo: VecDeque<(u32, u32, u64, u64)>,
+    /// The timer's tick, ns (0: exact service times), and what each worker owes: the idle
+    /// ones in the order they will take work, the busy ones by when they end (`backend`).
+    tick: u64,
+    /// The workers' mean wake delay, ns (`ModelConfig::backend_wake_ms`), and its draws.
+    wake: u64,
+    wake_rng: fastrand::Rng,
+    idle_owed: VecDeque<u64>,
+    busy_owed: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Mean time a request spends outside the backend and the proxy's queue
+    /// (`ModelConfig::overhead_ms`), drawn per request from an exponential (on a busy host
+    /// most requests lose little and a few lose several ms): the client's deadline comes
+    /// this much sooner for the backend and the proxy.
+    overhead: u64,
+    overhead_rng: fastrand::Rng,
     wait_sum: u64,
     drop_window: (u64, u64),
     // Open-loop arrivals.
@@ -212,6 +228,13 @@ pub fn run_mode(
         service_rng: fastrand::Rng::with_seed(seed ^ 0xa5a5),
         busy: 0,
         fifo: VecDeque::new(),
+        tick: backend::nanos_or_none(m.backend_timer_tick_ms),
+        wake: backend::nanos_or_none(m.backend_wake_ms),
+        wake_rng: fastrand::Rng::with_seed(seed ^ 0x3c3c),
+        idle_owed: (0..spec.workers).map(|_| 0).collect(),
+        busy_owed: BinaryHeap::new(),
+        overhead: backend::nanos_or_none(m.overhead_ms),
+        overhead_rng: fastrand::Rng::with_seed(seed ^ 0x0e0e),
         wait_sum: 0,
         drop_window: match spec.backend {
             BackendKind::CapacityDrop => (
@@ -365,7 +388,7 @@ impl Sim<'_> {
         }
         let id = self.alloc();
         let now = self.now;
-        let deadline = now + self.timeout;
+        let deadline = now + self.timeout - self.outside();
         let r = &mut self.reqs[id as usize];
         r.gen = r.gen.wrapping_add(1);
         r.phase = Phase::Queued;
@@ -392,7 +415,8 @@ impl Sim<'_> {
         };
         let mut req = AdmissionRequest::new("sweep", crit);
         if self.propagate_deadline {
-            req.deadline = Some(self.clock.at(deadline));
+            // The proxy is told the client's own deadline, overhead included.
+            req.deadline = Some(self.clock.at(now + self.timeout));
         }
         match proxy.admit_at(&req, self.clock.at(now)) {
             Admission::Admitted(p) => self.send_to_backend(id, Held::Permit(p)),

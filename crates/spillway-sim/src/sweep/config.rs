@@ -92,6 +92,25 @@ pub struct ModelConfig {
     /// Capacity drop: the backend's speed during it. Default 0.5.
     #[serde(default = "default_half")]
     pub drop_factor: f64,
+    /// The backend's timer tick, ms: a worker's service ends on the first tick at or after
+    /// it has slept its service time, less what it still owes from earlier overshoots (at most
+    /// 3 ms), as `spillway backend`'s sleeping workers do on tokio's 1 ms timer. 0 (the
+    /// default): service times are exact, an ideal service. `bench/robustness.sh` sets 1 to
+    /// simulate the real backend it runs: the mean holds, the times come in whole ticks.
+    #[serde(default)]
+    pub backend_timer_tick_ms: f64,
+    /// Mean of the delay, ms, with which a worker wakes after its sleep (exponential): the
+    /// scheduler's, on a host whose cores are shared. It is owed like the tick's overshoot, so
+    /// only what exceeds the 3 ms repayment (or a shorter next service) costs capacity. 0 (the
+    /// default): none. `bench/robustness.sh` sets what its overloaded backends served.
+    #[serde(default)]
+    pub backend_wake_ms: f64,
+    /// Time a request spends outside the backend and the proxy's queue, ms: the loopback hops
+    /// and the load generator, proxy and backend each taking their turn on a shared host. An
+    /// answer must leave the backend this long before the client's deadline to count. 0 (the
+    /// default): none. `bench/robustness.sh` sets what its unprotected runs measure.
+    #[serde(default)]
+    pub overhead_ms: f64,
 }
 
 impl Default for ModelConfig {
@@ -283,6 +302,27 @@ impl SweepConfig {
             "0 to 1 − drop_at",
         )?;
         num("model.drop_factor", m.drop_factor, 0.01, 1.0, "0.01 to 1")?;
+        num(
+            "model.backend_timer_tick_ms",
+            m.backend_timer_tick_ms,
+            0.0,
+            1e3,
+            "0 to 1000 ms",
+        )?;
+        num(
+            "model.overhead_ms",
+            m.overhead_ms,
+            0.0,
+            6e4,
+            "0 to 60000 ms",
+        )?;
+        num(
+            "model.backend_wake_ms",
+            m.backend_wake_ms,
+            0.0,
+            1e3,
+            "0 to 1000 ms",
+        )?;
         let t = &self.thresholds;
         num(
             "thresholds.do_no_harm_pp",

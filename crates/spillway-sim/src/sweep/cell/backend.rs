@@ -8,6 +8,16 @@
 
 use super::*;
 
+/// A model's optional duration: 0 stays 0 (`ms_to_nanos` makes it 1 ns, which would turn the
+/// timer, wake and overhead models on and change every cell of the sweep).
+pub(super) fn nanos_or_none(ms: f64) -> u64 {
+    if ms > 0.0 {
+        ms_to_nanos(ms)
+    } else {
+        0
+    }
+}
+
 impl Sim<'_> {
     /// The next open-loop arrival after `t`: Poisson at the offered rate, or at the rate
     /// scaled up while a burst is on and none while it is off (memoryless, so a draw that
@@ -40,6 +50,15 @@ impl Sim<'_> {
             }
             t = on_end;
         }
+    }
+
+    /// A new request's time outside the backend and the proxy's queue (`overhead`), at most
+    /// its whole timeout.
+    pub(super) fn outside(&mut self) -> u64 {
+        if self.overhead == 0 {
+            return 0;
+        }
+        (exp(&mut self.overhead_rng, self.overhead as f64) as u64).min(self.timeout)
     }
 
     pub(super) fn draw_service(&mut self) -> u64 {
@@ -84,9 +103,41 @@ impl Sim<'_> {
                 self.wait_sum += self.now - enqueued;
             }
             let factor = self.slowdown(self.fifo.len() as u64 + u64::from(self.busy));
-            let service = ((base as f64 * factor) as u64).max(1);
+            let service = self.on_timer(((base as f64 * factor) as u64).max(1));
             self.push(self.now + service, DONE, id, gen);
         }
+    }
+
+    /// How long a worker starting now takes for a service of `target`: exactly that, or, on a
+    /// timer with a tick or a host that wakes it late, as `spillway backend`'s sleeping worker
+    /// does — it sleeps `target` less what it owes, tokio rounds the sleep's end up to the next
+    /// tick, the scheduler wakes it after a delay, and the overshoot is owed to its next
+    /// request, up to `MAX_OWED` (its `overshoot_owed`). The tick alone keeps the mean (what
+    /// is owed stays under a tick) but makes service times whole ticks, or none while a debt
+    /// is repaid; a late wake beyond what can be repaid costs capacity.
+    fn on_timer(&mut self, target: u64) -> u64 {
+        /// `spillway backend`'s `MAX_OWED`.
+        const MAX_OWED: u64 = 3_000_000;
+        if self.tick == 0 && self.wake == 0 {
+            return target;
+        }
+        let owed = self.idle_owed.pop_front().unwrap_or(0);
+        let asked = target.saturating_sub(owed);
+        let mut end = self.now + asked;
+        if self.tick > 0 && asked > 0 {
+            // The first tick after it: a worker is never woken exactly on a tick, so a sleep
+            // begun right after one ends on the one after (a zero sleep ends at once).
+            end = (end / self.tick + 1) * self.tick;
+        }
+        if self.wake > 0 {
+            end += exp(&mut self.wake_rng, self.wake as f64) as u64;
+        }
+        let took = end - self.now;
+        self.busy_owed.push(Reverse((
+            end,
+            (owed + took).saturating_sub(target).min(MAX_OWED),
+        )));
+        took
     }
 
     /// How much slower than its base a request starting now runs, with `held` requests in the
@@ -106,6 +157,11 @@ impl Sim<'_> {
 
     pub(super) fn backend_done(&mut self, id: u32, gen: u32) {
         self.busy -= 1;
+        // The worker ending now (the earliest end: every end is a DONE at its time) is idle
+        // again, behind those that were already waiting for work.
+        if let Some(Reverse((_, owed))) = self.busy_owed.pop() {
+            self.idle_owed.push_back(owed);
+        }
         self.start_work();
         if self.live(id, gen) && self.reqs[id as usize].phase == Phase::Backend {
             self.release(id, Outcome::Success);
