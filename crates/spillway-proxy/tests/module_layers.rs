@@ -19,56 +19,6 @@ use std::path::{Path, PathBuf};
 /// Imports that still run against the layering, as (from, to, what would remove it).
 const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
     (
-        "config",
-        "access",
-        "the [log] table's type (LogConfig) lives in access; move it into config",
-    ),
-    (
-        "config",
-        "drain",
-        "the [shutdown] table's type (ShutdownConfig) lives in drain; move it into config",
-    ),
-    (
-        "config",
-        "lease",
-        "validation parses the lease mode with lease's parser; move the parser into config",
-    ),
-    (
-        "config",
-        "path",
-        "request.rs names path's normaliser options; move the option types into config",
-    ),
-    (
-        "config",
-        "tls",
-        "validation loads certificate files with tls's loader to check them",
-    ),
-    (
-        "config",
-        "upstream",
-        "validation parses addresses with upstream::parse_authority; move it into config",
-    ),
-    (
-        "controls",
-        "state",
-        "fleet_sync::spawn takes the whole ProxyState; spawn it from run with what it reads",
-    ),
-    (
-        "lease",
-        "state",
-        "lease::spawn takes the whole ProxyState; spawn it from run with what it reads",
-    ),
-    (
-        "dashboard",
-        "admin",
-        "the dashboard reads admin's metrics and replies; issue 30 item 4 (counters read directly)",
-    ),
-    (
-        "forward",
-        "admin",
-        "the offered-demand counter lives in admin::metrics; move it into metrics",
-    ),
-    (
         "forward",
         "listener",
         "a request carries its connection's ActiveRequest token (listener/head.rs); move \
@@ -86,31 +36,6 @@ const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
         "the upstream connections send Request<ProxyBody>, whose response variant holds an \
          UpstreamBody; split ProxyBody into request and response bodies, or make the \
          connections generic over the request body",
-    ),
-    (
-        "state",
-        "admin",
-        "state owns the metric label caps (admin::labels); they belong in metrics",
-    ),
-    (
-        "state",
-        "forward",
-        "state owns the retry body budget (forward::BodyBudget); move it down",
-    ),
-    (
-        "state",
-        "listener",
-        "state owns the listener's overload flag (listener::pressure::Overloaded)",
-    ),
-    (
-        "tls",
-        "state",
-        "the certificate reloader reads the config through ProxyState",
-    ),
-    (
-        "tls",
-        "upstream",
-        "tls swaps the upstream pools' connectors on reload; invert through a callback",
     ),
 ];
 
