@@ -22,13 +22,17 @@ const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
         "forward",
         "listener",
         "a request carries its connection's ActiveRequest token (listener/head.rs); move \
-         Progress and ActiveRequest out of the listener's timer into a module below forward",
+         Progress and ActiveRequest out of the listener's timer into a module below forward \
+         (the timer `watch` reads Progress's private counters, and Progress keeps the \
+         Weak<sent::Shared> of each ReportingResponseBody it may cut: Stall and \
+         listener/head/sent.rs move with it, or the cut goes through a trait)",
     ),
     (
         "body",
         "listener",
-        "UnreadRequestBody wraps the listener's request body channel (listener/http1/body.rs) \
-         and both bodies report to the connection's Progress; move those below body",
+        "UnreadRequestBody wraps the listener's request body channel (listener/http1/body.rs, \
+         which imports only http1 and can move to body/ as it is) and both bodies report to \
+         the connection's Progress; goes with the move of Progress (forward -> listener)",
     ),
     (
         "upstream",
@@ -39,8 +43,9 @@ const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The protocol layer: it must import nothing of the proxy's own.
-const BOTTOM: &[&str] = &["http1", "read_buffer"];
+/// The protocol layer, and the modules that own their option types below `config` (the TLS
+/// loaders, the path normaliser): they must import nothing of the proxy's own.
+const BOTTOM: &[&str] = &["http1", "read_buffer", "tls", "path"];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
