@@ -11,6 +11,10 @@
 //! [`RetryPolicy`](crate::retry::RetryPolicy) pass raw addresses to a callback, which may
 //! hand them to a prefetch instruction. The addresses are never dereferenced here, and a
 //! prefetch of a wrong one would only waste a load: behaviour cannot depend on them.
+//!
+//! Behind the cargo feature `hints` (off by default; `spillway-sim` turns it on): the addresses
+//! describe the objects' private layout, which is no part of the policy API, and a service or
+//! the proxy, which visit a few objects often, has no use for them.
 
 /// Calls `f` with one address in each 64-byte cache line of `[start, start + len)`.
 pub(crate) fn lines(start: *const u8, len: usize, mut f: impl FnMut(*const u8)) {

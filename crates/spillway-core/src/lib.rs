@@ -55,6 +55,7 @@ pub mod controller;
 pub mod criticality;
 pub mod erlang;
 pub mod error;
+#[cfg(feature = "hints")]
 pub mod hint;
 pub mod limit;
 pub mod limiter;

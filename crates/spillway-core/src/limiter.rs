@@ -132,6 +132,7 @@ pub struct Limiter {
     algorithm: Mutex<Box<dyn Limit>>,
     /// Where the algorithm's state lives (its box never moves), for prefetch hints: an
     /// address, never dereferenced.
+    #[cfg_attr(not(feature = "hints"), allow(dead_code))]
     algorithm_at: usize,
     headroom: [f64; Criticality::COUNT],
     name: &'static str,
@@ -171,6 +172,7 @@ impl Limiter {
     }
 
     /// The address of the algorithm's state, for prefetch hints.
+    #[cfg(feature = "hints")]
     #[inline]
     pub(crate) fn algorithm_addr(&self) -> *const u8 {
         self.algorithm_at as *const u8

@@ -159,7 +159,7 @@ impl Router {
                 .map(|(k, v)| (k.clone(), Arc::from(v.as_str())))
                 .collect(),
             health_paths: c.health_paths.clone(),
-            path_policy: PathPolicy::new(&cfg.request),
+            path_policy: cfg.request.path_policy(),
             case_sensitive: cfg.request.case_sensitive_paths,
             underscores: cfg.request.headers_with_underscores,
         })

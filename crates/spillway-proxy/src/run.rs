@@ -121,7 +121,8 @@ pub async fn start(state: Arc<ProxyState>, addr: Option<SocketAddr>) -> Result<R
         what: "local address".into(),
         source,
     })?;
-    let tls = crate::tls::serving(&state).map_err(RunError::Tls)?;
+    let tls = crate::tls::serving(state.tls_reloader(), state.config().listen.tls.as_ref())
+        .map_err(RunError::Tls)?;
     state.runtime().pool.start_health_checks();
     let (stop, mut rx) = tokio::sync::watch::channel(false);
     let st = Arc::clone(&state);
@@ -337,7 +338,8 @@ pub fn start_threads(state: &Arc<ProxyState>) -> Result<DataPlane, RunError> {
     }
     let bound = crate::listener::bind_per_thread(listen.address, listen.threads)
         .map_err(io(&format!("cannot listen on {}", listen.address)))?;
-    let tls = crate::tls::serving(state).map_err(RunError::Tls)?;
+    let tls = crate::tls::serving(state.tls_reloader(), state.config().listen.tls.as_ref())
+        .map_err(RunError::Tls)?;
     let cap = Arc::new(tokio::sync::Semaphore::new(listen.max_connections));
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     // Read at start: the threads' drain is fixed when they begin serving.

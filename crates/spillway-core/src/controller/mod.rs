@@ -22,6 +22,7 @@
 
 mod config;
 mod enqueue;
+#[cfg(feature = "hints")]
 mod hints;
 mod inner;
 #[cfg(test)]
@@ -125,6 +126,7 @@ pub(crate) struct Inner {
     has_signals: AtomicBool,
     /// Offset of the queue inside its `Mutex` (not stable API: measured at construction), for
     /// the hints; here it fills what was padding.
+    #[cfg_attr(not(feature = "hints"), allow(dead_code))]
     queue_data: u16,
     shed: ShedPolicy,
     pub(crate) quota: QuotaBook,
@@ -153,6 +155,7 @@ pub(crate) struct Inner {
 /// included) an admission and a release read: the clock, the limiter's atomics, the queue
 /// mirror, the service estimate, the random source, the shed thresholds, the quota book's
 /// free path and the admitted counters. Checked against the layout by a test.
+#[cfg_attr(not(any(feature = "hints", test)), allow(dead_code))]
 const HOT_BYTES: usize = 512;
 
 impl fmt::Debug for Inner {

@@ -68,6 +68,7 @@ impl RetryBudget {
     }
 
     /// The address of the request bucket `now` falls in (for prefetch hints).
+    #[cfg(feature = "hints")]
     #[inline]
     pub(crate) fn requests_bucket_addr(&self, now: Instant) -> *const u8 {
         self.counts.bucket_addr(now)

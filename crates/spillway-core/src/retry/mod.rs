@@ -322,7 +322,8 @@ impl RetryPolicy {
 
     /// Passes `f` the addresses of what recording a request or an outcome at `now` writes
     /// behind this policy: the budget's current request bucket and the outcome ring (read from
-    /// the policy, which should be in cache by then; see [`crate::hint`]).
+    /// the policy, which should be in cache by then; see `crate::hint`, cargo feature `hints`).
+    #[cfg(feature = "hints")]
     pub fn hot_pointees(&self, now: Instant, mut f: impl FnMut(*const u8)) {
         f(self.budget.requests_bucket_addr(now));
         f(self.ring.slots_addr());

@@ -63,6 +63,7 @@ impl OutcomeRing {
     }
 
     /// The address of the ring's slots (for prefetch hints).
+    #[cfg(feature = "hints")]
     #[inline]
     pub(crate) fn slots_addr(&self) -> *const u8 {
         self.slots.as_ptr() as *const u8

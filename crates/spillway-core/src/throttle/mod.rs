@@ -244,7 +244,8 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
     }
 
     /// Passes `f` the address of the bucket a decision at `now` writes (read from this
-    /// throttle, which should be in cache by then; see [`crate::hint`]).
+    /// throttle, which should be in cache by then; see `crate::hint`, cargo feature `hints`).
+    #[cfg(feature = "hints")]
     pub fn hot_pointees(&self, now: Instant, mut f: impl FnMut(*const u8)) {
         f(self.counts.bucket_addr(now));
     }

@@ -220,6 +220,7 @@ impl<const N: usize> Windowed<N> {
     }
 
     /// The address of the bucket an event at `now` goes to (for prefetch hints).
+    #[cfg(feature = "hints")]
     #[inline]
     pub(crate) fn bucket_addr(&self, now: Instant) -> *const u8 {
         let idx = (self.slices.at(now) % self.len()) as usize;

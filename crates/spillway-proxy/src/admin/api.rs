@@ -13,12 +13,12 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::{json, Value};
 use spillway_core::Criticality;
 
-use super::metrics::MetricsHandle;
 use super::origin::{self, OwnAddress};
 use super::params::Params;
 use super::reply::{self, AdminBody, ApiError};
 use super::{auth, metrics as m, redact, AdminConfig};
 use crate::controls::{AdmitPercent, ControlsState};
+use crate::metrics::recorder::MetricsHandle;
 use crate::state::ProxyState;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

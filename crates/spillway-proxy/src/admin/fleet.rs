@@ -39,10 +39,7 @@ pub fn is_fleet_scope(p: &mut Params) -> Result<bool, ApiError> {
 
 /// `/status`'s `fleet_controls`.
 pub fn status(state: &ProxyState, now: Instant) -> FleetStatus {
-    let store = state.config().admission.quota.store.is_some();
-    state
-        .fleet_controls()
-        .status(state.controls(), store, now, now_ms())
+    state.fleet_status(now)
 }
 
 /// Sets or clears the fleet control at `path` from `p`; answers with `fleet_controls`.

@@ -35,11 +35,7 @@
 
 mod api;
 mod auth;
-pub mod counted;
 pub(crate) mod fleet;
-pub mod histograms;
-pub mod labels;
-pub mod metrics;
 mod origin;
 mod params;
 mod redact;
@@ -54,7 +50,10 @@ mod tests;
 
 pub use api::AdminApi;
 pub use auth::{bearer_matches, MIN_TOKEN_LEN};
-pub use metrics::{record_offered, OFFERED_COST, OFFERED_REQUESTS};
+// The recorder and its parts live in `crate::metrics` (the data path and the state write
+// them); re-exported under the names the admin API has always had.
+pub use crate::metrics::{counted, histograms, labels, recorder as metrics};
+pub use crate::metrics::{record_offered, OFFERED_COST, OFFERED_REQUESTS};
 pub use origin::{OwnAddress, ADMIN_HEADER};
 pub use redact::{is_secret_key, redact};
 pub use reply::{AdminBody, ApiError};

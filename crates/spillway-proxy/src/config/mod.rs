@@ -9,11 +9,17 @@
 
 pub(crate) mod admin;
 mod load;
+mod log;
 mod request;
+mod shutdown;
 mod types;
 mod validate;
 
 pub use admin::{AdminConfig, DEFAULT_LISTEN};
 pub use load::{check, parse, ConfigError};
+pub use log::{AccessFormat, AccessLogConfig, LogConfig};
 pub use request::*;
+pub use shutdown::ShutdownConfig;
 pub use types::*;
+// The TLS tables live beside their loaders (see `crate::tls`).
+pub use crate::tls::{TlsConfig, UpstreamTlsConfig};

@@ -8,6 +8,10 @@
 
 use serde::{Deserialize, Serialize};
 
+// The normaliser's option types live beside it (`crate::path` imports nothing of the proxy).
+use crate::path::PathPolicy;
+pub use crate::path::{EscapedSlashes, PathParameters};
+
 /// `[request]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -34,32 +38,14 @@ impl Default for RequestConfig {
     }
 }
 
-/// Encoded slashes (`%2F`, `%5C`) and the backslash in a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum EscapedSlashes {
-    /// 400: an upstream may decode them into separators the proxy did not route on. Default.
-    #[default]
-    Refuse,
-    /// Each becomes `/` before routing, and the path is forwarded so.
-    Decode,
-    /// Kept as they are and matched as ordinary characters (for upstreams that keep `%2F` inside
-    /// one segment, e.g. `/repos/a%2Fb`; unsafe with one that decodes them).
-    Keep,
-}
-
-/// `;` parameters in path segments (`/api/export;a/x`, `/x/..;/y`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum PathParameters {
-    /// 400: servlet containers strip them (and read `..;` as `..`), others do not. Default.
-    #[default]
-    Refuse,
-    /// Each segment's `;…` is removed before dot segments are resolved, and the path is
-    /// forwarded without them.
-    Strip,
-    /// `;` is an ordinary character (unsafe with an upstream that strips parameters).
-    Keep,
+impl RequestConfig {
+    /// The path normaliser's settings this sets (`crate::path`).
+    pub fn path_policy(&self) -> PathPolicy {
+        PathPolicy {
+            escaped_slashes: self.escaped_slashes,
+            parameters: self.path_parameters,
+        }
+    }
 }
 
 /// Request header fields whose names contain `_` (`x_spillway_criticality`): CGI, WSGI and PHP
@@ -103,7 +89,7 @@ pub(crate) fn validate(cfg: &super::ProxyConfig) -> Result<(), (String, String)>
             }
         }
     }
-    let policy = crate::path::PathPolicy::new(&cfg.request);
+    let policy = cfg.request.path_policy();
     let named = cfg
         .routes
         .iter()

@@ -9,6 +9,8 @@ use spillway_core::retry::RetryConfig;
 use spillway_core::throttle::ThrottleConfig;
 use spillway_core::Criticality;
 
+use crate::tls::{TlsConfig, UpstreamTlsConfig};
+
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -29,10 +31,10 @@ pub struct ProxyConfig {
     pub admin: super::AdminConfig,
     /// Request target and header-name hygiene before routing (`request.rs`).
     pub request: super::RequestConfig,
-    /// Leaving on SIGTERM (`crate::drain::ShutdownConfig`, documented there).
-    pub shutdown: crate::drain::ShutdownConfig,
-    /// The access log (`crate::access::LogConfig`, documented there).
-    pub log: crate::access::LogConfig,
+    /// Leaving on SIGTERM ([`ShutdownConfig`](super::ShutdownConfig), documented there).
+    pub shutdown: super::ShutdownConfig,
+    /// The access log ([`LogConfig`](super::LogConfig), documented there).
+    pub log: super::LogConfig,
 }
 
 impl Default for ProxyConfig {
@@ -46,8 +48,8 @@ impl Default for ProxyConfig {
             routes: Vec::new(),
             admin: super::AdminConfig::default(),
             request: super::RequestConfig::default(),
-            shutdown: crate::drain::ShutdownConfig::default(),
-            log: crate::access::LogConfig::default(),
+            shutdown: super::ShutdownConfig::default(),
+            log: super::LogConfig::default(),
         }
     }
 }
@@ -132,16 +134,6 @@ impl Default for ListenConfig {
     }
 }
 
-/// TLS on the listener.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// PEM certificate chain.
-    pub cert: String,
-    /// PEM private key.
-    pub key: String,
-}
-
 /// Which HTTP version to speak to the upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -153,6 +145,17 @@ pub enum UpstreamProtocol {
     Http1,
     /// Always HTTP/2 cleartext (prior knowledge).
     Http2,
+}
+
+/// `host:port` → an authority, if it is one (how `upstream.addresses` are read, by validation
+/// and by the pool alike).
+pub fn parse_authority(s: &str) -> Option<http::uri::Authority> {
+    let a: http::uri::Authority = s.parse().ok()?;
+    a.port_u16()?;
+    if a.host().is_empty() || s.contains('@') {
+        return None;
+    }
+    Some(a)
 }
 
 /// The service's tasks and how they are called.
@@ -229,38 +232,6 @@ impl Default for UpstreamConfig {
             ejection: EjectionConfig::default(),
             health_check: HealthCheckConfig::default(),
             tls: None,
-        }
-    }
-}
-
-/// TLS (and mTLS) to the upstream tasks: `[upstream.tls]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct UpstreamTlsConfig {
-    /// Speak TLS to the tasks. Default true (the table's presence turns TLS on; `false`
-    /// keeps the settings and speaks plaintext).
-    pub enabled: bool,
-    /// The name the tasks' certificates are checked against and sent as SNI (a DNS name or an
-    /// IP address). Default: the host of each address.
-    pub server_name: Option<String>,
-    /// PEM bundle of the CA certificates trusted for the tasks. Default: the platform's trust
-    /// store (`rustls-native-certs`).
-    pub ca_file: Option<String>,
-    /// PEM certificate chain presented to tasks that ask for one (mTLS); with
-    /// `client_key_file`.
-    pub client_cert_file: Option<String>,
-    /// PEM private key of `client_cert_file`.
-    pub client_key_file: Option<String>,
-}
-
-impl Default for UpstreamTlsConfig {
-    fn default() -> Self {
-        UpstreamTlsConfig {
-            enabled: true,
-            server_name: None,
-            ca_file: None,
-            client_cert_file: None,
-            client_key_file: None,
         }
     }
 }

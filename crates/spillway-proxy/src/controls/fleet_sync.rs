@@ -13,9 +13,18 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::fleet::{now_ms, Entry, Kind, POLL};
-use crate::state::ProxyState;
+use super::fleet::{now_ms, Entry, FleetControls, Kind, POLL};
+use crate::config::ProxyConfig;
 use spillway_tower::lease::Client;
+
+/// What the poll and the admin API's writes read of the proxy (`ProxyState` implements it): a
+/// trait so that the controls sit below the state that holds them.
+pub trait Source: Send + Sync + 'static {
+    /// The configuration current now (where the store is: `[admission.quota]`).
+    fn config(&self) -> Arc<ProxyConfig>;
+    /// The fleet layer of the incident controls, which the poll keeps current.
+    fn fleet_controls(&self) -> &FleetControls;
+}
 
 /// Each store call's bound: under a poll, so the cadence holds.
 const BUDGET: Duration = Duration::from_millis(150);
@@ -24,14 +33,14 @@ const WRITE_BUDGET: Duration = Duration::from_secs(2);
 
 /// Starts the poll on the current tokio runtime, if there is one; it follows the configured
 /// store through reloads (no store: it only expires what it holds) and ends with `state`.
-pub fn spawn(state: &Arc<ProxyState>) {
+pub fn spawn<S: Source>(state: &Arc<S>) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
     handle.spawn(run(Arc::downgrade(state)));
 }
 
-async fn run(weak: Weak<ProxyState>) {
+async fn run<S: Source>(weak: Weak<S>) {
     let mut client: Option<(String, Option<String>, Client)> = None;
     let mut failing = false;
     loop {
@@ -101,7 +110,11 @@ async fn read(c: &mut Client) -> Result<[Option<Entry>; 3], String> {
 
 /// Sets (`Some`) or clears (`None`) one fleet control in the store, then applies it here at
 /// once. Fails, saying why, without a store or when it does not answer.
-pub async fn write(state: &ProxyState, kind: Kind, entry: Option<Entry>) -> Result<(), String> {
+pub async fn write<S: Source + ?Sized>(
+    state: &S,
+    kind: Kind,
+    entry: Option<Entry>,
+) -> Result<(), String> {
     let q = state.config().admission.quota.clone();
     let Some(url) = q.store else {
         return Err(

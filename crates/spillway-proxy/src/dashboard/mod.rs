@@ -43,7 +43,7 @@ use http_body_util::Full;
 
 pub use sample::Sample;
 
-use crate::admin::metrics::MetricsHandle;
+use crate::metrics::recorder::MetricsHandle;
 use crate::state::ProxyState;
 
 /// The dashboard's response body (the same type as the admin API's).
@@ -79,7 +79,7 @@ impl Dashboard {
         Arc::new(Dashboard {
             state,
             ring: ring::Ring::default(),
-            metrics: crate::admin::metrics::install_recorder().ok(),
+            metrics: crate::metrics::recorder::install_recorder().ok(),
             differ: Mutex::new((sample::Differ::default(), None)),
         })
     }
@@ -178,7 +178,7 @@ impl Dashboard {
                 // incident asks "are the quotas leased, and who set this control?".
                 let body = serde_json::json!({
                     "quota_lease": self.state.leases().status(),
-                    "fleet_controls": crate::admin::fleet::status(&self.state, Instant::now()),
+                    "fleet_controls": self.state.fleet_status(Instant::now()),
                 });
                 json_response(body.to_string())
             }

@@ -5,8 +5,8 @@
 //! Why read here: the admission controller's own counters (`/status`) have no customer or
 //! operation, and no latency distribution. These live in the `metrics` recorder the admin
 //! listener installed; this module reads them from its stores — the refusal counters kept
-//! beside the exporter ([`Counted`](crate::admin::counted::Counted)) and the `*_seconds`
-//! bucket histograms ([`Histograms`](crate::admin::histograms::Histograms)) — once a second,
+//! beside the exporter ([`Counted`](crate::metrics::counted::Counted)) and the `*_seconds`
+//! bucket histograms ([`Histograms`](crate::metrics::histograms::Histograms)) — once a second,
 //! summed over the labels the dashboard ignores. Nothing is parsed back from `/metrics`, so the
 //! dashboard's figures are exactly the numbers `/metrics` renders.
 
@@ -16,8 +16,8 @@ use metrics::Key;
 use spillway_core::Criticality;
 use spillway_tower::wire::metric as m;
 
-use crate::admin::histograms::Snapshot;
-use crate::admin::metrics::MetricsHandle;
+use crate::metrics::histograms::Snapshot;
+use crate::metrics::recorder::MetricsHandle;
 
 /// Cumulative counts read at one moment, aggregated over the labels the dashboard ignores.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -19,7 +19,7 @@ pub const TOP_N: usize = 8;
 /// The key under which the smaller customers/operations are summed: the same `other` the
 /// metrics count customers and operations past `admin.max_*_labels` under, so the two merge
 /// into one entry instead of showing two kinds of "other".
-pub const OTHER: &str = crate::admin::labels::OTHER;
+pub const OTHER: &str = crate::metrics::labels::OTHER;
 
 /// Cumulative counters and current gauges, read once a second.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -389,8 +389,8 @@ mod tests {
 
     #[test]
     fn metrics_add_customers_latency_and_only_the_reasons_the_controller_lacks() {
-        use crate::admin::histograms::Snapshot;
         use crate::dashboard::recorded::{Histogram, Recorded};
+        use crate::metrics::histograms::Snapshot;
         use metrics::{Key, Label};
         use spillway_tower::wire::metric as m;
         let recorded = |shed: u64, incident: u64, q_count: u64, q_sum: f64| {

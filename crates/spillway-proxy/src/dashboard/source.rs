@@ -4,13 +4,13 @@
 //! Why these and nothing new: the dashboard must show what the proxy already measures, so an
 //! operator's picture and Prometheus' never disagree; it adds no counter to the data path.
 
-use crate::admin::metrics::MetricsHandle;
+use crate::metrics::recorder::MetricsHandle;
 use spillway_core::controller::RefusalReason;
 use spillway_core::Criticality;
 
 use super::recorded;
 use super::sample::{Reading, RouteReading};
-use crate::admin::metrics as admin_metrics;
+use crate::metrics::recorder as admin_metrics;
 use crate::state::ProxyState;
 
 /// Reads everything the dashboard charts, now. `metrics` is the process's recorder handle,

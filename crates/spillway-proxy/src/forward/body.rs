@@ -7,8 +7,8 @@ use bytes::Bytes;
 use http_body::Body;
 use http_body_util::BodyExt;
 
-use super::budget::{BodyBudget, BodyGrant};
 use crate::body::UnreadRequestBody;
+use crate::state::{BodyBudget, BodyGrant};
 
 /// The request body: buffered (replayable on another task; its share of the buffer budget
 /// held as long as it is) or streamed (sent once).

@@ -11,10 +11,8 @@
 //! tunnel until both its directions close.
 
 mod body;
-mod budget;
 mod headers;
 mod host;
-mod in_progress;
 mod send;
 mod underscores;
 
@@ -40,10 +38,8 @@ use crate::respond;
 use crate::state::ThreadSnapshot;
 
 use crate::http1::strip_hop_by_hop;
-pub(crate) use budget::BodyBudget;
 use headers::is_upgrade;
 pub use headers::Peer;
-pub(crate) use in_progress::InProgress;
 
 /// Handles one client request with `cur`, its thread's snapshot of the state
 /// (`ProxyState::current`). Never fails: every outcome is a response; the `Result` is the
@@ -127,7 +123,7 @@ pub fn handle(
             // Offered demand is what clients ask of the service; health checks are the proxy's and
             // the load balancers' probes, not demand (they are never refused either).
             if !class.health_check {
-                crate::admin::record_offered(class.criticality, class.cost);
+                crate::metrics::record_offered(class.criticality, class.cost);
             } else if state.is_draining() {
                 // A load balancer probing through the data port hears what `/ready` says: during
                 // `[shutdown] drain_delay_ms` it takes this task out before the listener closes.

@@ -4,8 +4,7 @@
 //!
 //! Why beside the map: inserting each into the request's `HeaderMap` (the name hashed, the
 //! table probed, the entry stored, and all of it dropped again after the request is written)
-//! was most of the ~1,560 instructions the added fields cost a forwarded request (a build that
-//! added none: bench/results/proxy-forwarding.md "Eighteenth round"). The HTTP/1.1 codec
+//! is work for fields the proxy itself wrote and never reads back. The HTTP/1.1 codec
 //! writes them after the map's fields; the HTTP/2 and upgrade paths, which hand the request to
 //! hyper, put them into the map first ([`AddedHeaders::insert_into`]). A client's own field of the
 //! same name is removed from the map when one is added, so ours replaces it as an insert would.

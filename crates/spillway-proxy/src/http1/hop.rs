@@ -26,8 +26,7 @@ pub(crate) static ALWAYS_REMOVED: [HeaderName; 5] = [
 /// together).
 ///
 /// By length first: most fields are none of these, and a length tells at once, where comparing
-/// each name with nine others was ~570 instructions a forwarded request, two maps a request
-/// (callgrind, bench/results/proxy-forwarding.md "Fourteenth round").
+/// each name with nine others costs nine comparisons per field, on two maps a request.
 pub(crate) fn is_hop_by_hop(n: &HeaderName) -> bool {
     is_hop_by_hop_name(n.as_str().as_bytes())
 }

@@ -10,13 +10,24 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
+use spillway_core::controller::AdmissionController;
 pub use spillway_tower::lease::{
     check_store_url, LeaseMode, LeaseStatus, ShareStatus, LEASE_MEMBERS, LEASE_MODE, STORE_CALLS,
     STORE_ERRORS,
 };
 use spillway_tower::lease::{FleetStore, Leaser};
 
-use crate::state::ProxyState;
+use crate::config::ProxyConfig;
+
+/// What the lease client reads of the proxy on each pass (`ProxyState` implements it): a trait
+/// so that the client sits below the state that holds it.
+pub trait Source: Send + Sync + 'static {
+    /// The lease client's state shared with `/status`.
+    fn leases(&self) -> &Leases;
+    /// The configuration current now and the controller built from it, whose quota book the
+    /// leases fill.
+    fn current(&self) -> (Arc<ProxyConfig>, AdmissionController);
+}
 
 /// The lease client's state shared with `/status` (kept across reloads).
 #[derive(Debug, Default)]
@@ -50,24 +61,23 @@ impl Leases {
     }
 }
 
-/// Starts the lease client on the current tokio runtime, if there is one; it follows the
-/// configuration through reloads (no store: it idles) and ends when `state` is dropped.
-pub fn spawn(state: &Arc<ProxyState>) {
+/// Starts the lease client, leasing as `instance`, on the current tokio runtime, if there is
+/// one; it follows the configuration through reloads (no store: it idles) and ends when
+/// `state` is dropped.
+pub fn spawn<S: Source>(state: &Arc<S>, instance: String) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         return;
     };
     spillway_tower::lease::describe();
-    // One identity per proxy: the id it leases under is the one it signs fleet controls with.
-    let instance = state.fleet_controls().instance().to_string();
     handle.spawn(run(Arc::downgrade(state), instance));
 }
 
-async fn run(weak: Weak<ProxyState>, instance: String) {
+async fn run<S: Source>(weak: Weak<S>, instance: String) {
     let mut leaser = Leaser::new(instance);
     loop {
         let Some(state) = weak.upgrade() else { return };
-        let rt = state.runtime();
-        let qcfg = &rt.config.admission.quota;
+        let (config, controller) = state.current();
+        let qcfg = &config.admission.quota;
         let interval = qcfg.lease_interval;
         if state.leases().stopped() {
             // Leave at once rather than by TTL, so the share returns to the others now.
@@ -87,11 +97,11 @@ async fn run(weak: Weak<ProxyState>, instance: String) {
                 metrics::gauge!(LEASE_MODE).set(LeaseMode::Static.gauge());
             }
             Some(store) => {
-                let status = leaser.step(rt.controller.quota(), &store).await;
+                let status = leaser.step(controller.quota(), &store).await;
                 state.leases().set(Some(status));
             }
         }
-        drop((rt, state));
+        drop((config, controller, state));
         tokio::time::sleep_until(started + interval).await;
     }
 }

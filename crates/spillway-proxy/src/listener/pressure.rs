@@ -29,11 +29,10 @@
 //! connection carries a whole client, so bursts do not pile connections up, and closing it
 //! drops the client's channel.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// How long before a connection went idle a refusal for overload still counts for it.
-pub const OVERLOAD_RECENT: Duration = Duration::from_secs(1);
+// The overload flag lives with the state that owns it; the timers read it through there.
+pub use crate::state::{Overloaded, OVERLOAD_RECENT};
 
 /// The idle timeout's scaling (from `[listen]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,50 +84,6 @@ impl IdlePressure {
             return idle;
         }
         min + (idle - min).mul_f64(1.0 - p)
-    }
-}
-
-/// When the proxy last refused a request for its own overload, shared by the data-plane
-/// threads: written at such a refusal (at most once per millisecond: the same line is not
-/// written again by every refusal of a burst), read by the connections' timers.
-#[derive(Debug)]
-pub struct Overloaded {
-    base: Instant,
-    /// Milliseconds after `base`, plus one, of the last refusal; 0 for never.
-    last_ms: AtomicU64,
-}
-
-impl Default for Overloaded {
-    fn default() -> Self {
-        Overloaded {
-            base: Instant::now(),
-            last_ms: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Overloaded {
-    fn ms(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX - 1)
-            + 1
-    }
-
-    /// A request was refused for overload at `now`.
-    pub fn note(&self, now: Instant) {
-        let ms = self.ms(now);
-        if self.last_ms.load(Relaxed) < ms {
-            self.last_ms.store(ms, Relaxed);
-        }
-    }
-
-    /// Whether a request was refused for overload since `idle_from` (when a connection went
-    /// idle), or within [`OVERLOAD_RECENT`] before it.
-    pub fn during(&self, idle_from: Instant) -> bool {
-        let last = self.last_ms.load(Relaxed);
-        let from = idle_from
-            .checked_sub(OVERLOAD_RECENT)
-            .map_or(1, |t| self.ms(t));
-        last != 0 && last >= from
     }
 }
 

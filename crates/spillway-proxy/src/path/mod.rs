@@ -22,7 +22,7 @@ use http::request::Parts;
 use http::uri::PathAndQuery;
 use http::{Method, Uri};
 
-use crate::config::{EscapedSlashes, PathParameters, RequestConfig};
+use serde::{Deserialize, Serialize};
 
 #[cfg(test)]
 mod tests;
@@ -61,7 +61,35 @@ pub enum PathError {
     NotAPath,
 }
 
-/// The normaliser's settings (the path part of [`RequestConfig`]).
+/// Encoded slashes (`%2F`, `%5C`) and the backslash in a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EscapedSlashes {
+    /// 400: an upstream may decode them into separators the proxy did not route on. Default.
+    #[default]
+    Refuse,
+    /// Each becomes `/` before routing, and the path is forwarded so.
+    Decode,
+    /// Kept as they are and matched as ordinary characters (for upstreams that keep `%2F` inside
+    /// one segment, e.g. `/repos/a%2Fb`; unsafe with one that decodes them).
+    Keep,
+}
+
+/// `;` parameters in path segments (`/api/export;a/x`, `/x/..;/y`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PathParameters {
+    /// 400: servlet containers strip them (and read `..;` as `..`), others do not. Default.
+    #[default]
+    Refuse,
+    /// Each segment's `;…` is removed before dot segments are resolved, and the path is
+    /// forwarded without them.
+    Strip,
+    /// `;` is an ordinary character (unsafe with an upstream that strips parameters).
+    Keep,
+}
+
+/// The normaliser's settings (the path part of `[request]`: `RequestConfig::path_policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathPolicy {
     /// `request.escaped_slashes`.
@@ -71,14 +99,6 @@ pub struct PathPolicy {
 }
 
 impl PathPolicy {
-    /// The policy `cfg` sets.
-    pub fn new(cfg: &RequestConfig) -> Self {
-        PathPolicy {
-            escaped_slashes: cfg.escaped_slashes,
-            parameters: cfg.path_parameters,
-        }
-    }
-
     /// Makes `parts.uri`'s path normal (the query kept byte for byte; an absolute target keeps
     /// its scheme and authority). `OPTIONS *` is left as it is. Errors say what was wrong.
     pub fn apply(&self, parts: &mut Parts) -> Result<(), PathError> {

@@ -16,8 +16,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
+use super::config::UpstreamTlsConfig;
 use super::files;
-use crate::config::UpstreamTlsConfig;
 
 /// A TLS connection to an upstream task.
 pub type TlsStream = tokio_rustls::client::TlsStream<TcpStream>;

@@ -7,8 +7,8 @@ use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::ServerConfig;
 
+use super::config::TlsConfig;
 use super::files;
-use crate::config::TlsConfig;
 
 /// The listener's certificate chain and key, as new handshakes get them.
 #[derive(Debug)]

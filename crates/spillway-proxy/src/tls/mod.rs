@@ -15,10 +15,9 @@
 //! so a bad file refuses the reload and the old certificate stays (reported like any refused
 //! reload).
 
-use crate::config::ListenConfig;
-
 #[cfg(feature = "tls")]
 mod client;
+mod config;
 #[cfg(feature = "tls")]
 mod files;
 #[cfg(feature = "tls")]
@@ -33,6 +32,8 @@ pub use client::{Client, TlsStream};
 #[cfg(feature = "tls")]
 pub use listener::ListenerCerts;
 
+pub use config::{TlsConfig, UpstreamTlsConfig};
+
 /// Accepts TLS connections.
 #[cfg(feature = "tls")]
 pub type Acceptor = tokio_rustls::TlsAcceptor;
@@ -42,21 +43,21 @@ pub type Acceptor = tokio_rustls::TlsAcceptor;
 #[derive(Debug, Clone)]
 pub enum Acceptor {}
 
-/// The acceptor for `cfg.tls`, `None` when TLS is not configured. Errors name the file and
-/// what was wrong. Its certificate is fixed; [`serving`] makes one that follows reloads.
+/// The acceptor for `[listen.tls]` (`tls`), `None` when TLS is not configured. Errors name the
+/// file and what was wrong. Its certificate is fixed; [`serving`] makes one that follows reloads.
 #[cfg(feature = "tls")]
-pub fn acceptor(cfg: &ListenConfig) -> Result<Option<Acceptor>, String> {
-    let Some(tls) = &cfg.tls else {
+pub fn acceptor(tls: Option<&TlsConfig>) -> Result<Option<Acceptor>, String> {
+    let Some(tls) = tls else {
         return Ok(None);
     };
     let certs = listener::ListenerCerts::new(listener::load(tls)?);
     listener::acceptor(certs).map(Some)
 }
 
-/// The acceptor for `cfg.tls` (this build has no `tls` feature: TLS settings are an error).
+/// The acceptor for `[listen.tls]` (this build has no `tls` feature: TLS settings are an error).
 #[cfg(not(feature = "tls"))]
-pub fn acceptor(cfg: &ListenConfig) -> Result<Option<Acceptor>, String> {
-    match cfg.tls {
+pub fn acceptor(tls: Option<&TlsConfig>) -> Result<Option<Acceptor>, String> {
+    match tls {
         None => Ok(None),
         Some(_) => Err(NO_TLS.replace("{}", "listen.tls")),
     }
@@ -74,19 +75,14 @@ pub struct Reloader {
     listener: std::sync::Mutex<Option<std::sync::Arc<ListenerCerts>>>,
 }
 
-/// The acceptor the data listener serves with: its certificate is `state`'s, swapped by each
-/// reload. `None` when `[listen.tls]` is not configured.
+/// The acceptor the data listener serves with for `[listen.tls]` (`tls`): its certificate is
+/// the one `reloader` holds, swapped by each reload. `None` when TLS is not configured.
 #[cfg(feature = "tls")]
-pub fn serving(state: &crate::state::ProxyState) -> Result<Option<Acceptor>, String> {
-    let cfg = state.config();
-    let Some(tls) = &cfg.listen.tls else {
+pub fn serving(reloader: &Reloader, tls: Option<&TlsConfig>) -> Result<Option<Acceptor>, String> {
+    let Some(tls) = tls else {
         return Ok(None);
     };
-    let mut slot = state
-        .tls_reloader()
-        .listener
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut slot = reloader.listener.lock().unwrap_or_else(|p| p.into_inner());
     let certs = match &*slot {
         // Every data-plane thread's acceptor shares one resolver.
         Some(c) => std::sync::Arc::clone(c),
@@ -101,8 +97,20 @@ pub fn serving(state: &crate::state::ProxyState) -> Result<Option<Acceptor>, Str
 
 /// The acceptor the data listener serves with (this build has no `tls` feature).
 #[cfg(not(feature = "tls"))]
-pub fn serving(state: &crate::state::ProxyState) -> Result<Option<Acceptor>, String> {
-    acceptor(&state.config().listen)
+pub fn serving(reloader: &Reloader, tls: Option<&TlsConfig>) -> Result<Option<Acceptor>, String> {
+    let _ = reloader;
+    acceptor(tls)
+}
+
+/// The upstream connections as a reload sees them: what swaps their TLS client. Implemented by
+/// `upstream::Connections`; a trait so that `tls` sits below the pool and does not name it.
+pub trait Connector: Sized {
+    /// These connections over TLS made by `client`.
+    #[cfg(feature = "tls")]
+    fn with_tls(self, client: Client) -> Self;
+    /// The TLS client new connections are made with, if they speak TLS.
+    #[cfg(feature = "tls")]
+    fn tls(&self) -> Option<&std::sync::Arc<Client>>;
 }
 
 /// Certificates read for a reload, installed by [`Pending::apply`] once the new configuration
@@ -120,13 +128,15 @@ pub struct Pending {
 }
 
 impl Reloader {
-    /// Reads the certificates `cfg` names afresh: the listener's (if it serves TLS) and the
-    /// upstream client's when `pool` was kept from before the reload (a new pool has read its
-    /// own). An error names the key and what was wrong; nothing has been swapped then.
-    pub fn prepare(
+    /// Reads the certificates the configuration names afresh: the listener's (`listen`, if it
+    /// serves TLS) and the upstream client's (`upstream`) when the pool's connections `conns`
+    /// were kept from before the reload (a new pool has read its own). An error names the key
+    /// and what was wrong; nothing has been swapped then.
+    pub fn prepare<C: Connector>(
         &self,
-        cfg: &crate::config::ProxyConfig,
-        pool: &crate::upstream::Pool,
+        listen: Option<&TlsConfig>,
+        upstream: Option<&UpstreamTlsConfig>,
+        conns: &C,
         pool_is_new: bool,
     ) -> Result<Pending, (String, String)> {
         #[cfg(feature = "tls")]
@@ -137,20 +147,18 @@ impl Reloader {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone();
-            if let (Some(certs), Some(tls)) = (held, &cfg.listen.tls) {
+            if let (Some(certs), Some(tls)) = (held, listen) {
                 let key = listener::load(tls).map_err(|m| ("listen.tls".to_string(), m))?;
                 pending.listener = Some((certs, key));
             }
-            if let (false, Some(client), Some(tls)) =
-                (pool_is_new, pool.conns.tls(), &cfg.upstream.tls)
-            {
+            if let (false, Some(client), Some(tls)) = (pool_is_new, conns.tls(), upstream) {
                 pending.upstream = Some((std::sync::Arc::clone(client), client::Sides::load(tls)?));
             }
             Ok(pending)
         }
         #[cfg(not(feature = "tls"))]
         {
-            let _ = (cfg, pool, pool_is_new);
+            let _ = (listen, upstream, conns, pool_is_new);
             Ok(Pending::default())
         }
     }
@@ -171,20 +179,28 @@ impl Pending {
     }
 }
 
-/// Checks `[upstream.tls]`: reads its files (so `--check` and start refuse a missing or bad
-/// one), and the server name each task is checked against.
+/// Checks `[upstream.tls]` (`tls`, for the tasks at `addresses`): reads its files (so
+/// `--check` and start refuse a missing or bad one), and the server name each task is checked
+/// against.
 #[cfg(feature = "tls")]
-pub(crate) fn check_upstream(u: &crate::config::UpstreamConfig) -> Result<(), (String, String)> {
-    match &u.tls {
-        Some(tls) if tls.enabled => Client::new(tls, &u.addresses).map(|_| ()),
+pub(crate) fn check_upstream<S: AsRef<str>>(
+    tls: Option<&UpstreamTlsConfig>,
+    addresses: &[S],
+) -> Result<(), (String, String)> {
+    match tls {
+        Some(tls) if tls.enabled => Client::new(tls, addresses).map(|_| ()),
         _ => Ok(()),
     }
 }
 
 /// Checks `[upstream.tls]` (this build has no `tls` feature: enabling it is an error).
 #[cfg(not(feature = "tls"))]
-pub(crate) fn check_upstream(u: &crate::config::UpstreamConfig) -> Result<(), (String, String)> {
-    match &u.tls {
+pub(crate) fn check_upstream<S: AsRef<str>>(
+    tls: Option<&UpstreamTlsConfig>,
+    addresses: &[S],
+) -> Result<(), (String, String)> {
+    let _ = addresses;
+    match tls {
         Some(tls) if tls.enabled => Err((
             "upstream.tls".to_string(),
             NO_TLS.replace("{}", "upstream.tls"),
@@ -193,15 +209,16 @@ pub(crate) fn check_upstream(u: &crate::config::UpstreamConfig) -> Result<(), (S
     }
 }
 
-/// `conns` over TLS when `[upstream.tls]` is enabled (its files read now).
+/// `conns` over TLS when `[upstream.tls]` (`tls`) is enabled (its files read now).
 #[cfg(feature = "tls")]
-pub(crate) fn with_tls(
-    conns: crate::upstream::Connections,
-    cfg: &crate::config::UpstreamConfig,
-) -> Result<crate::upstream::Connections, String> {
-    match &cfg.tls {
+pub(crate) fn with_tls<C: Connector, S: AsRef<str>>(
+    conns: C,
+    tls: Option<&UpstreamTlsConfig>,
+    addresses: &[S],
+) -> Result<C, String> {
+    match tls {
         Some(tls) if tls.enabled => {
-            let client = crate::tls::Client::new(tls, &cfg.addresses)
+            let client = Client::new(tls, addresses)
                 .map_err(|(key, message)| format!("{key}: {message}"))?;
             Ok(conns.with_tls(client))
         }
@@ -211,10 +228,11 @@ pub(crate) fn with_tls(
 
 /// `conns` as they are: this build has no TLS (`config::check` refused `[upstream.tls]`).
 #[cfg(not(feature = "tls"))]
-pub(crate) fn with_tls(
-    conns: crate::upstream::Connections,
-    cfg: &crate::config::UpstreamConfig,
-) -> Result<crate::upstream::Connections, String> {
-    check_upstream(cfg).map_err(|(key, message)| format!("{key}: {message}"))?;
+pub(crate) fn with_tls<C: Connector, S: AsRef<str>>(
+    conns: C,
+    tls: Option<&UpstreamTlsConfig>,
+    addresses: &[S],
+) -> Result<C, String> {
+    check_upstream(tls, addresses).map_err(|(key, message)| format!("{key}: {message}"))?;
     Ok(conns)
 }

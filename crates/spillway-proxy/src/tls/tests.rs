@@ -2,7 +2,7 @@
 //! the file and why.
 
 use super::client::{Client, Sides};
-use crate::config::UpstreamTlsConfig;
+use super::config::UpstreamTlsConfig;
 
 fn write(name: &str, text: &str) -> String {
     let dir = std::env::temp_dir().join(format!("spillway-tls-unit-{}", std::process::id()));

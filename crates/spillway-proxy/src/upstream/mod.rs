@@ -25,6 +25,7 @@ mod conn;
 mod eject;
 mod health;
 pub mod orca;
+mod tls;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,6 +42,7 @@ use spillway_tower::wire::OrcaUtilisation;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use crate::body::{empty_body, full_body, ProxyBody};
+pub use crate::config::parse_authority;
 pub use conn::{Connections, UpstreamBody, UpstreamError};
 pub use eject::{max_ejected, Ejection};
 
@@ -60,16 +62,6 @@ const WINDOW: Duration = Duration::from_secs(10);
 const STARTED: usize = 0;
 /// Index of failures and refusals in a task's `outcomes`.
 const FAILED: usize = 1;
-
-/// `host:port` → an authority, if it is one.
-pub fn parse_authority(s: &str) -> Option<http::uri::Authority> {
-    let a: http::uri::Authority = s.parse().ok()?;
-    a.port_u16()?;
-    if a.host().is_empty() || s.contains('@') {
-        return None;
-    }
-    Some(a)
-}
 
 /// One upstream task.
 #[derive(Debug)]
@@ -216,7 +208,11 @@ impl Pool {
             Duration::from_millis(cfg.idle_timeout_ms),
             cfg.max_idle_per_task,
         );
-        let conns = Arc::new(crate::tls::with_tls(conns, cfg)?);
+        let conns = Arc::new(crate::tls::with_tls(
+            conns,
+            cfg.tls.as_ref(),
+            &cfg.addresses,
+        )?);
         Ok(Pool {
             tasks,
             retry: RetryPolicy::new(cfg.retry.clone(), origin)

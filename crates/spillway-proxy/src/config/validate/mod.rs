@@ -63,7 +63,7 @@ pub(crate) fn validate(cfg: &ProxyConfig) -> Result<(), Invalid> {
         .validate()
         .map_err(|e| core_err("shutdown", &e))?;
     if let Some(url) = &cfg.admission.quota.store {
-        crate::lease::check_store_url(url)
+        spillway_tower::lease::check_store_url(url)
             .map_err(|why| bad("admission.quota.store", format!("{url:?}"), &why))?;
     }
     cfg.log.validate().map_err(|e| core_err("log", &e))?;
@@ -155,7 +155,7 @@ fn listen(l: &ListenConfig) -> Result<(), Invalid> {
 
     if l.tls.is_some() {
         // Reads the files, so a missing or bad certificate is refused at load, not at accept.
-        crate::tls::acceptor(l).map_err(|m| ("listen.tls".to_string(), m))?;
+        crate::tls::acceptor(l.tls.as_ref()).map_err(|m| ("listen.tls".to_string(), m))?;
     }
     Ok(())
 }

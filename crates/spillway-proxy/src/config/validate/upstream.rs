@@ -71,7 +71,7 @@ pub(super) fn validate(u: &UpstreamConfig) -> Result<(), Invalid> {
     ejection(u)?;
     health_check(u)?;
     // Reads the files, so a missing or bad certificate is refused at load, not at connect.
-    crate::tls::check_upstream(u)
+    crate::tls::check_upstream(u.tls.as_ref(), &u.addresses)
 }
 
 fn addresses(u: &UpstreamConfig) -> Result<(), Invalid> {
@@ -86,7 +86,7 @@ fn addresses(u: &UpstreamConfig) -> Result<(), Invalid> {
         ));
     }
     for (i, a) in u.addresses.iter().enumerate() {
-        let Some(this) = crate::upstream::parse_authority(a) else {
+        let Some(this) = crate::config::parse_authority(a) else {
             return Err(bad(
                 format!("upstream.addresses[{i}]"),
                 format!("{a:?}"),
@@ -97,7 +97,7 @@ fn addresses(u: &UpstreamConfig) -> Result<(), Invalid> {
         // traffic, two throttles and two ejection records for one process.
         if let Some(j) = u.addresses[..i]
             .iter()
-            .position(|b| crate::upstream::parse_authority(b).is_some_and(|b| b == this))
+            .position(|b| crate::config::parse_authority(b).is_some_and(|b| b == this))
         {
             return Err(bad(
                 format!("upstream.addresses[{i}]"),

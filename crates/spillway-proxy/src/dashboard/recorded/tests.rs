@@ -96,7 +96,7 @@ fn delta_summary_is_the_window_between_two_readings() {
 /// unique to this test, as other tests record into the same recorder).
 #[test]
 fn the_dashboard_reads_what_metrics_renders() {
-    let h = crate::admin::metrics::install_recorder().expect("install");
+    let h = crate::metrics::recorder::install_recorder().expect("install");
     let labels = [
         ("customer", "recorded-test"),
         ("operation", "/recorded-test"),

@@ -6,11 +6,23 @@
 //! cheaper than serving (AWS Builders' Library: rejections aren't free). Every fault is counted
 //! twice: in an atomic here for `/status`, and through the `metrics` facade for whatever
 //! exporter the admin listener installs.
+//!
+//! Below: the process's recorder and the `/metrics` text (`recorder`, with the `*_seconds`
+//! histograms and the counters the dashboard reads), the offered-demand counter the data path
+//! feeds, and the caps on label values (`labels`). The admin listener serves them; the state
+//! and the data path write them, so they live below all three.
+
+pub mod counted;
+pub mod histograms;
+pub mod labels;
+pub mod recorder;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use spillway_core::retry::RetryGate;
+
+pub use recorder::{record_offered, OFFERED_COST, OFFERED_REQUESTS};
 
 /// Faults, by kind (label `kind` on [`FAULTS`]).
 pub const FAULTS: &str = "spillway_proxy_faults_total";

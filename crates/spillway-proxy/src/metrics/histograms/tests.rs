@@ -100,7 +100,7 @@ fn the_recorder_keeps_seconds_histograms_and_passes_the_rest_on() {
     let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = prometheus.handle();
     let histograms = Arc::new(Histograms::new(BOUNDS));
-    let counted = Arc::new(crate::admin::counted::Counted::new());
+    let counted = Arc::new(crate::metrics::counted::Counted::new());
     let r = Recorder {
         prometheus,
         histograms: Arc::clone(&histograms),
