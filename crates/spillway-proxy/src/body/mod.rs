@@ -16,6 +16,7 @@ mod unread;
 
 pub use guarded::GuardedResponseBody;
 pub(crate) use guarded::{Guard, TunnelHold};
+pub(crate) use unread::BodyBreak;
 pub use unread::UnreadRequestBody;
 
 use crate::http1::RawFields;

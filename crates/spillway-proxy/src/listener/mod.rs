@@ -39,7 +39,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use spillway_tower::wire::Protocol;
 
@@ -71,6 +71,65 @@ pub async fn serve_capped(
     drain: Duration,
 ) {
     let listen = state.config().listen.clone();
+    let builder = Arc::new(hyper_server(&listen));
+    // The cap is the semaphore's, sized from this configuration when the proxy started.
+    let idle_pressure = pressure::IdlePressure::new(
+        Duration::from_millis(listen.idle_timeout_min_ms),
+        listen.idle_pressure_from_pct,
+        listen.max_connections,
+    );
+    let graceful = GracefulShutdown::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::pin!(shutdown);
+    loop {
+        let Some((stream, peer)) = accept(&listener, shutdown.as_mut()).await else {
+            break;
+        };
+        let Some(slot) = connection_slot(&cap, &state, shutdown.as_mut()).await else {
+            break;
+        };
+        let _ = stream.set_nodelay(true);
+        metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
+        let header = Duration::from_millis(listen.header_read_timeout_ms);
+        let conn = Connection {
+            peer: crate::forward::Peer::new(peer),
+            progress: Arc::new(head::Progress::default()),
+            watcher: graceful.watcher(),
+            builder: Arc::clone(&builder),
+            limits: head::Timeouts {
+                header,
+                idle: Duration::from_millis(listen.idle_timeout_ms),
+                send: Duration::from_millis(listen.send_timeout_ms),
+                body: Duration::from_millis(listen.body_read_timeout_ms),
+                // The upstream's, read per connection: `[upstream]` may be reloaded.
+                upstream_body: Duration::from_millis(
+                    state.config().upstream.response_body_timeout_ms,
+                ),
+                idle_pressure,
+            },
+            state: Arc::clone(&state),
+            stop: stop.clone(),
+            slots: Arc::clone(&cap),
+            max_head: listen.max_header_bytes,
+        };
+        match &tls {
+            None => tokio::spawn(conn.cleartext(stream, slot)),
+            Some(acceptor) => tokio::spawn(conn.tls(acceptor.clone(), stream, slot)),
+        };
+    }
+    drop(listener);
+    // Fast-path connections close at their next request boundary, hyper's on its signal.
+    stop.cancel();
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(drain) => {
+            tracing::warn!("shutdown: connections still open after the drain period; closing");
+        }
+    }
+}
+
+/// hyper's server for the connections the fast path hands over, and for TLS ones.
+fn hyper_server(listen: &crate::config::ListenConfig) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // No timer for HTTP/1.1: the header-read timeout is `head::watch`'s (hyper's default of
     // 30 s applies only with a timer; `None` says so explicitly).
@@ -82,189 +141,199 @@ pub async fn serve_capped(
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(listen.max_header_bytes).unwrap_or(u32::MAX));
-    let builder = Arc::new(builder);
-    // The cap is the semaphore's, sized from this configuration when the proxy started.
-    let idle_pressure = pressure::IdlePressure::new(
-        Duration::from_millis(listen.idle_timeout_min_ms),
-        listen.idle_pressure_from_pct,
-        listen.max_connections,
-    );
-    let graceful = GracefulShutdown::new();
-    let stop = tokio_util::sync::CancellationToken::new();
-    tokio::pin!(shutdown);
+    builder
+}
+
+/// The next connection, or `None` once `shutdown` resolves.
+async fn accept<S: Future<Output = ()>>(
+    listener: &TcpListener,
+    mut shutdown: std::pin::Pin<&mut S>,
+) -> Option<(tokio::net::TcpStream, SocketAddr)> {
     loop {
-        let (stream, peer) = tokio::select! {
+        tokio::select! {
             r = listener.accept() => match r {
-                Ok(x) => x,
+                Ok(x) => return Some(x),
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
                     tracing::error!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
                 }
             },
-            _ = &mut shutdown => break,
-        };
-        // Back-pressure: at the cap this loop holds the connection it has just accepted, unread,
-        // and accepts nothing more until a slot frees. (Taking the slot *before* accepting
-        // would be exact for one listener, but with one listener per thread an idle thread
-        // would hoard a slot while another thread's clients wait.)
-        let slot = match Arc::clone(&cap).try_acquire_owned() {
-            Ok(s) => s,
-            Err(_) => {
-                state.faults.count(Fault::ConnectionCap);
-                tokio::select! {
-                    s = Arc::clone(&cap).acquire_owned() => match s { Ok(s) => s, Err(_) => break },
-                    _ = &mut shutdown => break,
-                }
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        metrics::gauge!(crate::metrics::CONNECTIONS).increment(1.0);
-        let peer = crate::forward::Peer::new(peer);
-        let progress = Arc::new(head::Progress::default());
-        let watcher = graceful.watcher();
-        let (builder, state, tls) = (Arc::clone(&builder), Arc::clone(&state), tls.clone());
-        let stop = stop.clone();
-        let header_timeout = Duration::from_millis(listen.header_read_timeout_ms);
-        let limits = head::Timeouts {
-            header: header_timeout,
-            idle: Duration::from_millis(listen.idle_timeout_ms),
-            send: Duration::from_millis(listen.send_timeout_ms),
-            body: Duration::from_millis(listen.body_read_timeout_ms),
-            // The upstream's, read per connection: `[upstream]` may be reloaded.
-            upstream_body: Duration::from_millis(state.config().upstream.response_body_timeout_ms),
-            idle_pressure,
-        };
-        let slots = Arc::clone(&cap);
-        let max_head = listen.max_header_bytes;
-        tokio::spawn(async move {
-            match tls {
-                None => {
-                    let io = head::Watched::new(stream, Arc::clone(&progress));
-                    let counts = Arc::clone(&state);
-                    let fast = http1::Settings {
-                        state,
-                        peer,
-                        progress: Arc::clone(&progress),
-                        max_head,
-                    };
-                    // Boxed: the connection's future goes by value into `watch_counting` and
-                    // is kept there and here, once each (3 x 1.4 KiB of a 4.2 KiB task,
-                    // measured with `size_of_val` in a release build); one allocation per
-                    // connection keeps an idle connection's task at a few hundred bytes.
-                    let conn = Box::pin(async move {
-                        match http1::serve(io, &fast, &stop).await {
-                            http1::Served::Closed => Ok(()),
-                            http1::Served::HandOff(io) => {
-                                let http1::Settings {
-                                    state,
-                                    peer,
-                                    progress,
-                                    ..
-                                } = fast;
-                                let watched = Arc::clone(&progress);
-                                let svc = service(state, peer, progress, limits.period());
-                                let io = TokioIo::new(io);
-                                let conn = builder.serve_connection_with_upgrades(io, svc);
-                                let shut = |c: std::pin::Pin<&mut _>| {
-                                    auto::UpgradeableConnection::graceful_shutdown(c)
-                                };
-                                let close = &watched.close;
-                                // Boxed: inline, hyper's connection would size every
-                                // connection's task for this rare path, idle ones included
-                                // (docs/soak.md: bytes held per idle connection).
-                                Box::pin(until_closed(
-                                    conn.into_owned(),
-                                    shut,
-                                    close,
-                                    &stop,
-                                    watcher,
-                                ))
-                                .await
-                            }
-                        }
-                    });
-                    let cut = |n| count_cut(&counts, n);
-                    let overloaded =
-                        |idle: tokio::time::Instant| counts.overloaded_during(idle.into_std());
-                    let ended =
-                        head::watch_counting(conn, &progress, limits, &slots, cut, overloaded)
-                            .await;
-                    count_end(&counts, ended);
-                }
-                Some(acceptor) => {
-                    #[cfg(feature = "tls")]
-                    {
-                        let timed = tokio::time::timeout(header_timeout, acceptor.accept(stream));
-                        let ended = match timed.await {
-                            Ok(Ok(tls)) => {
-                                let io = head::Watched::new(tls, Arc::clone(&progress));
-                                let svc = service(
-                                    Arc::clone(&state),
-                                    peer,
-                                    Arc::clone(&progress),
-                                    limits.period(),
-                                );
-                                let conn =
-                                    builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
-                                let shut = |c: std::pin::Pin<&mut _>| {
-                                    auto::UpgradeableConnection::graceful_shutdown(c)
-                                };
-                                let close = &progress.close;
-                                let conn = Box::pin(until_closed(
-                                    conn.into_owned(),
-                                    shut,
-                                    close,
-                                    &stop,
-                                    watcher,
-                                ));
-                                let cut = |n| count_cut(&state, n);
-                                let overloaded = |idle: tokio::time::Instant| {
-                                    state.overloaded_during(idle.into_std())
-                                };
-                                head::watch_counting(
-                                    conn, &progress, limits, &slots, cut, overloaded,
-                                )
-                                .await
-                            }
-                            Ok(Err(_)) => {
-                                state.faults.count(Fault::TlsHandshake);
-                                head::Ended::Done(Ok(()))
-                            }
-                            Err(_) => head::Ended::TimedOut { counted: true },
-                        };
-                        count_end(&state, ended);
-                    }
-                    #[cfg(not(feature = "tls"))]
-                    {
-                        let _ = (
-                            header_timeout,
-                            limits,
-                            &slots,
-                            &watcher,
-                            &progress,
-                            &stop,
-                            &state,
-                            &peer,
-                        );
-                        match acceptor {}
-                    }
-                }
-            }
-            metrics::gauge!(crate::metrics::CONNECTIONS).decrement(1.0);
-            drop(slot);
-        });
-    }
-    drop(listener);
-    // Fast-path connections close at their next request boundary, hyper's on its signal.
-    stop.cancel();
-    tokio::select! {
-        _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(drain) => {
-            tracing::warn!("shutdown: connections still open after the drain period; closing");
+            _ = shutdown.as_mut() => return None,
         }
     }
+}
+
+/// A slot under the connection cap for a connection just accepted; `None` once `shutdown`
+/// resolves.
+///
+/// Back-pressure: at the cap the accept loop holds the connection it has just accepted,
+/// unread, and accepts nothing more until a slot frees. (Taking the slot *before* accepting
+/// would be exact for one listener, but with one listener per thread an idle thread would
+/// hoard a slot while another thread's clients wait.)
+async fn connection_slot<S: Future<Output = ()>>(
+    cap: &Arc<Semaphore>,
+    state: &ProxyState,
+    shutdown: std::pin::Pin<&mut S>,
+) -> Option<OwnedSemaphorePermit> {
+    if let Ok(s) = Arc::clone(cap).try_acquire_owned() {
+        return Some(s);
+    }
+    state.faults.count(Fault::ConnectionCap);
+    tokio::select! {
+        s = Arc::clone(cap).acquire_owned() => s.ok(),
+        _ = shutdown => None,
+    }
+}
+
+/// One accepted client connection and what serving it needs.
+struct Connection {
+    peer: crate::forward::Peer,
+    progress: Arc<head::Progress>,
+    /// Held until the connection ends, so the shutdown's drain waits for it.
+    watcher: hyper_util::server::graceful::Watcher,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    limits: head::Timeouts,
+    state: Arc<ProxyState>,
+    stop: tokio_util::sync::CancellationToken,
+    /// The connection cap, for closing idle connections at it (`head::watch`).
+    slots: Arc<Semaphore>,
+    max_head: usize,
+}
+
+// Each way of serving takes the connection apart before its `async` block, which then holds
+// the parts as the spawned task's own: an `async fn` taking `self` would keep the whole struct
+// in the task beside the parts it moved out (bytes held per idle connection, docs/soak.md).
+impl Connection {
+    /// A cleartext connection: the HTTP/1.1 fast path, handed to hyper at the first request it
+    /// does not serve. Holds its `slot` under the connection cap until it ends.
+    fn cleartext(
+        self,
+        stream: tokio::net::TcpStream,
+        slot: OwnedSemaphorePermit,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let Connection {
+            peer,
+            progress,
+            watcher,
+            builder,
+            limits,
+            state,
+            stop,
+            slots,
+            max_head,
+        } = self;
+        async move {
+            let io = head::Watched::new(stream, Arc::clone(&progress));
+            let counts = Arc::clone(&state);
+            let fast = http1::Settings {
+                state,
+                peer,
+                progress: Arc::clone(&progress),
+                max_head,
+            };
+            // Boxed: the connection's future goes by value into `watch_counting` and is kept
+            // there and here, once each (3 x 1.4 KiB of a 4.2 KiB task, measured with
+            // `size_of_val` in a release build); one allocation per connection keeps an idle
+            // connection's task at a few hundred bytes.
+            let conn = Box::pin(async move {
+                match http1::serve(io, &fast, &stop).await {
+                    http1::Served::Closed => Ok(()),
+                    http1::Served::HandOff(io) => {
+                        let http1::Settings {
+                            state,
+                            peer,
+                            progress,
+                            ..
+                        } = fast;
+                        let watched = Arc::clone(&progress);
+                        let svc = service(state, peer, progress, limits.period());
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+                        let shut = |c: std::pin::Pin<&mut _>| {
+                            auto::UpgradeableConnection::graceful_shutdown(c)
+                        };
+                        // Boxed: inline, hyper's connection would size every connection's task
+                        // for this rare path, idle ones included (docs/soak.md: bytes held per
+                        // idle connection).
+                        let close = &watched.close;
+                        Box::pin(until_closed(conn.into_owned(), shut, close, &stop, watcher)).await
+                    }
+                }
+            });
+            let cut = |n| count_cut(&counts, n);
+            let overloaded = |idle: tokio::time::Instant| counts.overloaded_during(idle.into_std());
+            let ended =
+                head::watch_counting(conn, &progress, limits, &slots, cut, overloaded).await;
+            count_end(&counts, ended);
+            closed(slot);
+        }
+    }
+
+    /// A TLS connection: the handshake within the header-read timeout, then hyper's server.
+    /// Holds its `slot` under the connection cap until it ends.
+    #[cfg(feature = "tls")]
+    fn tls(
+        self,
+        acceptor: Acceptor,
+        stream: tokio::net::TcpStream,
+        slot: OwnedSemaphorePermit,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let Connection {
+            peer,
+            progress,
+            watcher,
+            builder,
+            limits,
+            state,
+            stop,
+            slots,
+            ..
+        } = self;
+        async move {
+            let timed = tokio::time::timeout(limits.header, acceptor.accept(stream));
+            let ended = match timed.await {
+                Ok(Ok(tls)) => {
+                    let io = head::Watched::new(tls, Arc::clone(&progress));
+                    let svc = service(
+                        Arc::clone(&state),
+                        peer,
+                        Arc::clone(&progress),
+                        limits.period(),
+                    );
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+                    let shut = |c: std::pin::Pin<&mut _>| {
+                        auto::UpgradeableConnection::graceful_shutdown(c)
+                    };
+                    let close = &progress.close;
+                    let conn =
+                        Box::pin(until_closed(conn.into_owned(), shut, close, &stop, watcher));
+                    let cut = |n| count_cut(&state, n);
+                    let overloaded =
+                        |idle: tokio::time::Instant| state.overloaded_during(idle.into_std());
+                    head::watch_counting(conn, &progress, limits, &slots, cut, overloaded).await
+                }
+                Ok(Err(_)) => {
+                    state.faults.count(Fault::TlsHandshake);
+                    head::Ended::Done(Ok(()))
+                }
+                Err(_) => head::Ended::TimedOut { counted: true },
+            };
+            count_end(&state, ended);
+            closed(slot);
+        }
+    }
+
+    /// Without the `tls` feature there is no acceptor to call.
+    #[cfg(not(feature = "tls"))]
+    async fn tls(self, acceptor: Acceptor, _: tokio::net::TcpStream, _: OwnedSemaphorePermit) {
+        match acceptor {}
+    }
+}
+
+/// A connection has closed: its `slot` under the cap is free again.
+fn closed(slot: OwnedSemaphorePermit) {
+    metrics::gauge!(crate::metrics::CONNECTIONS).decrement(1.0);
+    drop(slot);
 }
 
 /// The service hyper's server calls for a connection it serves: each request marks its

@@ -25,26 +25,29 @@ mod conn;
 mod eject;
 mod health;
 pub mod orca;
+mod pick;
 mod tls;
+mod task;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use smallvec::SmallVec;
 use spillway_core::retry::RetryPolicy;
 use spillway_core::signal::{LoadSignal, ManualSignal};
-use spillway_core::throttle::AdaptiveThrottle;
 use spillway_core::window::Windowed;
-use spillway_core::{Criticality, PerCriticality};
+use spillway_core::Criticality;
 use spillway_tower::wire::OrcaUtilisation;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 pub use crate::body::{empty_body, full_body, ProxyBody};
 pub use crate::config::parse_authority;
 pub use conn::{Connections, UpstreamBody, UpstreamError};
 pub use eject::{max_ejected, Ejection};
+pub use pick::Tried;
+use task::throttles;
+pub use task::{InFlight, InSlot, Task};
 
 use crate::config::{SignalsConfig, UpstreamConfig};
 
@@ -62,38 +65,6 @@ const WINDOW: Duration = Duration::from_secs(10);
 const STARTED: usize = 0;
 /// Index of failures and refusals in a task's `outcomes`.
 const FAILED: usize = 1;
-
-/// One upstream task.
-#[derive(Debug)]
-pub struct Task {
-    /// Index in the pool (also its id for the retry policy's widespread ring).
-    pub id: u64,
-    /// `host:port`.
-    pub addr: Arc<str>,
-    /// The authority for request URIs.
-    pub authority: http::uri::Authority,
-    /// `Host` for HTTP/1.1 requests whose client sent none (the port left out when it is 80,
-    /// as hyper-util's client did; 443 over TLS).
-    pub host: http::HeaderValue,
-    /// The scheme of HTTP/2 requests' `:scheme`: `https` over TLS (`[upstream.tls]`).
-    pub scheme: http::uri::Scheme,
-    in_flight: AtomicUsize,
-    /// Request slots (bounded connections/streams).
-    pub slots: Arc<Semaphore>,
-    /// Client-side adaptive throttles for this task, one per criticality.
-    pub throttles: PerCriticality<AdaptiveThrottle>,
-    /// Requests started ([`STARTED`]) and failures ([`FAILED`]) over the last [`WINDOW`].
-    outcomes: Windowed<2>,
-    ejection: Mutex<Ejection>,
-    /// Mirror of the ejection's end (ns since `origin`, 0 = not ejected) for the lock-free
-    /// check on every pick.
-    ejected_until_ns: AtomicU64,
-    origin: Instant,
-    orca: ManualSignal,
-    orca_at_ns: AtomicU64,
-    total: AtomicU64,
-    failures: AtomicU64,
-}
 
 /// `/status` view of a task.
 #[derive(Debug, Clone, Serialize)]
@@ -255,36 +226,6 @@ impl Pool {
         &self.retry
     }
 
-    /// Power of two choices among tasks not ejected and not in `tried`; falls back to ejected
-    /// tasks if every other is excluded (better an ejected task than a certain failure).
-    ///
-    /// Why two draws from all tasks first: a gateway's tasks are seldom tried or ejected, so
-    /// the pair usually qualifies, and the pick costs two draws and two scores whatever the
-    /// pool's size (listing the eligible tasks first cost two passes over all of them per
-    /// request). A pair kept only when both qualify is uniform over the qualifying pairs, as
-    /// the draw among the eligible ones it falls back to is.
-    pub fn pick(&self, tried: &Tried, now: Instant) -> Option<Arc<Task>> {
-        let eligible = |t: &Task, allow_ejected: bool| {
-            !tried.has(t.id) && (allow_ejected || !t.is_ejected(now))
-        };
-        if let Some((x, y)) = two_of(&self.tasks) {
-            if eligible(x, false) && eligible(y, false) {
-                return Some(Arc::clone(better(x, y, now)));
-            }
-        }
-        for allow_ejected in [false, true] {
-            let qualifying: SmallVec<[&Arc<Task>; 8]> = self
-                .tasks
-                .iter()
-                .filter(|t| eligible(t, allow_ejected))
-                .collect();
-            if let Some((x, y)) = two_of(&qualifying) {
-                return Some(Arc::clone(better(x, y, now)));
-            }
-        }
-        None
-    }
-
     /// Records a failure or refusal from `task`, ejecting it if it has failed enough times in a
     /// row and the fleet cap allows.
     pub fn record_failure(&self, task: &Task, now: Instant) {
@@ -434,199 +375,6 @@ impl Pool {
             spillway_core::clock::nanos_since(self.origin, now),
             Ordering::Relaxed,
         );
-    }
-}
-
-fn throttles(
-    cfg: &UpstreamConfig,
-    origin: Instant,
-) -> Result<PerCriticality<AdaptiveThrottle>, String> {
-    let e = |e: spillway_core::ConfigError| format!("throttle: {e}");
-    let [a, b, c, d] =
-        Criticality::ALL.map(|_| AdaptiveThrottle::new(cfg.throttle.clone(), origin));
-    Ok(PerCriticality([
-        a.map_err(e)?,
-        b.map_err(e)?,
-        c.map_err(e)?,
-        d.map_err(e)?,
-    ]))
-}
-
-impl Task {
-    /// The client throttle for requests of `criticality` to this task.
-    pub fn throttle(&self, criticality: Criticality) -> &AdaptiveThrottle {
-        &self.throttles[criticality]
-    }
-
-    /// The highest local refusal probability over the criticalities.
-    pub fn throttle_probability(&self, now: Instant) -> f64 {
-        self.throttles
-            .0
-            .iter()
-            .map(|t| t.probability(now))
-            .fold(0.0, f64::max)
-    }
-
-    fn lock_ejection(&self) -> std::sync::MutexGuard<'_, Ejection> {
-        self.ejection.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Whether the task is ejected at `now` (one atomic load).
-    pub fn is_ejected(&self, now: Instant) -> bool {
-        let until = self.ejected_until_ns.load(Ordering::Relaxed);
-        until != 0 && spillway_core::clock::nanos_since(self.origin, now) < until
-    }
-
-    fn mirror(&self, e: &Ejection, now: Instant) {
-        let until = e.remaining(now).map_or(0, |left| {
-            spillway_core::clock::nanos_since(self.origin, now)
-                .saturating_add(spillway_core::clock::saturating_nanos(left))
-                .max(1)
-        });
-        self.ejected_until_ns.store(until, Ordering::Relaxed);
-    }
-
-    /// Requests in flight to it.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
-    }
-
-    fn score(&self, now: Instant) -> usize {
-        self.in_flight().saturating_add(
-            (self.outcomes.sums(now)[FAILED] as usize).saturating_mul(ERROR_PENALTY),
-        )
-    }
-
-    /// Marks one request started (dropping the guard ends it).
-    pub fn start(self: &Arc<Self>, now: Instant) -> InFlight {
-        self.count_start(now);
-        InFlight(Arc::clone(self))
-    }
-
-    /// [`Task::start`] for a request holding `slot`, one of this task's [`Task::slots`]: the
-    /// guard also gives the slot back when dropped. One pointer instead of the guard and the
-    /// semaphore's permit (16 bytes more in every response body; the body type moves several
-    /// times per request, and 8 bytes more took it past 256, where memcpy takes a slower path:
-    /// bench/results/proxy-forwarding.md, sixth round).
-    pub fn start_in_slot(self: &Arc<Self>, now: Instant, slot: OwnedSemaphorePermit) -> InSlot {
-        debug_assert_eq!(slot.num_permits(), 1);
-        slot.forget();
-        self.count_start(now);
-        InSlot(Arc::clone(self))
-    }
-
-    fn count_start(&self, now: Instant) {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        self.outcomes.add(now, STARTED, 1);
-        self.total.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Requests per second sent to it over the last window.
-    pub fn request_rate(&self, now: Instant) -> f64 {
-        self.outcomes.sums(now)[STARTED] as f64 / WINDOW.as_secs_f64()
-    }
-
-    /// Ends an ejection (health check passed).
-    pub fn readmit(&self) {
-        let mut e = self.lock_ejection();
-        e.readmit();
-        self.ejected_until_ns.store(0, Ordering::Relaxed);
-    }
-}
-
-/// One request in flight to a task (counted until dropped: until the response body ends).
-#[derive(Debug)]
-pub struct InFlight(Arc<Task>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// One request in flight to a task in one of its request slots ([`Task::start_in_slot`]):
-/// counted, and the slot taken, until dropped.
-#[derive(Debug)]
-pub struct InSlot(Arc<Task>);
-
-impl InSlot {
-    /// The task the slot is on.
-    pub(crate) fn task(&self) -> &Task {
-        &self.0
-    }
-
-    /// Charges the task with a failure for balancing (its score counts errors of the last
-    /// 10 s) and in its status, without the pool's ejection bookkeeping, which this side of a
-    /// response does not reach: for a task cut for going silent mid-answer.
-    pub(crate) fn charge_failure(&self, now: Instant) {
-        self.0.outcomes.add(now, FAILED, 1);
-        self.0.failures.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl Drop for InSlot {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.0.slots.add_permits(1);
-    }
-}
-
-/// Two distinct entries of `items` drawn at random, in their order in `items` (the same one
-/// twice when there is only one); `None` when it is empty.
-fn two_of<T>(items: &[T]) -> Option<(&T, &T)> {
-    let n = items.len();
-    if n <= 1 {
-        return items.first().map(|x| (x, x));
-    }
-    let a = fastrand::usize(..n);
-    let b = fastrand::usize(..n - 1);
-    let b = if b >= a { b + 1 } else { b };
-    Some((items.get(a.min(b))?, items.get(a.max(b))?))
-}
-
-/// The less loaded of two candidates, the first on a tie. One candidate (a sidecar's single
-/// task, or one left eligible) is the pick without scoring: its score, a sum over the error
-/// window's buckets, is not needed twice (~430 instructions a request, callgrind,
-/// proxy-forwarding.md "Fourteenth round").
-fn better<'a>(x: &'a Arc<Task>, y: &'a Arc<Task>, now: Instant) -> &'a Arc<Task> {
-    if Arc::ptr_eq(x, y) || x.score(now) <= y.score(now) {
-        x
-    } else {
-        y
-    }
-}
-
-/// The tasks a request has been sent to (each attempt goes to another).
-///
-/// Why two parts: indexes below 64 (every sidecar's and most gateways' tasks) are bits of one
-/// word, and tasks past them go to a list allocated only when one of them is tried: this
-/// travels inside every request's future, whose every byte is copied when it moves.
-#[derive(Debug, Default, Clone)]
-pub struct Tried {
-    low: u64,
-    /// Boxed for a thin pointer: 8 bytes in every request's future (a `Vec` is 24, a boxed
-    /// slice 16).
-    #[allow(clippy::box_collection)]
-    high: Option<Box<Vec<u64>>>,
-}
-
-impl Tried {
-    /// Notes that an attempt went to task `id`.
-    pub fn add(&mut self, id: u64) {
-        if id < 64 {
-            self.low |= 1 << id;
-        } else if !self.has(id) {
-            self.high.get_or_insert_with(Box::default).push(id);
-        }
-    }
-
-    /// Whether an attempt went to task `id`.
-    pub fn has(&self, id: u64) -> bool {
-        if id < 64 {
-            self.low & (1 << id) != 0
-        } else {
-            self.high.as_ref().is_some_and(|h| h.contains(&id))
-        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Unit tests of the upstream pool: balancing, ejection, ORCA, Host values.
 
+use super::pick::two_of;
 use super::*;
 
 /// A [`Tried`] holding `ids`.

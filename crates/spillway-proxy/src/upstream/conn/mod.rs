@@ -351,15 +351,7 @@ impl Connections {
             }
             loop {
                 if http2 {
-                    let open = {
-                        let mut l = lock(self.home());
-                        l.http2.get_mut(task).and_then(|slot| {
-                            if slot.as_ref().is_some_and(|m| m.tx.is_closed()) {
-                                *slot = None;
-                            }
-                            slot.as_ref().map(|m| (m.tx.clone(), Arc::clone(&m.state)))
-                        })
-                    };
+                    let open = self.open_http2(task);
                     let reused = open.is_some();
                     let (mut tx, state) = match open {
                         Some(o) => o,
@@ -412,13 +404,7 @@ impl Connections {
                         Err(Failed {
                             replay: Some(r), ..
                         }) => {
-                            if let Some(t) = self.targets.get(task) {
-                                metrics::counter!(
-                                    crate::metrics::KEEPALIVE_RACES,
-                                    crate::metrics::L_UPSTREAM => t.text.to_string()
-                                )
-                                .increment(1);
-                            }
+                            self.count_keepalive_race(task);
                             let h = Box::pin(self.connect_http1(task)).await?;
                             replay(h, r)
                                 .await
@@ -426,30 +412,59 @@ impl Connections {
                         }
                         Err(f) => return Err(UpstreamError::wire(f.error)),
                     };
-                    let Exchanged {
-                        head,
-                        conn,
-                        sending,
-                    } = exchanged;
-                    let body = UpstreamBody::http1(
-                        conn,
-                        head.framing,
-                        head.keep_alive,
-                        sending,
-                        Arc::clone(self.home()),
-                        task,
-                    );
-                    let mut res = Response::new(body);
-                    *res.status_mut() = head.status;
-                    *res.version_mut() = head.version;
-                    *res.headers_mut() = head.headers;
-                    if let Some(r) = head.reason.and_then(|r| ReasonPhrase::try_from(r).ok()) {
-                        res.extensions_mut().insert(r);
-                    }
-                    return Ok(res);
+                    return Ok(self.http1_response(task, exchanged));
                 }
             }
         }
+    }
+
+    /// This thread's open HTTP/2 connection to `task`, if any (a closed one is forgotten): a
+    /// sender for the request and the state its streams share.
+    fn open_http2(&self, task: usize) -> Option<(http2::SendRequest<ProxyBody>, Arc<ConnState>)> {
+        let mut l = lock(self.home());
+        l.http2.get_mut(task).and_then(|slot| {
+            if slot.as_ref().is_some_and(|m| m.tx.is_closed()) {
+                *slot = None;
+            }
+            slot.as_ref().map(|m| (m.tx.clone(), Arc::clone(&m.state)))
+        })
+    }
+
+    /// The upstream closed a reused HTTP/1.1 connection as the request went out.
+    fn count_keepalive_race(&self, task: usize) {
+        if let Some(t) = self.targets.get(task) {
+            metrics::counter!(
+                crate::metrics::KEEPALIVE_RACES,
+                crate::metrics::L_UPSTREAM => t.text.to_string()
+            )
+            .increment(1);
+        }
+    }
+
+    /// The response to an HTTP/1.1 exchange with `task`: its head, and its body read from the
+    /// connection, which goes back to this thread's idle list when the body ends.
+    fn http1_response(&self, task: usize, exchanged: Exchanged) -> Response<UpstreamBody> {
+        let Exchanged {
+            head,
+            conn,
+            sending,
+        } = exchanged;
+        let body = UpstreamBody::http1(
+            conn,
+            head.framing,
+            head.keep_alive,
+            sending,
+            Arc::clone(self.home()),
+            task,
+        );
+        let mut res = Response::new(body);
+        *res.status_mut() = head.status;
+        *res.version_mut() = head.version;
+        *res.headers_mut() = head.headers;
+        if let Some(r) = head.reason.and_then(|r| ReasonPhrase::try_from(r).ok()) {
+            res.extensions_mut().insert(r);
+        }
+        res
     }
 
     async fn tcp(&self, task: usize) -> Result<TcpStream, UpstreamError> {

@@ -1,0 +1,254 @@
+//! The steps a request passes before it is sent, in `handle`'s order: its head checked and
+//! classified, offered demand counted (or a drain answered), the incident controls, graceful
+//! degradation, admission, and the headers it is forwarded with.
+//!
+//! Why each is a function that returns the answer to give instead of going on: `handle` then
+//! reads as the list of steps (SRE ch. 21's order: classification decides everything after
+//! it, the operator's levers come before any work, a degraded answer is cheaper than
+//! admission, admission before the body is read), and each step's refusal is next to its rule.
+
+// The `Err` of each step is the answer itself, returned once to `handle`: boxing it would add an
+// allocation to every refusal, the path an overloaded proxy takes most (tests/refusal_allocs.rs).
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::HeaderValue;
+use http::Response;
+use spillway_core::controller::{Admission, AdmissionRequest, Permit, Refusal};
+use spillway_tower::context::RequestContext;
+use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
+use spillway_tower::wire::Protocol;
+
+use super::{headers, host, underscores, Peer};
+use crate::access::Decision;
+use crate::body::ProxyBody;
+use crate::degrade::{self, Mode};
+use crate::http1::AddedHeaders;
+use crate::metrics::Fault;
+use crate::respond;
+use crate::route::Classified;
+use crate::state::{ProxyState, Runtime};
+
+/// The answer a step gives instead of letting the request go on, and how the access log
+/// names it.
+pub(super) type Answered = (Response<ProxyBody>, Decision);
+
+/// The request's head checked — not CONNECT, its `host`, its path made normal, look-alike
+/// fields dropped — and classified.
+pub(super) fn screen(
+    state: &ProxyState,
+    rt: &Runtime,
+    parts: &mut http::request::Parts,
+    peer: Option<&Peer>,
+    protocol: Protocol,
+    now: Instant,
+) -> Result<Classified, Answered> {
+    let invalid = |res| {
+        state.faults.count(Fault::BadRequest);
+        (res, Decision::Invalid)
+    };
+    if parts.method == http::Method::CONNECT {
+        // Before hyper's server would take a 2xx for an open tunnel and hold the connection.
+        return Err(invalid(respond::connect_unsupported(protocol)));
+    }
+    if let Err(e) = host::check(parts) {
+        return Err(invalid(respond::bad_host(&e, protocol)));
+    }
+    // Routes are matched on the normal path and the upstream is sent the same one, so the
+    // route chosen is the path served (`crate::path`); look-alike fields go before anyone
+    // reads them (`underscores`).
+    if let Err(e) = rt.router.path_policy().apply(parts) {
+        return Err(invalid(respond::bad_path(&e, protocol)));
+    }
+    if let Err(name) = underscores::apply(&mut parts.headers, rt.router.underscores()) {
+        return Err(invalid(respond::underscore_header(&name, protocol)));
+    }
+    rt.router
+        .classify(parts, peer.map(|p| p.addr), now)
+        .map_err(|e| invalid(respond::bad_header(&e, protocol)))
+}
+
+/// Counts the request as offered demand — what clients ask of the service; health checks are
+/// the proxy's and the load balancers' probes, not demand (they are never refused either) —
+/// or answers a health check while draining.
+pub(super) fn offered(
+    state: &ProxyState,
+    class: &Classified,
+    protocol: Protocol,
+) -> Result<(), Answered> {
+    if !class.health_check {
+        crate::metrics::record_offered(class.criticality, class.cost);
+    } else if state.is_draining() {
+        // A load balancer probing through the data port hears what `/ready` says: during
+        // `[shutdown] drain_delay_ms` it takes this task out before the listener closes.
+        let res = respond::unavailable(
+            protocol,
+            "draining",
+            "this proxy is shutting down (SIGTERM): send to another task".into(),
+        );
+        return Err((res, Decision::Refused));
+    }
+    Ok(())
+}
+
+/// The operator's incident levers, local and fleet, with one draw: the stricter wins
+/// (controls/fleet.rs). Never for health checks.
+pub(super) fn controls(
+    state: &ProxyState,
+    class: &Classified,
+    labels: &RequestLabels,
+    protocol: Protocol,
+    now: Instant,
+) -> Result<(), Answered> {
+    if class.health_check {
+        return Ok(());
+    }
+    let draw = fastrand::f64();
+    let refusal = state
+        .controls()
+        .check(now, class.criticality, draw)
+        .or_else(|| {
+            state
+                .fleet_controls()
+                .layer()
+                .check(now, class.criticality, draw)
+        });
+    match refusal {
+        Some(refusal) => {
+            tower_metrics::shed(labels, refusal.reason());
+            let res = respond::control_refusal(&refusal, protocol);
+            Err((res, Decision::Refused))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Graceful degradation of the request's route, when engaged (utilisation past its threshold,
+/// or exercised): a static answer, or `true` when its path was rewritten to the degraded one.
+/// Never for health checks.
+pub(super) fn degrade(
+    state: &ProxyState,
+    class: &Classified,
+    parts: &mut http::request::Parts,
+    utilisation: f64,
+) -> Result<bool, Answered> {
+    let Some(route) = class.route.as_ref().filter(|_| !class.health_check) else {
+        return Ok(false);
+    };
+    let Some(d) = &route.degrade else {
+        return Ok(false);
+    };
+    let exercised = state.controls().exercise_degraded(fastrand::f64());
+    if !(exercised || utilisation >= d.threshold) {
+        return Ok(false);
+    }
+    let counters = state.degrade_counters(&route.name);
+    if !state.degradation_enabled(&route.name) {
+        counters.suppressed();
+        return Ok(false);
+    }
+    let mode = degrade::mode(d);
+    counters.count(&route.name, mode, exercised);
+    match mode {
+        Mode::Static => Err((degrade::static_response(d), Decision::Degraded)),
+        Mode::UpstreamPath => {
+            let rewritten = d
+                .upstream_path
+                .as_deref()
+                .and_then(|p| degrade::rewrite_path(&parts.uri, p));
+            Ok(match rewritten {
+                Some(u) => {
+                    parts.uri = u;
+                    true
+                }
+                None => false,
+            })
+        }
+    }
+}
+
+/// Admission by spillway-core's controller (quota, shed, limit, queue) at the arrival's clock
+/// reading — the controller's clock is the system's (`state.rs`) — waiting in its queue up to
+/// the time it gives.
+pub(super) async fn admit(
+    rt: &Runtime,
+    state: &ProxyState,
+    class: &Classified,
+    labels: &RequestLabels,
+    protocol: Protocol,
+    now: Instant,
+) -> Result<Permit, Answered> {
+    let admission = AdmissionRequest {
+        customer: &class.customer,
+        criticality: class.criticality,
+        operation: &class.operation,
+        deadline: class.deadline,
+        attempt: class.attempt,
+        estimated_cost: class.cost,
+        health_check: class.health_check,
+        continuation: false,
+    };
+    let refused = |r: Refusal, now| {
+        tower_metrics::shed(labels, r.reason.as_str());
+        note_overload(state, &r, now);
+        (respond::refusal(&r, protocol), Decision::Refused)
+    };
+    match rt.controller.admit_at(&admission, now) {
+        Admission::Admitted(p) => Ok(p),
+        Admission::Refused(r) => Err(refused(r, now)),
+        Admission::Queued(mut q) => {
+            let give_up = tokio::time::Instant::from_std(q.give_up_at());
+            let res = tokio::select! {
+                r = &mut q => r,
+                _ = tokio::time::sleep_until(give_up) => Err(q.expire()),
+            };
+            res.map_err(|r| refused(r, Instant::now()))
+        }
+    }
+}
+
+/// Tells the listener the proxy refused `r` for its own overload — a refusal another task with
+/// room could serve (shed, no slot, queue full or timed out), not a customer's quota or a
+/// deadline — so idle HTTP/1.1 client connections close sooner (`listener::pressure`).
+fn note_overload(state: &ProxyState, r: &Refusal, now: Instant) {
+    if r.reason.retry_elsewhere_can_help() {
+        state.overload_refused(now);
+    }
+}
+
+/// The headers the request is forwarded with (after hop-by-hop fields are removed): the
+/// effective context written — so an upstream using spillway-tower sees the criticality and
+/// customer the proxy decided, and the time left after queueing — and the peer appended to
+/// x-forwarded-for; marked degraded when its path was rewritten for that.
+///
+/// Criticality, customer (the configured default's value made once) and forwarded-for travel
+/// beside the map (the returned fields); the time left is as of the grant (the controller
+/// read the clock then; queueing is included), rather than one more clock read per request.
+pub(super) fn forwarded_headers(
+    rt: &Runtime,
+    parts: &mut http::request::Parts,
+    class: &Classified,
+    peer: Option<&Peer>,
+    permit: &Permit,
+    protocol: Protocol,
+    degraded_path: bool,
+) -> AddedHeaders {
+    let ctx = RequestContext {
+        criticality: class.criticality,
+        deadline: class.deadline,
+        customer: Arc::clone(&class.customer),
+        attempt: class.attempt,
+    };
+    let customer = rt.router.customer_value(&class.customer);
+    let forwarded_for = peer.and_then(|p| headers::forwarded_for_value(&parts.headers, p));
+    let added = AddedHeaders::new(&mut parts.headers, &ctx, customer, forwarded_for);
+    ctx.write_deadline(&mut parts.headers, permit.started_at(), protocol);
+    if degraded_path {
+        parts
+            .headers
+            .insert(degrade::DEGRADED_HEADER, HeaderValue::from_static("1"));
+    }
+    added
+}
