@@ -171,6 +171,10 @@ pub struct EnvoyGradientLimit {
     /// With `live_min_rtt`: growing by one per fast sample until a window is slow (see
     /// `live.rs`).
     slow_start: bool,
+    /// `slow_start_gain`: slots added per fast answer in slow start.
+    slow_start_gain: f64,
+    /// Fractional slots slow start has earned but not yet added.
+    slow_start_credit: f64,
     // State.
     limit: usize,
     deferred_limit: usize,
@@ -258,6 +262,8 @@ impl EnvoyGradientLimit {
             knee: cfg.knee_cap.then(|| KneeCap::new(interval_ns)),
             budget_ns: 0.0,
             slow_start: cfg.live_min_rtt && fixed.is_none(),
+            slow_start_gain: finite_or(cfg.slow_start_gain, 1.0, 8.0, 1.0),
+            slow_start_credit: 0.0,
             limit: cfg
                 .initial_limit
                 .unwrap_or(min_concurrency)
@@ -376,9 +382,11 @@ impl Limit for EnvoyGradientLimit {
                     k.forget();
                 }
             }
-            // Slow start (live.rs): one more slot per request answered within minRTT's
-            // tolerance while at least half the limit was in use — doubling per round trip,
-            // as TCP's slow start grows its window by one per acknowledgement.
+            // Slow start (live.rs): `slow_start_gain` more slots per request answered within
+            // minRTT's tolerance while at least half the limit was in use — at gain 1 doubling
+            // per round trip, as TCP's slow start grows its window by one per
+            // acknowledgement; above 1 the limit reaches twice the level in use after fewer
+            // fast answers, never further.
             if self.slow_start
                 && !s.dropped
                 && self.measured_min_rtt_ns > 0.0
@@ -386,7 +394,10 @@ impl Limit for EnvoyGradientLimit {
                 && s.in_flight.saturating_mul(2) >= self.limit
                 && self.limit < self.max
             {
-                self.limit += 1;
+                self.slow_start_credit += self.slow_start_gain;
+                let add = self.slow_start_credit.floor();
+                self.slow_start_credit -= add;
+                self.limit = self.limit.saturating_add(add as usize).min(self.max);
             }
         }
 
