@@ -80,6 +80,16 @@ impl AdmissionConfig {
     ///   exponential service, anywhere in 0.3–1.3 × the mean) unless a window is past twice
     ///   its tolerance or mostly timed out: it stalled a 100-worker service's cold start at
     ///   20–25 and refused 547 of 4,000 requests at 0.9 × capacity (253 now).
+    /// - `slow_start_gain = 3`: in slow start each answer within minRTT's tolerance adds
+    ///   three slots, not TCP's one, up to twice the level in flight when it was admitted (the
+    ///   same ceiling as before, so the overshoot past the knee is no larger). With one per
+    ///   answer, only the fast share of a round's answers grew the limit (two thirds of an
+    ///   exponential service's), about × 1.65 per round trip: from 20, a 1000-worker service
+    ///   took eight round trips to be used, and in the runs of a few service times that decide
+    ///   issue 28's 1000-worker cells the 1024-entry queue filled with CRITICAL work, refused
+    ///   `queue_full` (the sweep's 1000-worker cells, failing R1 23 → 16, R2 16 → 11, R3
+    ///   17 → 13, none newly failing). With three, a third of the round's answers being fast
+    ///   suffices to double.
     /// - not `knee_cap` (`limit/envoy/knee.rs`, BBR's bandwidth × `RTprop` by Little's law):
     ///   it holds a 1000-worker upstream near its workers in a model, but over issue 28's full
     ///   sweep it did more harm than good (R1 failing cells 120 → 206, R3 683 → 748, R4b
@@ -123,6 +133,7 @@ impl AdmissionConfig {
                 latency_slack: 0.1,
                 exact_cuts: true,
                 rtt_windows: true,
+                slow_start_gain: 3.0,
                 ..EnvoyGradientConfig::default()
             }),
             headroom: DEFAULT_HEADROOM,

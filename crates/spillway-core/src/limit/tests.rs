@@ -613,5 +613,7 @@ mod envoy_knee_cap;
 mod envoy_live;
 #[path = "tests/envoy_once_per_rtt.rs"]
 mod envoy_once_per_rtt;
+#[path = "tests/envoy_slow_start_gain.rs"]
+mod envoy_slow_start_gain;
 #[path = "tests/envoy_small_limits.rs"]
 mod envoy_small_limits;

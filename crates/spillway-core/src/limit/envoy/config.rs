@@ -80,6 +80,11 @@ pub struct EnvoyGradientConfig {
     /// tenth above the lowest group's caps the limit, by Little's law, at 1.1 × what the
     /// upstream runs at once. Default false (Envoy: the gradient alone).
     pub knee_cap: bool,
+    /// With `live_min_rtt`: slots slow start adds per answer within minRTT's tolerance, in
+    /// `[1, 8]` (see `live.rs`). 1 doubles the limit per round trip when every answer is
+    /// fast, as TCP's slow start does; more reaches a large upstream's size in fewer round
+    /// trips at the price of a larger overshoot past its knee. Default 1.
+    pub slow_start_gain: f64,
     /// Use this minRTT instead of measuring it (Envoy `fixed_value`), `> 0` if set. Default unset.
     #[cfg_attr(
         feature = "serde",
@@ -109,6 +114,7 @@ impl Default for EnvoyGradientConfig {
             exact_cuts: false,
             rtt_windows: false,
             knee_cap: false,
+            slow_start_gain: 1.0,
             fixed_min_rtt: None,
         }
     }
@@ -213,6 +219,13 @@ impl EnvoyGradientConfig {
             0.0,
             1.0,
             "a fraction in [0, 1] of the callers' latency budget (0 = none)",
+        )?;
+        check_range(
+            "limit.envoy_gradient.slow_start_gain",
+            self.slow_start_gain,
+            1.0,
+            8.0,
+            "a number of slots in [1, 8] per fast answer (1 = double per round trip)",
         )?;
         if self.fixed_min_rtt.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::new(

@@ -114,10 +114,10 @@
 use std::time::{Duration, Instant};
 
 use self::futile::FutileCuts;
-use self::knee::{KneeCap, Verdict};
+use self::knee::KneeCap;
 use self::live::LiveMinRtt;
 use super::histogram::LatencyHistogram;
-use super::{clamp_limit, Limit, Sample};
+use super::{Limit, Sample};
 use crate::clock::{nanos_since, saturating_nanos};
 use crate::error::ConfigError;
 use crate::random::RandomSource;
@@ -126,6 +126,7 @@ mod config;
 mod futile;
 mod knee;
 mod live;
+mod window;
 
 pub use self::config::EnvoyGradientConfig;
 
@@ -170,6 +171,10 @@ pub struct EnvoyGradientLimit {
     /// With `live_min_rtt`: growing by one per fast sample until a window is slow (see
     /// `live.rs`).
     slow_start: bool,
+    /// `slow_start_gain`: slots added per fast answer in slow start.
+    slow_start_gain: f64,
+    /// Fractional slots slow start has earned but not yet added.
+    slow_start_credit: f64,
     // State.
     limit: usize,
     deferred_limit: usize,
@@ -257,6 +262,8 @@ impl EnvoyGradientLimit {
             knee: cfg.knee_cap.then(|| KneeCap::new(interval_ns)),
             budget_ns: 0.0,
             slow_start: cfg.live_min_rtt && fixed.is_none(),
+            slow_start_gain: finite_or(cfg.slow_start_gain, 1.0, 8.0, 1.0),
+            slow_start_credit: 0.0,
             limit: cfg
                 .initial_limit
                 .unwrap_or(min_concurrency)
@@ -323,210 +330,6 @@ impl EnvoyGradientLimit {
     pub fn next_min_rtt_at(&self) -> Instant {
         self.origin + Duration::from_nanos(self.next_min_rtt_ns)
     }
-
-    /// Whether the open sampling window is due to close: after `update_interval`, or with
-    /// `rtt_windows` once it holds `request_count` samples and has lasted minRTT.
-    fn window_due(&self, now_ns: u64) -> bool {
-        let elapsed = now_ns.saturating_sub(self.window_start_ns);
-        elapsed >= self.update_ns
-            || (self.rtt_windows
-                && self.min_rtt_ns > 0.0
-                && self.hist.count() >= self.request_count
-                && elapsed as f64 >= self.min_rtt_ns)
-    }
-
-    /// Whether minRTT is measured in windows that pin the limit (Envoy's way), rather than
-    /// fixed or measured live.
-    fn periodic_min_rtt(&self) -> bool {
-        self.dynamic_min_rtt && self.live.is_none()
-    }
-
-    /// Latency tolerated before the limit is cut: minRTT with its buffer, or with the slack
-    /// share of the callers' budget, whichever is larger.
-    fn tolerated_ns(&self) -> f64 {
-        let min_rtt = self.min_rtt_ns.max(0.0);
-        (min_rtt * (1.0 + self.buffer)).max(min_rtt + self.latency_slack * self.budget_ns)
-    }
-
-    fn enter_min_rtt_window(&mut self, now_ns: u64) {
-        self.in_min_rtt_window = true;
-        self.deferred_limit = self.limit;
-        if self.pin {
-            self.limit = self.min_concurrency;
-        }
-        self.hist.clear();
-        self.window_dropped = 0;
-        self.min_rtt_epoch_ns = now_ns;
-        self.consecutive_at_floor = 0;
-        if let Some(f) = self.futile.as_mut() {
-            f.reset();
-        }
-    }
-
-    fn finish_min_rtt_window(&mut self, now_ns: u64) {
-        if let Some(q) = self.hist.quantile(self.percentile) {
-            self.min_rtt_ns = q;
-            self.measured_min_rtt_ns = q;
-        }
-        self.hist.clear();
-        self.limit = self.deferred_limit.clamp(self.floor, self.max);
-        self.in_min_rtt_window = false;
-        if self.one_change_per_rtt {
-            // Requests admitted at the pinned limit say nothing about the restored one.
-            self.change_epoch_ns = now_ns;
-        }
-        // Envoy: interval + (random % ceil(interval · jitter)); here U·interval·jitter, U ∈ [0,1).
-        let u = self.rng.uniform();
-        let u = if (0.0..1.0).contains(&u) { u } else { 0.0 };
-        let jitter_ns = (self.interval_ns as f64 * self.jitter * u) as u64;
-        self.next_min_rtt_ns = now_ns
-            .saturating_add(self.interval_ns)
-            .saturating_add(jitter_ns);
-        self.window_start_ns = now_ns;
-        self.window_peak_in_flight = 0;
-        self.window_peak_counted = 0;
-        self.window_dropped = 0;
-    }
-
-    fn close_sample_window(&mut self, now_ns: u64) {
-        self.window_start_ns = now_ns;
-        let peak = std::mem::take(&mut self.window_peak_in_flight);
-        let peak_counted = std::mem::take(&mut self.window_peak_counted);
-        let dropped = std::mem::take(&mut self.window_dropped);
-        let Some(sample) = self.hist.quantile(self.percentile) else {
-            return;
-        };
-        self.censored = u64::from(dropped) * 2 >= u64::from(self.hist.count());
-        self.hist.clear();
-        let knee = self.knee.as_mut().map(|k| k.close(self.limit));
-        self.sample_rtt_ns = sample;
-        if self.live.is_some() && self.measured_min_rtt_ns <= 0.0 {
-            // No minRTT yet (live measurement): nothing to compare with; hold the limit — and
-            // if no request has run at low concurrency for 5 windows (a load that was heavy
-            // from its first request on, which a real start hardly produces: its first request
-            // runs alone), drop to `min_concurrency`, where every request does.
-            self.consecutive_at_floor += 1;
-            if self.consecutive_at_floor >= STALE_MIN_RTT_WINDOWS {
-                self.consecutive_at_floor = 0;
-                self.measure_at_low_concurrency(now_ns);
-            }
-            return;
-        }
-        // A provisional minRTT (live.rs) is the median of a handful of requests: too noisy
-        // to end slow start or cut on, unless the window is clearly past it (twice the
-        // tolerance, where the gradient's clamp bottoms out) or most of it timed out.
-        let provisional = self.slow_start
-            && self.live.as_ref().is_some_and(LiveMinRtt::provisional)
-            && !(self.exact_cuts && self.censored)
-            && sample <= 2.0 * self.tolerated_ns();
-        if self.slow_start && !provisional && sample > self.min_rtt_ns * (1.0 + self.buffer) {
-            // Latency has left minRTT's own tolerance: the knee is near, growth is the
-            // gradient's from now on.
-            self.slow_start = false;
-        }
-        let tolerated = self.tolerated_ns();
-        if let Some(f) = self.futile.as_mut() {
-            let tolerance = 1.0 + self.buffer;
-            if sample > tolerated && peak_counted >= self.limit {
-                if let Some(r) = f.congested(now_ns, self.limit, sample) {
-                    // futile.rs: the latency now seen is the host's, not our queue's.
-                    let step = self.min_rtt_ns * futile::MAX_STEP;
-                    self.min_rtt_ns = r.rtt_ns.min(step).max(self.min_rtt_ns);
-                    self.limit = self.limit.max(r.restore).clamp(self.floor, self.max);
-                }
-            } else if self.min_rtt_ns > self.measured_min_rtt_ns
-                && sample <= self.measured_min_rtt_ns * tolerance
-            {
-                // Back within the measured minRTT's tolerance: the host is quiet again.
-                self.min_rtt_ns = self.measured_min_rtt_ns;
-            }
-        }
-        let mut new_limit = self.calculate_new_limit();
-        let old = self.limit;
-        if provisional {
-            // Held, not cut: slow start's own rule (growth only on fast answers) stops it
-            // where the queue starts.
-            new_limit = new_limit.max(old);
-        }
-        if let Some(f) = self.app_limited_growth {
-            // App-limited (module docs): growth never takes the limit past f × the window's
-            // peak in flight — none at all when that is below the limit already (the limit was
-            // not the constraint).
-            let used = ((peak as f64) * f).ceil();
-            // A window that used its share may always grow by one: at small limits the lower
-            // criticalities' shares are what keeps the peak low (at 2, SHEDDABLE may use 1, and
-            // twice 1 is 2: a limit cut to 2 by a capacity drop stayed there for good).
-            let cap = if used >= old as f64 {
-                (used as usize).max(old.saturating_add(1))
-            } else {
-                old
-            };
-            new_limit = new_limit.min(cap.max(old));
-        }
-        match knee {
-            // knee.rs: past the knee by Little's law, whatever the median's tolerance says.
-            Some(Verdict::Cap(c)) => new_limit = new_limit.min(c.clamp(self.floor, self.max)),
-            Some(Verdict::Free) | None => {}
-        }
-        self.limit = new_limit;
-        if self.one_change_per_rtt && new_limit != old {
-            self.change_epoch_ns = now_ns;
-        }
-        if old == self.floor && new_limit == self.floor {
-            self.consecutive_at_floor += 1;
-        } else {
-            self.consecutive_at_floor = 0;
-        }
-        if self.dynamic_min_rtt && self.consecutive_at_floor >= STALE_MIN_RTT_WINDOWS {
-            if let Some(live) = self.live.as_mut() {
-                // At the floor every sample is a low-concurrency one: measure afresh.
-                live.restart();
-                self.consecutive_at_floor = 0;
-            } else {
-                // Envoy re-arms the minRTT timer at 0 ms: the window opens with the next sample.
-                self.next_min_rtt_ns = now_ns;
-            }
-        }
-    }
-
-    /// Lowers the limit to `min_concurrency` (not below the floor), the largest at which every
-    /// request counts as a low-concurrency sample of minRTT.
-    fn measure_at_low_concurrency(&mut self, now_ns: u64) {
-        let low = self.min_concurrency.max(self.floor);
-        if self.limit > low {
-            self.limit = low;
-            if self.one_change_per_rtt {
-                self.change_epoch_ns = now_ns;
-            }
-        }
-    }
-
-    fn calculate_new_limit(&self) -> usize {
-        // Both ≥ 1 ns; a 0 ns minRTT (coarse clock) still yields a finite gradient (0.5).
-        let sample = self.sample_rtt_ns.max(1.0);
-        let buffered_min = self.tolerated_ns();
-        let mut gradient = (buffered_min / sample).clamp(GRADIENT_MIN, GRADIENT_MAX);
-        if self.exact_cuts && self.censored {
-            // Most of the window timed out: its latency is only known to exceed what was
-            // measured, so the gradient above is an upper bound. Cut by the most allowed.
-            gradient = GRADIENT_MIN;
-        }
-        let scaled = self.limit as f64 * gradient;
-        let headroom = if self.exact_cuts && self.censored {
-            // Halving, exactly: with √limit on top a limit of 5 at a 1-worker service never
-            // came down (2.5 + 1.6 → 4, 1.5 + 1.2 → 2).
-            0.0
-        } else {
-            scaled.sqrt()
-        };
-        let new = clamp_limit((scaled + headroom).floor(), self.floor, self.max) as usize;
-        if self.exact_cuts && gradient < 1.0 && new >= self.limit {
-            // Above tolerance, yet √limit kept the limit where it was (small limits: from 5
-            // a gradient above 0.64 gives 5 or more): one less.
-            return self.limit.saturating_sub(1).max(self.floor);
-        }
-        new
-    }
 }
 
 impl Limit for EnvoyGradientLimit {
@@ -579,9 +382,11 @@ impl Limit for EnvoyGradientLimit {
                     k.forget();
                 }
             }
-            // Slow start (live.rs): one more slot per request answered within minRTT's
-            // tolerance while at least half the limit was in use — doubling per round trip,
-            // as TCP's slow start grows its window by one per acknowledgement.
+            // Slow start (live.rs): `slow_start_gain` more slots per request answered within
+            // minRTT's tolerance while at least half the limit was in use — at gain 1 doubling
+            // per round trip, as TCP's slow start grows its window by one per
+            // acknowledgement; above 1 the limit reaches twice the level in use after fewer
+            // fast answers, never further.
             if self.slow_start
                 && !s.dropped
                 && self.measured_min_rtt_ns > 0.0
@@ -589,7 +394,10 @@ impl Limit for EnvoyGradientLimit {
                 && s.in_flight.saturating_mul(2) >= self.limit
                 && self.limit < self.max
             {
-                self.limit += 1;
+                self.slow_start_credit += self.slow_start_gain;
+                let add = self.slow_start_credit.floor();
+                self.slow_start_credit -= add;
+                self.limit = self.limit.saturating_add(add as usize).min(self.max);
             }
         }
 

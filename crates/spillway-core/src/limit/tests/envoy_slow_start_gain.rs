@@ -1,0 +1,112 @@
+//! `slow_start_gain`: how fast a cold limit grows while answers stay at minRTT (issue 28 item
+//! 1, the first seconds after the proxy starts at a large upstream).
+
+use super::*;
+
+/// Slow start only: no sampling window closes within these runs (the gradient's own growth
+/// would blur the count of round trips).
+fn cfg(gain: f64) -> EnvoyGradientConfig {
+    EnvoyGradientConfig {
+        live_min_rtt: true,
+        initial_limit: Some(20),
+        min_concurrency: 3,
+        request_count: 5,
+        jitter: 0.0,
+        interval: Duration::from_secs(60),
+        update_interval: Duration::from_secs(600),
+        max_concurrency_limit: 100_000,
+        slow_start_gain: gain,
+        ..EnvoyGradientConfig::default()
+    }
+}
+
+/// Round trips of `rtt_ms` at an upstream whose every `fast_every`-th answer comes within
+/// minRTT's tolerance and the rest at twice minRTT (an exponential service's answers are fast
+/// about two times in three), every slot of the limit in use (each round's requests were
+/// admitted at the limit the round started with), until the limit reaches `target`.
+fn round_trips_to(
+    l: &mut EnvoyGradientLimit,
+    t0: Instant,
+    rtt_ms: u64,
+    fast_every: usize,
+    target: usize,
+) -> u64 {
+    // The first request of a start runs alone: the provisional minRTT.
+    l.on_sample(&sample(
+        at(t0, rtt_ms),
+        Duration::from_millis(rtt_ms),
+        1,
+        false,
+    ));
+    let mut rounds = 0;
+    while l.limit() < target {
+        rounds += 1;
+        assert!(rounds < 50, "limit {} after 50 round trips", l.limit());
+        let level = l.limit();
+        let end = at(t0, rtt_ms * (rounds + 1));
+        for i in 0..level {
+            let rtt = if i % fast_every == 0 {
+                rtt_ms
+            } else {
+                2 * rtt_ms
+            };
+            l.on_sample(&sample(end, Duration::from_millis(rtt), level, false));
+        }
+    }
+    rounds
+}
+
+fn limit(gain: f64, t0: Instant) -> EnvoyGradientLimit {
+    EnvoyGradientLimit::new(&cfg(gain), t0, Box::new(FixedRandom(0.0))).expect("valid")
+}
+
+#[test]
+fn gain_one_doubles_per_round_trip_only_when_every_answer_is_fast() {
+    let t0 = Instant::now();
+    // 20 → 40 → … → 1280: six round trips to a thousand, as TCP's slow start.
+    assert_eq!(round_trips_to(&mut limit(1.0, t0), t0, 10, 1, 1000), 6);
+    // One answer in three fast: × 1.33 per round trip.
+    let slow = round_trips_to(&mut limit(1.0, t0), t0, 10, 3, 1000);
+    assert!(slow >= 12, "{slow} round trips");
+}
+
+#[test]
+fn a_gain_of_three_doubles_per_round_trip_when_a_third_of_the_answers_are_fast() {
+    let t0 = Instant::now();
+    assert_eq!(round_trips_to(&mut limit(3.0, t0), t0, 10, 3, 1000), 6);
+    // And never more than doubles: every answer fast, still six.
+    assert_eq!(round_trips_to(&mut limit(3.0, t0), t0, 10, 1, 1000), 6);
+    // Fractional gains add whole slots as their credit accrues: 1.5 per answer, 10 answers.
+    let mut l = limit(1.5, t0);
+    l.on_sample(&sample(at(t0, 10), 10 * MS, 1, false));
+    for _ in 0..10 {
+        l.on_sample(&sample(at(t0, 20), 10 * MS, 20, false));
+    }
+    assert_eq!(l.limit(), 35);
+}
+
+#[test]
+fn slow_answers_grow_nothing_whatever_the_gain() {
+    let t0 = Instant::now();
+    let mut l = limit(3.0, t0);
+    l.on_sample(&sample(at(t0, 10), 10 * MS, 1, false));
+    // Past minRTT's tolerance (10 ms × 1.25): the upstream queues; so do timed-out answers.
+    for i in 0..40 {
+        l.on_sample(&sample(at(t0, 30 + i), 20 * MS, 20, false));
+        l.on_sample(&sample(at(t0, 30 + i), 10 * MS, 20, true));
+    }
+    assert_eq!(l.limit(), 20);
+    // Nor do fast answers of requests admitted when less than half the limit was in use: the
+    // limit passes twice their level by one step of the gain at most.
+    for i in 0..40 {
+        l.on_sample(&sample(at(t0, 80 + i), 10 * MS, 10, false));
+    }
+    assert_eq!(l.limit(), 23);
+}
+
+#[test]
+fn the_gain_is_checked() {
+    for bad in [0.5, 9.0, f64::NAN] {
+        assert!(cfg(bad).validate().is_err(), "{bad}");
+    }
+}
