@@ -95,6 +95,7 @@ impl<T> AdmissionQueue<T> {
             if !slots.take_slot(c) {
                 return None;
             }
+            self.note_served(c);
             return self.take(now, class, pos);
         }
     }

@@ -113,8 +113,9 @@ impl<T> AdmissionQueue<T> {
 
     /// After an arrival of `criticality` joined, drops the entries it pushed back so far that
     /// they can no longer start in time: the newest of the lowest class below `criticality`,
-    /// while its expected wait (`len × per_slot`, it being served last) ends after its
-    /// give-up time. Each goes to `on_drop` as [`DropReason::Evicted`] (a more critical
+    /// while its expected wait (`len` slots at its level's share of them,
+    /// [`expected_wait`](Self::expected_wait); it being served last) ends after its give-up
+    /// time. Each goes to `on_drop` as [`DropReason::Evicted`] (a more critical
     /// request took its place) — refused now rather than after waiting in vain.
     ///
     /// With `shed_level` (a level being refused for overload), only entries of that level or
@@ -140,7 +141,7 @@ impl<T> AdmissionQueue<T> {
             };
             let give_up =
                 self.give_up_at(back.enqueued_at, back.deadline, expected, back.criticality);
-            let wait = per_slot.saturating_mul(u32::try_from(self.len).unwrap_or(u32::MAX));
+            let wait = self.expected_wait(back.criticality, self.len, per_slot);
             if now.checked_add(wait).is_some_and(|t| t <= give_up) {
                 break;
             }

@@ -12,8 +12,9 @@
 //!   cautious mean of recent service times). CRITICAL work with a deadline is bounded by
 //!   that deadline alone ([`AdmissionQueue::give_up_at`]). Past that it is dropped rather than served, because its caller has given up or
 //!   will have by the time the answer is ready. The controller refuses on arrival a request
-//!   whose expected wait ([`AdmissionQueue::ahead_of`] × the time between two slots freeing)
-//!   already exceeds that budget, and drops entries a more critical arrival pushed past theirs
+//!   whose expected wait ([`AdmissionQueue::expected_wait`]: those ahead of it, drained at
+//!   its level's share of the slots — what the levels above it leave) already exceeds that
+//!   budget, and drops entries a more critical arrival pushed past theirs
 //!   ([`AdmissionQueue::drop_pushed_back`]): a refusal that comes at once costs the caller
 //!   nothing and leaves it time to try elsewhere.
 //! - **Strict criticality order.** Nothing less critical keeps waiting once a more critical
@@ -38,7 +39,8 @@
 
 //!
 //! Files: `config.rs` (settings and their validation), `give_up.rs` (when an entry stops
-//! waiting and who is dropped for it), `dequeue.rs` (who is served next), `codel.rs`,
+//! waiting and who is dropped for it), `dequeue.rs` (who is served next), `served.rs` (how
+//! the slots are shared between levels, for wait estimates), `codel.rs`,
 //! `service.rs` (the expected service time) and `hints.rs` (prefetch addresses).
 
 mod codel;
@@ -48,6 +50,7 @@ mod give_up;
 mod hints;
 #[cfg(feature = "serde")]
 pub(crate) mod millis;
+mod served;
 mod service;
 #[cfg(test)]
 mod tests;
@@ -144,6 +147,8 @@ pub struct AdmissionQueue<T> {
     codel: Option<Codel>,
     /// Since when the queue has held more than the adaptive-LIFO depth.
     building_since: Option<Instant>,
+    /// Recent dequeues per criticality, in 1/65536ths of the whole (see `served.rs`).
+    served: [u32; Criticality::COUNT],
     cfg: QueueConfig,
     /// Index `2 · criticality + continuation`: served from the highest index down.
     classes: [VecDeque<QueueEntry<T>>; CLASSES],
@@ -193,6 +198,7 @@ impl<T> AdmissionQueue<T> {
             nonempty: 0,
             next_seq: 0,
             building_since: None,
+            served: [0; Criticality::COUNT],
             codel,
         })
     }
