@@ -70,7 +70,8 @@ impl AdmissionController {
         // limit leaves more in flight than the new limit) and one more.
         let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));
         let ahead = q.ahead_of(c, req.continuation) + blocked;
-        let wait = per_slot.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
+        // Drained at the share of the slots the levels above it leave (`queue/served.rs`).
+        let wait = q.expected_wait(c, ahead, per_slot);
         let by_wait = now + inner.queue_cfg.max_wait;
         if give_up_at > by_wait && now.checked_add(wait).map_or(true, |t| t > give_up_at) {
             // CRITICAL work may wait past the max wait for its deadline (`give_up_at`) only

@@ -465,6 +465,71 @@ fn pushed_back_entries_that_cannot_start_in_time_are_dropped() {
     assert_eq!(q.ahead_of(CriticalPlus, false), 0);
 }
 
+/// Dispatches `n` requests, CRITICAL except every `every`-th (SHEDDABLE), from `q`.
+fn dispatch_mix(q: &mut AdmissionQueue<u32>, t0: Instant, n: u32, every: u32) {
+    let slots = Slots::new(usize::MAX);
+    for i in 0..n {
+        let c = if every > 0 && i % every == every - 1 {
+            Sheddable
+        } else {
+            Critical
+        };
+        push(q, t0, i, c, false);
+        let served = q.dequeue(t0, Duration::ZERO, &slots, |_, _| panic!("nothing to drop"));
+        assert_eq!(served.map(|e| e.item), Some(i));
+    }
+}
+
+/// A level drains at the share of the slots the levels above it leave: after dispatches that
+/// went 3 in 4 to CRITICAL, a SHEDDABLE wait is about four times the plain estimate, and one
+/// that CRITICAL alone was served at is bounded at 16 times it.
+#[test]
+fn a_level_waits_longer_while_the_levels_above_take_most_slots() {
+    let t0 = Instant::now();
+    let mut q = queue(QueueDiscipline::Fifo);
+    // Before any dispatch: the plain estimate, for every level.
+    assert_eq!(q.expected_wait(Sheddable, 4, 10 * MS), 40 * MS);
+    dispatch_mix(&mut q, t0, 200, 4);
+    let w = q.expected_wait(Sheddable, 4, 10 * MS);
+    // 40 ms / (1 - 3/4) = 160 ms; the record weighs the last few dozen dispatches.
+    assert!(w > 120 * MS && w < 220 * MS, "{w:?}");
+    // Nothing is above CRITICAL_PLUS, and CRITICAL_PLUS took none: both keep the plain one.
+    assert_eq!(q.expected_wait(CriticalPlus, 4, 10 * MS), 40 * MS);
+    assert_eq!(q.expected_wait(Critical, 4, 10 * MS), 40 * MS);
+    dispatch_mix(&mut q, t0, 400, 0);
+    assert_eq!(q.expected_wait(Sheddable, 1, 10 * MS), 160 * MS);
+    assert_eq!(q.expected_wait(Sheddable, 0, 10 * MS), Duration::ZERO);
+    assert!(q.is_empty());
+}
+
+/// The pushed-back drop judges a waiter on its level's share too: a SHEDDABLE entry behind
+/// three CRITICAL ones would start at +40 ms if the slots were shared evenly (in time for its
+/// 100 ms budget), but CRITICAL has been taking every slot, so it would not start for 640 ms.
+#[test]
+fn pushed_back_entries_are_judged_at_their_levels_share_of_the_slots() {
+    let t0 = Instant::now();
+    let mut even = queue(QueueDiscipline::Fifo);
+    let mut starved = queue(QueueDiscipline::Fifo);
+    dispatch_mix(&mut starved, t0, 400, 0);
+    for q in [&mut even, &mut starved] {
+        q.push(t0, 100, Sheddable, false, Some(t0 + 105 * MS), 10)
+            .expect("room");
+        for i in 101..104 {
+            q.push(t0, i, Critical, false, None, 10).expect("room");
+        }
+    }
+    let mut dropped = Vec::new();
+    even.drop_pushed_back(t0, Critical, None, 10 * MS, 5 * MS, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert!(dropped.is_empty(), "{dropped:?}");
+    starved.drop_pushed_back(t0, Critical, None, 10 * MS, 5 * MS, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert_eq!(dropped, vec![(100, DropReason::Evicted)]);
+    assert_eq!((even.len(), starved.len()), (4, 3));
+}
+
 #[test]
 fn full_queue_evicts_lowest_criticality_newest() {
     let t0 = Instant::now();

@@ -43,6 +43,34 @@ fn refused_on_arrival_when_the_wait_ahead_exceeds_the_max_wait() {
     drop(queued);
 }
 
+/// While CRITICAL takes every slot that frees (each dispatch from the queue goes to it), a
+/// SHEDDABLE arrival would not be served however short the queue: refused at the door, not
+/// after waiting out its budget. One slot to free is 25 ms, within the 100 ms max wait — the
+/// estimate that queued it before counting the share the levels above take.
+#[test]
+fn a_sheddable_arrival_is_refused_at_once_while_critical_takes_every_slot() {
+    let (ctl, clock, held) = saturated();
+    let mut running: std::collections::VecDeque<Permit> = held.into();
+    for _ in 0..40 {
+        let mut q = queued(ctl.admit(&req(Critical)));
+        clock.advance(25 * MS);
+        drop(running.pop_front());
+        match poll(&mut q, &noop()) {
+            Poll::Ready(Ok(p)) => running.push_back(p),
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+    let snap = ctl.snapshot();
+    assert_eq!(snap.queued, 0);
+    // Each permit is held for two rounds: about 50 ms of service, a slot every 25 ms.
+    assert!(snap.expected_service_time > 45 * MS, "{snap:?}");
+    let r = refused(ctl.admit(&req(Sheddable)));
+    assert_eq!(r.reason, RefusalReason::QueueFull);
+    // CRITICAL has nothing above it: it still queues for the next slot.
+    let _c = queued(ctl.admit(&req(Critical)));
+    drop(running);
+}
+
 #[test]
 fn work_above_a_level_being_shed_waits_out_its_max_wait_instead_of_the_estimate() {
     let (ctl, clock, _held) = saturated();

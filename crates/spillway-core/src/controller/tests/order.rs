@@ -16,6 +16,8 @@ enum Op {
     Complete { pick: u8, dropped: bool },
     /// Time passes.
     Advance(u8),
+    /// A queued request's caller goes away (the future is dropped).
+    Cancel { pick: u8 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -26,6 +28,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<u8>(), proptest::bool::weighted(0.1))
             .prop_map(|(pick, dropped)| Op::Complete { pick, dropped }),
         2 => (0u8..60).prop_map(Op::Advance),
+        1 => any::<u8>().prop_map(|pick| Op::Cancel { pick }),
     ]
 }
 
@@ -38,6 +41,9 @@ fn limit() -> impl Strategy<Value = LimitConfig> {
             max_limit: 16,
             ..AimdConfig::default()
         })),
+        // The zero-config policy's limit (the Envoy gradient, slow start from 20): the one the
+        // proxy runs, whose cuts leave more in flight than the new limit allows.
+        Just(AdmissionConfig::zero_config().limit),
     ]
 }
 
@@ -78,8 +84,10 @@ proptest! {
     /// work is never preempted.) Refusals because a request's own deadline cannot be met
     /// (`DeadlineExceeded`) are its caller's budget, not the order, and are not counted.
     ///
-    /// Driven through `AdmissionController` with fixed and adaptive (AIMD) limits, bounded
-    /// and half-the-limit queues, every discipline, deadlines or none, and real service-time
+    /// Driven through `AdmissionController` with fixed, AIMD and the zero-config (Envoy
+    /// gradient) limits, bounded and half-the-limit queues (so eviction by a more critical
+    /// arrival happens), every discipline, deadlines or none, cancelled waiters, and real
+    /// service-time
     /// estimates (so early refusals and pushed-back drops happen); a queued request's timer
     /// fires as a caller's would (a poll at or after `give_up_at`), and every waiter is polled
     /// after each step so that a grant or refusal is observed in the step it happened.
@@ -100,7 +108,15 @@ proptest! {
             },
             ..config(1, 0)
         };
-        let (ctl, clock) = controller(cfg);
+        // A seeded limit random source: the gradient's jittered windows repeat per case.
+        let clock = ManualClock::new();
+        let ctl = AdmissionController::with_limit_random(
+            cfg,
+            Arc::new(clock.clone()),
+            Box::new(crate::random::SeededRandom::new(28)),
+        )
+        .expect("valid config")
+        .with_random(Arc::new(FixedRandom(0.5)));
         let waker = noop();
         let mut fates: Vec<Fate> = Vec::new();
         let mut running: Vec<(usize, Permit)> = Vec::new();
@@ -134,7 +150,11 @@ proptest! {
                     drop(p);
                 }
                 Op::Advance(ms) => clock.advance(u32::from(ms) * MS),
-                Op::Complete { .. } => {}
+                Op::Cancel { pick } if !waiting.is_empty() => {
+                    let n = waiting.len();
+                    drop(waiting.swap_remove(usize::from(pick) % n));
+                }
+                Op::Complete { .. } | Op::Cancel { .. } => {}
             }
             // Observe every waiter's fate in this step (a poll at or after give_up_at is the
             // caller's timer firing).
