@@ -70,8 +70,11 @@ impl AdmissionController {
         // limit leaves more in flight than the new limit) and one more.
         let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));
         let ahead = q.ahead_of(c, req.continuation) + blocked;
-        // Drained at the share of the slots the levels above it leave (`queue/served.rs`).
-        let wait = q.expected_wait(c, ahead, per_slot);
+        // The lowest level refused for overload within one max wait: the level being shed.
+        let shed_level = inner.shedding.lowest_within(now, inner.queue_cfg.max_wait);
+        // While a level is being shed, drained at the share of the slots the levels above it
+        // leave (`queue/served.rs`).
+        let wait = q.expected_wait(c, ahead, per_slot, shed_level.is_some());
         let by_wait = now + inner.queue_cfg.max_wait;
         if give_up_at > by_wait && now.checked_add(wait).map_or(true, |t| t > give_up_at) {
             // CRITICAL work may wait past the max wait for its deadline (`give_up_at`) only
@@ -84,8 +87,6 @@ impl AdmissionController {
         let late = now.checked_add(wait).map_or(true, |t| t > give_up_at);
         // Its deadline, not the max wait, set the budget: retrying cannot help.
         let deadline_bound = give_up_at < now + inner.queue_cfg.max_wait;
-        // The lowest level refused for overload within one max wait: the level being shed.
-        let shed_level = inner.shedding.lowest_within(now, inner.queue_cfg.max_wait);
         let above_shed = shed_level.is_some_and(|s| s < c);
         if late && (deadline_bound || (c < Criticality::Critical && !above_shed)) {
             // It could not start in time: refuse now instead of after waiting in vain. Past

@@ -141,7 +141,8 @@ impl<T> AdmissionQueue<T> {
             };
             let give_up =
                 self.give_up_at(back.enqueued_at, back.deadline, expected, back.criticality);
-            let wait = self.expected_wait(back.criticality, self.len, per_slot);
+            let wait =
+                self.expected_wait(back.criticality, self.len, per_slot, shed_level.is_some());
             if now.checked_add(wait).is_some_and(|t| t <= give_up) {
                 break;
             }

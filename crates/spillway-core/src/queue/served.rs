@@ -21,6 +21,14 @@
 //! dispatches from the queue count: while nobody waits, admissions take the fast path and the
 //! estimate is not needed. Before the first dispatch every share is zero: no level is assumed
 //! to take anything (the estimate is the plain one).
+//!
+//! Only while a level is being shed (refused for overload within one max wait): the record
+//! counts dispatches, and a short burst's queue is served highest level first, so below
+//! capacity it credited CRITICAL with most slots though every level was about to be served.
+//! Used at all loads, it refused SHEDDABLE at 0.9 × capacity that the backend would have
+//! served (issue 28's sweep, R1: 18 cells newly failing, e.g. 100 workers × 1 ms at 0.9 ×,
+//! 0 → −0.27 pp). Under sustained overload a level is refused all along, and the share is
+//! what it drains at.
 
 use super::AdmissionQueue;
 use crate::criticality::Criticality;
@@ -49,15 +57,22 @@ impl<T> AdmissionQueue<T> {
     }
 
     /// The expected wait of a request of criticality `c` with `ahead` entries to be served
-    /// before it, when a slot frees every `per_slot`: those entries drain at the share of the
-    /// slots the levels above `c` leave (module docs), at least `1/16` of them.
+    /// before it, when a slot frees every `per_slot`. While some level is being shed
+    /// (`shedding`: refused for overload lately), those entries drain at the share of the
+    /// slots the levels above `c` leave (module docs), at least `1/16` of them; otherwise at
+    /// every slot (the plain estimate).
     pub fn expected_wait(
         &self,
         c: Criticality,
         ahead: usize,
         per_slot: std::time::Duration,
+        shedding: bool,
     ) -> std::time::Duration {
-        let left = (ONE - self.share_above(c)).max(MIN_LEFT);
+        let left = if shedding {
+            (ONE - self.share_above(c)).max(MIN_LEFT)
+        } else {
+            ONE
+        };
         let plain = per_slot.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
         // plain × ONE / left, in nanoseconds (u128: no overflow for any Duration).
         let nanos = plain.as_nanos() * u128::from(ONE) / u128::from(left);

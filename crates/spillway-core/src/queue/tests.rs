@@ -488,17 +488,19 @@ fn a_level_waits_longer_while_the_levels_above_take_most_slots() {
     let t0 = Instant::now();
     let mut q = queue(QueueDiscipline::Fifo);
     // Before any dispatch: the plain estimate, for every level.
-    assert_eq!(q.expected_wait(Sheddable, 4, 10 * MS), 40 * MS);
+    assert_eq!(q.expected_wait(Sheddable, 4, 10 * MS, true), 40 * MS);
     dispatch_mix(&mut q, t0, 200, 4);
-    let w = q.expected_wait(Sheddable, 4, 10 * MS);
+    let w = q.expected_wait(Sheddable, 4, 10 * MS, true);
+    // While no level is being shed, the plain estimate (module docs of `served.rs`).
+    assert_eq!(q.expected_wait(Sheddable, 4, 10 * MS, false), 40 * MS);
     // 40 ms / (1 - 3/4) = 160 ms; the record weighs the last few dozen dispatches.
     assert!(w > 120 * MS && w < 220 * MS, "{w:?}");
     // Nothing is above CRITICAL_PLUS, and CRITICAL_PLUS took none: both keep the plain one.
-    assert_eq!(q.expected_wait(CriticalPlus, 4, 10 * MS), 40 * MS);
-    assert_eq!(q.expected_wait(Critical, 4, 10 * MS), 40 * MS);
+    assert_eq!(q.expected_wait(CriticalPlus, 4, 10 * MS, true), 40 * MS);
+    assert_eq!(q.expected_wait(Critical, 4, 10 * MS, true), 40 * MS);
     dispatch_mix(&mut q, t0, 400, 0);
-    assert_eq!(q.expected_wait(Sheddable, 1, 10 * MS), 160 * MS);
-    assert_eq!(q.expected_wait(Sheddable, 0, 10 * MS), Duration::ZERO);
+    assert_eq!(q.expected_wait(Sheddable, 1, 10 * MS, true), 160 * MS);
+    assert_eq!(q.expected_wait(Sheddable, 0, 10 * MS, true), Duration::ZERO);
     assert!(q.is_empty());
 }
 
@@ -523,7 +525,12 @@ fn pushed_back_entries_are_judged_at_their_levels_share_of_the_slots() {
         dropped.push((e.item, r))
     });
     assert!(dropped.is_empty(), "{dropped:?}");
+    // Nothing is being shed: the plain estimate, as for the even queue.
     starved.drop_pushed_back(t0, Critical, None, 10 * MS, 5 * MS, |e, r| {
+        dropped.push((e.item, r))
+    });
+    assert!(dropped.is_empty(), "{dropped:?}");
+    starved.drop_pushed_back(t0, Critical, Some(Sheddable), 10 * MS, 5 * MS, |e, r| {
         dropped.push((e.item, r))
     });
     assert_eq!(dropped, vec![(100, DropReason::Evicted)]);

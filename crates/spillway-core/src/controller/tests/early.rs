@@ -43,10 +43,10 @@ fn refused_on_arrival_when_the_wait_ahead_exceeds_the_max_wait() {
     drop(queued);
 }
 
-/// While CRITICAL takes every slot that frees (each dispatch from the queue goes to it), a
-/// SHEDDABLE arrival would not be served however short the queue: refused at the door, not
-/// after waiting out its budget. One slot to free is 25 ms, within the 100 ms max wait — the
-/// estimate that queued it before counting the share the levels above take.
+/// While CRITICAL takes every slot that frees (each dispatch from the queue goes to it) and
+/// SHEDDABLE is being shed, a SHEDDABLE arrival would not be served however short the queue:
+/// refused at the door, not after waiting out its budget. One slot to free is 25 ms, within
+/// the 100 ms max wait — the plain estimate, which still applies while nothing is shed.
 #[test]
 fn a_sheddable_arrival_is_refused_at_once_while_critical_takes_every_slot() {
     let (ctl, clock, held) = saturated();
@@ -64,6 +64,17 @@ fn a_sheddable_arrival_is_refused_at_once_while_critical_takes_every_slot() {
     assert_eq!(snap.queued, 0);
     // Each permit is held for two rounds: about 50 ms of service, a slot every 25 ms.
     assert!(snap.expected_service_time > 45 * MS, "{snap:?}");
+    // Nothing shed yet: the plain estimate queues SHEDDABLE (25, 50, 75, 100 ms), and refuses
+    // the fifth (125 ms) — now SHEDDABLE is being shed.
+    let waiting: Vec<_> = (0..4).map(|_| queued(ctl.admit(&req(Sheddable)))).collect();
+    assert_eq!(
+        refused(ctl.admit(&req(Sheddable))).reason,
+        RefusalReason::QueueFull
+    );
+    drop(waiting);
+    assert_eq!(ctl.snapshot().queued, 0);
+    // The queue is empty again, one slot to free: at SHEDDABLE's share of recent dispatches
+    // (none) it would not start within its budget.
     let r = refused(ctl.admit(&req(Sheddable)));
     assert_eq!(r.reason, RefusalReason::QueueFull);
     // CRITICAL has nothing above it: it still queues for the next slot.
