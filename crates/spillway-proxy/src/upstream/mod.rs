@@ -26,8 +26,8 @@ mod eject;
 mod health;
 pub mod orca;
 mod pick;
-mod tls;
 mod task;
+mod tls;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
