@@ -101,7 +101,7 @@ const SIGNIFICANT_COUNT: f64 = 9.0;
 /// Why arrival counts: whether one reading is a shift or noise depends on how many requests
 /// it rests on, not on its length. A reading off the estimate by more than a quarter whose
 /// arrival count is also about four Poisson standard deviations from what the estimate expects
-/// ([`SIGNIFICANT_GAP`]) is taken as it stands, at once: a busy bucket follows a shift at its
+/// (`SIGNIFICANT_GAP`, 2: `|√k − √λ| ≥ 2`) is taken as it stands, at once: a busy bucket follows a shift at its
 /// next reading, however short the lease interval (at 250 ms leases a half-second window cost
 /// two readings, so about four intervals; bench/results/fleet4-issue31.md). Readings with too
 /// few arrivals to tell (a few requests per interval) keep the time rule: off by more than a
