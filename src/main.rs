@@ -15,6 +15,7 @@ mod demo;
 mod docs;
 mod load;
 mod logging;
+mod open_files;
 mod proxy;
 mod sim;
 mod trim;
@@ -79,7 +80,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = logging::init(cli.log_format, cli.log_level.as_deref())
         .map_err(anyhow::Error::from)
-        .and_then(|()| run(cli.command));
+        .and_then(|()| {
+            // Before any socket: the proxy, the load generator and the demo backend each hold
+            // thousands of connections (src/open_files.rs).
+            if let Some((before, after)) = open_files::raise() {
+                if after > before {
+                    tracing::debug!(before, after, "raised the open-file limit (RLIMIT_NOFILE)");
+                }
+            }
+            run(cli.command)
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // `spillway calc | head` closing the pipe early is not a failure worth reporting.

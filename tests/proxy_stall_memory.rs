@@ -71,9 +71,22 @@ fn reach(accepted: &AtomicUsize, n: usize) {
 
 #[test]
 fn held_requests_cost_bounded_memory_and_past_the_budget_are_refused_at_once() {
-    const WARM: usize = 200;
-    const HELD: usize = 800;
-    const OVER: usize = 1_000;
+    // Open files: this process holds a client and an accepted upstream socket per held request
+    // and a client socket per refused one; the proxy a client and an upstream socket per held
+    // request and a client socket per refused one. 1,000 held and 1,000 refused need ~3,300
+    // descriptors in each process; where the hard limit is lower, the test runs smaller.
+    let limit = common::raise_open_files();
+    let room = usize::try_from(limit.saturating_sub(300) / 3).unwrap_or(usize::MAX);
+    assert!(
+        room >= 200,
+        "the open-file limit ({limit}) leaves room for {room} held requests; this test needs \
+         at least 200 (raise `ulimit -Hn`)"
+    );
+    let (warm, held_n, over_n) = (
+        room.min(1_000) / 5,
+        room.min(1_000) * 4 / 5,
+        room.min(1_000),
+    );
     let dir = common::temp_dir("stall-memory");
     let (data, admin) = (common::free_port(), common::free_port());
     let (up, accepted) = stalled_upstream();
@@ -87,7 +100,7 @@ fn held_requests_cost_bounded_memory_and_past_the_budget_are_refused_at_once() {
              max_requests_per_task = 100000\n\
              [upstream.throttle]\nmin_requests_per_sec = 1000000.0\n\
              [admission.limit]\nalgorithm = \"fixed\"\nlimit = 100000\n",
-            WARM + HELD
+            warm + held_n
         ),
     )
     .expect("write the config");
@@ -95,17 +108,17 @@ fn held_requests_cost_bounded_memory_and_past_the_budget_are_refused_at_once() {
     std::thread::sleep(Duration::from_millis(500));
     let pid = proxy.pid();
 
-    let mut open = send(data, WARM);
-    reach(&accepted, WARM);
-    let warm = rss_kb(pid);
-    open.extend(send(data, HELD));
-    reach(&accepted, WARM + HELD);
+    let mut open = send(data, warm);
+    reach(&accepted, warm);
+    let warm_kb = rss_kb(pid);
+    open.extend(send(data, held_n));
+    reach(&accepted, warm + held_n);
     let held = rss_kb(pid);
-    let per_held = held.saturating_sub(warm) as f64 / HELD as f64;
+    let per_held = held.saturating_sub(warm_kb) as f64 / held_n as f64;
 
     // Past the budget: 503 at once, never sent upstream.
     let started = Instant::now();
-    let mut over = send(data, OVER);
+    let mut over = send(data, over_n);
     for s in &mut over {
         let (status, head, _) = common::read_response(s).expect("an answer, not a hang");
         assert_eq!(status, 503, "{head}");
@@ -117,17 +130,17 @@ fn held_requests_cost_bounded_memory_and_past_the_budget_are_refused_at_once() {
     let took = started.elapsed();
     std::thread::sleep(Duration::from_secs(2));
     let refused = rss_kb(pid);
-    let per_refused = refused.saturating_sub(held) as f64 / OVER as f64;
+    let per_refused = refused.saturating_sub(held) as f64 / over_n as f64;
     assert_eq!(
         accepted.load(Ordering::Relaxed),
-        WARM + HELD,
+        warm + held_n,
         "no refused request reached the upstream"
     );
     eprintln!(
-        "RSS {warm} kB with {WARM} held, {held} kB with {} held ({per_held:.2} kB each); \
-         {OVER} refused in {:.2} s, {refused} kB with their connections open \
+        "RSS {warm_kb} kB with {warm} held, {held} kB with {} held ({per_held:.2} kB each); \
+         {over_n} refused in {:.2} s, {refused} kB with their connections open \
          ({per_refused:.2} kB each)",
-        WARM + HELD,
+        warm + held_n,
         took.as_secs_f64()
     );
     assert!(
@@ -147,7 +160,7 @@ fn held_requests_cost_bounded_memory_and_past_the_budget_are_refused_at_once() {
     let _ = s.read_to_string(&mut body);
     let compact: String = body.split_whitespace().collect();
     assert!(
-        compact.contains(&format!("\"requests_in_progress\":{OVER}")),
+        compact.contains(&format!("\"requests_in_progress\":{over_n}")),
         "{body}"
     );
     drop((open, over));

@@ -319,3 +319,32 @@ pub fn join_clients(handles: Vec<std::thread::JoinHandle<Vec<Outcome>>>) -> Vec<
     all.sort_by_key(|o| o.sent);
     all
 }
+
+/// Raises this process's soft open-file limit to its hard limit (children started afterwards
+/// inherit it, as the `spillway` binary would raise its own) and returns the soft limit now in
+/// force, for tests that hold thousands of connections: many machines start processes at 1,024.
+#[cfg(target_os = "linux")]
+pub fn raise_open_files() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read or write one `rlimit` through a valid pointer.
+    unsafe {
+        assert_eq!(
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim),
+            0,
+            "getrlimit(RLIMIT_NOFILE)"
+        );
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim = raised;
+            }
+        }
+    }
+    lim.rlim_cur
+}

@@ -101,6 +101,7 @@ pub mod http1;
 pub mod lease;
 pub mod listener;
 pub mod metrics;
+mod open_files;
 pub(crate) mod path;
 mod read_buffer;
 pub mod respond;

@@ -179,6 +179,7 @@ pub fn run(source: Source) -> Result<(), RunError> {
     })?;
     let data = start_threads(&state)?;
     started(&state.config(), data.addr, &data.layout);
+    crate::open_files::check(state.config().listen.max_connections);
 
     let result = control.block_on(async move {
         let (admin_stop, admin_rx) = tokio::sync::watch::channel(false);
@@ -320,6 +321,7 @@ fn started(cfg: &ProxyConfig, listen: SocketAddr, layout: &str) {
         quota_store = %on(cfg.admission.quota.store.is_some()),
         admin_token = %on(token),
         access_log = %on(access.enabled),
+        open_files = %crate::open_files::soft_limit().map_or("unlimited".into(), |l| l.to_string()),
         "spillway proxy started"
     );
 }
