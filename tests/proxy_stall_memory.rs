@@ -3,7 +3,8 @@
 //! request goes upstream and waits there, and `listen.max_requests_in_progress` below the
 //! load. What must hold: the proxy's RSS grows by a bounded amount per held request (the
 //! buffers a waiting request's connections keep are let go of), and past the budget requests
-//! are answered 503 at once (`requests_in_progress`) instead of being held.
+//! are answered 503 at once (`requests_in_progress`) instead of being held. The same for
+//! HTTP/2: streams held 100 to a connection cost a bounded amount each.
 //!
 //! The bounds are generous (a debug build measured ~8 kB per held request, and ~3.4 kB per
 //! refused one whose connection stays open; bench/stall-memory.py has the figures for a
@@ -19,21 +20,38 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Accepts connections and never answers; returns its port and how many it accepted. The
-/// thread (and the connections it holds) ends with the test process.
-fn stalled_upstream() -> (u16, Arc<AtomicUsize>) {
+/// An upstream that accepts connections and never answers. Dropping it closes what it
+/// accepted (the accepting thread and its listener end with the test process), so a test's
+/// descriptors are not left to the next.
+struct StalledUpstream {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    held: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Drop for StalledUpstream {
+    fn drop(&mut self) {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+fn stalled_upstream() -> StalledUpstream {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind the stalled upstream");
     let port = l.local_addr().expect("address").port();
     let accepted = Arc::new(AtomicUsize::new(0));
-    let count = Arc::clone(&accepted);
     let held = Arc::new(Mutex::new(Vec::new()));
+    let (count, keep) = (Arc::clone(&accepted), Arc::clone(&held));
     std::thread::spawn(move || {
         for s in l.incoming().flatten() {
-            held.lock().expect("held").push(s);
+            keep.lock().unwrap_or_else(|e| e.into_inner()).push(s);
             count.fetch_add(1, Ordering::Relaxed);
         }
     });
-    (port, accepted)
+    StalledUpstream {
+        port,
+        accepted,
+        held,
+    }
 }
 
 fn rss_kb(pid: u32) -> u64 {
@@ -69,8 +87,36 @@ fn reach(accepted: &AtomicUsize, n: usize) {
     std::thread::sleep(Duration::from_secs(2));
 }
 
+/// A `spillway proxy` in front of upstream port `up` with a fixed admission limit far above the
+/// load (every request goes upstream and waits there) and `budget` requests in progress at
+/// most; returns it with its data and admin ports (and the directory holding its config).
+fn stall_proxy(up: u16, budget: usize, name: &str) -> (common::Proc, u16, u16, std::path::PathBuf) {
+    let dir = common::temp_dir(name);
+    let (data, admin) = (common::free_port(), common::free_port());
+    let cfg = dir.join("proxy.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[listen]\naddress = \"127.0.0.1:{data}\"\nmax_requests_in_progress = {budget}\n\
+             [admin]\nlisten = \"127.0.0.1:{admin}\"\n\
+             [upstream]\naddresses = [\"127.0.0.1:{up}\"]\nrequest_timeout_ms = 300000\n\
+             max_requests_per_task = 100000\n\
+             [upstream.throttle]\nmin_requests_per_sec = 1000000.0\n\
+             [admission.limit]\nalgorithm = \"fixed\"\nlimit = 100000\n"
+        ),
+    )
+    .expect("write the config");
+    let proxy = common::proxy(&cfg, data);
+    std::thread::sleep(Duration::from_millis(500));
+    (proxy, data, admin, dir)
+}
+
+/// The tests take turns: each sizes itself to the open-file limit as if it were alone.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 #[test]
 fn held_requests_cost_bounded_memory_and_past_the_budget_are_refused_at_once() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // Open files: this process holds a client and an accepted upstream socket per held request
     // and a client socket per refused one; the proxy a client and an upstream socket per held
     // request and a client socket per refused one. 1,000 held and 1,000 refused need ~3,300
@@ -87,32 +133,16 @@ fn held_requests_cost_bounded_memory_and_past_the_budget_are_refused_at_once() {
         room.min(1_000) * 4 / 5,
         room.min(1_000),
     );
-    let dir = common::temp_dir("stall-memory");
-    let (data, admin) = (common::free_port(), common::free_port());
-    let (up, accepted) = stalled_upstream();
-    let cfg = dir.join("proxy.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[listen]\naddress = \"127.0.0.1:{data}\"\nmax_requests_in_progress = {}\n\
-             [admin]\nlisten = \"127.0.0.1:{admin}\"\n\
-             [upstream]\naddresses = [\"127.0.0.1:{up}\"]\nrequest_timeout_ms = 300000\n\
-             max_requests_per_task = 100000\n\
-             [upstream.throttle]\nmin_requests_per_sec = 1000000.0\n\
-             [admission.limit]\nalgorithm = \"fixed\"\nlimit = 100000\n",
-            warm + held_n
-        ),
-    )
-    .expect("write the config");
-    let proxy = common::proxy(&cfg, data);
-    std::thread::sleep(Duration::from_millis(500));
+    let upstream = stalled_upstream();
+    let (up, accepted) = (upstream.port, &*upstream.accepted);
+    let (proxy, data, admin, _dir) = stall_proxy(up, warm + held_n, "stall-memory");
     let pid = proxy.pid();
 
     let mut open = send(data, warm);
-    reach(&accepted, warm);
+    reach(accepted, warm);
     let warm_kb = rss_kb(pid);
     open.extend(send(data, held_n));
-    reach(&accepted, warm + held_n);
+    reach(accepted, warm + held_n);
     let held = rss_kb(pid);
     let per_held = held.saturating_sub(warm_kb) as f64 / held_n as f64;
 
@@ -164,4 +194,110 @@ fn held_requests_cost_bounded_memory_and_past_the_budget_are_refused_at_once() {
         "{body}"
     );
     drop((open, over));
+}
+
+/// One HTTP/2 frame: 24-bit length, type, flags, stream id (RFC 9113 §4.1).
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).expect("a small frame");
+    let mut f = len.to_be_bytes()[1..].to_vec();
+    f.extend([kind, flags]);
+    f.extend(stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A prior-knowledge h2c connection with `streams` GETs sent and left waiting, the proxy's
+/// SETTINGS acknowledged (a healthy connection, not one the proxy may drop for protocol
+/// errors). Panics if the proxy answers a stream: in a stall it must not.
+fn h2_open(data: u16, streams: u32) -> TcpStream {
+    // GET http://stall/x: :method GET and :scheme http from HPACK's static table (RFC 7541
+    // appendix A), :path and :authority as literals without indexing, names indexed, no Huffman.
+    const HEADERS: &[u8] = b"\x82\x86\x04\x02/x\x01\x05stall";
+    let mut s = common::connect(common::local(data)).expect("connect to the proxy");
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(4, 0, 0, &[]));
+    for i in 0..streams {
+        // END_STREAM | END_HEADERS
+        out.extend(h2_frame(1, 0x5, 2 * i + 1, HEADERS));
+    }
+    s.write_all(&out).expect("send the streams");
+    loop {
+        let mut head = [0u8; 9];
+        s.read_exact(&mut head).expect("a frame from the proxy");
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        s.read_exact(&mut payload).expect("the frame's payload");
+        let (kind, flags) = (head[3], head[4]);
+        assert!(
+            !matches!(kind, 1 | 3 | 7),
+            "the proxy answered in a stall (frame type {kind}: HEADERS, RST_STREAM or GOAWAY)"
+        );
+        if kind == 4 && flags & 1 == 0 {
+            s.write_all(&h2_frame(4, 1, 0, &[])).expect("ack SETTINGS");
+            return s;
+        }
+    }
+}
+
+/// Waits until the upstream has accepted at least `n` connections and no more arrive for
+/// 1.2 s (the first HTTP/2 requests also open h2c probes to the upstream, which falls back to
+/// HTTP/1.1 after 1 s of silence), then for the waiting streams' buffers to be let go of.
+fn reach_settled(accepted: &AtomicUsize, n: usize) {
+    reach(accepted, n);
+    let mut seen = usize::MAX;
+    common::wait_for(
+        "the upstream's accepts to settle",
+        Duration::from_secs(30),
+        || {
+            let now = accepted.load(Ordering::Relaxed);
+            let settled = now == seen;
+            seen = now;
+            std::thread::sleep(Duration::from_millis(1_150));
+            settled.then_some(())
+        },
+    );
+}
+
+/// HTTP/2 streams held in a stall (issue 29): each waiting stream is woken every quarter of the
+/// shortest client timeout so that it lets its buffers go as an HTTP/1.1 request does. 100
+/// streams per connection; the bound is per held stream and as generous as HTTP/1.1's (a
+/// debug build measured 8.7–9.6 kB per stream): it catches an 8 KiB buffer held per stream.
+#[test]
+fn held_h2_streams_cost_bounded_memory() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const PER_CONN: u32 = 100;
+    let limit = common::raise_open_files();
+    // Each held stream has an upstream connection in both processes.
+    let conns = usize::try_from(limit.saturating_sub(300) / 2).unwrap_or(usize::MAX) / 100;
+    assert!(
+        conns >= 3,
+        "the open-file limit ({limit}) leaves room for {conns} connections of 100 held streams; \
+         this test needs 3 (raise `ulimit -Hn`)"
+    );
+    let (warm, held) = (1, conns.min(10) - 1);
+    let upstream = stalled_upstream();
+    let (up, accepted) = (upstream.port, &*upstream.accepted);
+    let (proxy, data, _admin, _dir) = stall_proxy(up, 4_096, "stall-memory-h2");
+    let pid = proxy.pid();
+
+    let mut open: Vec<TcpStream> = (0..warm).map(|_| h2_open(data, PER_CONN)).collect();
+    reach_settled(accepted, warm * 100);
+    let (warm_kb, warm_up) = (rss_kb(pid), accepted.load(Ordering::Relaxed));
+    open.extend((0..held).map(|_| h2_open(data, PER_CONN)));
+    reach_settled(accepted, warm_up + held * 100);
+    let held_kb = rss_kb(pid);
+    let streams = held * 100;
+    let per_stream = held_kb.saturating_sub(warm_kb) as f64 / streams as f64;
+    eprintln!(
+        "RSS {warm_kb} kB with {} streams held, {held_kb} kB with {} ({per_stream:.2} kB a \
+         stream); the upstream accepted {}",
+        warm * 100,
+        (warm + held) * 100,
+        accepted.load(Ordering::Relaxed)
+    );
+    assert!(
+        per_stream < 16.0,
+        "{per_stream:.2} kB of RSS per held h2 stream (a buffer held per stream again?)"
+    );
+    drop(open);
 }
