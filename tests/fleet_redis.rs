@@ -91,6 +91,8 @@ struct Phases {
     stopped: (Duration, Duration),
     down: (Duration, Duration),
     back: (Duration, Duration),
+    /// Each proxy's acme rate in `/status` mid-way through the leased window.
+    leased_rates: Vec<Option<f64>>,
     static_rates: Vec<f64>,
     back_after: Duration,
     /// (time since Redis restarted, proxy, its (mode, members, acme rate) from then on).
@@ -144,7 +146,9 @@ fn three_proxy_processes_share_a_global_quota_through_redis() {
     });
     std::thread::sleep(2 * INTERVAL);
     ph.leased = window(load.now(), 5);
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(2500));
+    ph.leased_rates = admins.iter().map(|a| lease(*a)?.acme_rate).collect();
+    std::thread::sleep(Duration::from_millis(2500));
     ph.lease_calls_per_sec =
         (redis.calls("evalsha") - calls_at_start) as f64 / calls_from.elapsed().as_secs_f64();
 
@@ -235,16 +239,22 @@ fn three_proxy_processes_share_a_global_quota_through_redis() {
     }
     let fleet = |(a, b): (Duration, Duration)| out.admitted_in("acme", None, a, b);
     let (leased, stopped, back) = (fleet(ph.leased), fleet(ph.stopped), fleet(ph.back));
+    let leased_each: Vec<f64> = (0..3)
+        .map(|i| out.admitted_in("acme", Some(i), ph.leased.0, ph.leased.1).0)
+        .collect();
     let down_80 = out.admitted_in("acme", Some(0), ph.down.0, ph.down.1);
     let down_5 = out.admitted_in("acme", Some(2), ph.down.0, ph.down.1);
     eprintln!(
-        "fleet_redis: acme admitted/s (per whole second): leased {:.1} {:?}; one stopped {:.1} \
+        "fleet_redis: acme admitted/s (per whole second): leased {:.1} {:?} (each {:.1?}, \
+         rates {:.1?}); one stopped {:.1} \
          {:?}; Redis down 80 %-proxy {:.1} {:?}, 5 %-proxy {:.1}; Redis back {:.1} {:?} \
          (converged after {:?}: {:?})\n  static rates {:?}; lease calls {:.2}/s\n  offered \
          {:?}\n  skipped {:?}\n  200s {} + {} calm, 429s {} + {} calm, failures {}\n  \
          logs in {}; took {:.1} s",
         leased.0,
         leased.1,
+        leased_each,
+        ph.leased_rates,
         stopped.0,
         stopped.1,
         down_80.0,
