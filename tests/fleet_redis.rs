@@ -91,8 +91,8 @@ struct Phases {
     stopped: (Duration, Duration),
     down: (Duration, Duration),
     back: (Duration, Duration),
-    /// Each proxy's acme rate in `/status` mid-way through the leased window.
-    leased_rates: Vec<Option<f64>>,
+    /// Each proxy's acme rate in `/status` through the leased window: (min, mean, max).
+    leased_rates: Vec<(f64, f64, f64)>,
     static_rates: Vec<f64>,
     back_after: Duration,
     /// (time since Redis restarted, proxy, its (mode, members, acme rate) from then on).
@@ -146,9 +146,23 @@ fn three_proxy_processes_share_a_global_quota_through_redis() {
     });
     std::thread::sleep(2 * INTERVAL);
     ph.leased = window(load.now(), 5);
-    std::thread::sleep(Duration::from_millis(2500));
-    ph.leased_rates = admins.iter().map(|a| lease(*a)?.acme_rate).collect();
-    std::thread::sleep(Duration::from_millis(2500));
+    // Each proxy's acme rate every 50 ms through the window: (min, mean, max).
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); 3];
+    while load.now() < ph.leased.1 {
+        for (i, a) in admins.iter().enumerate() {
+            rates[i].extend(lease(*a).and_then(|l| l.acme_rate));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ph.leased_rates = rates
+        .iter()
+        .map(|r| {
+            let (lo, hi) = r
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(l, h), x| (l.min(*x), h.max(*x)));
+            (lo, r.iter().sum::<f64>() / r.len().max(1) as f64, hi)
+        })
+        .collect();
     ph.lease_calls_per_sec =
         (redis.calls("evalsha") - calls_at_start) as f64 / calls_from.elapsed().as_secs_f64();
 
@@ -246,7 +260,7 @@ fn three_proxy_processes_share_a_global_quota_through_redis() {
     let down_5 = out.admitted_in("acme", Some(2), ph.down.0, ph.down.1);
     eprintln!(
         "fleet_redis: acme admitted/s (per whole second): leased {:.1} {:?} (each {:.1?}, \
-         rates {:.1?}); one stopped {:.1} \
+         rates min/mean/max {:.1?}); one stopped {:.1} \
          {:?}; Redis down 80 %-proxy {:.1} {:?}, 5 %-proxy {:.1}; Redis back {:.1} {:?} \
          (converged after {:?}: {:?})\n  static rates {:?}; lease calls {:.2}/s\n  offered \
          {:?}\n  skipped {:?}\n  200s {} + {} calm, 429s {} + {} calm, failures {}\n  \
