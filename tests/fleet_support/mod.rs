@@ -307,15 +307,23 @@ impl Load {
     }
 
     /// Stops everything and returns every request's outcome.
-    pub fn finish(self) -> Outcomes {
+    pub fn finish(mut self) -> Outcomes {
         self.stop_all.store(true, Ordering::Relaxed);
-        for t in self.threads {
+        for t in std::mem::take(&mut self.threads) {
             t.join().expect("a load thread");
         }
         let mut records = std::mem::take(&mut *self.records.lock().unwrap());
         records.sort_by_key(|r| r.sent);
         let skipped = std::mem::take(&mut *self.skipped.lock().unwrap());
         Outcomes { records, skipped }
+    }
+}
+
+/// A test that fails mid-run stops its load too (rather than leave threads sending to
+/// processes that are being killed).
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop_all.store(true, Ordering::Relaxed);
     }
 }
 
