@@ -11,13 +11,13 @@ mod redis_support;
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 use spillway_core::controller::{AdmissionConfig, AdmissionController};
-use spillway_core::quota::{CustomerQuota, QuotaConfig, QuotaEnforcement};
+use spillway_core::quota::{CustomerQuota, QuotaBook, QuotaConfig, QuotaEnforcement};
 use spillway_core::{Criticality, SystemClock};
-use spillway_tower::lease::{FleetStore, LeaseMode};
+use spillway_tower::lease::{instance_id, FleetStore, LeaseMode, Leaser};
 use spillway_tower::server::SpillwayLayer;
 use tower::{service_fn, Layer, Service, ServiceExt};
 
@@ -180,4 +180,44 @@ fn outside_a_runtime_the_store_is_refused_with_a_reason() {
         .fleet_store("http://127.0.0.1:6379/0")
         .unwrap_err();
     assert!(e.to_string().contains("quota.store"), "{e}");
+}
+
+/// After an outage the first lease round with the store back succeeds: a failed call drops the
+/// connection, so the next round connects afresh rather than meeting the connection manager's
+/// failed reconnect attempt, which cost every instance an extra interval to rejoin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_round_after_the_store_returns_is_leased() {
+    if redis_support::available().is_none() {
+        return;
+    }
+    let mut redis = redis_support::RedisServer::start();
+    let cfg = QuotaConfig {
+        tasks: 2,
+        enforcement: QuotaEnforcement::Always,
+        store: Some(redis.url()),
+        lease_interval: LEASE,
+        ..QuotaConfig::default()
+    }
+    .with_customer(
+        "acme",
+        CustomerQuota::unlimited().with(Criticality::Critical, Some(GLOBAL)),
+    );
+    let book = QuotaBook::new(cfg.clone(), Instant::now()).expect("a valid quota");
+    let _ = book.try_charge(Instant::now(), "acme", Criticality::Critical, 1.0, true);
+    let store = FleetStore::from_quota(&cfg).expect("a store is configured");
+    let mut leaser = Leaser::new(instance_id());
+    let s = leaser.step(&book, &store).await;
+    assert_eq!(s.mode, LeaseMode::Leased, "{s:?}");
+    redis.kill();
+    let s = leaser.step(&book, &store).await;
+    assert!(s.last_error.is_some(), "{s:?}");
+    assert!(
+        leaser.client().is_none(),
+        "a failed call drops the connection"
+    );
+    // Long enough for a reconnect attempt begun by the failed call to have failed as well.
+    tokio::time::sleep(LEASE * 10).await;
+    redis.restart();
+    let s = leaser.step(&book, &store).await;
+    assert_eq!(s.mode, LeaseMode::Leased, "{s:?}");
 }

@@ -314,7 +314,14 @@ impl Leaser {
                 self.lease.granted(book, &reports, members, &shares, now);
                 self.status(book, store, None)
             }
-            Err(e) => self.failed(book, store, now, e),
+            Err(e) => {
+                // A fresh connection at the next step rather than the manager's: after a
+                // failed call it holds the failed reconnect attempt and hands it to the next
+                // call too, so a store that came back was seen an interval later than needed
+                // (rejoining took three intervals, not two).
+                self.client = None;
+                self.failed(book, store, now, e)
+            }
         }
     }
 
