@@ -1,7 +1,7 @@
 //! Issue 31 end to end with real processes: three `spillway proxy` processes run from the one
-//! shipped `examples/proxy/fleet.toml` (only its store and upstream addresses rewritten, each
-//! with its own `--listen` and `--admin`) share customer acme's global quota of 100 cost
-//! units/s through one private `redis-server`.
+//! shipped `examples/proxy/fleet.toml` (its store and upstream addresses rewritten and a second
+//! customer's quota added; each with its own `--listen` and `--admin`) share customer acme's
+//! global quota of 100 cost units/s through one private `redis-server`.
 //!
 //! Why beside the in-process test (crates/spillway-proxy/tests/fleet_quota.rs): here each proxy
 //! has its own process id, runtime and lease timer, stops by SIGTERM rather than by a method,
@@ -9,7 +9,8 @@
 //! example users copy.
 //!
 //! acme sends 300 requests/s (cost 1, CRITICAL) split 80/15/5 over the three; a second customer
-//! ("calm", unlisted, so unlimited) sends 10/s to each. The test asserts:
+//! ("calm", with a global quota of 60/s added to the example) sends 10/s to each, 30/s in all.
+//! The test asserts:
 //! 1. leased: the fleet admits 100 ± 5 %/s; calm is never refused; Redis sees one lease call
 //!    per proxy per interval, whatever the request rate;
 //! 2. the 15 % proxy gets SIGTERM: from 2 s later the other two admit 100 ± 5 %/s;
@@ -64,18 +65,27 @@ fn proxy(config: &std::path::Path, data: u16, admin: u16, log: &std::path::Path)
     p
 }
 
-/// The shipped fleet example with the store and upstream addresses replaced.
+/// acme's line in the example, and calm's added after it: a global quota of 60/s per
+/// criticality, twice the 30/s calm offers over the fleet, so calm is a customer within its
+/// quota whose buckets are leased through the same store.
+const ACME_QUOTA: &str = "[\"acme\", { per_criticality = [100.0, 100.0, 100.0, 100.0] }],\n";
+const CALM_QUOTA: &str = "  [\"calm\", { per_criticality = [60.0, 60.0, 60.0, 60.0] }],\n";
+
+/// The shipped fleet example with the store and upstream addresses replaced and calm's quota
+/// added.
 fn example_config(store: &str, upstream: SocketAddr) -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/proxy/fleet.toml");
     let text = std::fs::read_to_string(path).expect("examples/proxy/fleet.toml");
     for (from, what) in [
         ("redis://127.0.0.1:6379/0", "store"),
         ("127.0.0.1:9100", "upstream"),
+        (ACME_QUOTA, "acme quota line"),
     ] {
         assert!(text.contains(from), "the example's {what} is {from}");
     }
     text.replace("redis://127.0.0.1:6379/0", store)
         .replace("127.0.0.1:9100", &upstream.to_string())
+        .replace(ACME_QUOTA, &format!("{ACME_QUOTA}{CALM_QUOTA}"))
 }
 
 fn within(rate: f64, target: f64) -> bool {
