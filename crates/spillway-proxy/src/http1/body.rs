@@ -1,5 +1,6 @@
 //! Body framing, read the same way from a client and from an upstream: the `content-length`
-//! fields (RFC 9110 §8.6) and the chunked transfer coding (RFC 9112 §7.1). The listener's
+//! fields (RFC 9110 §8.6) and the chunked transfer coding (RFC 9112 §7.1), which both sides
+//! also write with the encoders at the end. The listener's
 //! HTTP/1.1 server and the upstream client both use what is here, so a rule tightened here holds
 //! in both directions.
 //!
@@ -15,6 +16,8 @@
 //!   more than [`MAX_CHUNK_EXTENSIONS`] (extensions carry nothing the proxy uses; a sender could
 //!   otherwise make it scan any amount of them around one-byte chunks), an extension with a
 //!   control character in it.
+
+use std::io::Write as _;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -356,3 +359,44 @@ fn chunk_size(line: &[u8]) -> Result<(u64, usize), WireError> {
 
 #[cfg(test)]
 mod tests;
+
+/// Appends the chunk-size line of a data chunk of `len` bytes (after the CRLF that ends the
+/// previous chunk's data, when there was one).
+pub(crate) fn chunk_header(buf: &mut Vec<u8>, after_data: bool, len: usize) {
+    if after_data {
+        buf.extend_from_slice(b"\r\n");
+    }
+    let _ = write!(buf, "{len:x}\r\n");
+}
+
+/// Appends the last chunk and the trailer section.
+pub(crate) fn chunked_end(buf: &mut Vec<u8>, after_data: bool, trailers: Option<&HeaderMap>) {
+    if after_data {
+        buf.extend_from_slice(b"\r\n");
+    }
+    buf.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers.into_iter().flatten() {
+        buf.extend_from_slice(name.as_str().as_bytes());
+        buf.extend_from_slice(b": ");
+        buf.extend_from_slice(value.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+    }
+    buf.extend_from_slice(b"\r\n");
+}
+
+/// Whether the last transfer coding is `chunked`.
+pub(super) fn is_chunked(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .is_some_and(|v| ends_in_chunked(v.as_bytes()))
+}
+
+/// Whether a `transfer-encoding` field value's last coding is `chunked`.
+fn ends_in_chunked(value: &[u8]) -> bool {
+    value
+        .rsplit(|b| *b == b',')
+        .next()
+        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+}

@@ -26,8 +26,8 @@ use smallvec::SmallVec;
 
 pub(crate) use super::body::Framing;
 use super::body::Lengths;
-use super::client::ConnectionTokens;
 use super::header::{parsed_value, NameCache};
+use super::hop::ConnectionTokens;
 use super::raw::RawFields;
 
 /// Most header fields a request head may have (hyper's server limit, as before).

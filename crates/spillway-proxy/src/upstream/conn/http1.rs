@@ -218,7 +218,7 @@ impl Sending {
                     self.done = true;
                     match self.outgoing {
                         Outgoing::Chunked => {
-                            codec::chunked_end(&mut c.write, self.after_data, None)
+                            crate::http1::chunked_end(&mut c.write, self.after_data, None)
                         }
                         Outgoing::Length(n) if self.left > 0 => {
                             return Poll::Ready(Err(WireError::RequestBody(format!(
@@ -245,7 +245,7 @@ impl Sending {
                         self.data = data;
                     }
                     Outgoing::Chunked => {
-                        codec::chunk_header(&mut c.write, self.after_data, data.len());
+                        crate::http1::chunk_header(&mut c.write, self.after_data, data.len());
                         self.after_data = true;
                         self.data = data;
                     }
@@ -256,7 +256,7 @@ impl Sending {
                 Err(frame) => {
                     // Trailers travel only in a chunked body (the end of the body either way).
                     if let (Outgoing::Chunked, Ok(t)) = (self.outgoing, frame.into_trailers()) {
-                        codec::chunked_end(&mut c.write, self.after_data, Some(&t));
+                        crate::http1::chunked_end(&mut c.write, self.after_data, Some(&t));
                         self.body = None;
                         self.done = true;
                     }
