@@ -1,5 +1,6 @@
 //! Body framing, read the same way from a client and from an upstream: the `content-length`
-//! fields (RFC 9110 §8.6) and the chunked transfer coding (RFC 9112 §7.1). The listener's
+//! fields (RFC 9110 §8.6) and the chunked transfer coding (RFC 9112 §7.1), which both sides
+//! also write with the encoders at the end. The listener's
 //! HTTP/1.1 server and the upstream client both use what is here, so a rule tightened here holds
 //! in both directions.
 //!
@@ -15,6 +16,8 @@
 //!   more than [`MAX_CHUNK_EXTENSIONS`] (extensions carry nothing the proxy uses; a sender could
 //!   otherwise make it scan any amount of them around one-byte chunks), an extension with a
 //!   control character in it.
+
+use std::io::Write as _;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -204,15 +207,7 @@ impl Decoder {
                     if buf.is_empty() {
                         return Ok(Decoded::More);
                     }
-                    let take = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
-                    let rest = left - take as u64;
-                    self.state = match (self.state, rest) {
-                        (State::Length(_), 0) => State::Done,
-                        (State::Length(_), r) => State::Length(r),
-                        (_, 0) => State::ChunkEnd,
-                        (_, r) => State::ChunkData(r),
-                    };
-                    return Ok(Decoded::Data(buf.split_to(take).freeze()));
+                    return Ok(self.data(left, buf));
                 }
                 State::UntilClose => {
                     if buf.is_empty() {
@@ -221,30 +216,9 @@ impl Decoder {
                     return Ok(Decoded::Data(buf.split().freeze()));
                 }
                 State::ChunkSize => {
-                    let Some(end) = buf.iter().position(|b| *b == b'\n') else {
-                        // The line's CR may be the last byte read: one more than the limit.
-                        if buf.len() > MAX_CHUNK_LINE + 1 {
-                            return Err(line_too_long());
-                        }
+                    if !self.size_line(buf)? {
                         return Ok(Decoded::More);
-                    };
-                    if end > MAX_CHUNK_LINE + 1 {
-                        return Err(line_too_long());
                     }
-                    let (size, extensions) = chunk_size(&buf[..end])?;
-                    self.extensions += extensions;
-                    if self.extensions > MAX_CHUNK_EXTENSIONS {
-                        return Err(invalid(format!(
-                            "chunk extensions adding up to more than {MAX_CHUNK_EXTENSIONS} \
-                             bytes in one body"
-                        )));
-                    }
-                    buf.advance(end + 1);
-                    self.state = if size == 0 {
-                        State::Trailers
-                    } else {
-                        State::ChunkData(size)
-                    };
                 }
                 State::ChunkEnd => {
                     if buf.len() < 2 {
@@ -256,28 +230,75 @@ impl Decoder {
                     buf.advance(2);
                     self.state = State::ChunkSize;
                 }
-                State::Trailers => {
-                    if buf.starts_with(b"\r\n") {
-                        buf.advance(2);
-                        self.state = State::Done;
-                        return Ok(Decoded::End);
-                    }
-                    if buf.first() == Some(&b'\n') {
-                        return Err(bare_lf_in_trailers());
-                    }
-                    if buf.len() < 2 {
-                        return Ok(Decoded::More);
-                    }
-                    let (len, map) = match trailers(buf)? {
-                        Some(t) => t,
-                        None => return Ok(Decoded::More),
-                    };
-                    buf.advance(len);
-                    self.state = State::Done;
-                    return Ok(Decoded::Trailers(map));
-                }
+                State::Trailers => return self.trailer_section(buf),
             }
         }
+    }
+
+    /// Up to `left` bytes of a length-delimited body or of a chunk's data, from a `buf` that
+    /// is not empty.
+    #[inline]
+    fn data(&mut self, left: u64, buf: &mut BytesMut) -> Decoded {
+        let take = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+        let rest = left - take as u64;
+        self.state = match (self.state, rest) {
+            (State::Length(_), 0) => State::Done,
+            (State::Length(_), r) => State::Length(r),
+            (_, 0) => State::ChunkEnd,
+            (_, r) => State::ChunkData(r),
+        };
+        Decoded::Data(buf.split_to(take).freeze())
+    }
+
+    /// Takes a chunk-size line from the front of `buf`; `false`: it is not all in yet.
+    #[inline]
+    fn size_line(&mut self, buf: &mut BytesMut) -> Result<bool, WireError> {
+        let Some(end) = buf.iter().position(|b| *b == b'\n') else {
+            // The line's CR may be the last byte read: one more than the limit.
+            if buf.len() > MAX_CHUNK_LINE + 1 {
+                return Err(line_too_long());
+            }
+            return Ok(false);
+        };
+        if end > MAX_CHUNK_LINE + 1 {
+            return Err(line_too_long());
+        }
+        let (size, extensions) = chunk_size(&buf[..end])?;
+        self.extensions += extensions;
+        if self.extensions > MAX_CHUNK_EXTENSIONS {
+            return Err(invalid(format!(
+                "chunk extensions adding up to more than {MAX_CHUNK_EXTENSIONS} bytes in one body"
+            )));
+        }
+        buf.advance(end + 1);
+        self.state = if size == 0 {
+            State::Trailers
+        } else {
+            State::ChunkData(size)
+        };
+        Ok(true)
+    }
+
+    /// The trailer section after the last chunk (often only its CRLF), which ends the body.
+    fn trailer_section(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
+        if buf.starts_with(b"\r\n") {
+            buf.advance(2);
+            self.state = State::Done;
+            return Ok(Decoded::End);
+        }
+        if buf.first() == Some(&b'\n') {
+            return Err(bare_lf_in_trailers());
+        }
+        if buf.len() < 2 {
+            return Ok(Decoded::More);
+        }
+        let (len, map) = match trailers(buf)? {
+            Some(t) => t,
+            None => return Ok(Decoded::More),
+        };
+        buf.advance(len);
+        self.state = State::Done;
+        Ok(Decoded::Trailers(map))
     }
 }
 
@@ -356,3 +377,70 @@ fn chunk_size(line: &[u8]) -> Result<(u64, usize), WireError> {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether a field may travel in a trailer section: not one that frames, routes, authenticates
+/// or controls the message (RFC 9110 §6.5.1; the list hyper's server applies).
+pub(super) fn may_trail(name: &HeaderName) -> bool {
+    static NOT: [HeaderName; 18] = [
+        header::AUTHORIZATION,
+        header::CACHE_CONTROL,
+        header::CONTENT_ENCODING,
+        header::CONTENT_LENGTH,
+        header::CONTENT_RANGE,
+        header::CONTENT_TYPE,
+        header::EXPECT,
+        header::HOST,
+        header::MAX_FORWARDS,
+        header::PRAGMA,
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::WWW_AUTHENTICATE,
+        header::CONNECTION,
+        header::UPGRADE,
+    ];
+    !NOT.contains(name)
+}
+
+/// Appends the chunk-size line of a data chunk of `len` bytes (after the CRLF that ends the
+/// previous chunk's data, when there was one).
+pub(crate) fn chunk_header(buf: &mut Vec<u8>, after_data: bool, len: usize) {
+    if after_data {
+        buf.extend_from_slice(b"\r\n");
+    }
+    let _ = write!(buf, "{len:x}\r\n");
+}
+
+/// Appends the last chunk and the trailer section.
+pub(crate) fn chunked_end(buf: &mut Vec<u8>, after_data: bool, trailers: Option<&HeaderMap>) {
+    if after_data {
+        buf.extend_from_slice(b"\r\n");
+    }
+    buf.extend_from_slice(b"0\r\n");
+    for (name, value) in trailers.into_iter().flatten() {
+        buf.extend_from_slice(name.as_str().as_bytes());
+        buf.extend_from_slice(b": ");
+        buf.extend_from_slice(value.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+    }
+    buf.extend_from_slice(b"\r\n");
+}
+
+/// Whether the last transfer coding is `chunked`.
+pub(super) fn is_chunked(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .is_some_and(|v| ends_in_chunked(v.as_bytes()))
+}
+
+/// Whether a `transfer-encoding` field value's last coding is `chunked`.
+fn ends_in_chunked(value: &[u8]) -> bool {
+    value
+        .rsplit(|b| *b == b',')
+        .next()
+        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+}

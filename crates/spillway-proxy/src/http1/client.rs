@@ -30,9 +30,10 @@ use smallvec::SmallVec;
 #[cfg(test)]
 use super::body::MAX_CHUNK_LINE;
 #[cfg(test)]
-use super::body::{Decoded, Decoder};
-use super::body::{Framing, Lengths};
+use super::body::{chunk_header, chunked_end, Decoded, Decoder};
+use super::body::{is_chunked, Framing, Lengths};
 use super::header::{parsed_value, NameCache};
+use super::hop::ConnectionTokens;
 use super::raw::{self, RawFields};
 use super::AddedHeaders;
 
@@ -161,30 +162,6 @@ pub(crate) fn encode_request<B: Body>(
     outgoing
 }
 
-/// Appends the chunk-size line of a data chunk of `len` bytes (after the CRLF that ends the
-/// previous chunk's data, when there was one).
-pub(crate) fn chunk_header(buf: &mut Vec<u8>, after_data: bool, len: usize) {
-    if after_data {
-        buf.extend_from_slice(b"\r\n");
-    }
-    let _ = write!(buf, "{len:x}\r\n");
-}
-
-/// Appends the last chunk and the trailer section.
-pub(crate) fn chunked_end(buf: &mut Vec<u8>, after_data: bool, trailers: Option<&HeaderMap>) {
-    if after_data {
-        buf.extend_from_slice(b"\r\n");
-    }
-    buf.extend_from_slice(b"0\r\n");
-    for (name, value) in trailers.into_iter().flatten() {
-        buf.extend_from_slice(name.as_str().as_bytes());
-        buf.extend_from_slice(b": ");
-        buf.extend_from_slice(value.as_bytes());
-        buf.extend_from_slice(b"\r\n");
-    }
-    buf.extend_from_slice(b"\r\n");
-}
-
 /// A parsed response head.
 #[derive(Debug)]
 pub(crate) struct ResponseHead {
@@ -218,31 +195,11 @@ pub(crate) fn parse_response(
             buf,
             &mut fields,
         );
-        let len = match parsed {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
-                return Err(WireError::HeadTooLarge)
-            }
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(httparse::Error::TooManyHeaders) => {
-                return Err(invalid(format!(
-                    "more than {MAX_HEADERS} header fields in the response head"
-                )))
-            }
-            Err(e) => return Err(invalid(format!("response head: {e}"))),
+        let Some(len) = head_len(parsed, buf.len())? else {
+            return Ok(None);
         };
-        if len > MAX_HEAD {
-            return Err(WireError::HeadTooLarge);
-        }
-        let code = res.code.unwrap_or(0);
-        let status = StatusCode::from_u16(code)
-            .map_err(|_| invalid(format!("status code {code} out of range")))?;
+        let status = status_of(res.code)?;
         if status.is_informational() {
-            if status == StatusCode::SWITCHING_PROTOCOLS {
-                return Err(invalid(
-                    "101 Switching Protocols to a request without Upgrade",
-                ));
-            }
             // 100 Continue, 103 Early Hints…: not the response (RFC 9110 §15.2).
             buf.advance(len);
             continue;
@@ -257,11 +214,11 @@ pub(crate) fn parse_response(
             .filter(|r| Some(*r) != status.canonical_reason())
             .map(|r| Bytes::copy_from_slice(r.as_bytes()));
         // Offsets into the head, so the values can share its bytes once it is frozen (kept on
-        // the stack and not zeroed first: 100 spans zeroed per response cost more than the
-        // parse).
+        // the stack and not zeroed first: zeroing 100 spans per response would cost more than
+        // the parse).
         let base = buf.as_ptr() as usize;
-        // Filled where it stands: a `collect` would build it and then move all 3,200 bytes,
-        // a copy per response for nothing.
+        // Filled where it stands: a `collect`, or a helper returning it, would build it and
+        // then move all 3,200 bytes, a copy per response for nothing.
         let mut spans: SmallVec<[Span; MAX_HEADERS]> = SmallVec::new();
         spans.extend(res.headers.iter().map(|h| {
             let name = h.name.as_ptr() as usize - base;
@@ -273,54 +230,10 @@ pub(crate) fn parse_response(
         // reused for the connection's next request, which the proxy adds fields to.
         let mut headers = std::mem::take(spare);
         headers.reserve(spans.len() + 8);
-        // What the status line rules out of passing through (`raw`'s module docs).
-        let passing = *method != Method::HEAD
-            && !matches!(
-                status,
-                StatusCode::NO_CONTENT
-                    | StatusCode::NOT_MODIFIED
-                    | StatusCode::TOO_MANY_REQUESTS
-                    | StatusCode::SERVICE_UNAVAILABLE
-            );
-        let delimiters = match raw.as_deref_mut().filter(|_| passing) {
-            Some(r) => {
-                r.begin(&head);
-                let d = fill(&head, &spans, names, &mut headers, Some(&mut *r))?;
-                // What the fields rule out: a body of no bytes, fields named for removal, a
-                // length the transfer coding overrides, a length repeated (sent on as one).
-                let length = d.length.value();
-                if length.is_ok_and(|n| n != Some(0))
-                    && d.length.is_single()
-                    && !d.both()
-                    && !d.connection.others
-                {
-                    r.finish(length.ok().flatten());
-                    d
-                } else {
-                    r.clear();
-                    headers.clear();
-                    fill(&head, &spans, names, &mut headers, None)?
-                }
-            }
-            None => {
-                if let Some(r) = raw.as_deref_mut() {
-                    r.clear();
-                }
-                fill(&head, &spans, names, &mut headers, None)?
-            }
-        };
-        let both = delimiters.both();
-        let lengths = delimiters.length;
-        let (framing, keep_alive) = delimiters.framing(method, status, version)?;
-        if both {
-            // The length is not the body's: sent on, it would make the client read the
-            // chunked body by it (RFC 9112 §6.3: "MUST first remove the received
-            // Content-Length field" before forwarding).
-            headers.remove(header::CONTENT_LENGTH);
-        } else {
-            // `35, 35` or two fields of 35: one field of 35 for the client (RFC 9110 §8.6).
-            lengths.normalise(&mut headers);
-        }
+        let raw = raw.as_deref_mut();
+        let passing = passes_through(method, status);
+        let delimiters = read_fields(&head, &spans, names, &mut headers, raw, passing)?;
+        let (framing, keep_alive) = frame(delimiters, &mut headers, method, status, version)?;
         return Ok(Some(ResponseHead {
             status,
             version,
@@ -330,6 +243,123 @@ pub(crate) fn parse_response(
             keep_alive,
         }));
     }
+}
+
+/// The length of the head `httparse` found (`None`: incomplete, read more), or why there is
+/// none: too large, too many fields, not HTTP.
+#[inline]
+fn head_len(
+    parsed: Result<httparse::Status<usize>, httparse::Error>,
+    buffered: usize,
+) -> Result<Option<usize>, WireError> {
+    let len = match parsed {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buffered >= MAX_HEAD => {
+            return Err(WireError::HeadTooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(invalid(format!(
+                "more than {MAX_HEADERS} header fields in the response head"
+            )))
+        }
+        Err(e) => return Err(invalid(format!("response head: {e}"))),
+    };
+    if len > MAX_HEAD {
+        return Err(WireError::HeadTooLarge);
+    }
+    Ok(Some(len))
+}
+
+/// The status line's code, refused when out of range or a `101` (the proxy sends no request
+/// that asks for an upgrade this way: those go through hyper's client).
+#[inline]
+fn status_of(code: Option<u16>) -> Result<StatusCode, WireError> {
+    let code = code.unwrap_or(0);
+    let status = StatusCode::from_u16(code)
+        .map_err(|_| invalid(format!("status code {code} out of range")))?;
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        return Err(invalid(
+            "101 Switching Protocols to a request without Upgrade",
+        ));
+    }
+    Ok(status)
+}
+
+/// Whether the status line (and the request's method) leave the response's fields free to pass
+/// through as bytes (`raw`'s module docs say what rules it out).
+#[inline]
+fn passes_through(method: &Method, status: StatusCode) -> bool {
+    *method != Method::HEAD
+        && !matches!(
+            status,
+            StatusCode::NO_CONTENT
+                | StatusCode::NOT_MODIFIED
+                | StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::SERVICE_UNAVAILABLE
+        )
+}
+
+/// Reads the head's fields into `headers`, or, when `passing` and the client writes bytes,
+/// those that may pass through into `raw`; falls back to the map alone when the fields rule the
+/// pass-through out. Returns what the fields say of the framing.
+#[inline]
+fn read_fields(
+    head: &Bytes,
+    spans: &[Span],
+    names: &mut NameCache,
+    headers: &mut HeaderMap,
+    raw: Option<&mut RawFields>,
+    passing: bool,
+) -> Result<Delimiters, WireError> {
+    let Some(r) = raw else {
+        return fill(head, spans, names, headers, None);
+    };
+    if !passing {
+        r.clear();
+        return fill(head, spans, names, headers, None);
+    }
+    r.begin(head);
+    let d = fill(head, spans, names, headers, Some(&mut *r))?;
+    // What the fields rule out: a body of no bytes, fields named for removal, a length the
+    // transfer coding overrides, a length repeated (sent on as one).
+    let length = d.length.value();
+    if length.is_ok_and(|n| n != Some(0))
+        && d.length.is_single()
+        && !d.both()
+        && !d.connection.names_fields()
+    {
+        r.finish(length.ok().flatten());
+        return Ok(d);
+    }
+    r.clear();
+    headers.clear();
+    fill(head, spans, names, headers, None)
+}
+
+/// The body's framing and the connection's reuse from the fields read, with the map's
+/// `content-length` made what the client may be sent.
+#[inline]
+fn frame(
+    delimiters: Delimiters,
+    headers: &mut HeaderMap,
+    method: &Method,
+    status: StatusCode,
+    version: Version,
+) -> Result<(Framing, bool), WireError> {
+    let both = delimiters.both();
+    let lengths = delimiters.length;
+    let framing = delimiters.framing(method, status, version)?;
+    if both {
+        // The length is not the body's: sent on, it would make the client read the chunked
+        // body by it (RFC 9112 §6.3: "MUST first remove the received Content-Length field"
+        // before forwarding).
+        headers.remove(header::CONTENT_LENGTH);
+    } else {
+        // `35, 35` or two fields of 35: one field of 35 for the client (RFC 9110 §8.6).
+        lengths.normalise(headers);
+    }
+    Ok(framing)
 }
 
 /// A field's name and value, as offsets into its head: `(name start, name end, value start,
@@ -366,41 +396,6 @@ fn fill(
         headers.append(name, value);
     }
     Ok(delimiters)
-}
-
-/// The `connection` tokens of a message that decide whether its connection stays open, from
-/// every `connection` field (RFC 9112 §9.3; `close` wins over `keep-alive` in any order).
-#[derive(Debug, Default)]
-pub(crate) struct ConnectionTokens {
-    close: bool,
-    keep_alive: bool,
-    /// A token other than those two: it names a field to remove (RFC 9110 §7.6.1).
-    others: bool,
-}
-
-impl ConnectionTokens {
-    /// Takes in one `connection` field's value.
-    pub(crate) fn add(&mut self, value: &[u8]) {
-        for t in value.split(|b| *b == b',') {
-            let t = t.trim_ascii();
-            let close = t.eq_ignore_ascii_case(b"close");
-            let keep_alive = t.eq_ignore_ascii_case(b"keep-alive");
-            self.close |= close;
-            self.keep_alive |= keep_alive;
-            self.others |= !(close || keep_alive || t.is_empty());
-        }
-    }
-
-    /// Whether a message of `version` with these tokens leaves its connection open (HTTP/1.1
-    /// unless `close`; HTTP/1.0 only with `keep-alive`).
-    pub(crate) fn keeps_open(&self, version: Version) -> bool {
-        !self.close && (version == Version::HTTP_11 || self.keep_alive)
-    }
-
-    /// A `close` token was seen.
-    pub(crate) fn close(&self) -> bool {
-        self.close
-    }
 }
 
 /// What in a response head decides its body's framing and the connection's reuse, gathered as
@@ -488,21 +483,4 @@ impl Delimiters {
             Err(()) => Err(invalid("an invalid or conflicting content-length")),
         }
     }
-}
-
-/// Whether the last transfer coding is `chunked`.
-fn is_chunked(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-        .is_some_and(|v| ends_in_chunked(v.as_bytes()))
-}
-
-/// Whether a `transfer-encoding` field value's last coding is `chunked`.
-fn ends_in_chunked(value: &[u8]) -> bool {
-    value
-        .rsplit(|b| *b == b',')
-        .next()
-        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
 }

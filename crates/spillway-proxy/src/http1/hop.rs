@@ -1,11 +1,13 @@
 //! Hop-by-hop fields (RFC 9110 §7.6.1): the ones a proxy removes before passing a message on,
-//! for both HTTP/1.1 sides and the HTTP/2 path.
+//! for both HTTP/1.1 sides and the HTTP/2 path, and the `connection` tokens both HTTP/1.1 codecs
+//! read to decide whether a connection stays open.
 //!
 //! Why here, beside the codecs: the upstream side's pass-through of raw fields ([`super::raw`])
 //! must keep these out of what it passes as bytes, and the forwarding policy removes them
 //! from maps; one list serves both, so they cannot disagree.
 
 use http::header::{self, HeaderMap, HeaderName};
+use http::Version;
 use spillway_tower::wire;
 
 /// The hop-by-hop headers [`strip_hop_by_hop`] always removes (besides those `connection`
@@ -77,5 +79,45 @@ pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
     }
     if wire::find(h, &header::TE).is_some_and(|v| v != "trailers") {
         h.remove(header::TE);
+    }
+}
+
+/// The `connection` tokens of a message that decide whether its connection stays open, from
+/// every `connection` field (RFC 9112 §9.3; `close` wins over `keep-alive` in any order).
+#[derive(Debug, Default)]
+pub(crate) struct ConnectionTokens {
+    close: bool,
+    keep_alive: bool,
+    /// A token other than those two: it names a field to remove (RFC 9110 §7.6.1).
+    others: bool,
+}
+
+impl ConnectionTokens {
+    /// Takes in one `connection` field's value.
+    pub(crate) fn add(&mut self, value: &[u8]) {
+        for t in value.split(|b| *b == b',') {
+            let t = t.trim_ascii();
+            let close = t.eq_ignore_ascii_case(b"close");
+            let keep_alive = t.eq_ignore_ascii_case(b"keep-alive");
+            self.close |= close;
+            self.keep_alive |= keep_alive;
+            self.others |= !(close || keep_alive || t.is_empty());
+        }
+    }
+
+    /// Whether a message of `version` with these tokens leaves its connection open (HTTP/1.1
+    /// unless `close`; HTTP/1.0 only with `keep-alive`).
+    pub(crate) fn keeps_open(&self, version: Version) -> bool {
+        !self.close && (version == Version::HTTP_11 || self.keep_alive)
+    }
+
+    /// A `close` token was seen.
+    pub(crate) fn close(&self) -> bool {
+        self.close
+    }
+
+    /// A token other than `close` and `keep-alive` was seen: it names a field to remove.
+    pub(crate) fn names_fields(&self) -> bool {
+        self.others
     }
 }

@@ -24,8 +24,7 @@ pub(crate) mod server;
 
 pub use added::AddedHeaders;
 pub(crate) use added::X_FORWARDED_FOR;
-pub(crate) use body::{Decoded, Decoder, Framing};
-pub(crate) use client::{chunk_header, chunked_end};
+pub(crate) use body::{chunk_header, chunked_end, Decoded, Decoder, Framing};
 #[cfg(test)]
 pub(crate) use client::{encode_request, parse_response};
 pub(crate) use header::NameCache;

@@ -19,15 +19,15 @@ use std::mem::MaybeUninit;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{request, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body;
 use smallvec::SmallVec;
 
 pub(crate) use super::body::Framing;
-use super::body::Lengths;
-use super::client::ConnectionTokens;
+use super::body::{may_trail, Lengths};
 use super::header::{parsed_value, NameCache};
+use super::hop::ConnectionTokens;
 use super::raw::RawFields;
 
 /// Most header fields a request head may have (hyper's server limit, as before).
@@ -92,14 +92,8 @@ pub(crate) fn parse_request(
         Ok(httparse::Status::Partial) if buf.len() < max_head => return Parsed::Partial,
         _ => return Parsed::Other,
     };
-    let version = match req.version {
-        Some(1) => Version::HTTP_11,
-        Some(0) => Version::HTTP_10,
-        _ => return Parsed::Other,
-    };
-    let method = match req.method.map(|m| Method::from_bytes(m.as_bytes())) {
-        Some(Ok(m)) if m != Method::CONNECT => m,
-        _ => return Parsed::Other,
+    let Some((method, version)) = request_line(&req) else {
+        return Parsed::Other;
     };
     // Every field is looked at before anything is taken from the buffer: a head the fast path
     // does not serve stays whole for hyper.
@@ -110,57 +104,18 @@ pub(crate) fn parse_request(
     };
     let target = span(req.path.unwrap_or_default().as_bytes());
     let mut fields: SmallVec<[(HeaderName, (usize, usize)); 16]> = SmallVec::new();
-    let mut conn = ConnectionTokens::default();
-    let mut trailers = false;
-    let mut lengths = Lengths::default();
-    let mut chunked = false;
-    let mut expect = false;
+    let mut seen = Framers::default();
     for h in req.headers.iter() {
         let Some(name) = names.name(h.name.as_bytes()) else {
             return Parsed::Other;
         };
-        if name == header::CONNECTION {
-            conn.add(h.value);
-        } else if name == header::TE {
-            trailers |= h
-                .value
-                .split(|b| *b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
-        } else if name == header::CONTENT_LENGTH {
-            lengths.add(h.value);
-        } else if name == header::TRANSFER_ENCODING {
-            // Chunked alone, once; any other coding (or a list) is hyper's to refuse.
-            if chunked || !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                return Parsed::Other;
-            }
-            chunked = true;
-        } else if name == header::EXPECT {
-            // `100-continue` is compared without case (RFC 9110 §10.1.1); any other
-            // expectation is hyper's, as before. The field itself is forwarded, as hyper's
-            // server leaves it in the request.
-            if !h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
-                return Parsed::Other;
-            }
-            expect = true;
-        } else if name == header::UPGRADE {
+        if !seen.field(&name, h.value) {
             return Parsed::Other;
         }
         fields.push((name, span(h.value)));
     }
-    // One that does not parse, or lengths that disagree (RFC 9110 §8.6): hyper's server
-    // answers them with a 400.
-    let Ok(length) = lengths.value() else {
+    let Some(body) = seen.body(version) else {
         return Parsed::Other;
-    };
-    // Both framings (a smuggling pattern, RFC 9112 §6.3), or chunked from HTTP/1.0: hyper's
-    // to refuse.
-    if chunked && (length.is_some() || version == Version::HTTP_10) {
-        return Parsed::Other;
-    }
-    let body = match (chunked, length) {
-        (true, _) => Some(Framing::Chunked),
-        (false, Some(n)) if n > 0 => Some(Framing::Length(n)),
-        _ => None,
     };
     let head = buf.split_to(len).freeze();
     let Ok(uri) = Uri::from_maybe_shared(head.slice(target.0..target.1)) else {
@@ -176,7 +131,7 @@ pub(crate) fn parse_request(
         headers.append(name, parsed_value(&head, vs, ve));
     }
     // `35, 35`, or two fields of 35: forwarded as one field of 35.
-    lengths.normalise(&mut headers);
+    seen.lengths.normalise(&mut headers);
     let (mut parts, ()) = Request::new(()).into_parts();
     parts.method = method;
     parts.uri = uri;
@@ -184,11 +139,94 @@ pub(crate) fn parse_request(
     parts.headers = headers;
     Parsed::Request(RequestHead {
         parts,
-        keep_alive: conn.keeps_open(version),
-        trailers,
+        keep_alive: seen.conn.keeps_open(version),
+        trailers: seen.trailers,
         body,
-        expect_continue: expect && version == Version::HTTP_11 && body.is_some(),
+        expect_continue: seen.expect && version == Version::HTTP_11 && body.is_some(),
     })
+}
+
+/// The request line's method and version, `None` for what the fast path leaves to hyper
+/// (`CONNECT`, a version other than 1.0 and 1.1).
+#[inline]
+fn request_line(req: &httparse::Request<'_, '_>) -> Option<(Method, Version)> {
+    let version = match req.version {
+        Some(1) => Version::HTTP_11,
+        Some(0) => Version::HTTP_10,
+        _ => return None,
+    };
+    match req.method.map(|m| Method::from_bytes(m.as_bytes())) {
+        Some(Ok(m)) if m != Method::CONNECT => Some((m, version)),
+        _ => None,
+    }
+}
+
+/// What a request's fields say of how it is framed and answered, gathered as they are read
+/// (a standard name compares as an enum tag) instead of looked up in the map afterwards.
+#[derive(Default)]
+struct Framers {
+    conn: ConnectionTokens,
+    /// The client takes a trailer section (`te: trailers`).
+    trailers: bool,
+    lengths: Lengths,
+    /// A `transfer-encoding: chunked` field.
+    chunked: bool,
+    /// `Expect: 100-continue`.
+    expect: bool,
+}
+
+impl Framers {
+    /// Takes in one field; `false` for one that leaves the request to hyper's server.
+    #[inline]
+    fn field(&mut self, name: &HeaderName, value: &[u8]) -> bool {
+        if *name == header::CONNECTION {
+            self.conn.add(value);
+        } else if *name == header::TE {
+            self.trailers |= value
+                .split(|b| *b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
+        } else if *name == header::CONTENT_LENGTH {
+            self.lengths.add(value);
+        } else if *name == header::TRANSFER_ENCODING {
+            // Chunked alone, once; any other coding (or a list) is hyper's to refuse.
+            if self.chunked || !value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                return false;
+            }
+            self.chunked = true;
+        } else if *name == header::EXPECT {
+            // `100-continue` is compared without case (RFC 9110 §10.1.1); any other
+            // expectation is hyper's, as before. The field itself is forwarded, as hyper's
+            // server leaves it in the request.
+            if !value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
+                return false;
+            }
+            self.expect = true;
+        } else if *name == header::UPGRADE {
+            return false;
+        }
+        true
+    }
+
+    /// How the body follows the head (`Some(None)`: no body), `None` for a framing hyper's
+    /// server is to refuse.
+    #[inline]
+    fn body(&self, version: Version) -> Option<Option<Framing>> {
+        // One that does not parse, or lengths that disagree (RFC 9110 §8.6): hyper's server
+        // answers them with a 400.
+        let Ok(length) = self.lengths.value() else {
+            return None;
+        };
+        // Both framings (a smuggling pattern, RFC 9112 §6.3), or chunked from HTTP/1.0:
+        // hyper's to refuse.
+        if self.chunked && (length.is_some() || version == Version::HTTP_10) {
+            return None;
+        }
+        Some(match (self.chunked, length) {
+            (true, _) => Some(Framing::Chunked),
+            (false, Some(n)) if n > 0 => Some(Framing::Length(n)),
+            _ => None,
+        })
+    }
 }
 
 /// Puts a head taken from the buffer back in front of it, for hyper (a target or value only
@@ -234,59 +272,139 @@ pub(crate) fn encode_response<B: Body>(
 ) -> Head {
     let status = res.status();
     let headers = res.headers();
-    let body = res.body();
-    buf.extend_from_slice(if req.version == Version::HTTP_10 {
+    let reason = res.extensions().get::<hyper::ext::ReasonPhrase>();
+    status_line(buf, req.version, status, reason);
+    let mut out = Written::new(req.keep_alive);
+    for (name, value) in headers {
+        if out.field(name, value, headers, req.trailers, buf) {
+            buf.extend_from_slice(name.as_str().as_bytes());
+            buf.extend_from_slice(b": ");
+            buf.extend_from_slice(value.as_bytes());
+            buf.extend_from_slice(b"\r\n");
+        }
+    }
+    if let Some(r) = raw {
+        // End-to-end fields the proxy does not act on, a length and a date (`RawFields`; every
+        // `content-length` is among them when one is, none in the map).
+        r.write(buf);
+        out.length = out.length.or(r.length());
+        out.has_date |= r.has_date();
+    }
+    let bodiless = status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+    let framing = if req.head || bodiless || status.is_informational() {
+        Framing::Empty
+    } else {
+        out.framing(res.body(), req.version, buf)
+    };
+    if req.version == Version::HTTP_10 {
+        if out.keep_alive {
+            buf.extend_from_slice(b"connection: keep-alive\r\n");
+        }
+    } else if !out.keep_alive {
+        buf.extend_from_slice(b"connection: close\r\n");
+    }
+    if !out.has_date {
+        buf.extend_from_slice(b"date: ");
+        now_imf_fixdate(buf);
+        buf.extend_from_slice(b"\r\n");
+    }
+    buf.extend_from_slice(b"\r\n");
+    Head {
+        framing,
+        keep_alive: out.keep_alive,
+        trailers: out.announced.filter(|_| framing == Framing::Chunked),
+    }
+}
+
+/// Appends the status line, in the client's version, with the upstream's reason phrase when
+/// it was not the canonical one.
+#[inline]
+fn status_line(
+    buf: &mut Vec<u8>,
+    version: Version,
+    status: StatusCode,
+    reason: Option<&hyper::ext::ReasonPhrase>,
+) {
+    buf.extend_from_slice(if version == Version::HTTP_10 {
         b"HTTP/1.0 "
     } else {
         b"HTTP/1.1 "
     });
     buf.extend_from_slice(status.as_str().as_bytes());
     buf.push(b' ');
-    match res.extensions().get::<hyper::ext::ReasonPhrase>() {
+    match reason {
         Some(r) => buf.extend_from_slice(r.as_bytes()),
         None => buf.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes()),
     }
     buf.extend_from_slice(b"\r\n");
+}
 
-    let bodiless = status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
-    let may_have_body = !req.head && !bodiless && !status.is_informational();
-    let mut keep_alive = req.keep_alive;
-    let mut length = None;
-    // The map's `content-length` fields, looked at once the first is met.
-    let mut lengths: Option<Lengths> = None;
-    let mut has_date = false;
-    let mut announced: Option<Vec<HeaderName>> = None;
-    for (name, value) in headers {
+/// What a response's fields, as they are written, say of its framing, its connection and its
+/// trailers.
+struct Written {
+    /// The connection stays open after the body.
+    keep_alive: bool,
+    /// The body's length, from a `content-length` the response carries.
+    length: Option<u64>,
+    /// The map's `content-length` fields, looked at once the first is met.
+    lengths: Option<Lengths>,
+    has_date: bool,
+    /// The trailer fields the response announced, when the client takes trailers.
+    announced: Option<Vec<HeaderName>>,
+}
+
+impl Written {
+    fn new(keep_alive: bool) -> Self {
+        Written {
+            keep_alive,
+            length: None,
+            lengths: None,
+            has_date: false,
+            announced: None,
+        }
+    }
+
+    /// Takes in one field of `headers`; `true`: it is to be written as it is (a repeated
+    /// length is written here, once).
+    #[inline]
+    fn field(
+        &mut self,
+        name: &HeaderName,
+        value: &HeaderValue,
+        headers: &HeaderMap,
+        trailers: bool,
+        buf: &mut Vec<u8>,
+    ) -> bool {
         if *name == header::TRANSFER_ENCODING {
             // The framing is this server's to choose (a forwarded response had its hop-by-hop
             // fields removed already).
-            continue;
+            return false;
         }
         if *name == header::CONTENT_LENGTH {
-            let l = *lengths.get_or_insert_with(|| Lengths::of(headers));
+            let l = *self.lengths.get_or_insert_with(|| Lengths::of(headers));
             match l.value() {
                 // Not a length, or lengths that disagree: left out, the body's own size is
                 // used.
-                Err(()) => continue,
-                Ok(n) if l.is_single() => length = n,
+                Err(()) => return false,
+                Ok(n) if l.is_single() => self.length = n,
                 // Repeated (`35, 35`, or two fields): written once, as one number
                 // (RFC 9110 §8.6).
                 Ok(n) => {
-                    if length.is_none() {
-                        length = n;
+                    if self.length.is_none() {
+                        self.length = n;
                         let _ = write!(buf, "content-length: {}\r\n", n.unwrap_or(0));
                     }
-                    continue;
+                    return false;
                 }
             }
         } else if *name == header::CONNECTION {
             let mut c = ConnectionTokens::default();
             c.add(value.as_bytes());
-            keep_alive &= !c.close();
+            self.keep_alive &= !c.close();
         } else if *name == header::DATE {
-            has_date = true;
-        } else if *name == header::TRAILER && req.trailers {
-            let list = announced.get_or_insert_with(Vec::new);
+            self.has_date = true;
+        } else if *name == header::TRAILER && trailers {
+            let list = self.announced.get_or_insert_with(Vec::new);
             for t in value.as_bytes().split(|b| *b == b',') {
                 if let Ok(n) = HeaderName::from_bytes(t.trim_ascii()) {
                     if may_trail(&n) {
@@ -295,87 +413,38 @@ pub(crate) fn encode_response<B: Body>(
                 }
             }
         }
-        buf.extend_from_slice(name.as_str().as_bytes());
-        buf.extend_from_slice(b": ");
-        buf.extend_from_slice(value.as_bytes());
-        buf.extend_from_slice(b"\r\n");
+        true
     }
-    if let Some(r) = raw {
-        // End-to-end fields the proxy does not act on, a length and a date (`RawFields`; every
-        // `content-length` is among them when one is, none in the map).
-        r.write(buf);
-        length = length.or(r.length());
-        has_date |= r.has_date();
-    }
-    let framing = if !may_have_body {
-        Framing::Empty
-    } else if let Some(n) = length {
-        if n == 0 {
-            Framing::Empty
-        } else {
-            Framing::Length(n)
-        }
-    } else if body.is_end_stream() {
-        buf.extend_from_slice(b"content-length: 0\r\n");
-        Framing::Empty
-    } else if let Some(n) = body.size_hint().exact() {
-        let _ = write!(buf, "content-length: {n}\r\n");
-        if n == 0 {
-            Framing::Empty
-        } else {
-            Framing::Length(n)
-        }
-    } else if req.version == Version::HTTP_11 {
-        buf.extend_from_slice(b"transfer-encoding: chunked\r\n");
-        Framing::Chunked
-    } else {
-        keep_alive = false;
-        Framing::UntilClose
-    };
-    if req.version == Version::HTTP_10 {
-        if keep_alive {
-            buf.extend_from_slice(b"connection: keep-alive\r\n");
-        }
-    } else if !keep_alive {
-        buf.extend_from_slice(b"connection: close\r\n");
-    }
-    if !has_date {
-        buf.extend_from_slice(b"date: ");
-        now_imf_fixdate(buf);
-        buf.extend_from_slice(b"\r\n");
-    }
-    buf.extend_from_slice(b"\r\n");
-    Head {
-        framing,
-        keep_alive,
-        trailers: announced.filter(|_| framing == Framing::Chunked),
-    }
-}
 
-/// Whether a field may travel in a trailer section: not one that frames, routes, authenticates
-/// or controls the message (RFC 9110 §6.5.1; the list hyper's server applies).
-fn may_trail(name: &HeaderName) -> bool {
-    static NOT: [HeaderName; 18] = [
-        header::AUTHORIZATION,
-        header::CACHE_CONTROL,
-        header::CONTENT_ENCODING,
-        header::CONTENT_LENGTH,
-        header::CONTENT_RANGE,
-        header::CONTENT_TYPE,
-        header::EXPECT,
-        header::HOST,
-        header::MAX_FORWARDS,
-        header::PRAGMA,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::WWW_AUTHENTICATE,
-        header::CONNECTION,
-        header::UPGRADE,
-    ];
-    !NOT.contains(name)
+    /// The framing of a body the response may have, writing the field that announces it when
+    /// the response's own fields did not: its length, the body's exact size, else chunked for
+    /// HTTP/1.1 and close-delimited (closing the connection) for HTTP/1.0.
+    #[inline]
+    fn framing<B: Body>(&mut self, body: &B, version: Version, buf: &mut Vec<u8>) -> Framing {
+        if let Some(n) = self.length {
+            if n == 0 {
+                Framing::Empty
+            } else {
+                Framing::Length(n)
+            }
+        } else if body.is_end_stream() {
+            buf.extend_from_slice(b"content-length: 0\r\n");
+            Framing::Empty
+        } else if let Some(n) = body.size_hint().exact() {
+            let _ = write!(buf, "content-length: {n}\r\n");
+            if n == 0 {
+                Framing::Empty
+            } else {
+                Framing::Length(n)
+            }
+        } else if version == Version::HTTP_11 {
+            buf.extend_from_slice(b"transfer-encoding: chunked\r\n");
+            Framing::Chunked
+        } else {
+            self.keep_alive = false;
+            Framing::UntilClose
+        }
+    }
 }
 
 /// The trailer fields of `all` that `allowed` lists.

@@ -4,26 +4,24 @@
 //!
 //! Why the request's own task and no task per connection: an HTTP/1.1 connection carries one
 //! exchange at a time, so a driver task would only relay — woken to write the request, woken
-//! again by the answer, then waking the request's task (bench/results/proxy-forwarding.md,
-//! fifth round). Here the upstream socket's readiness wakes the request's task directly, and
-//! only the socket holds the task's waker: nothing the task itself does wakes it again.
+//! again by the answer, then waking the request's task: three wake-ups where one does. Here the
+//! upstream socket's readiness wakes the request's task directly, and only the socket holds the
+//! task's waker: nothing the task itself does wakes it again.
 //!
-//! Why no channel: the framing is the proxy's own (`super::codec`), written from and parsed into
-//! the `http` types in place, where hyper's client moved each request and response through a
-//! channel to its connection and back (the twelfth round).
+//! Why no channel: the framing is the proxy's own ([`crate::http1::client`]), written from and
+//! parsed into the `http` types in place, where hyper's client moved each request and response
+//! through a channel to its connection and back.
 
 use std::future::Future;
-use std::io::{self, IoSlice};
+use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::BytesMut;
 use http::{HeaderMap, Method, Request};
-use http_body::Body;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWrite;
 
 use super::io::Io;
 use crate::body::ProxyBody;
@@ -31,6 +29,10 @@ use crate::http1::client::{self as codec, Outgoing, ResponseHead, WireError};
 use crate::http1::AddedHeaders;
 use crate::http1::{NameCache, RawFields};
 use crate::read_buffer::ReadBuffer;
+
+mod sending;
+
+pub(super) use sending::Sending;
 
 /// An HTTP/1.1 connection between exchanges. Boxed once per connection, so that the request's
 /// future, the response body and the idle list move a pointer.
@@ -44,8 +46,7 @@ struct Conn {
     write: Vec<u8>,
     names: NameCache,
     /// The last request's header map, emptied: the next response's (no allocation and no
-    /// freeing of a map per response: ~340 instructions a request, `ir.sh`,
-    /// bench/results/proxy-forwarding.md "Fourteenth round").
+    /// freeing of a map per response).
     spare: HeaderMap,
     /// The current response's fields passed through as bytes (`crate::http1::raw`).
     raw: RawFields,
@@ -146,126 +147,6 @@ impl Http1 {
     }
 }
 
-/// A request's body on its way out, and the head before it.
-pub(super) struct Sending {
-    /// `None` once it has ended.
-    body: Option<ProxyBody>,
-    outgoing: Outgoing,
-    /// Bytes still allowed by a `content-length`.
-    left: u64,
-    /// The data being written, after the connection's `write[written..]`.
-    data: Bytes,
-    written: usize,
-    /// A chunk's data has been sent (its CRLF goes before the next chunk-size line).
-    after_data: bool,
-    done: bool,
-    /// Leave the written head in the connection's buffer (a request that may be replayed).
-    keep: bool,
-}
-
-impl Sending {
-    /// Whether the whole request has been written.
-    pub(super) fn is_done(&self) -> bool {
-        self.done
-    }
-
-    /// Writes the request as far as the socket and the body allow.
-    pub(super) fn poll_send(
-        &mut self,
-        conn: &mut Http1,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<(), WireError>> {
-        let c = &mut *conn.0;
-        loop {
-            while c.write.len() > self.written || !self.data.is_empty() {
-                let head = &c.write[self.written..];
-                let io = Pin::new(&mut c.io);
-                let n = ready!(if head.is_empty() {
-                    io.poll_write(cx, &self.data)
-                } else if self.data.is_empty() {
-                    io.poll_write(cx, head)
-                } else {
-                    io.poll_write_vectored(cx, &[IoSlice::new(head), IoSlice::new(&self.data)])
-                })?;
-                if n == 0 {
-                    return Poll::Ready(Err(io::Error::from(io::ErrorKind::WriteZero).into()));
-                }
-                let from_head = head.len().min(n);
-                self.written += from_head;
-                self.data.advance(n - from_head);
-            }
-            // TLS may hold written bytes in its session until flushed (TCP: a no-op).
-            ready!(Pin::new(&mut c.io).poll_flush(cx))?;
-            if !self.keep {
-                c.write.clear();
-                self.written = 0;
-            }
-            if self.done {
-                return Poll::Ready(Ok(()));
-            }
-            let Some(body) = self.body.as_mut() else {
-                self.done = true;
-                continue;
-            };
-            let frame = match ready!(Pin::new(body).poll_frame(cx)) {
-                Some(Ok(f)) => f,
-                Some(Err(e)) => {
-                    self.body = None;
-                    return Poll::Ready(Err(WireError::RequestBody(e.to_string())));
-                }
-                None => {
-                    self.body = None;
-                    self.done = true;
-                    match self.outgoing {
-                        Outgoing::Chunked => {
-                            codec::chunked_end(&mut c.write, self.after_data, None)
-                        }
-                        Outgoing::Length(n) if self.left > 0 => {
-                            return Poll::Ready(Err(WireError::RequestBody(format!(
-                                "ended {} bytes short of its content-length of {n}",
-                                self.left
-                            ))));
-                        }
-                        _ => {}
-                    }
-                    continue;
-                }
-            };
-            match frame.into_data() {
-                Ok(data) if data.is_empty() => {}
-                Ok(data) => match self.outgoing {
-                    Outgoing::Length(n) => {
-                        if data.len() as u64 > self.left {
-                            self.body = None;
-                            return Poll::Ready(Err(WireError::RequestBody(format!(
-                                "longer than its content-length of {n}"
-                            ))));
-                        }
-                        self.left -= data.len() as u64;
-                        self.data = data;
-                    }
-                    Outgoing::Chunked => {
-                        codec::chunk_header(&mut c.write, self.after_data, data.len());
-                        self.after_data = true;
-                        self.data = data;
-                    }
-                    // Cannot happen (an ended body was not polled); not sent rather than
-                    // sent unframed.
-                    Outgoing::Empty => {}
-                },
-                Err(frame) => {
-                    // Trailers travel only in a chunked body (the end of the body either way).
-                    if let (Outgoing::Chunked, Ok(t)) = (self.outgoing, frame.into_trailers()) {
-                        codec::chunked_end(&mut c.write, self.after_data, Some(&t));
-                        self.body = None;
-                        self.done = true;
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// What an exchange gave: the response head, the connection for its body, and the request's
 /// body when the upstream answered before it was all sent (`None` when it was).
 pub(super) struct Exchanged {
@@ -306,20 +187,8 @@ pub(super) fn exchange(
         );
     Exchange {
         conn: Some(h),
-        sending: Sending {
-            // An empty body is dropped at once (it holds nothing).
-            body: (!ended).then_some(body),
-            outgoing,
-            left: match outgoing {
-                Outgoing::Length(n) => n,
-                _ => 0,
-            },
-            data: Bytes::new(),
-            written: 0,
-            after_data: false,
-            done: false,
-            keep: replayable,
-        },
+        // An empty body is dropped at once (it holds nothing).
+        sending: Sending::new((!ended).then_some(body), outgoing, replayable),
         method: parts.method,
         raw,
         write_error: None,
@@ -462,23 +331,6 @@ impl Future for Exchange {
                 Ok(_) => this.answered = true,
                 Err(e) => return Poll::Ready(Err(this.failed(e.into()))),
             }
-        }
-    }
-}
-
-impl Sending {
-    /// A request without a body: its head (already in the connection's buffer) still to be
-    /// written, or (`done`) nothing left to write.
-    fn without_body(done: bool) -> Self {
-        Sending {
-            body: None,
-            outgoing: Outgoing::Empty,
-            left: 0,
-            data: Bytes::new(),
-            written: 0,
-            after_data: false,
-            done,
-            keep: false,
         }
     }
 }

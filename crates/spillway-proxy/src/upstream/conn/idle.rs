@@ -111,7 +111,7 @@ pub(super) fn put_back(home: &Home, task: usize, h: Http1) {
 /// request timeout (30 s) were the earliest deadline whenever the wheel had no other, and
 /// registering a timer earlier than the driver's next wake unparks the driver, an eventfd
 /// `write` and an early `epoll_wait` return (tokio 1.54 `runtime/time/mod.rs`, `reregister`:
-/// `when < next_wake` → `unpark`; 0.21–0.27 such writes per request, fourth round's strace).
+/// `when < next_wake` → `unpark`): a system call and a wake-up no request needed.
 const TICK: Duration = Duration::from_secs(1);
 
 /// Closes `home`'s connections idle for `idle` or found ended, at each expiry and at least

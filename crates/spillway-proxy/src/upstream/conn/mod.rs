@@ -27,8 +27,8 @@
 //! request the connection refused unsent is sent again, as the legacy client's
 //! `retry_canceled_requests` did); a connection
 //! that cannot be made is a connect error, which the caller may retry on another task. HTTP/2
-//! (prior knowledge) keeps one multiplexed connection per task and thread, closed after the
-//! same idle timeout once no stream is open on it. A request that may upgrade its connection
+//! (prior knowledge) keeps one multiplexed connection per task and thread ([`multiplexed`]),
+//! closed after the same idle timeout once no stream is open on it. A request that may upgrade its connection
 //! goes through hyper's HTTP/1.1 client on a task of its own, which hands the connection over
 //! after a 101.
 //!
@@ -42,25 +42,23 @@ mod h2c;
 mod http1;
 mod idle;
 mod io;
+mod multiplexed;
 
 use std::future::Future;
-use std::pin::pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::http1::AddedHeaders;
 use http::{Request, Response};
-use hyper::client::conn::http2;
 use hyper::ext::ReasonPhrase;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use thread_local::ThreadLocal;
 use tokio::net::TcpStream;
 
 pub use self::body::UpstreamBody;
-use self::http1::{exchange, replay, Exchanged, Failed, Http1};
+use self::http1::{exchange, replay, Exchanged, Failed, Http1, Replay};
 use self::idle::{lock, Home};
 use self::io::Io;
+use self::multiplexed::{Lease, Multiplexed};
 use crate::body::ProxyBody;
 use crate::http1::client::WireError;
 
@@ -164,40 +162,6 @@ struct Target {
     /// `host:port` as configured (resolved on each connect when it is not an IP address).
     text: Arc<str>,
     ip: Option<std::net::SocketAddr>,
-}
-
-/// Use of one HTTP/2 connection: open streams and since when it has had none.
-#[derive(Debug, Default)]
-struct ConnState {
-    busy: AtomicUsize,
-    /// Milliseconds since [`Connections::origin`] when `busy` last fell to 0.
-    idle_since_ms: AtomicU64,
-}
-
-impl ConnState {
-    fn enter(&self) {
-        self.busy.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn leave(&self, now_ms: u64) {
-        if self.busy.fetch_sub(1, Ordering::Relaxed) == 1 {
-            self.idle_since_ms.store(now_ms, Ordering::Relaxed);
-        }
-    }
-
-    /// How long the connection has been idle, `None` if in use.
-    fn idle_for(&self, now_ms: u64) -> Option<Duration> {
-        if self.busy.load(Ordering::Relaxed) > 0 {
-            return None;
-        }
-        let since = self.idle_since_ms.load(Ordering::Relaxed);
-        Some(Duration::from_millis(now_ms.saturating_sub(since)))
-    }
-}
-
-struct Multiplexed {
-    tx: http2::SendRequest<ProxyBody>,
-    state: Arc<ConnState>,
 }
 
 /// The upstream connections of one pool (see the module doc).
@@ -341,93 +305,60 @@ impl Connections {
     ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + 'a {
         // An `async` block that takes `req` where it stands, not an `async fn`: an async fn's
         // arguments are moved once more, into its body's own locals, when it is first polled —
-        // here 456 bytes of request into memory the connection's last request left cold
-        // (bench/results/proxy-forwarding.md, "Nineteenth round").
+        // a copy of the whole request, per request, into memory its connection's last request
+        // left cold.
         let mut req = req;
         async move {
             if http2 {
                 // hyper writes the request: the fields go into its map.
                 added.insert_into(req.headers_mut());
-            }
-            loop {
-                if http2 {
-                    let open = self.open_http2(task);
-                    let reused = open.is_some();
-                    let (mut tx, state) = match open {
-                        Some(o) => o,
-                        None => {
-                            // Boxed, as below.
-                            let m = Box::pin(self.connect_http2(task)).await?;
-                            let out = (m.tx.clone(), Arc::clone(&m.state));
-                            if let Some(slot) = lock(self.home()).http2.get_mut(task) {
-                                *slot = Some(m);
-                            }
-                            out
-                        }
-                    };
+                loop {
+                    let (mut tx, state, reused) = self.http2_sender(task).await?;
                     let lease = Lease::enter(self, state);
                     match tx.try_send_request(req).await {
                         Ok(res) => {
                             return Ok(res.map(|b| UpstreamBody::hyper(b, Some(lease))));
                         }
+                        // Refused unsent by a connection that carried requests before (it was
+                        // closing): sent again, on a new one.
                         Err(mut e) => match e.take_message() {
                             Some(r) if reused => req = r,
                             _ => return Err(UpstreamError::request(e.into_error())),
                         },
                     }
-                } else {
-                    let idle = lock(self.home()).checkout(task);
-                    let reused = idle.is_some();
-                    let h = match idle {
-                        Some(h) => h,
-                        // Boxed: the connect path (resolve, connect, timeout) runs once per
-                        // connection, while this future is built, moved and polled per request.
-                        None => Box::pin(self.connect_http1(task)).await?,
-                    };
-                    if req.headers().contains_key(http::header::UPGRADE) {
-                        // The connection becomes the tunnel's after a 101: hyper's client on a task
-                        // of its own (which hands it over), and never put back.
-                        added.insert_into(req.headers_mut());
-                        let mut tx = h
-                            .into_upgrade_sender()
-                            .await
-                            .map_err(UpstreamError::request)?;
-                        return match tx.send_request(req).await {
-                            Ok(res) => Ok(res.map(|b| UpstreamBody::hyper(b, None))),
-                            Err(e) => Err(UpstreamError::request(e)),
-                        };
-                    }
-                    let exchanged = match exchange(h, req, reused, raw_fields, added).await {
-                        Ok(x) => x,
-                        // The upstream closed the reused connection as the request went out (the
-                        // keep-alive race): a safe, bodiless request goes once more, on a new one.
-                        Err(Failed {
-                            replay: Some(r), ..
-                        }) => {
-                            self.count_keepalive_race(task);
-                            let h = Box::pin(self.connect_http1(task)).await?;
-                            replay(h, r)
-                                .await
-                                .map_err(|f| UpstreamError::wire(f.error))?
-                        }
-                        Err(f) => return Err(UpstreamError::wire(f.error)),
-                    };
-                    return Ok(self.http1_response(task, exchanged));
                 }
             }
+            let idle = lock(self.home()).checkout(task);
+            let reused = idle.is_some();
+            let h = match idle {
+                Some(h) => h,
+                // Boxed: the connect path (resolve, connect, timeout) runs once per
+                // connection, while this future is built, moved and polled per request.
+                None => Box::pin(self.connect_http1(task)).await?,
+            };
+            if req.headers().contains_key(http::header::UPGRADE) {
+                // Boxed, as a rare path: its futures need not make every request's bigger.
+                return Box::pin(send_upgrade(h, req, added)).await;
+            }
+            let exchanged = match exchange(h, req, reused, raw_fields, added).await {
+                Ok(x) => x,
+                // The upstream closed the reused connection as the request went out (the
+                // keep-alive race): a safe, bodiless request goes once more, on a new one.
+                Err(Failed {
+                    replay: Some(r), ..
+                }) => Box::pin(self.replay_after_race(task, r)).await?,
+                Err(f) => return Err(UpstreamError::wire(f.error)),
+            };
+            Ok(self.http1_response(task, exchanged))
         }
     }
 
-    /// This thread's open HTTP/2 connection to `task`, if any (a closed one is forgotten): a
-    /// sender for the request and the state its streams share.
-    fn open_http2(&self, task: usize) -> Option<(http2::SendRequest<ProxyBody>, Arc<ConnState>)> {
-        let mut l = lock(self.home());
-        l.http2.get_mut(task).and_then(|slot| {
-            if slot.as_ref().is_some_and(|m| m.tx.is_closed()) {
-                *slot = None;
-            }
-            slot.as_ref().map(|m| (m.tx.clone(), Arc::clone(&m.state)))
-        })
+    /// Sends once more, on a new connection, a request whose reused connection the upstream
+    /// closed as it went out.
+    async fn replay_after_race(&self, task: usize, r: Replay) -> Result<Exchanged, UpstreamError> {
+        self.count_keepalive_race(task);
+        let h = self.connect_http1(task).await?;
+        replay(h, r).await.map_err(|f| UpstreamError::wire(f.error))
     }
 
     /// The upstream closed a reused HTTP/1.1 connection as the request went out.
@@ -521,66 +452,23 @@ impl Connections {
     async fn connect_http1(&self, task: usize) -> Result<Http1, UpstreamError> {
         Ok(Http1::new(self.open(task, false).await?))
     }
-
-    async fn connect_http2(&self, task: usize) -> Result<Multiplexed, UpstreamError> {
-        let io = TokioIo::new(self.open(task, true).await?);
-        let (tx, conn) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .handshake(io)
-            .await
-            .map_err(UpstreamError::connect)?;
-        let state = Arc::new(ConnState::default());
-        tokio::spawn(drive(
-            conn,
-            Arc::clone(&state),
-            self.idle_timeout,
-            self.origin,
-        ));
-        Ok(Multiplexed { tx, state })
-    }
 }
 
-/// Runs an HTTP/2 connection until it ends or has been idle for `idle` (then dropping it
-/// closes it; a sender still in the slot sees it closed and is replaced at the next request).
-async fn drive<C: Future>(conn: C, state: Arc<ConnState>, idle: Duration, origin: Instant) {
-    let mut conn = pin!(conn);
-    let mut check = pin!(tokio::time::sleep(idle));
-    loop {
-        tokio::select! {
-            biased;
-            _ = &mut conn => return,
-            () = &mut check => {
-                let now_ms = u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
-                let wait = match state.idle_for(now_ms) {
-                    Some(d) if d >= idle => return,
-                    Some(d) => idle - d,
-                    None => idle,
-                };
-                check.as_mut().reset(tokio::time::Instant::now() + wait);
-            }
-        }
-    }
-}
-
-/// One request's stream on an HTTP/2 connection, counted from here until its response body
-/// ends or is dropped (entering and leaving in one type, so they always pair).
-struct Lease {
-    home: Arc<Connections>,
-    state: Arc<ConnState>,
-}
-
-impl Lease {
-    fn enter(home: &Arc<Connections>, state: Arc<ConnState>) -> Self {
-        state.enter();
-        Lease {
-            home: Arc::clone(home),
-            state,
-        }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.state.leave(self.home.now_ms());
+/// Sends a request that may upgrade its connection: the connection becomes the tunnel's after
+/// a 101, so hyper's client takes it on a task of its own (which hands it over), and it is
+/// never put back.
+async fn send_upgrade(
+    h: Http1,
+    mut req: Request<ProxyBody>,
+    added: &AddedHeaders,
+) -> Result<Response<UpstreamBody>, UpstreamError> {
+    added.insert_into(req.headers_mut());
+    let mut tx = h
+        .into_upgrade_sender()
+        .await
+        .map_err(UpstreamError::request)?;
+    match tx.send_request(req).await {
+        Ok(res) => Ok(res.map(|b| UpstreamBody::hyper(b, None))),
+        Err(e) => Err(UpstreamError::request(e)),
     }
 }
