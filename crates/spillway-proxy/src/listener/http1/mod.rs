@@ -40,7 +40,7 @@ use http::{HeaderMap, Method};
 use http_body::Body;
 use spillway_tower::wire::Protocol;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 pub use body::{BodyError, RequestBody};
 pub use prefixed::Prefixed;
@@ -89,59 +89,66 @@ pub enum Served<S> {
     HandOff(Prefixed<S>),
 }
 
+/// What a connection keeps from one request to the next, let go of while it waits
+/// ([`Kept::release`]).
+struct Kept {
+    /// What the client sent and the fast path has not consumed yet.
+    read: ReadBuffer,
+    /// Allocated when an answer is written (`WRITE_FIRST`), let go of when idle.
+    write: Vec<u8>,
+    /// Header names already seen on the connection, reused.
+    names: NameCache,
+    /// The last answer's header map, emptied: the next request's (no allocation per request
+    /// once it has grown to fit).
+    spare: HeaderMap,
+}
+
+/// What waiting for a request's answer carries from one wake-up to the next.
+#[derive(Default)]
+struct Waiting {
+    /// What is left to write of `100 Continue`.
+    interim: &'static [u8],
+    /// Wake-ups that brought no answer.
+    wakes: u32,
+}
+
 /// Serves requests on `io` until the connection ends or needs hyper's server; `shutdown` ends
 /// it at the next request boundary.
 pub async fn serve<S>(mut io: S, set: &Settings, shutdown: &CancellationToken) -> Served<S>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut read = ReadBuffer::new();
-    // Allocated when an answer is written (`WRITE_FIRST`), let go of when idle.
-    let mut write: Vec<u8> = Vec::new();
-    let mut names = NameCache::default();
-    // The last answer's header map, emptied: the next request's (no allocation per request
-    // once it has grown to fit).
-    let mut spare = HeaderMap::new();
+    let mut kept = Kept {
+        read: ReadBuffer::new(),
+        write: Vec::new(),
+        names: NameCache::default(),
+        spare: HeaderMap::new(),
+    };
     let mut stop = pin!(shutdown.cancelled());
     loop {
         let head = loop {
-            if !read.buf.is_empty() {
-                match codec::parse_request(&mut read.buf, &mut names, set.max_head, &mut spare) {
+            if !kept.read.buf.is_empty() {
+                let k = &mut kept;
+                match codec::parse_request(
+                    &mut k.read.buf,
+                    &mut k.names,
+                    set.max_head,
+                    &mut k.spare,
+                ) {
                     Parsed::Request(h) => break h,
-                    Parsed::Other => return Served::HandOff(Prefixed::new(read.buf.freeze(), io)),
+                    Parsed::Other => {
+                        return Served::HandOff(Prefixed::new(kept.read.buf.freeze(), io))
+                    }
                     Parsed::Partial => {}
                 }
             }
             // Between requests the connection closes on shutdown; within a head it waits for
             // the rest (the header-read timeout bounds that).
-            let idle = read.buf.is_empty();
-            let mut waits = 0u32;
+            let idle = kept.read.buf.is_empty();
+            let mut wakes = 0u32;
             let got = std::future::poll_fn(|cx| {
-                if let Poll::Ready(r) = read.poll_fill(&mut io, cx) {
-                    return Poll::Ready(Some(r));
-                }
-                if idle {
-                    if stop.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(None);
-                    }
-                    // Between requests the connection holds no read buffer (8 KiB): the next
-                    // read goes onto the stack and allocates for what came
-                    // (`ReadBuffer::poll_fill`), so a burst of connections that then sit idle
-                    // holds little and leaves few holes in the heap (docs/soak.md).
-                    read.release();
-                    // The write buffer (1 KiB) and the header map kept for the next request
-                    // are let go of at the second wait, not the first, which every request of
-                    // a busy keep-alive connection has (the client has not read the answer
-                    // yet): when a wake-up brought no request — in practice the connection's
-                    // timer (`head::watch`, every quarter of the shortest timeout: 2.5 s by
-                    // default).
-                    waits += 1;
-                    if waits == 2 {
-                        write = Vec::new();
-                        spare = HeaderMap::new();
-                    }
-                }
-                Poll::Pending
+                let stop = if idle { Some(stop.as_mut()) } else { None };
+                kept.poll_next(&mut io, stop, &mut wakes, cx)
             })
             .await;
             match got {
@@ -151,47 +158,7 @@ where
                 _ => return Served::Closed,
             }
         };
-        let RequestHead {
-            parts,
-            keep_alive,
-            trailers,
-            body,
-            expect_continue,
-        } = head;
-        let mut answering = Answering {
-            version: parts.version,
-            head: parts.method == Method::HEAD,
-            keep_alive,
-            trailers,
-        };
-        let busy = set.progress.begin(parts.version);
-        let (body, filler) = match body {
-            None => (UnreadRequestBody::empty(), None),
-            Some(framing) => {
-                let (body, filler) = body::channel(framing, expect_continue);
-                let body = UnreadRequestBody::fast(body);
-                // gRPC(-Web) streams do not report (`listener::head::ReportingResponseBody::new` says why).
-                let grpc = Protocol::of(&parts.headers) == Protocol::Grpc;
-                let body = if grpc {
-                    body
-                } else {
-                    body.reporting(&set.progress)
-                };
-                (body, Some(filler))
-            }
-        };
-        // What is left to write of `100 Continue`.
-        let mut interim: &[u8] = &[];
-        // Boxed, not pinned in place: the request's future is most of what a connection's
-        // task would otherwise hold for its whole life, idle or not (10 KiB a task before,
-        // heaptrack; docs/soak.md); one allocation per request instead.
-        let mut handling = Box::pin(crate::forward::handle(
-            set.state.current(),
-            Some(set.peer.for_request(busy).writing_bytes()),
-            parts,
-            body,
-            None,
-        ));
+        let (mut handling, answering, filler) = start(head, set);
         // From the answer to its body's writer in one block that ends before the write's
         // `.await`: a binding still in scope at an `.await` is kept in the connection's
         // future, and the response (336 bytes) and its body were written there twice more per
@@ -199,90 +166,39 @@ where
         // connections, bench/results/proxy-forwarding.md "Nineteenth round").
         let keep_alive;
         let mut whole = {
-            let mut waits = 0u32;
+            let mut waiting = Waiting::default();
             let res = std::future::poll_fn(|cx| {
-                if let Poll::Ready(r) = handling.as_mut().poll(cx) {
-                    return Poll::Ready(Some(match r {
-                        Ok(res) => res,
-                        Err(never) => match never {},
-                    }));
-                }
-                // While the request runs, its body is read as its reader takes it (the client
-                // invited first, if it waits to be); the client leaving before the body's end
-                // cancels the request.
-                if let Some(f) = &filler {
-                    if f.take_continue() {
-                        interim = CONTINUE;
-                    }
-                    while !interim.is_empty() {
-                        match Pin::new(&mut io).poll_write(cx, interim) {
-                            Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
-                            Poll::Ready(Ok(n)) => interim = &interim[n..],
-                            Poll::Pending => break,
-                        }
-                    }
-                    match poll_feed(f, &mut io, &mut read, cx) {
-                        Err(()) => return Poll::Ready(None),
-                        Ok(Need::Done) => {}
-                        // What follows in `read` is body, not another request.
-                        Ok(_) => return Poll::Pending,
-                    }
-                }
-                // Then the client's next bytes are read (pipelining), and its closing the
-                // connection cancels the request.
-                while read.buf.len() < set.max_head {
-                    match read.poll_fill(&mut io, cx) {
-                        Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
-                        Poll::Ready(Ok(_)) => {}
-                        Poll::Pending => break,
-                    }
-                }
-                // A second wake-up with no answer (in practice the connection's timer): the
-                // request waits (queued, or on a slow upstream), so what the connection keeps
-                // for its next request is let go of, as between requests — the read buffer
-                // (when no body streams through it) and the last answer's write buffer.
-                waits += 1;
-                if waits == 2 {
-                    if filler.is_none() {
-                        read.release();
-                    }
-                    write = Vec::new();
-                }
-                Poll::Pending
+                let (max_head, filler) = (set.max_head, filler.as_ref());
+                kept.poll_answer(
+                    &mut io,
+                    handling.as_mut(),
+                    filler,
+                    &mut waiting,
+                    max_head,
+                    cx,
+                )
             })
             .await;
             let Some(res) = res else {
                 return Served::Closed;
             };
-            // Shutting down: this answer is the connection's last; so is one whose client may
-            // still be waiting to be invited to send its body.
-            answering.keep_alive &= !shutdown.is_cancelled();
-            if let Some(f) = &filler {
-                answering.keep_alive &= f.answering();
-            }
-            // The rest of a `100 Continue` already begun goes first.
-            write.reserve(WRITE_FIRST);
-            write.extend_from_slice(interim);
-            let head = codec::encode_response(&res, res.body().raw_fields(), answering, &mut write);
-            let (parts, mut body) = res.into_parts();
-            body.clear_raw_fields();
-            spare = parts.headers;
-            spare.clear();
+            let (head, body) =
+                kept.encode(res, answering, shutdown, filler.as_ref(), waiting.interim);
             keep_alive = head.keep_alive;
-            let feed = filler.as_ref().map(|f| (f, &mut read));
+            let feed = filler.as_ref().map(|f| (f, &mut kept.read));
             // Boxed for the reason `handling` is (its 712 bytes were half of what an idle
             // connection's future kept).
-            Box::pin(write_body(&mut io, &mut write, body, head, feed))
+            Box::pin(write_body(&mut io, &mut kept.write, body, head, feed))
         }
         .await;
-        if write.capacity() > FLUSH_AT {
+        if kept.write.capacity() > FLUSH_AT {
             // A large answer's buffer is not kept for the connection's life.
-            write = Vec::new();
+            kept.write = Vec::new();
         }
         if let (Some(f), true) = (&filler, whole && keep_alive) {
             // The rest of the body (if the answer came first) is read before the next request
             // can be: discarded once let go of, within `DISCARD_LIMIT`.
-            whole = std::future::poll_fn(|cx| match poll_feed(f, &mut io, &mut read, cx) {
+            whole = std::future::poll_fn(|cx| match poll_feed(f, &mut io, &mut kept.read, cx) {
                 Ok(Need::Done) => Poll::Ready(true),
                 Err(()) | Ok(Need::GiveUp) => Poll::Ready(false),
                 Ok(_) => Poll::Pending,
@@ -293,6 +209,194 @@ where
             let _ = std::future::poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx)).await;
             return Served::Closed;
         }
+    }
+}
+
+/// Starts handling `head`'s request: the handler's future, how its answer is to be framed,
+/// and the filler of its body when it has one.
+///
+/// The handler's future is boxed, not pinned in place: it is most of what a connection's
+/// task would otherwise hold for its whole life, idle or not (10 KiB a task before,
+/// heaptrack; docs/soak.md); one allocation per request instead.
+#[inline(always)]
+fn start(
+    head: RequestHead,
+    set: &Settings,
+) -> (
+    Pin<Box<impl Future<Output = Result<http::Response<ProxyBody>, std::convert::Infallible>>>>,
+    Answering,
+    Option<Filler>,
+) {
+    let RequestHead {
+        parts,
+        keep_alive,
+        trailers,
+        body,
+        expect_continue,
+    } = head;
+    let answering = Answering {
+        version: parts.version,
+        head: parts.method == Method::HEAD,
+        keep_alive,
+        trailers,
+    };
+    let busy = set.progress.begin(parts.version);
+    let (body, filler) = match body {
+        None => (UnreadRequestBody::empty(), None),
+        Some(framing) => {
+            let (body, filler) = body::channel(framing, expect_continue);
+            let body = UnreadRequestBody::fast(body);
+            // gRPC(-Web) streams do not report (`listener::head::ReportingResponseBody::new` says why).
+            let grpc = Protocol::of(&parts.headers) == Protocol::Grpc;
+            let body = if grpc {
+                body
+            } else {
+                body.reporting(&set.progress)
+            };
+            (body, Some(filler))
+        }
+    };
+    let handling = Box::pin(crate::forward::handle(
+        set.state.current(),
+        Some(set.peer.for_request(busy).writing_bytes()),
+        parts,
+        body,
+        None,
+    ));
+    (handling, answering, filler)
+}
+
+impl Kept {
+    /// Reads the client's next bytes; `None` once `stop` (given between requests) resolves.
+    #[inline(always)]
+    fn poll_next<S: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut S,
+        stop: Option<Pin<&mut WaitForCancellationFuture<'_>>>,
+        wakes: &mut u32,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<io::Result<usize>>> {
+        if let Poll::Ready(r) = self.read.poll_fill(io, cx) {
+            return Poll::Ready(Some(r));
+        }
+        if let Some(stop) = stop {
+            if stop.poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            // Between requests the connection holds no read buffer (8 KiB): the next
+            // read goes onto the stack and allocates for what came
+            // (`ReadBuffer::poll_fill`), so a burst of connections that then sit idle
+            // holds little and leaves few holes in the heap (docs/soak.md).
+            self.read.release();
+            // The write buffer (1 KiB) and the header map kept for the next request
+            // are let go of at the second wait, not the first, which every request of
+            // a busy keep-alive connection has (the client has not read the answer
+            // yet): when a wake-up brought no request — in practice the connection's
+            // timer (`head::watch`, every quarter of the shortest timeout: 2.5 s by
+            // default).
+            *wakes += 1;
+            if *wakes == 2 {
+                self.write = Vec::new();
+                self.spare = HeaderMap::new();
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Polls the request's `handling` for its answer while moving its body (through `filler`)
+    /// and reading what the client sends next; `None` when the client left, which cancels
+    /// the request.
+    #[inline(always)]
+    fn poll_answer<S, F>(
+        &mut self,
+        io: &mut S,
+        handling: Pin<&mut F>,
+        filler: Option<&Filler>,
+        waiting: &mut Waiting,
+        max_head: usize,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<http::Response<ProxyBody>>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+        F: Future<Output = Result<http::Response<ProxyBody>, std::convert::Infallible>>,
+    {
+        if let Poll::Ready(r) = handling.poll(cx) {
+            return Poll::Ready(Some(match r {
+                Ok(res) => res,
+                Err(never) => match never {},
+            }));
+        }
+        // While the request runs, its body is read as its reader takes it (the client
+        // invited first, if it waits to be); the client leaving before the body's end
+        // cancels the request.
+        if let Some(f) = filler {
+            if f.take_continue() {
+                waiting.interim = CONTINUE;
+            }
+            while !waiting.interim.is_empty() {
+                match Pin::new(&mut *io).poll_write(cx, waiting.interim) {
+                    Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                    Poll::Ready(Ok(n)) => waiting.interim = &waiting.interim[n..],
+                    Poll::Pending => break,
+                }
+            }
+            match poll_feed(f, io, &mut self.read, cx) {
+                Err(()) => return Poll::Ready(None),
+                Ok(Need::Done) => {}
+                // What follows in `read` is body, not another request.
+                Ok(_) => return Poll::Pending,
+            }
+        }
+        // Then the client's next bytes are read (pipelining), and its closing the
+        // connection cancels the request.
+        while self.read.buf.len() < max_head {
+            match self.read.poll_fill(io, cx) {
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Pending => break,
+            }
+        }
+        // A second wake-up with no answer (in practice the connection's timer): the
+        // request waits (queued, or on a slow upstream), so what the connection keeps
+        // for its next request is let go of, as between requests — the read buffer
+        // (when no body streams through it) and the last answer's write buffer.
+        waiting.wakes += 1;
+        if waiting.wakes == 2 {
+            if filler.is_none() {
+                self.read.release();
+            }
+            self.write = Vec::new();
+        }
+        Poll::Pending
+    }
+
+    /// Writes `res`'s head into the write buffer, after the rest of a `100 Continue` already
+    /// begun (`interim`); how its body follows, and the body. The answer's header map is kept
+    /// for the next request.
+    #[inline(always)]
+    fn encode(
+        &mut self,
+        res: http::Response<ProxyBody>,
+        mut answering: Answering,
+        shutdown: &CancellationToken,
+        filler: Option<&Filler>,
+        interim: &[u8],
+    ) -> (codec::Head, ProxyBody) {
+        // Shutting down: this answer is the connection's last; so is one whose client may
+        // still be waiting to be invited to send its body.
+        answering.keep_alive &= !shutdown.is_cancelled();
+        if let Some(f) = filler {
+            answering.keep_alive &= f.answering();
+        }
+        self.write.reserve(WRITE_FIRST);
+        self.write.extend_from_slice(interim);
+        let raw = res.body().raw_fields();
+        let head = codec::encode_response(&res, raw, answering, &mut self.write);
+        let (parts, mut body) = res.into_parts();
+        body.clear_raw_fields();
+        self.spare = parts.headers;
+        self.spare.clear();
+        (head, body)
     }
 }
 
@@ -329,6 +433,103 @@ enum Step {
     ClientGone,
 }
 
+/// Polls `body` for its next frame while `feed` goes on reading the request's body; a flush
+/// when the body has nothing yet and something is buffered in `out`.
+#[inline(always)]
+fn poll_step<S: AsyncRead + Unpin>(
+    body: &mut ProxyBody,
+    feed: &mut Option<(&Filler, &mut ReadBuffer)>,
+    io: &mut S,
+    out: &[u8],
+    cx: &mut Context<'_>,
+) -> Poll<Step> {
+    if let Poll::Ready(f) = Pin::new(body).poll_frame(cx) {
+        return Poll::Ready(Step::Frame(f));
+    }
+    if let Some((f, read)) = feed.as_mut() {
+        if poll_feed(f, io, read, cx).is_err() {
+            return Poll::Ready(Step::ClientGone);
+        }
+    }
+    if out.is_empty() {
+        Poll::Pending
+    } else {
+        Poll::Ready(Step::Flush)
+    }
+}
+
+/// Where a response body's framing stands as its frames are written.
+struct Framer {
+    /// How the body follows its head, and the trailers the client takes.
+    head: codec::Head,
+    /// What is left of a declared length (`u64::MAX` for other framings).
+    left: u64,
+    /// A chunk was written (its end is written before the next chunk's size).
+    after_data: bool,
+    /// The trailers to write after the last chunk.
+    trailers: Option<HeaderMap>,
+}
+
+impl Framer {
+    fn new(head: codec::Head) -> Self {
+        let left = match head.framing {
+            Framing::Length(n) => n,
+            _ => u64::MAX,
+        };
+        Framer {
+            head,
+            left,
+            after_data: false,
+            trailers: None,
+        }
+    }
+
+    /// The data of `frame` to write, its framing written into `out` before it, and whether it
+    /// ran past the declared length (cut there: the rest is not sent, and the connection
+    /// closes); `None` for a frame with nothing to write now (trailers are kept for the end).
+    #[inline(always)]
+    fn data(&mut self, frame: http_body::Frame<Bytes>, out: &mut Vec<u8>) -> Option<(Bytes, bool)> {
+        let mut data = match frame.into_data() {
+            Ok(d) => d,
+            Err(f) => {
+                if let (Ok(t), Some(allowed)) = (f.into_trailers(), &self.head.trailers) {
+                    self.trailers = Some(codec::allowed_trailers(t, allowed));
+                }
+                return None;
+            }
+        };
+        if data.is_empty() {
+            return None;
+        }
+        let overlong = data.len() as u64 > self.left;
+        if overlong {
+            data.truncate(usize::try_from(self.left).unwrap_or(usize::MAX));
+        }
+        match self.head.framing {
+            Framing::Length(_) => self.left -= data.len() as u64,
+            Framing::Chunked => {
+                chunk_header(out, self.after_data, data.len());
+                self.after_data = true;
+            }
+            _ => {}
+        }
+        Some((data, overlong))
+    }
+
+    /// Writes the body's end into `out`; whether the body was whole.
+    fn end(&self, out: &mut Vec<u8>) -> bool {
+        match self.head.framing {
+            Framing::Length(_) => self.left == 0,
+            Framing::Chunked => {
+                chunked_end(out, self.after_data, self.trailers.as_ref());
+                true
+            }
+            // Ends with the connection.
+            _ => true,
+        }
+    }
+}
+
 /// Writes the head in `out` and `body` after it, framed as `head` says, while `feed` goes on
 /// reading the request's body (an upstream may stream its answer while it reads the upload);
 /// whether the message went out whole (else the connection must close: the client cannot
@@ -349,29 +550,10 @@ fn write_body<'a, S: AsyncRead + AsyncWrite + Unpin>(
             drop(body);
             return write_all(io, out, Bytes::new()).await.is_ok();
         }
-        let mut left = match head.framing {
-            Framing::Length(n) => n,
-            _ => u64::MAX,
-        };
-        let mut after_data = false;
-        let mut trailers = None;
+        let mut framer = Framer::new(head);
         loop {
-            let step = std::future::poll_fn(|cx| {
-                if let Poll::Ready(f) = Pin::new(&mut body).poll_frame(cx) {
-                    return Poll::Ready(Step::Frame(f));
-                }
-                if let Some((f, read)) = feed.as_mut() {
-                    if poll_feed(f, io, read, cx).is_err() {
-                        return Poll::Ready(Step::ClientGone);
-                    }
-                }
-                if out.is_empty() {
-                    Poll::Pending
-                } else {
-                    Poll::Ready(Step::Flush)
-                }
-            })
-            .await;
+            let step =
+                std::future::poll_fn(|cx| poll_step(&mut body, &mut feed, io, out, cx)).await;
             let frame = match step {
                 Step::ClientGone => return false,
                 Step::Flush => {
@@ -388,31 +570,9 @@ fn write_body<'a, S: AsyncRead + AsyncWrite + Unpin>(
                     return false;
                 }
             };
-            let mut data = match frame.into_data() {
-                Ok(d) => d,
-                Err(f) => {
-                    if let (Ok(t), Some(allowed)) = (f.into_trailers(), &head.trailers) {
-                        trailers = Some(codec::allowed_trailers(t, allowed));
-                    }
-                    continue;
-                }
-            };
-            if data.is_empty() {
+            let Some((data, overlong)) = framer.data(frame, out) else {
                 continue;
-            }
-            let overlong = data.len() as u64 > left;
-            if overlong {
-                // More than its `content-length`: the rest is not sent, and the connection closes.
-                data.truncate(usize::try_from(left).unwrap_or(usize::MAX));
-            }
-            match head.framing {
-                Framing::Length(_) => left -= data.len() as u64,
-                Framing::Chunked => {
-                    chunk_header(out, after_data, data.len());
-                    after_data = true;
-                }
-                _ => {}
-            }
+            };
             let sent = if data.len() <= COPY_MAX {
                 out.extend_from_slice(&data);
                 if out.len() >= FLUSH_AT {
@@ -427,15 +587,7 @@ fn write_body<'a, S: AsyncRead + AsyncWrite + Unpin>(
                 return false;
             }
         }
-        let whole = match head.framing {
-            Framing::Length(_) => left == 0,
-            Framing::Chunked => {
-                chunked_end(out, after_data, trailers.as_ref());
-                true
-            }
-            // Ends with the connection.
-            _ => true,
-        };
+        let whole = framer.end(out);
         write_all(io, out, Bytes::new()).await.is_ok() && whole
     }
 }
