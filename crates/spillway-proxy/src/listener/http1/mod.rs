@@ -28,16 +28,15 @@ mod body;
 mod prefixed;
 #[cfg(test)]
 mod tests;
+mod write;
 
 use std::future::Future;
-use std::io::{self, IoSlice};
+use std::io;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes};
 use http::{HeaderMap, Method};
-use http_body::Body;
 use spillway_tower::wire::Protocol;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
@@ -46,13 +45,13 @@ pub use body::{BodyError, RequestBody};
 pub use prefixed::Prefixed;
 
 use self::body::{Filler, Need};
+use self::write::write_body;
 use super::head::Progress;
 use crate::body::ProxyBody;
 use crate::body::UnreadRequestBody;
 use crate::forward::Peer;
 use crate::http1::server::{self as codec, Answering, Parsed, RequestHead};
-use crate::http1::Framing;
-use crate::http1::{chunk_header, chunked_end, NameCache};
+use crate::http1::NameCache;
 use crate::read_buffer::ReadBuffer;
 use crate::state::ProxyState;
 
@@ -90,7 +89,7 @@ pub enum Served<S> {
 }
 
 /// What a connection keeps from one request to the next, let go of while it waits
-/// ([`Kept::release`]).
+/// (`Kept::poll_next`, `Kept::poll_answer`).
 struct Kept {
     /// What the client sent and the fast path has not consumed yet.
     read: ReadBuffer,
@@ -101,6 +100,9 @@ struct Kept {
     /// The last answer's header map, emptied: the next request's (no allocation per request
     /// once it has grown to fit).
     spare: HeaderMap,
+    /// The largest request head (`Settings::max_head`): no more is read ahead while a
+    /// request runs.
+    max_head: usize,
 }
 
 /// What waiting for a request's answer carries from one wake-up to the next.
@@ -118,23 +120,12 @@ pub async fn serve<S>(mut io: S, set: &Settings, shutdown: &CancellationToken) -
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut kept = Kept {
-        read: ReadBuffer::new(),
-        write: Vec::new(),
-        names: NameCache::default(),
-        spare: HeaderMap::new(),
-    };
+    let mut kept = Kept::new(set.max_head);
     let mut stop = pin!(shutdown.cancelled());
     loop {
         let head = loop {
             if !kept.read.buf.is_empty() {
-                let k = &mut kept;
-                match codec::parse_request(
-                    &mut k.read.buf,
-                    &mut k.names,
-                    set.max_head,
-                    &mut k.spare,
-                ) {
+                match kept.parse() {
                     Parsed::Request(h) => break h,
                     Parsed::Other => {
                         return Served::HandOff(Prefixed::new(kept.read.buf.freeze(), io))
@@ -168,15 +159,8 @@ where
         let mut whole = {
             let mut waiting = Waiting::default();
             let res = std::future::poll_fn(|cx| {
-                let (max_head, filler) = (set.max_head, filler.as_ref());
-                kept.poll_answer(
-                    &mut io,
-                    handling.as_mut(),
-                    filler,
-                    &mut waiting,
-                    max_head,
-                    cx,
-                )
+                let filler = filler.as_ref();
+                kept.poll_answer(&mut io, handling.as_mut(), filler, &mut waiting, cx)
             })
             .await;
             let Some(res) = res else {
@@ -198,12 +182,7 @@ where
         if let (Some(f), true) = (&filler, whole && keep_alive) {
             // The rest of the body (if the answer came first) is read before the next request
             // can be: discarded once let go of, within `DISCARD_LIMIT`.
-            whole = std::future::poll_fn(|cx| match poll_feed(f, &mut io, &mut kept.read, cx) {
-                Ok(Need::Done) => Poll::Ready(true),
-                Err(()) | Ok(Need::GiveUp) => Poll::Ready(false),
-                Ok(_) => Poll::Pending,
-            })
-            .await;
+            whole = std::future::poll_fn(|cx| poll_rest(f, &mut io, &mut kept.read, cx)).await;
         }
         if !(whole && keep_alive) {
             let _ = std::future::poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx)).await;
@@ -267,6 +246,23 @@ fn start(
 }
 
 impl Kept {
+    fn new(max_head: usize) -> Self {
+        Kept {
+            read: ReadBuffer::new(),
+            write: Vec::new(),
+            names: NameCache::default(),
+            spare: HeaderMap::new(),
+            max_head,
+        }
+    }
+
+    /// Parses the request head at the start of the read buffer.
+    #[inline(always)]
+    fn parse(&mut self) -> Parsed {
+        let (buf, names, spare) = (&mut self.read.buf, &mut self.names, &mut self.spare);
+        codec::parse_request(buf, names, self.max_head, spare)
+    }
+
     /// Reads the client's next bytes; `None` once `stop` (given between requests) resolves.
     #[inline(always)]
     fn poll_next<S: AsyncRead + Unpin>(
@@ -313,7 +309,6 @@ impl Kept {
         handling: Pin<&mut F>,
         filler: Option<&Filler>,
         waiting: &mut Waiting,
-        max_head: usize,
         cx: &mut Context<'_>,
     ) -> Poll<Option<http::Response<ProxyBody>>>
     where
@@ -349,7 +344,7 @@ impl Kept {
         }
         // Then the client's next bytes are read (pipelining), and its closing the
         // connection cancels the request.
-        while self.read.buf.len() < max_head {
+        while self.read.buf.len() < self.max_head {
             match self.read.poll_fill(io, cx) {
                 Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
                 Poll::Ready(Ok(_)) => {}
@@ -423,202 +418,16 @@ fn poll_feed<S: AsyncRead + Unpin>(
     }
 }
 
-/// What writing a body waits for next.
-enum Step {
-    /// A frame, or the end.
-    Frame(Option<Result<http_body::Frame<Bytes>, crate::upstream::BoxError>>),
-    /// The body has nothing yet: write out what is buffered meanwhile.
-    Flush,
-    /// The client's side ended before its request body did.
-    ClientGone,
-}
-
-/// Polls `body` for its next frame while `feed` goes on reading the request's body; a flush
-/// when the body has nothing yet and something is buffered in `out`.
-#[inline(always)]
-fn poll_step<S: AsyncRead + Unpin>(
-    body: &mut ProxyBody,
-    feed: &mut Option<(&Filler, &mut ReadBuffer)>,
+/// Reads the rest of the request body after its answer; whether it came whole.
+fn poll_rest<S: AsyncRead + Unpin>(
+    filler: &Filler,
     io: &mut S,
-    out: &[u8],
+    read: &mut ReadBuffer,
     cx: &mut Context<'_>,
-) -> Poll<Step> {
-    if let Poll::Ready(f) = Pin::new(body).poll_frame(cx) {
-        return Poll::Ready(Step::Frame(f));
+) -> Poll<bool> {
+    match poll_feed(filler, io, read, cx) {
+        Ok(Need::Done) => Poll::Ready(true),
+        Err(()) | Ok(Need::GiveUp) => Poll::Ready(false),
+        Ok(_) => Poll::Pending,
     }
-    if let Some((f, read)) = feed.as_mut() {
-        if poll_feed(f, io, read, cx).is_err() {
-            return Poll::Ready(Step::ClientGone);
-        }
-    }
-    if out.is_empty() {
-        Poll::Pending
-    } else {
-        Poll::Ready(Step::Flush)
-    }
-}
-
-/// Where a response body's framing stands as its frames are written.
-struct Framer {
-    /// How the body follows its head, and the trailers the client takes.
-    head: codec::Head,
-    /// What is left of a declared length (`u64::MAX` for other framings).
-    left: u64,
-    /// A chunk was written (its end is written before the next chunk's size).
-    after_data: bool,
-    /// The trailers to write after the last chunk.
-    trailers: Option<HeaderMap>,
-}
-
-impl Framer {
-    fn new(head: codec::Head) -> Self {
-        let left = match head.framing {
-            Framing::Length(n) => n,
-            _ => u64::MAX,
-        };
-        Framer {
-            head,
-            left,
-            after_data: false,
-            trailers: None,
-        }
-    }
-
-    /// The data of `frame` to write, its framing written into `out` before it, and whether it
-    /// ran past the declared length (cut there: the rest is not sent, and the connection
-    /// closes); `None` for a frame with nothing to write now (trailers are kept for the end).
-    #[inline(always)]
-    fn data(&mut self, frame: http_body::Frame<Bytes>, out: &mut Vec<u8>) -> Option<(Bytes, bool)> {
-        let mut data = match frame.into_data() {
-            Ok(d) => d,
-            Err(f) => {
-                if let (Ok(t), Some(allowed)) = (f.into_trailers(), &self.head.trailers) {
-                    self.trailers = Some(codec::allowed_trailers(t, allowed));
-                }
-                return None;
-            }
-        };
-        if data.is_empty() {
-            return None;
-        }
-        let overlong = data.len() as u64 > self.left;
-        if overlong {
-            data.truncate(usize::try_from(self.left).unwrap_or(usize::MAX));
-        }
-        match self.head.framing {
-            Framing::Length(_) => self.left -= data.len() as u64,
-            Framing::Chunked => {
-                chunk_header(out, self.after_data, data.len());
-                self.after_data = true;
-            }
-            _ => {}
-        }
-        Some((data, overlong))
-    }
-
-    /// Writes the body's end into `out`; whether the body was whole.
-    fn end(&self, out: &mut Vec<u8>) -> bool {
-        match self.head.framing {
-            Framing::Length(_) => self.left == 0,
-            Framing::Chunked => {
-                chunked_end(out, self.after_data, self.trailers.as_ref());
-                true
-            }
-            // Ends with the connection.
-            _ => true,
-        }
-    }
-}
-
-/// Writes the head in `out` and `body` after it, framed as `head` says, while `feed` goes on
-/// reading the request's body (an upstream may stream its answer while it reads the upload);
-/// whether the message went out whole (else the connection must close: the client cannot
-/// tell where it ends).
-#[allow(clippy::manual_async_fn)] // on purpose: see the body's first comment
-fn write_body<'a, S: AsyncRead + AsyncWrite + Unpin>(
-    io: &'a mut S,
-    out: &'a mut Vec<u8>,
-    mut body: ProxyBody,
-    head: codec::Head,
-    mut feed: Option<(&'a Filler, &'a mut ReadBuffer)>,
-) -> impl Future<Output = bool> + 'a {
-    // An `async` block, not an `async fn`, so that the body is not moved once more when the
-    // future is first polled (`upstream::Connections::send`).
-    async move {
-        if head.framing == Framing::Empty {
-            // Releases what the body holds (the admission permit) before the write.
-            drop(body);
-            return write_all(io, out, Bytes::new()).await.is_ok();
-        }
-        let mut framer = Framer::new(head);
-        loop {
-            let step =
-                std::future::poll_fn(|cx| poll_step(&mut body, &mut feed, io, out, cx)).await;
-            let frame = match step {
-                Step::ClientGone => return false,
-                Step::Flush => {
-                    if write_all(io, out, Bytes::new()).await.is_err() {
-                        return false;
-                    }
-                    continue;
-                }
-                Step::Frame(None) => break,
-                Step::Frame(Some(Ok(f))) => f,
-                // The body broke (the upstream failed mid-answer): what was sent stays cut short.
-                Step::Frame(Some(Err(_))) => {
-                    let _ = write_all(io, out, Bytes::new()).await;
-                    return false;
-                }
-            };
-            let Some((data, overlong)) = framer.data(frame, out) else {
-                continue;
-            };
-            let sent = if data.len() <= COPY_MAX {
-                out.extend_from_slice(&data);
-                if out.len() >= FLUSH_AT {
-                    write_all(io, out, Bytes::new()).await
-                } else {
-                    Ok(())
-                }
-            } else {
-                write_all(io, out, data).await
-            };
-            if sent.is_err() || overlong {
-                return false;
-            }
-        }
-        let whole = framer.end(out);
-        write_all(io, out, Bytes::new()).await.is_ok() && whole
-    }
-}
-
-/// Writes `out` and then `data`, gathering both into one write where the stream can.
-async fn write_all<S: AsyncWrite + Unpin>(
-    io: &mut S,
-    out: &mut Vec<u8>,
-    mut data: Bytes,
-) -> io::Result<()> {
-    let mut done = 0;
-    while done < out.len() || !data.is_empty() {
-        let head = &out[done..];
-        let n = std::future::poll_fn(|cx| {
-            if head.is_empty() {
-                Pin::new(&mut *io).poll_write(cx, &data)
-            } else if data.is_empty() {
-                Pin::new(&mut *io).poll_write(cx, head)
-            } else {
-                Pin::new(&mut *io)
-                    .poll_write_vectored(cx, &[IoSlice::new(head), IoSlice::new(&data)])
-            }
-        })
-        .await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        let from_head = n.min(head.len());
-        done += from_head;
-        data.advance(n - from_head);
-    }
-    out.clear();
-    Ok(())
 }
