@@ -78,6 +78,9 @@ pub struct Settings {
     pub max_head: usize,
 }
 
+/// What the handler's future gives: always a response (`forward::handle`).
+type Answer = Result<http::Response<ProxyBody>, std::convert::Infallible>;
+
 /// How the fast path left a connection.
 #[derive(Debug)]
 pub enum Served<S> {
@@ -202,7 +205,7 @@ fn start(
     head: RequestHead,
     set: &Settings,
 ) -> (
-    Pin<Box<impl Future<Output = Result<http::Response<ProxyBody>, std::convert::Infallible>>>>,
+    Pin<Box<impl Future<Output = Answer>>>,
     Answering,
     Option<Filler>,
 ) {
@@ -313,7 +316,7 @@ impl Kept {
     ) -> Poll<Option<http::Response<ProxyBody>>>
     where
         S: AsyncRead + AsyncWrite + Unpin,
-        F: Future<Output = Result<http::Response<ProxyBody>, std::convert::Infallible>>,
+        F: Future<Output = Answer>,
     {
         if let Poll::Ready(r) = handling.poll(cx) {
             return Poll::Ready(Some(match r {
