@@ -173,7 +173,7 @@ where
                 kept.encode(res, answering, shutdown, filler.as_ref(), waiting.interim);
             keep_alive = head.keep_alive;
             let feed = filler.as_ref().map(|f| (f, &mut kept.read));
-            // Boxed for the reason `handling` is (its 712 bytes were half of what an idle
+            // Boxed for the reason `start` boxes the handler (its 712 bytes were half of what an idle
             // connection's future kept).
             Box::pin(write_body(&mut io, &mut kept.write, body, head, feed))
         }
