@@ -135,14 +135,8 @@ pub(super) fn attempt<'a, 'f>(
             None => tokio::time::timeout(wait, Arc::clone(&task.slots).acquire_owned()).await,
         };
         let Ok(Ok(slot)) = slot else {
-            fw.state.faults.count(Fault::UpstreamUnavailable);
             unanswered.settled();
-            let why = format!(
-                "all {} request slots to upstream {} stayed busy for {} ms",
-                cfg.max_requests_per_task, task.addr, cfg.pool_wait_timeout_ms
-            );
-            let res = respond::unavailable(protocol, "upstream_pool_full", why);
-            return Attempt::NotSent(res, Outcome::Dropped);
+            return Attempt::NotSent(pool_full(fw, &task), Outcome::Dropped);
         };
         let inflight = task.start_in_slot(now, slot);
         let task_index = usize::try_from(task.id).unwrap_or(usize::MAX);
@@ -182,6 +176,17 @@ pub(super) fn attempt<'a, 'f>(
             bound,
         })
     }
+}
+
+/// The answer when every request slot to `task` stayed busy for the pool's wait.
+fn pool_full(fw: &Forward<'_>, task: &Task) -> Response<ProxyBody> {
+    let cfg = &fw.rt.pool.cfg;
+    fw.state.faults.count(Fault::UpstreamUnavailable);
+    let why = format!(
+        "all {} request slots to upstream {} stayed busy for {} ms",
+        cfg.max_requests_per_task, task.addr, cfg.pool_wait_timeout_ms
+    );
+    respond::unavailable(fw.protocol, "upstream_pool_full", why)
 }
 
 /// The request this attempt sends to `task`, or the proxy's answer when it cannot be made.

@@ -29,7 +29,7 @@ use crate::http1::AddedHeaders;
 use crate::metrics::Fault;
 use crate::respond;
 use crate::route::Classified;
-use crate::state::{ProxyState, Runtime};
+use crate::state::{ProxyState, Runtime, ThreadSnapshot};
 
 /// The answer a step gives instead of letting the request go on, and how the access log
 /// names it.
@@ -167,6 +167,33 @@ pub(super) fn degrade(
             })
         }
     }
+}
+
+/// The steps before admission, in their order — [`screen`], [`offered`], [`controls`],
+/// [`degrade`] — all synchronous, with `seen` set to the request's classification: the
+/// classification, its metric labels and whether the path was rewritten for a degraded
+/// mode; or the answer one of them gave.
+#[inline(always)]
+pub(super) fn pre_admit<'c>(
+    cur: &ThreadSnapshot,
+    parts: &mut http::request::Parts,
+    peer: Option<&Peer>,
+    protocol: Protocol,
+    now: Instant,
+    seen: &'c mut Option<Classified>,
+) -> Result<(&'c Classified, RequestLabels, bool), Answered> {
+    let (state, rt) = (&*cur.state, &*cur.rt);
+    let class: &Classified = seen.insert(screen(state, rt, parts, peer, protocol, now)?);
+    offered(state, class, protocol)?;
+    // Capped: a caller's customer names must not grow the metrics without bound.
+    let labels = state
+        .labels()
+        .request(&class.customer, &class.operation, class.criticality);
+    // Refreshes the cached utilisation (and the gauges) at most every 10 ms.
+    let utilisation = rt.utilisation(now);
+    controls(state, class, &labels, protocol, now)?;
+    let degraded_path = degrade(state, class, parts, utilisation)?;
+    Ok((class, labels, degraded_path))
 }
 
 /// Admission by spillway-core's controller (quota, shed, limit, queue) at the arrival's clock

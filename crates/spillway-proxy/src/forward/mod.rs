@@ -15,6 +15,7 @@ mod body;
 mod gate;
 mod headers;
 mod host;
+mod retry;
 mod send;
 mod underscores;
 mod verdict;
@@ -33,7 +34,6 @@ use crate::access::Decision;
 use crate::body::{ProxyBody, UnreadRequestBody};
 use crate::metrics::Fault;
 use crate::respond;
-use crate::route::Classified;
 use crate::state::ThreadSnapshot;
 
 use crate::http1::strip_hop_by_hop;
@@ -78,28 +78,11 @@ pub fn handle(
             }
             // Matched where it is made: a named `Result` would keep its storage in the future
             // across the awaits below (as would any moved-from local).
-            let class: &Classified =
-                match gate::screen(state, rt, &mut parts, peer.as_ref(), protocol, now) {
-                    Ok(c) => seen.insert(c),
+            let (class, labels, degraded_path) =
+                match gate::pre_admit(&cur, &mut parts, peer.as_ref(), protocol, now, &mut seen) {
+                    Ok(passed) => passed,
                     Err(answered) => break 'answer answered,
                 };
-            if let Err(answered) = gate::offered(state, class, protocol) {
-                break 'answer answered;
-            }
-            // Capped: a caller's customer names must not grow the metrics without bound.
-            let labels =
-                state
-                    .labels()
-                    .request(&class.customer, &class.operation, class.criticality);
-            // Refreshes the cached utilisation (and the gauges) at most every 10 ms.
-            let utilisation = rt.utilisation(now);
-            if let Err(answered) = gate::controls(state, class, &labels, protocol, now) {
-                break 'answer answered;
-            }
-            let degraded_path = match gate::degrade(state, class, &mut parts, utilisation) {
-                Ok(rewritten) => rewritten,
-                Err(answered) => break 'answer answered,
-            };
             let permit = match gate::admit(rt, state, class, &labels, protocol, now).await {
                 Ok(p) => p,
                 Err(answered) => break 'answer answered,
@@ -108,12 +91,11 @@ pub fn handle(
             granted = Some((permit.started_at(), permit.queue_time()));
 
             strip_hop_by_hop(&mut parts.headers, client_upgrade.is_some());
-            let peer = peer.as_ref();
             let added = gate::forwarded_headers(
                 rt,
                 &mut parts,
                 class,
-                peer,
+                peer.as_ref(),
                 &permit,
                 protocol,
                 degraded_path,
@@ -127,7 +109,7 @@ pub fn handle(
                 class,
                 labels,
                 busy,
-                raw_fields: peer.is_some_and(|p| p.raw_fields),
+                raw_fields: peer.as_ref().is_some_and(|p| p.raw_fields),
             };
             // Named without cost: it lives on inside `send::forward`'s future.
             let (res, upstream_upgrade) = send::forward(fw, body, permit).await;

@@ -14,14 +14,14 @@ use http::header;
 use http::{Response, StatusCode, Version};
 use metrics::SharedString;
 use spillway_core::controller::{NoAnswer, Outcome, Permit};
-use spillway_core::retry::{Failure, RetryDecision, RetryGate};
 use spillway_tower::client::overload_refusal;
 use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
 use spillway_tower::wire::{self, OverloadGiveUp, Protocol};
 
 use super::attempt::{attempt, Attempt, Sent, Tries};
 use super::body::{read_body, ReadError, ReqBody};
-use super::verdict::{classify, Ask, Ended, Next, TaskMark, Verdict};
+use super::retry::RetryAsk;
+use super::verdict::{classify, Ended, Next, TaskMark, Verdict};
 use super::UnreadRequestBody;
 use crate::body::{empty_body, BodyBreak, Guard, GuardedResponseBody, ProxyBody, TunnelHold};
 use crate::config::UpstreamProtocol;
@@ -114,20 +114,13 @@ pub(super) fn forward<'a>(
                     permit.set_outcome(outcome);
                     return (res, None);
                 }
-                Attempt::Throttled(task) => {
-                    tower_metrics::throttled(&fw.labels, dest(&task));
-                    let v = fw.judge(Ended::Throttled, &task, &tries, now);
-                    let Next::GiveUp(outcome) = v.next else {
-                        tries.number += 1;
-                        continue;
-                    };
-                    permit.set_outcome(outcome);
-                    let why = OverloadGiveUp {
-                        attempts: tries.number,
-                        reason: "throttled",
-                    };
-                    return (respond::give_up(&why, fw.protocol), None);
-                }
+                Attempt::Throttled(task) => match fw.throttled(&task, &mut tries, now) {
+                    Ok(()) => continue,
+                    Err((res, outcome)) => {
+                        permit.set_outcome(outcome);
+                        return (res, None);
+                    }
+                },
                 Attempt::Sent(sent) => (how_it_ended(&sent, tries.broke.as_ref()), sent),
             };
             let now = Instant::now();
@@ -196,6 +189,28 @@ impl Forward<'_> {
                 && cfg.protocol == UpstreamProtocol::Auto
                 && self.protocol != Protocol::Grpc,
         }
+    }
+
+    /// An attempt that `task`'s client throttle refused locally (SRE ch. 21): `Ok` to try
+    /// another task, or the answer giving up and the admission slot's outcome.
+    #[allow(clippy::result_large_err)] // the answer is returned at once; a box would allocate
+    fn throttled(
+        &self,
+        task: &Task,
+        tries: &mut Tries,
+        now: Instant,
+    ) -> Result<(), (Response<ProxyBody>, Outcome)> {
+        tower_metrics::throttled(&self.labels, dest(task));
+        let v = self.judge(Ended::Throttled, task, tries, now);
+        let Next::GiveUp(outcome) = v.next else {
+            tries.number += 1;
+            return Ok(());
+        };
+        let why = OverloadGiveUp {
+            attempts: tries.number,
+            reason: "throttled",
+        };
+        Err((respond::give_up(&why, self.protocol), outcome))
     }
 
     /// The verdict on an attempt to `task` that `ended` so, with what it records: the retry
@@ -359,75 +374,6 @@ fn how_it_ended(sent: &Sent, broke: Option<&BodyBreak>) -> Ended {
 /// stream, so the body's own record tells.
 fn client_body_broke(e: &crate::upstream::UpstreamError, broke: Option<&BodyBreak>) -> bool {
     e.is_client_body() || broke.is_some_and(|b| b.get().is_some())
-}
-
-/// The retry questions of [`classify`], answered by the pool and the retry policy.
-struct RetryAsk<'r> {
-    state: &'r ProxyState,
-    pool: &'r Pool,
-    tried: &'r Tried,
-    now: Instant,
-    attempt: u32,
-    replayable: bool,
-}
-
-impl RetryAsk<'_> {
-    fn more_tasks(&self) -> bool {
-        self.pool.pick(self.tried, self.now).is_some()
-    }
-}
-
-impl Ask for RetryAsk<'_> {
-    fn retry_unsent(&mut self) -> bool {
-        // The request never reached the task: safe to send elsewhere if we still have the
-        // body, retries are on, and attempts remain.
-        if self.replayable
-            && self.state.retries_enabled()
-            && self.attempt < self.pool.retry_policy().max_attempts()
-            && self.more_tasks()
-        {
-            return true;
-        }
-        if !self.replayable && self.more_tasks() {
-            self.state.faults.count(Fault::NotRetriedLargeBody);
-        }
-        false
-    }
-
-    /// Whether an overload refusal may be retried on another task. The budget is charged only
-    /// when another task exists (a sidecar with one task never spends it); with no task left, a
-    /// widespread overload is still reported as such so the caller is told not to retry. Every
-    /// give-up is counted by its gate, so an alert can tell a spent budget from a widespread
-    /// overload.
-    fn retry_refused(&mut self, dont_retry: bool) -> RetryDecision {
-        let retry = self.pool.retry_policy();
-        let d = 'gate: {
-            if !self.state.retries_enabled() {
-                break 'gate RetryDecision::GiveUp(RetryGate::NotRetryable);
-            }
-            if !self.more_tasks() {
-                break 'gate RetryDecision::GiveUp(if retry.is_widespread() {
-                    RetryGate::Widespread
-                } else {
-                    RetryGate::NotRetryable
-                });
-            }
-            if !self.replayable {
-                self.state.faults.count(Fault::NotRetriedLargeBody);
-                break 'gate RetryDecision::GiveUp(RetryGate::NotRetryable);
-            }
-            let f = if dont_retry {
-                Failure::overloaded_dont_retry(self.attempt)
-            } else {
-                Failure::overloaded(self.attempt)
-            };
-            retry.decide(self.now, &f)
-        };
-        if let RetryDecision::GiveUp(g) = d {
-            crate::metrics::retry_gave_up(g);
-        }
-        d
-    }
 }
 
 fn dest(task: &Task) -> SharedString {

@@ -71,13 +71,11 @@
 
 use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
@@ -363,17 +361,8 @@ pub async fn watch_counting<F: Future>(
     cut: impl Fn(u64),
     overloaded: impl Fn(Instant) -> bool,
 ) -> Ended<F::Output> {
-    let period = limits.period();
-    let mut quiet_from = Instant::now();
-    let mut seen = progress.snapshot();
-    // Writes and body polls seen at the last check, and since when something the client has
-    // not taken has waited with neither.
-    let mut sent = Stall::new(progress.sending());
-    // Request body frames, for a body waiting on the client.
-    let mut uploaded = Stall::new(progress.body_frames.load(Relaxed));
-    // Response body frames, for a body waiting on its upstream.
-    let mut answered = Stall::new(progress.upstream_frames.load(Relaxed));
-    let sleep = tokio::time::sleep_until(quiet_from + period);
+    let mut checks = Checks::new(progress, &limits);
+    let sleep = tokio::time::sleep_until(checks.first());
     tokio::pin!(conn, sleep);
     loop {
         // The timer is polled once after each reset (which registers it with this task's
@@ -398,188 +387,23 @@ pub async fn watch_counting<F: Future>(
             return Ended::Done(out);
         }
         // `conn` was polled just before, so every head the client completed has been counted.
-        let now = Instant::now();
-        let state = progress.snapshot();
-        let Snapshot {
-            heads,
-            active,
-            reading,
-        } = state;
-        // The stall rules: a response the client takes nothing of, a request body it sends
-        // nothing more of, a response body its upstream sends nothing more of.
-        let waiting_on = |n: &AtomicU64| active > 0 && n.load(Relaxed) > 0;
-        let waiting = active > 0 && progress.waiting_on_client();
-        if sent.stalled(now, progress.sending(), waiting, limits.send) {
-            return Ended::SendStalled;
-        }
-        match progress.cut_stalled_streams(now, limits.send) {
-            0 => {}
-            n => cut(n),
-        }
-        let frames = progress.body_frames.load(Relaxed);
-        if uploaded.stalled(now, frames, waiting_on(&progress.body_waiting), limits.body) {
-            return Ended::BodyStalled;
-        }
-        let frames = progress.upstream_frames.load(Relaxed);
-        let waiting = waiting_on(&progress.upstream_waiting);
-        if answered.stalled(now, frames, waiting, limits.upstream_body) {
-            progress.upstream_stalled.store(true, Relaxed);
-            return Ended::UpstreamStalled;
-        }
-        // Between requests: a head was served and no next one is under way.
-        let between = heads > 0 && !reading;
-        let limit = if !between {
-            limits.header
-        } else if active == 0 && !progress.h2.load(Relaxed) {
-            let open = limits
-                .idle_pressure
-                .cap
-                .saturating_sub(slots.available_permits());
-            limits
-                .idle_pressure
-                .idle_limit(limits.idle, open, overloaded(quiet_from))
-        } else {
-            limits.idle
-        };
-        if active > 0 || state != seen {
-            // Busy, or something happened since the last check (at most one period ago): a
-            // head, a response's end, or the first bytes of the next head, whose own time
-            // starts here.
-            quiet_from = now;
-            seen = state;
-        } else if now.saturating_duration_since(quiet_from) >= limit
-            || (between && slots.available_permits() == 0)
-        {
-            if between && progress.h2.load(Relaxed) {
-                // Idle HTTP/2: closed gracefully rather than dropped, so that a stream the
-                // client opens just now is served or cleanly refused (GOAWAY names the last
-                // one taken), never lost with the socket.
+        match checks.check(progress, &limits, slots, &cut, &overloaded) {
+            Check::Again(at) => sleep.as_mut().reset(at),
+            Check::CloseGracefully => {
                 progress.close.notify_one();
                 return Ended::Done(conn.await);
             }
-            return Ended::TimedOut { counted: !between };
-        }
-        sleep.as_mut().reset((now + period).min(quiet_from + limit));
-    }
-}
-
-/// One of [`watch`]'s stall rules: something waits on the peer, and the count that shows the
-/// peer moving has not changed, for a limit.
-#[derive(Debug)]
-struct Stall<T> {
-    /// The count at the last check.
-    last: T,
-    /// Since when (the first check that saw it) the wait has gone without a change.
-    from: Option<Instant>,
-}
-
-impl<T: PartialEq> Stall<T> {
-    fn new(count: T) -> Self {
-        Stall {
-            last: count,
-            from: None,
-        }
-    }
-
-    /// Whether, at `now`, the wait has lasted `limit` with `count` unchanged.
-    fn stalled(&mut self, now: Instant, count: T, waiting: bool, limit: Duration) -> bool {
-        let still = waiting && count == self.last;
-        self.last = count;
-        if !still {
-            self.from = None;
-            return false;
-        }
-        let from = *self.from.get_or_insert(now);
-        now.saturating_duration_since(from) >= limit
-    }
-}
-
-/// A client connection's stream, telling [`Progress`] when bytes arrive and whether the first
-/// of them are HTTP/2's preface.
-#[derive(Debug)]
-pub struct Watched<S> {
-    io: S,
-    progress: Arc<Progress>,
-    first: bool,
-}
-
-impl<S> Watched<S> {
-    /// Wraps `io`, reporting to `progress`.
-    pub fn new(io: S, progress: Arc<Progress>) -> Self {
-        Watched {
-            io,
-            progress,
-            first: true,
+            Check::Cut(ended) => return ended,
         }
     }
 }
 
-/// HTTP/2's connection preface starts so (RFC 9113 §3.4; the method PRI is reserved for it).
-const H2_PREFACE_START: &[u8] = b"PRI * HTTP/2.0";
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let res = Pin::new(&mut this.io).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = res {
-            let got = buf.filled().get(before..).unwrap_or_default();
-            if !got.is_empty() {
-                if this.first {
-                    this.first = false;
-                    if got.starts_with(H2_PREFACE_START) {
-                        this.progress.h2.store(true, Relaxed);
-                    }
-                }
-                this.progress.read.store(true, Relaxed);
-            }
-        }
-        res
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let res = Pin::new(&mut this.io).poll_write(cx, buf);
-        this.progress.wrote(&res);
-        res
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let res = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        this.progress.wrote(&res);
-        res
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
+mod check;
 mod sent;
+mod watched;
+use check::{Check, Checks, Stall};
 pub use sent::ReportingResponseBody;
+pub use watched::Watched;
 
 #[cfg(test)]
 mod tests;

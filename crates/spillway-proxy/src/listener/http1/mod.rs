@@ -28,31 +28,30 @@ mod body;
 mod prefixed;
 #[cfg(test)]
 mod tests;
+mod write;
 
 use std::future::Future;
-use std::io::{self, IoSlice};
+use std::io;
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes};
 use http::{HeaderMap, Method};
-use http_body::Body;
 use spillway_tower::wire::Protocol;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 pub use body::{BodyError, RequestBody};
 pub use prefixed::Prefixed;
 
 use self::body::{Filler, Need};
+use self::write::write_body;
 use super::head::Progress;
 use crate::body::ProxyBody;
 use crate::body::UnreadRequestBody;
 use crate::forward::Peer;
 use crate::http1::server::{self as codec, Answering, Parsed, RequestHead};
-use crate::http1::Framing;
-use crate::http1::{chunk_header, chunked_end, NameCache};
+use crate::http1::NameCache;
 use crate::read_buffer::ReadBuffer;
 use crate::state::ProxyState;
 
@@ -79,6 +78,9 @@ pub struct Settings {
     pub max_head: usize,
 }
 
+/// What the handler's future gives: always a response (`forward::handle`).
+type Answer = Result<http::Response<ProxyBody>, std::convert::Infallible>;
+
 /// How the fast path left a connection.
 #[derive(Debug)]
 pub enum Served<S> {
@@ -89,59 +91,58 @@ pub enum Served<S> {
     HandOff(Prefixed<S>),
 }
 
+/// What a connection keeps from one request to the next, let go of while it waits
+/// (`Kept::poll_next`, `Kept::poll_answer`).
+struct Kept {
+    /// What the client sent and the fast path has not consumed yet.
+    read: ReadBuffer,
+    /// Allocated when an answer is written (`WRITE_FIRST`), let go of when idle.
+    write: Vec<u8>,
+    /// Header names already seen on the connection, reused.
+    names: NameCache,
+    /// The last answer's header map, emptied: the next request's (no allocation per request
+    /// once it has grown to fit).
+    spare: HeaderMap,
+    /// The largest request head (`Settings::max_head`): no more is read ahead while a
+    /// request runs.
+    max_head: usize,
+}
+
+/// What waiting for a request's answer carries from one wake-up to the next.
+#[derive(Default)]
+struct Waiting {
+    /// What is left to write of `100 Continue`.
+    interim: &'static [u8],
+    /// Wake-ups that brought no answer.
+    wakes: u32,
+}
+
 /// Serves requests on `io` until the connection ends or needs hyper's server; `shutdown` ends
 /// it at the next request boundary.
 pub async fn serve<S>(mut io: S, set: &Settings, shutdown: &CancellationToken) -> Served<S>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut read = ReadBuffer::new();
-    // Allocated when an answer is written (`WRITE_FIRST`), let go of when idle.
-    let mut write: Vec<u8> = Vec::new();
-    let mut names = NameCache::default();
-    // The last answer's header map, emptied: the next request's (no allocation per request
-    // once it has grown to fit).
-    let mut spare = HeaderMap::new();
+    let mut kept = Kept::new(set.max_head);
     let mut stop = pin!(shutdown.cancelled());
     loop {
         let head = loop {
-            if !read.buf.is_empty() {
-                match codec::parse_request(&mut read.buf, &mut names, set.max_head, &mut spare) {
+            if !kept.read.buf.is_empty() {
+                match kept.parse() {
                     Parsed::Request(h) => break h,
-                    Parsed::Other => return Served::HandOff(Prefixed::new(read.buf.freeze(), io)),
+                    Parsed::Other => {
+                        return Served::HandOff(Prefixed::new(kept.read.buf.freeze(), io))
+                    }
                     Parsed::Partial => {}
                 }
             }
             // Between requests the connection closes on shutdown; within a head it waits for
             // the rest (the header-read timeout bounds that).
-            let idle = read.buf.is_empty();
-            let mut waits = 0u32;
+            let idle = kept.read.buf.is_empty();
+            let mut wakes = 0u32;
             let got = std::future::poll_fn(|cx| {
-                if let Poll::Ready(r) = read.poll_fill(&mut io, cx) {
-                    return Poll::Ready(Some(r));
-                }
-                if idle {
-                    if stop.as_mut().poll(cx).is_ready() {
-                        return Poll::Ready(None);
-                    }
-                    // Between requests the connection holds no read buffer (8 KiB): the next
-                    // read goes onto the stack and allocates for what came
-                    // (`ReadBuffer::poll_fill`), so a burst of connections that then sit idle
-                    // holds little and leaves few holes in the heap (docs/soak.md).
-                    read.release();
-                    // The write buffer (1 KiB) and the header map kept for the next request
-                    // are let go of at the second wait, not the first, which every request of
-                    // a busy keep-alive connection has (the client has not read the answer
-                    // yet): when a wake-up brought no request — in practice the connection's
-                    // timer (`head::watch`, every quarter of the shortest timeout: 2.5 s by
-                    // default).
-                    waits += 1;
-                    if waits == 2 {
-                        write = Vec::new();
-                        spare = HeaderMap::new();
-                    }
-                }
-                Poll::Pending
+                let stop = if idle { Some(stop.as_mut()) } else { None };
+                kept.poll_next(&mut io, stop, &mut wakes, cx)
             })
             .await;
             match got {
@@ -151,47 +152,7 @@ where
                 _ => return Served::Closed,
             }
         };
-        let RequestHead {
-            parts,
-            keep_alive,
-            trailers,
-            body,
-            expect_continue,
-        } = head;
-        let mut answering = Answering {
-            version: parts.version,
-            head: parts.method == Method::HEAD,
-            keep_alive,
-            trailers,
-        };
-        let busy = set.progress.begin(parts.version);
-        let (body, filler) = match body {
-            None => (UnreadRequestBody::empty(), None),
-            Some(framing) => {
-                let (body, filler) = body::channel(framing, expect_continue);
-                let body = UnreadRequestBody::fast(body);
-                // gRPC(-Web) streams do not report (`listener::head::ReportingResponseBody::new` says why).
-                let grpc = Protocol::of(&parts.headers) == Protocol::Grpc;
-                let body = if grpc {
-                    body
-                } else {
-                    body.reporting(&set.progress)
-                };
-                (body, Some(filler))
-            }
-        };
-        // What is left to write of `100 Continue`.
-        let mut interim: &[u8] = &[];
-        // Boxed, not pinned in place: the request's future is most of what a connection's
-        // task would otherwise hold for its whole life, idle or not (10 KiB a task before,
-        // heaptrack; docs/soak.md); one allocation per request instead.
-        let mut handling = Box::pin(crate::forward::handle(
-            set.state.current(),
-            Some(set.peer.for_request(busy).writing_bytes()),
-            parts,
-            body,
-            None,
-        ));
+        let (mut handling, answering, filler) = start(head, set);
         // From the answer to its body's writer in one block that ends before the write's
         // `.await`: a binding still in scope at an `.await` is kept in the connection's
         // future, and the response (336 bytes) and its body were written there twice more per
@@ -199,100 +160,241 @@ where
         // connections, bench/results/proxy-forwarding.md "Nineteenth round").
         let keep_alive;
         let mut whole = {
-            let mut waits = 0u32;
+            let mut waiting = Waiting::default();
             let res = std::future::poll_fn(|cx| {
-                if let Poll::Ready(r) = handling.as_mut().poll(cx) {
-                    return Poll::Ready(Some(match r {
-                        Ok(res) => res,
-                        Err(never) => match never {},
-                    }));
-                }
-                // While the request runs, its body is read as its reader takes it (the client
-                // invited first, if it waits to be); the client leaving before the body's end
-                // cancels the request.
-                if let Some(f) = &filler {
-                    if f.take_continue() {
-                        interim = CONTINUE;
-                    }
-                    while !interim.is_empty() {
-                        match Pin::new(&mut io).poll_write(cx, interim) {
-                            Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
-                            Poll::Ready(Ok(n)) => interim = &interim[n..],
-                            Poll::Pending => break,
-                        }
-                    }
-                    match poll_feed(f, &mut io, &mut read, cx) {
-                        Err(()) => return Poll::Ready(None),
-                        Ok(Need::Done) => {}
-                        // What follows in `read` is body, not another request.
-                        Ok(_) => return Poll::Pending,
-                    }
-                }
-                // Then the client's next bytes are read (pipelining), and its closing the
-                // connection cancels the request.
-                while read.buf.len() < set.max_head {
-                    match read.poll_fill(&mut io, cx) {
-                        Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
-                        Poll::Ready(Ok(_)) => {}
-                        Poll::Pending => break,
-                    }
-                }
-                // A second wake-up with no answer (in practice the connection's timer): the
-                // request waits (queued, or on a slow upstream), so what the connection keeps
-                // for its next request is let go of, as between requests — the read buffer
-                // (when no body streams through it) and the last answer's write buffer.
-                waits += 1;
-                if waits == 2 {
-                    if filler.is_none() {
-                        read.release();
-                    }
-                    write = Vec::new();
-                }
-                Poll::Pending
+                let filler = filler.as_ref();
+                kept.poll_answer(&mut io, handling.as_mut(), filler, &mut waiting, cx)
             })
             .await;
             let Some(res) = res else {
                 return Served::Closed;
             };
-            // Shutting down: this answer is the connection's last; so is one whose client may
-            // still be waiting to be invited to send its body.
-            answering.keep_alive &= !shutdown.is_cancelled();
-            if let Some(f) = &filler {
-                answering.keep_alive &= f.answering();
-            }
-            // The rest of a `100 Continue` already begun goes first.
-            write.reserve(WRITE_FIRST);
-            write.extend_from_slice(interim);
-            let head = codec::encode_response(&res, res.body().raw_fields(), answering, &mut write);
-            let (parts, mut body) = res.into_parts();
-            body.clear_raw_fields();
-            spare = parts.headers;
-            spare.clear();
+            let (head, body) =
+                kept.encode(res, answering, shutdown, filler.as_ref(), waiting.interim);
             keep_alive = head.keep_alive;
-            let feed = filler.as_ref().map(|f| (f, &mut read));
-            // Boxed for the reason `handling` is (its 712 bytes were half of what an idle
+            let feed = filler.as_ref().map(|f| (f, &mut kept.read));
+            // Boxed for the reason `start` boxes the handler (its 712 bytes were half of what an idle
             // connection's future kept).
-            Box::pin(write_body(&mut io, &mut write, body, head, feed))
+            Box::pin(write_body(&mut io, &mut kept.write, body, head, feed))
         }
         .await;
-        if write.capacity() > FLUSH_AT {
+        if kept.write.capacity() > FLUSH_AT {
             // A large answer's buffer is not kept for the connection's life.
-            write = Vec::new();
+            kept.write = Vec::new();
         }
         if let (Some(f), true) = (&filler, whole && keep_alive) {
             // The rest of the body (if the answer came first) is read before the next request
             // can be: discarded once let go of, within `DISCARD_LIMIT`.
-            whole = std::future::poll_fn(|cx| match poll_feed(f, &mut io, &mut read, cx) {
-                Ok(Need::Done) => Poll::Ready(true),
-                Err(()) | Ok(Need::GiveUp) => Poll::Ready(false),
-                Ok(_) => Poll::Pending,
-            })
-            .await;
+            whole = std::future::poll_fn(|cx| poll_rest(f, &mut io, &mut kept.read, cx)).await;
         }
         if !(whole && keep_alive) {
             let _ = std::future::poll_fn(|cx| Pin::new(&mut io).poll_shutdown(cx)).await;
             return Served::Closed;
         }
+    }
+}
+
+/// Starts handling `head`'s request: the handler's future, how its answer is to be framed,
+/// and the filler of its body when it has one.
+///
+/// The handler's future is boxed, not pinned in place: it is most of what a connection's
+/// task would otherwise hold for its whole life, idle or not (10 KiB a task before,
+/// heaptrack; docs/soak.md); one allocation per request instead.
+#[inline(always)]
+fn start(
+    head: RequestHead,
+    set: &Settings,
+) -> (
+    Pin<Box<impl Future<Output = Answer>>>,
+    Answering,
+    Option<Filler>,
+) {
+    let RequestHead {
+        parts,
+        keep_alive,
+        trailers,
+        body,
+        expect_continue,
+    } = head;
+    let answering = Answering {
+        version: parts.version,
+        head: parts.method == Method::HEAD,
+        keep_alive,
+        trailers,
+    };
+    let busy = set.progress.begin(parts.version);
+    let (body, filler) = match body {
+        None => (UnreadRequestBody::empty(), None),
+        Some(framing) => {
+            let (body, filler) = body::channel(framing, expect_continue);
+            let body = UnreadRequestBody::fast(body);
+            // gRPC(-Web) streams do not report (`listener::head::ReportingResponseBody::new` says why).
+            let grpc = Protocol::of(&parts.headers) == Protocol::Grpc;
+            let body = if grpc {
+                body
+            } else {
+                body.reporting(&set.progress)
+            };
+            (body, Some(filler))
+        }
+    };
+    let handling = Box::pin(crate::forward::handle(
+        set.state.current(),
+        Some(set.peer.for_request(busy).writing_bytes()),
+        parts,
+        body,
+        None,
+    ));
+    (handling, answering, filler)
+}
+
+impl Kept {
+    fn new(max_head: usize) -> Self {
+        Kept {
+            read: ReadBuffer::new(),
+            write: Vec::new(),
+            names: NameCache::default(),
+            spare: HeaderMap::new(),
+            max_head,
+        }
+    }
+
+    /// Parses the request head at the start of the read buffer.
+    #[inline(always)]
+    fn parse(&mut self) -> Parsed {
+        let (buf, names, spare) = (&mut self.read.buf, &mut self.names, &mut self.spare);
+        codec::parse_request(buf, names, self.max_head, spare)
+    }
+
+    /// Reads the client's next bytes; `None` once `stop` (given between requests) resolves.
+    #[inline(always)]
+    fn poll_next<S: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut S,
+        stop: Option<Pin<&mut WaitForCancellationFuture<'_>>>,
+        wakes: &mut u32,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<io::Result<usize>>> {
+        if let Poll::Ready(r) = self.read.poll_fill(io, cx) {
+            return Poll::Ready(Some(r));
+        }
+        if let Some(stop) = stop {
+            if stop.poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            // Between requests the connection holds no read buffer (8 KiB): the next
+            // read goes onto the stack and allocates for what came
+            // (`ReadBuffer::poll_fill`), so a burst of connections that then sit idle
+            // holds little and leaves few holes in the heap (docs/soak.md).
+            self.read.release();
+            // The write buffer (1 KiB) and the header map kept for the next request
+            // are let go of at the second wait, not the first, which every request of
+            // a busy keep-alive connection has (the client has not read the answer
+            // yet): when a wake-up brought no request — in practice the connection's
+            // timer (`head::watch`, every quarter of the shortest timeout: 2.5 s by
+            // default).
+            *wakes += 1;
+            if *wakes == 2 {
+                self.write = Vec::new();
+                self.spare = HeaderMap::new();
+            }
+        }
+        Poll::Pending
+    }
+
+    /// Polls the request's `handling` for its answer while moving its body (through `filler`)
+    /// and reading what the client sends next; `None` when the client left, which cancels
+    /// the request.
+    #[inline(always)]
+    fn poll_answer<S, F>(
+        &mut self,
+        io: &mut S,
+        handling: Pin<&mut F>,
+        filler: Option<&Filler>,
+        waiting: &mut Waiting,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<http::Response<ProxyBody>>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+        F: Future<Output = Answer>,
+    {
+        if let Poll::Ready(r) = handling.poll(cx) {
+            return Poll::Ready(Some(match r {
+                Ok(res) => res,
+                Err(never) => match never {},
+            }));
+        }
+        // While the request runs, its body is read as its reader takes it (the client
+        // invited first, if it waits to be); the client leaving before the body's end
+        // cancels the request.
+        if let Some(f) = filler {
+            if f.take_continue() {
+                waiting.interim = CONTINUE;
+            }
+            while !waiting.interim.is_empty() {
+                match Pin::new(&mut *io).poll_write(cx, waiting.interim) {
+                    Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                    Poll::Ready(Ok(n)) => waiting.interim = &waiting.interim[n..],
+                    Poll::Pending => break,
+                }
+            }
+            match poll_feed(f, io, &mut self.read, cx) {
+                Err(()) => return Poll::Ready(None),
+                Ok(Need::Done) => {}
+                // What follows in `read` is body, not another request.
+                Ok(_) => return Poll::Pending,
+            }
+        }
+        // Then the client's next bytes are read (pipelining), and its closing the
+        // connection cancels the request.
+        while self.read.buf.len() < self.max_head {
+            match self.read.poll_fill(io, cx) {
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Pending => break,
+            }
+        }
+        // A second wake-up with no answer (in practice the connection's timer): the
+        // request waits (queued, or on a slow upstream), so what the connection keeps
+        // for its next request is let go of, as between requests — the read buffer
+        // (when no body streams through it) and the last answer's write buffer.
+        waiting.wakes += 1;
+        if waiting.wakes == 2 {
+            if filler.is_none() {
+                self.read.release();
+            }
+            self.write = Vec::new();
+        }
+        Poll::Pending
+    }
+
+    /// Writes `res`'s head into the write buffer, after the rest of a `100 Continue` already
+    /// begun (`interim`); how its body follows, and the body. The answer's header map is kept
+    /// for the next request.
+    #[inline(always)]
+    fn encode(
+        &mut self,
+        res: http::Response<ProxyBody>,
+        mut answering: Answering,
+        shutdown: &CancellationToken,
+        filler: Option<&Filler>,
+        interim: &[u8],
+    ) -> (codec::Head, ProxyBody) {
+        // Shutting down: this answer is the connection's last; so is one whose client may
+        // still be waiting to be invited to send its body.
+        answering.keep_alive &= !shutdown.is_cancelled();
+        if let Some(f) = filler {
+            answering.keep_alive &= f.answering();
+        }
+        self.write.reserve(WRITE_FIRST);
+        self.write.extend_from_slice(interim);
+        let raw = res.body().raw_fields();
+        let head = codec::encode_response(&res, raw, answering, &mut self.write);
+        let (parts, mut body) = res.into_parts();
+        body.clear_raw_fields();
+        self.spare = parts.headers;
+        self.spare.clear();
+        (head, body)
     }
 }
 
@@ -319,154 +421,16 @@ fn poll_feed<S: AsyncRead + Unpin>(
     }
 }
 
-/// What writing a body waits for next.
-enum Step {
-    /// A frame, or the end.
-    Frame(Option<Result<http_body::Frame<Bytes>, crate::upstream::BoxError>>),
-    /// The body has nothing yet: write out what is buffered meanwhile.
-    Flush,
-    /// The client's side ended before its request body did.
-    ClientGone,
-}
-
-/// Writes the head in `out` and `body` after it, framed as `head` says, while `feed` goes on
-/// reading the request's body (an upstream may stream its answer while it reads the upload);
-/// whether the message went out whole (else the connection must close: the client cannot
-/// tell where it ends).
-#[allow(clippy::manual_async_fn)] // on purpose: see the body's first comment
-fn write_body<'a, S: AsyncRead + AsyncWrite + Unpin>(
-    io: &'a mut S,
-    out: &'a mut Vec<u8>,
-    mut body: ProxyBody,
-    head: codec::Head,
-    mut feed: Option<(&'a Filler, &'a mut ReadBuffer)>,
-) -> impl Future<Output = bool> + 'a {
-    // An `async` block, not an `async fn`, so that the body is not moved once more when the
-    // future is first polled (`upstream::Connections::send`).
-    async move {
-        if head.framing == Framing::Empty {
-            // Releases what the body holds (the admission permit) before the write.
-            drop(body);
-            return write_all(io, out, Bytes::new()).await.is_ok();
-        }
-        let mut left = match head.framing {
-            Framing::Length(n) => n,
-            _ => u64::MAX,
-        };
-        let mut after_data = false;
-        let mut trailers = None;
-        loop {
-            let step = std::future::poll_fn(|cx| {
-                if let Poll::Ready(f) = Pin::new(&mut body).poll_frame(cx) {
-                    return Poll::Ready(Step::Frame(f));
-                }
-                if let Some((f, read)) = feed.as_mut() {
-                    if poll_feed(f, io, read, cx).is_err() {
-                        return Poll::Ready(Step::ClientGone);
-                    }
-                }
-                if out.is_empty() {
-                    Poll::Pending
-                } else {
-                    Poll::Ready(Step::Flush)
-                }
-            })
-            .await;
-            let frame = match step {
-                Step::ClientGone => return false,
-                Step::Flush => {
-                    if write_all(io, out, Bytes::new()).await.is_err() {
-                        return false;
-                    }
-                    continue;
-                }
-                Step::Frame(None) => break,
-                Step::Frame(Some(Ok(f))) => f,
-                // The body broke (the upstream failed mid-answer): what was sent stays cut short.
-                Step::Frame(Some(Err(_))) => {
-                    let _ = write_all(io, out, Bytes::new()).await;
-                    return false;
-                }
-            };
-            let mut data = match frame.into_data() {
-                Ok(d) => d,
-                Err(f) => {
-                    if let (Ok(t), Some(allowed)) = (f.into_trailers(), &head.trailers) {
-                        trailers = Some(codec::allowed_trailers(t, allowed));
-                    }
-                    continue;
-                }
-            };
-            if data.is_empty() {
-                continue;
-            }
-            let overlong = data.len() as u64 > left;
-            if overlong {
-                // More than its `content-length`: the rest is not sent, and the connection closes.
-                data.truncate(usize::try_from(left).unwrap_or(usize::MAX));
-            }
-            match head.framing {
-                Framing::Length(_) => left -= data.len() as u64,
-                Framing::Chunked => {
-                    chunk_header(out, after_data, data.len());
-                    after_data = true;
-                }
-                _ => {}
-            }
-            let sent = if data.len() <= COPY_MAX {
-                out.extend_from_slice(&data);
-                if out.len() >= FLUSH_AT {
-                    write_all(io, out, Bytes::new()).await
-                } else {
-                    Ok(())
-                }
-            } else {
-                write_all(io, out, data).await
-            };
-            if sent.is_err() || overlong {
-                return false;
-            }
-        }
-        let whole = match head.framing {
-            Framing::Length(_) => left == 0,
-            Framing::Chunked => {
-                chunked_end(out, after_data, trailers.as_ref());
-                true
-            }
-            // Ends with the connection.
-            _ => true,
-        };
-        write_all(io, out, Bytes::new()).await.is_ok() && whole
-    }
-}
-
-/// Writes `out` and then `data`, gathering both into one write where the stream can.
-async fn write_all<S: AsyncWrite + Unpin>(
+/// Reads the rest of the request body after its answer; whether it came whole.
+fn poll_rest<S: AsyncRead + Unpin>(
+    filler: &Filler,
     io: &mut S,
-    out: &mut Vec<u8>,
-    mut data: Bytes,
-) -> io::Result<()> {
-    let mut done = 0;
-    while done < out.len() || !data.is_empty() {
-        let head = &out[done..];
-        let n = std::future::poll_fn(|cx| {
-            if head.is_empty() {
-                Pin::new(&mut *io).poll_write(cx, &data)
-            } else if data.is_empty() {
-                Pin::new(&mut *io).poll_write(cx, head)
-            } else {
-                Pin::new(&mut *io)
-                    .poll_write_vectored(cx, &[IoSlice::new(head), IoSlice::new(&data)])
-            }
-        })
-        .await?;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        let from_head = n.min(head.len());
-        done += from_head;
-        data.advance(n - from_head);
+    read: &mut ReadBuffer,
+    cx: &mut Context<'_>,
+) -> Poll<bool> {
+    match poll_feed(filler, io, read, cx) {
+        Ok(Need::Done) => Poll::Ready(true),
+        Err(()) | Ok(Need::GiveUp) => Poll::Ready(false),
+        Ok(_) => Poll::Pending,
     }
-    out.clear();
-    Ok(())
 }
