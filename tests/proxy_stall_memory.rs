@@ -79,12 +79,30 @@ fn send(data: u16, n: usize) -> Vec<TcpStream> {
 /// Waits until `n` requests reached the upstream, then for the connections' timers to let
 /// their idle buffers go (every quarter of the shortest client timeout: 0.5 s by default).
 fn reach(accepted: &AtomicUsize, n: usize) {
+    arrived(accepted, n);
+    std::thread::sleep(Duration::from_secs(2));
+}
+
+/// Waits until `n` requests reached the upstream.
+fn arrived(accepted: &AtomicUsize, n: usize) {
     common::wait_for(
         &format!("{n} requests at the upstream"),
         Duration::from_secs(60),
         || (accepted.load(Ordering::Relaxed) >= n).then_some(()),
     );
-    std::thread::sleep(Duration::from_secs(2));
+}
+
+/// `n` more requests held, sent 100 at a time, each batch waited for at the upstream before
+/// the next: the upstream's accept backlog (128) then never overflows on a busy host, where a
+/// dropped SYN would be retried after a second and more, and the proxy's connect could give up.
+fn hold(data: u16, accepted: &AtomicUsize, n: usize) -> Vec<TcpStream> {
+    let base = accepted.load(Ordering::Relaxed);
+    let mut held = Vec::with_capacity(n);
+    while held.len() < n {
+        held.extend(send(data, (n - held.len()).min(100)));
+        arrived(accepted, base + held.len());
+    }
+    held
 }
 
 /// A `spillway proxy` in front of upstream port `up` with a fixed admission limit far above the
@@ -100,6 +118,7 @@ fn stall_proxy(up: u16, budget: usize, name: &str) -> (common::Proc, u16, u16, s
             "[listen]\naddress = \"127.0.0.1:{data}\"\nmax_requests_in_progress = {budget}\n\
              [admin]\nlisten = \"127.0.0.1:{admin}\"\n\
              [upstream]\naddresses = [\"127.0.0.1:{up}\"]\nrequest_timeout_ms = 300000\n\
+             connect_timeout_ms = 10000\n\
              max_requests_per_task = 100000\n\
              [upstream.throttle]\nmin_requests_per_sec = 1000000.0\n\
              [admission.limit]\nalgorithm = \"fixed\"\nlimit = 100000\n"
@@ -138,10 +157,10 @@ fn held_requests_cost_bounded_memory_and_past_the_budget_are_refused_at_once() {
     let (proxy, data, admin, _dir) = stall_proxy(up, warm + held_n, "stall-memory");
     let pid = proxy.pid();
 
-    let mut open = send(data, warm);
+    let mut open = hold(data, accepted, warm);
     reach(accepted, warm);
     let warm_kb = rss_kb(pid);
-    open.extend(send(data, held_n));
+    open.extend(hold(data, accepted, held_n));
     reach(accepted, warm + held_n);
     let held = rss_kb(pid);
     let per_held = held.saturating_sub(warm_kb) as f64 / held_n as f64;

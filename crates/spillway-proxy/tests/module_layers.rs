@@ -24,7 +24,7 @@ const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
         "a request carries its connection's ActiveRequest token (listener/head.rs); move \
          Progress and ActiveRequest out of the listener's timer into a module below forward \
          (the timer `watch` reads Progress's private counters, and Progress keeps the \
-         Weak<sent::Shared> of each ReportingResponseBody it may cut: Stall and \
+         Weak<sent::Shared> of each ReportingResponseBody it may cut: head/check.rs's Stall and \
          listener/head/sent.rs move with it, or the cut goes through a trait)",
     ),
     (
