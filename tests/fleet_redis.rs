@@ -27,12 +27,15 @@
 
 mod common;
 mod fleet_support;
+#[path = "../crates/spillway-proxy/tests/redis_support/mod.rs"]
+mod redis_support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::{free_port, local, wait_for, Proc};
-use fleet_support::{lease, Load, Redis, Stream};
+use fleet_support::{lease, Load, Stream};
+use redis_support::RedisServer;
 
 /// The example's `lease_interval_ms`.
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -119,12 +122,12 @@ fn window(from: Duration, secs: u64) -> (Duration, Duration) {
 
 #[test]
 fn three_proxy_processes_share_a_global_quota_through_redis() {
-    if !fleet_support::redis_available() {
+    if redis_support::available().is_none() {
         return;
     }
     let began = Instant::now();
     let dir = common::temp_dir("fleet-redis");
-    let mut redis = Redis::start();
+    let mut redis = RedisServer::start();
     let backend_port = free_port();
     let _backend = common::backend(backend_port, 32, 1, 90, &[]);
     let config = dir.join("fleet.toml");

@@ -1,5 +1,6 @@
-//! What tests/fleet_redis.rs needs besides tests/common: a private `redis-server`, a proxy's
-//! lease as its `/status` shows it, and a paced load generator on plain threads.
+//! What tests/fleet_redis.rs needs besides tests/common and the proxy's tests' `redis_support`
+//! (a private `redis-server`): a proxy's lease as its `/status` shows it, and a paced load
+//! generator on plain threads.
 //!
 //! Why a generator here rather than `spillway load`: the test counts each customer's answers
 //! per proxy by send time, and stops one proxy's share of the load before that proxy stops;
@@ -7,132 +8,15 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{connect, free_port, local, read_response};
-
-/// Whether `redis-server` runs here; `false` (after saying so) when the test should be
-/// skipped. Panics under CI, which installs it.
-pub fn redis_available() -> bool {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
-            panic!("CI is set but redis-server is not installed (.ci/run installs it)");
-        }
-        eprintln!("SKIPPED: redis-server is not installed (apt-get install redis-server)");
-    }
-    found
-}
-
-/// A private `redis-server` on a free loopback port, without persistence, killed on drop.
-/// Never a shared one: a Redis on 6379 may hold someone's data.
-pub struct Redis {
-    port: u16,
-    child: Option<Child>,
-}
-
-impl Redis {
-    /// Starts one and waits until it accepts.
-    pub fn start() -> Redis {
-        let mut r = Redis {
-            port: free_port(),
-            child: None,
-        };
-        r.restart();
-        r
-    }
-
-    /// `redis://127.0.0.1:PORT/0`.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    /// SIGKILL: no goodbye to its clients.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// (Re)starts it on the same port, empty.
-    pub fn restart(&mut self) {
-        self.kill();
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        self.child = Some(child);
-        let addr = local(self.port);
-        let until = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err() {
-            assert!(
-                Instant::now() < until,
-                "redis-server did not start on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// `INFO commandstats`' `calls` for `command` (lower case), over RESP by hand: the root
-    /// package has no Redis client, and one inline command needs none.
-    pub fn calls(&self, command: &str) -> u64 {
-        let info = (|| -> std::io::Result<String> {
-            let mut s = TcpStream::connect(local(self.port))?;
-            s.set_read_timeout(Some(Duration::from_secs(5)))?;
-            s.write_all(b"INFO commandstats\r\n")?;
-            let mut reply = Vec::new();
-            let mut buf = [0u8; 4096];
-            // A bulk string: `$LEN\r\n` then LEN bytes and `\r\n`.
-            loop {
-                let n = s.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                reply.extend_from_slice(&buf[..n]);
-                let text = String::from_utf8_lossy(&reply);
-                if let Some((len, rest)) = text
-                    .strip_prefix('$')
-                    .and_then(|t| t.split_once("\r\n"))
-                    .and_then(|(l, r)| Some((l.parse::<usize>().ok()?, r)))
-                {
-                    if rest.len() >= len {
-                        return Ok(rest[..len].to_string());
-                    }
-                }
-            }
-            Ok(String::from_utf8_lossy(&reply).into_owned())
-        })()
-        .expect("INFO commandstats");
-        let prefix = format!("cmdstat_{command}:calls=");
-        info.lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+use crate::common::{connect, read_response};
 
 /// A proxy's `quota_lease` in `/status`, the parts the test reads.
 #[derive(Debug, Clone)]

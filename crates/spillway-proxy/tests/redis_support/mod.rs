@@ -2,9 +2,11 @@
 //!
 //! Why never a shared one: tests run in parallel and on developers' machines, where a Redis on
 //! 6379 may hold someone's data. Without the binary a test is skipped with a message — unless
-//! `CI` is set, where `.ci/run` installs it and its absence is a failure.
+//! `CI` is set, where `.ci/run` installs it and its absence is a failure. Only std: the root
+//! package's tests/fleet_redis.rs includes this file too.
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -107,18 +109,41 @@ impl RedisServer {
         }
     }
 
-    /// `INFO commandstats`' `calls` for `command` (lower case, e.g. "evalsha").
+    /// `INFO commandstats`' `calls` for `command` (lower case, e.g. "evalsha"), over RESP by
+    /// hand (inline commands, the reply a bulk string), so that this module needs only std and
+    /// the root package's tests can share it.
     pub fn calls(&self, command: &str) -> u64 {
-        let url = match &self.password {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{}/0", self.port),
-            None => self.url(),
-        };
-        let client = redis::Client::open(url).expect("url");
-        let mut c = client.get_connection().expect("connection");
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut c)
-            .expect("INFO");
+        let info = (|| -> std::io::Result<String> {
+            let mut s = TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], self.port)))?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            if let Some(p) = &self.password {
+                s.write_all(format!("AUTH {p}\r\n").as_bytes())?;
+            }
+            s.write_all(b"INFO commandstats\r\n")?;
+            let mut reply = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = s.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                reply.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&reply);
+                // After AUTH's `+OK\r\n`: `$LEN\r\n`, then LEN bytes.
+                let text = text.strip_prefix("+OK\r\n").unwrap_or(&text);
+                if let Some((len, rest)) = text
+                    .strip_prefix('$')
+                    .and_then(|t| t.split_once("\r\n"))
+                    .and_then(|(l, r)| Some((l.parse::<usize>().ok()?, r)))
+                {
+                    if rest.len() >= len {
+                        return Ok(rest[..len].to_string());
+                    }
+                }
+            }
+            Ok(String::from_utf8_lossy(&reply).into_owned())
+        })()
+        .expect("INFO commandstats");
         let prefix = format!("cmdstat_{command}:calls=");
         info.lines()
             .find_map(|l| l.strip_prefix(&prefix))
