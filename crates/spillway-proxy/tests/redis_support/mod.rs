@@ -42,6 +42,18 @@ pub fn available() -> Option<()> {
     None
 }
 
+/// Whether a Redis answers on `addr`: `+PONG`, or `-NOAUTH` when it wants a password.
+fn pong(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(100)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 64];
+    s.write_all(b"PING\r\n").is_ok()
+        && s.read(&mut buf)
+            .is_ok_and(|n| buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH"))
+}
+
 fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
@@ -60,8 +72,15 @@ impl RedisServer {
             child: None,
             password: password.map(str::to_string),
         };
-        s.restart();
-        s
+        // A port free a moment ago may be taken by then (another test's server or client
+        // socket): then the server exits, and another port is tried.
+        for _ in 0..5 {
+            if s.launch() {
+                return s;
+            }
+            s.port = free_port();
+        }
+        panic!("redis-server did not start on any of 5 free ports");
     }
 
     /// `redis://127.0.0.1:PORT/0`.
@@ -77,8 +96,8 @@ impl RedisServer {
         }
     }
 
-    /// Starts it again on the same port (empty: nothing was persisted).
-    pub fn restart(&mut self) {
+    /// Kills what runs and spawns the server on its port.
+    fn spawn(&mut self) {
         self.kill();
         let mut cmd = Command::new("redis-server");
         cmd.args(["--port", &self.port.to_string()]).args([
@@ -98,12 +117,40 @@ impl RedisServer {
             .spawn()
             .expect("redis-server starts");
         self.child = Some(child);
+    }
+
+    /// Starts it again on the same port (empty: nothing was persisted) and waits until it
+    /// answers.
+    pub fn restart(&mut self) {
+        assert!(
+            self.launch(),
+            "redis-server did not start on port {}",
+            self.port
+        );
+    }
+
+    /// Spawns the server and waits (at most 10 s) until it answers a PING; `false` if it
+    /// exited first. An answer, not only a connect: a connect to a port nobody listens on can
+    /// succeed by itself (TCP's simultaneous open, when the client's ephemeral port is that
+    /// port), and the server then is not there for the test.
+    fn launch(&mut self) -> bool {
+        self.spawn();
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let until = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err() {
+        loop {
+            if self
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+            {
+                return false;
+            }
+            if pong(addr) {
+                return true;
+            }
             assert!(
                 Instant::now() < until,
-                "redis-server did not start on {addr}"
+                "redis-server did not answer on {addr}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
