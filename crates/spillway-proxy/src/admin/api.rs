@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, ALLOW, WWW_AUTHENTICATE};
@@ -14,12 +14,14 @@ use serde_json::{json, Value};
 use spillway_core::Criticality;
 
 use super::origin::{self, OwnAddress};
-use super::params::Params;
 use super::reply::{self, AdminBody, ApiError};
 use super::{auth, metrics as m, redact, AdminConfig};
-use crate::controls::{AdmitPercent, ControlsState};
+use crate::controls::ControlsState;
 use crate::metrics::recorder::MetricsHandle;
 use crate::state::ProxyState;
+
+mod changes;
+pub(super) use changes::admit_percent;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -147,26 +149,7 @@ impl AdminApi {
         // Probes: open whatever the token settings (an orchestrator's probe carries none) and
         // telling nothing but whether to send traffic.
         if path == "/ready" || path == "/live" {
-            if req.method() != Method::GET && req.method() != Method::HEAD {
-                let mut r = ApiError::status(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    format!("{path} accepts GET only"),
-                )
-                .into_response();
-                r.headers_mut()
-                    .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
-                return Ok(r);
-            }
-            if path == "/live" {
-                return Ok(reply::json(StatusCode::OK, &json!({"live": true})));
-            }
-            let r = crate::drain::readiness(&self.state).await;
-            let status = if r.ready {
-                StatusCode::OK
-            } else {
-                StatusCode::SERVICE_UNAVAILABLE
-            };
-            return Ok(reply::json(status, &r));
+            return Ok(self.probe(&path, req.method()).await);
         }
         // The dashboard (crate::dashboard): its pages hold no data; its data is a read.
         if path.starts_with("/api/") {
@@ -175,29 +158,9 @@ impl AdminApi {
         if let Some(r) = self.dashboard.handle(&req) {
             return Ok(r);
         }
-        let (allowed, access): (&str, Access) = match path.as_str() {
-            "/" | "/metrics" | "/status" | "/controls" => ("GET", Access::Read),
-            "/config" => ("GET", Access::Protected),
-            "/reload" | "/degradation" => ("POST", Access::Protected),
-            p if p.starts_with("/controls/") => ("POST", Access::Protected),
-            _ => {
-                return Err(ApiError::status(
-                    StatusCode::NOT_FOUND,
-                    format!("no endpoint {path}; see GET / for the list"),
-                ))
-            }
-        };
+        let (allowed, access) = endpoint(&path)?;
         if req.method().as_str() != allowed {
-            let mut r = ApiError::status(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("{path} accepts {allowed} only"),
-            )
-            .into_response();
-            r.headers_mut().insert(
-                ALLOW,
-                HeaderValue::from_static(if allowed == "GET" { "GET" } else { "POST" }),
-            );
-            return Ok(r);
+            return Ok(method_not_allowed(&path, allowed, allowed));
         }
         // A change (or the deployment's description) only when addressed to this listener
         // by something that is not a web page: see `super::origin` for the threat.
@@ -216,84 +179,24 @@ impl AdminApi {
         let query = req.uri().query().map(str::to_string);
         let body = self.read_body(req.into_body()).await?;
         let who = peer.map_or_else(|| "unknown peer".to_string(), |p| p.to_string());
-        let now = Instant::now();
-        let controls = self.state.controls();
-        // Incident controls: this proxy's (default) or the fleet's (`scope=fleet`).
-        let mut params = None;
-        if path.starts_with("/controls/") {
-            let mut p = Params::parse(query.as_deref(), &body)?;
-            if super::fleet::is_fleet_scope(&mut p)? {
-                return super::fleet::handle(&self.state, &path, &p, &who, now).await;
-            }
-            params = Some(p);
+        self.change(&path, query.as_deref(), &body, &who).await
+    }
+
+    /// `/ready` and `/live`.
+    async fn probe(&self, path: &str, method: &Method) -> Response<AdminBody> {
+        if method != Method::GET && method != Method::HEAD {
+            return method_not_allowed(path, "GET", "GET, HEAD");
         }
-        let (response, action) = match path.as_str() {
-            "/reload" => return self.reload(&body, &who),
-            "/degradation" => return self.degradation(query.as_deref(), &body, &who),
-            "/controls/shed-below" => {
-                let p = params.take().unwrap_or_default();
-                p.only(&["criticality"])?;
-                if !p.has("criticality") {
-                    return Err(ApiError::missing(
-                        "criticality",
-                        "a criticality below which everything is shed, or \"off\"",
-                    ));
-                }
-                let c = p.criticality("criticality")?;
-                controls.set_shed_below(c);
-                (self.controls_json(now), format!("shed below {}", name(c)))
-            }
-            "/controls/admit-percent" => {
-                let p = params.take().unwrap_or_default();
-                let action = admit_percent(&p, controls, now)?;
-                (self.controls_json(now), action)
-            }
-            "/controls/retries" => {
-                let p = params.take().unwrap_or_default();
-                p.only(&["enabled"])?;
-                let on = p.bool("enabled")?;
-                controls.set_retries_enabled(on);
-                (
-                    self.controls_json(now),
-                    format!("proxy retries {}", on_off(on)),
-                )
-            }
-            "/controls/exercise-degraded" => {
-                let p = params.take().unwrap_or_default();
-                p.only(&["fraction"])?;
-                const ACCEPTS: &str = "a fraction from 0 to 1 (0.01 = 1% of requests), or \"off\"";
-                let f = if p.is_off("fraction") && p.has("fraction") {
-                    0.0
-                } else {
-                    p.f64("fraction", ACCEPTS)?
-                        .ok_or_else(|| ApiError::missing("fraction", ACCEPTS))?
-                };
-                controls.set_exercise_degraded(f)?;
-                (
-                    self.controls_json(now),
-                    format!("exercise degraded path on {f} of requests"),
-                )
-            }
-            "/controls/reset" => {
-                params.take().unwrap_or_default().only(&[])?;
-                controls.reset();
-                (
-                    self.controls_json(now),
-                    "every incident control off".to_string(),
-                )
-            }
-            _ => {
-                return Err(ApiError::status(
-                    StatusCode::NOT_FOUND,
-                    format!(
-                        "no control {path}; controls: shed-below, admit-percent, retries, \
-                         exercise-degraded, reset"
-                    ),
-                ))
-            }
+        if path == "/live" {
+            return reply::json(StatusCode::OK, &json!({"live": true}));
+        }
+        let r = crate::drain::readiness(&self.state).await;
+        let status = if r.ready {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
         };
-        tracing::info!(who = %who, "admin: {action}");
-        Ok(response)
+        reply::json(status, &r)
     }
 
     fn authorise<B>(&self, access: Access, req: &Request<B>) -> Result<(), ApiError> {
@@ -398,168 +301,6 @@ impl AdminApi {
         let s: ControlsState = self.state.controls().snapshot(now);
         reply::json(StatusCode::OK, &s)
     }
-
-    fn reload(&self, body: &[u8], who: &str) -> Result<Response<AdminBody>, ApiError> {
-        let before = redacted_config(&self.state)?;
-        let (result, source) = if body.iter().all(u8::is_ascii_whitespace) {
-            (self.state.reload_from_file(), "file")
-        } else {
-            let text = std::str::from_utf8(body).map_err(|_| {
-                ApiError::bad_request(
-                    "body",
-                    "the request body is not UTF-8",
-                    "a TOML configuration, or an empty body to re-read the file",
-                )
-            })?;
-            (
-                self.state
-                    .reload_from_str(text, "admin API (POST /reload body)"),
-                "request body",
-            )
-        };
-        match result {
-            Ok(()) => {
-                let after = redacted_config(&self.state)?;
-                let changed = redact::changed_paths(&before, &after, MAX_CHANGED);
-                tracing::info!(
-                    who = %who,
-                    source = %source,
-                    changed = changed.len(),
-                    "admin: configuration reloaded"
-                );
-                let status = self.state.status();
-                Ok(reply::json(
-                    StatusCode::OK,
-                    &json!({
-                        "reloaded": true,
-                        "source": source,
-                        "origin": status.config_origin,
-                        "changed": changed,
-                        "reloads": status.reloads,
-                    }),
-                ))
-            }
-            Err(e) => Ok(reply::json(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                &json!({
-                    "error": e.to_string(),
-                    "origin": e.origin,
-                    "line": e.line,
-                    "key": e.key,
-                    "kept": "the previous configuration is still in effect",
-                }),
-            )),
-        }
-    }
-
-    fn degradation(
-        &self,
-        query: Option<&str>,
-        body: &[u8],
-        who: &str,
-    ) -> Result<Response<AdminBody>, ApiError> {
-        let p = Params::parse(query, body)?;
-        p.only(&["route", "enabled"])?;
-        let enabled = p.bool("enabled")?;
-        let route = p
-            .str(
-                "route",
-                "a route name from the configuration, or \"*\" for every route",
-            )?
-            .filter(|r| !r.is_empty() && *r != "*");
-        self.state
-            .set_degradation(route, enabled)
-            .map_err(|e| ApiError {
-                status: StatusCode::NOT_FOUND,
-                field: Some("route".into()),
-                message: e.to_string(),
-                accepts: format!("one of the configured routes ({}), or \"*\"", e.known),
-            })?;
-        let target = route.map_or_else(|| "every route".to_string(), |r| format!("route {r:?}"));
-        tracing::info!(
-            who = %who,
-            enabled,
-            "admin: degradation {} for {target}",
-            if enabled { "enabled" } else { "switched off" }
-        );
-        let status = to_value(&self.state.status())?;
-        Ok(reply::json(
-            StatusCode::OK,
-            &json!({
-                "route": route,
-                "enabled": enabled,
-                "degradation_all_off": status.get("degradation_all_off"),
-                "routes": status.get("routes"),
-            }),
-        ))
-    }
-}
-
-/// `POST /controls/admit-percent`: set, ramp from the current share, or turn off.
-pub(super) fn admit_percent(
-    p: &Params,
-    controls: &crate::controls::IncidentControls,
-    now: Instant,
-) -> Result<String, ApiError> {
-    const PERCENT: &str = "a number of percent from 0 to 100, or \"off\"";
-    const RAMP: &str = "a number of seconds above 0 and at most 604800 (7 days)";
-    p.only(&["percent", "ramp_seconds", "exempt_from"])?;
-    let ramp = p
-        .f64("ramp_seconds", RAMP)?
-        .map(|s| {
-            Duration::try_from_secs_f64(s)
-                .map_err(|_| ApiError::invalid("ramp_seconds", &s.to_string(), RAMP))
-        })
-        .transpose()?;
-    if p.has("percent") && p.is_off("percent") {
-        controls.clear_admit_percent();
-        return Ok("admit-percent off".into());
-    }
-    let exempt_from = p.criticality("exempt_from")?;
-    match (p.f64("percent", PERCENT)?, ramp) {
-        (Some(percent), ramp) => {
-            controls.set_admit_percent(
-                now,
-                AdmitPercent {
-                    percent,
-                    ramp,
-                    exempt_from,
-                },
-            )?;
-            Ok(format!(
-                "admit {percent}% of traffic{}{}",
-                ramp.map_or(String::new(), |r| format!(
-                    ", ramping to 100% over {} s",
-                    r.as_secs_f64()
-                )),
-                exempt_from.map_or(String::new(), |c| format!(", {c} and above exempt")),
-            ))
-        }
-        (None, Some(r)) => {
-            if p.has("exempt_from") {
-                return Err(ApiError::bad_request(
-                    "exempt_from",
-                    "exempt_from can only be set together with percent",
-                    "percent and exempt_from together; a ramp alone keeps the current exemption",
-                ));
-            }
-            controls.ramp_up(now, r)?;
-            Ok(format!(
-                "ramp admitted traffic to 100% over {} s",
-                r.as_secs_f64()
-            ))
-        }
-        (None, None) => Err(ApiError::missing(
-            "percent",
-            "percent (0 to 100, or \"off\"), ramp_seconds, or both",
-        )),
-    }
-}
-
-fn redacted_config(state: &ProxyState) -> Result<Value, ApiError> {
-    let mut v = to_value(&*state.config())?;
-    redact::redact(&mut v);
-    Ok(v)
 }
 
 fn offered_json() -> Value {
@@ -583,14 +324,30 @@ fn to_value<T: serde::Serialize + ?Sized>(v: &T) -> Result<Value, ApiError> {
     })
 }
 
-fn name(c: Option<Criticality>) -> &'static str {
-    c.map_or("nothing (off)", Criticality::as_str)
+/// The method an endpoint accepts and who may call it; 404 for no such endpoint.
+fn endpoint(path: &str) -> Result<(&'static str, Access), ApiError> {
+    Ok(match path {
+        "/" | "/metrics" | "/status" | "/controls" => ("GET", Access::Read),
+        "/config" => ("GET", Access::Protected),
+        "/reload" | "/degradation" => ("POST", Access::Protected),
+        p if p.starts_with("/controls/") => ("POST", Access::Protected),
+        _ => {
+            return Err(ApiError::status(
+                StatusCode::NOT_FOUND,
+                format!("no endpoint {path}; see GET / for the list"),
+            ))
+        }
+    })
 }
 
-fn on_off(on: bool) -> &'static str {
-    if on {
-        "on"
-    } else {
-        "off"
-    }
+/// 405 naming the method `path` accepts, with `Allow` (RFC 9110 §15.5.6).
+fn method_not_allowed(path: &str, accepts: &str, allow: &'static str) -> Response<AdminBody> {
+    let mut r = ApiError::status(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{path} accepts {accepts} only"),
+    )
+    .into_response();
+    r.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
+    r
 }
