@@ -108,61 +108,18 @@ pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError
         ));
     }
     let s = s_ms / 1e3;
-    const WORKERS: &str = "a whole number of workers from 1 to 1000000";
-    let workers = match (
-        number(query, "workers", WORKERS)?,
-        number(query, "capacity", "requests per second >= 0")?,
-    ) {
-        (Some(w), _) => {
-            if w.fract() != 0.0 || !(1.0..=f64::from(erlang::MAX_SERVERS)).contains(&w) {
-                return Err(CalcError::new(
-                    "workers",
-                    format!("invalid workers {w}: expected {WORKERS}"),
-                ));
-            }
-            Workers::Count(w as u32)
-        }
-        (None, Some(c)) => Workers::Capacity(c),
-        (None, None) => {
-            return Err(CalcError::new(
-                "workers",
-                "missing workers or capacity: give workers (requests in parallel) or capacity \
-                 (completions per second)",
-            ))
-        }
-    };
-    let arrivals = match (
-        number(query, "arrival_rate", "requests per second >= 0")?,
-        number(
-            query,
-            "utilisation",
-            "a fraction of capacity >= 0 such as 0.9",
-        )?,
-    ) {
-        (Some(r), _) => Arrivals::Rate(r),
-        (None, Some(u)) => Arrivals::Utilisation(u),
-        (None, None) => {
-            return Err(CalcError::new(
-                "utilisation",
-                "missing utilisation or arrival_rate: give the arrivals as a fraction of \
-                 capacity (0.9) or in requests per second",
-            ))
-        }
-    };
-    let sheddable_share = number(
-        query,
-        "sheddable_share",
-        "a fraction from 0 to 1 such as 0.3",
-    )?
-    .unwrap_or(0.0);
-    let target = number(query, "target_wait_ms", "a number of milliseconds >= 0")?
-        .map(|w| WaitTarget::Mean { wait_secs: w / 1e3 });
     let a = question::answer(&KneeQuestion {
         service_time_secs: s,
-        workers,
-        arrivals,
-        sheddable_share,
-        target,
+        workers: workers(query)?,
+        arrivals: arrivals(query)?,
+        sheddable_share: number(
+            query,
+            "sheddable_share",
+            "a fraction from 0 to 1 such as 0.3",
+        )?
+        .unwrap_or(0.0),
+        target: number(query, "target_wait_ms", "a number of milliseconds >= 0")?
+            .map(|w| WaitTarget::Mean { wait_secs: w / 1e3 }),
     })
     .map_err(|e| CalcError::new(parameter(e.field), e.to_string()))?;
 
@@ -193,6 +150,49 @@ pub fn answer(query: &[(String, String)]) -> Result<serde_json::Value, CalcError
         "plan": a.plan,
         "curves": curves,
     }))
+}
+
+/// `workers`, or else `capacity`.
+fn workers(query: &[(String, String)]) -> Result<Workers, CalcError> {
+    const WORKERS: &str = "a whole number of workers from 1 to 1000000";
+    let count = number(query, "workers", WORKERS)?;
+    let capacity = number(query, "capacity", "requests per second >= 0")?;
+    match (count, capacity) {
+        (Some(w), _)
+            if w.fract() != 0.0 || !(1.0..=f64::from(erlang::MAX_SERVERS)).contains(&w) =>
+        {
+            Err(CalcError::new(
+                "workers",
+                format!("invalid workers {w}: expected {WORKERS}"),
+            ))
+        }
+        (Some(w), _) => Ok(Workers::Count(w as u32)),
+        (None, Some(c)) => Ok(Workers::Capacity(c)),
+        (None, None) => Err(CalcError::new(
+            "workers",
+            "missing workers or capacity: give workers (requests in parallel) or capacity \
+             (completions per second)",
+        )),
+    }
+}
+
+/// `arrival_rate`, or else `utilisation`.
+fn arrivals(query: &[(String, String)]) -> Result<Arrivals, CalcError> {
+    let rate = number(query, "arrival_rate", "requests per second >= 0")?;
+    let utilisation = number(
+        query,
+        "utilisation",
+        "a fraction of capacity >= 0 such as 0.9",
+    )?;
+    match (rate, utilisation) {
+        (Some(r), _) => Ok(Arrivals::Rate(r)),
+        (None, Some(u)) => Ok(Arrivals::Utilisation(u)),
+        (None, None) => Err(CalcError::new(
+            "utilisation",
+            "missing utilisation or arrival_rate: give the arrivals as a fraction of \
+             capacity (0.9) or in requests per second",
+        )),
+    }
 }
 
 #[cfg(test)]

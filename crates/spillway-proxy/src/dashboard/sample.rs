@@ -213,6 +213,104 @@ fn top_n(m: BTreeMap<String, f64>) -> BTreeMap<String, f64> {
     out
 }
 
+/// What the data path's own metrics add to a sample (absent on the first reading, or when
+/// the recorder is not installed).
+#[derive(Default)]
+struct RecordedRates {
+    /// Refusal reasons the controller does not count (e.g. incident controls), per second.
+    extra_shed_by_reason: BTreeMap<String, f64>,
+    shed_by_customer: BTreeMap<String, f64>,
+    shed_by_operation: BTreeMap<String, f64>,
+    queue_ms: Option<Quantiles>,
+    processing_ms: Option<Quantiles>,
+    throttled_by_criticality: [f64; 4],
+    throttled_by_customer: BTreeMap<String, f64>,
+    throttled_by_operation: BTreeMap<String, f64>,
+}
+
+impl RecordedRates {
+    fn between(now: &Recorded, before: Option<&Recorded>, dt: f64) -> Self {
+        let scale = |m: BTreeMap<String, f64>| m.into_iter().map(|(k, v)| (k, v / dt)).collect();
+        let per_second = |f: fn(&Recorded) -> &BTreeMap<String, f64>| {
+            top_n(scale(delta_map(f(now), before.map(f))))
+        };
+        let ms = |s: Option<(f64, f64, f64)>| {
+            s.map(|(mean, p99, _)| Quantiles {
+                mean: mean * 1e3,
+                p99: p99 * 1e3,
+            })
+        };
+        let empty = super::recorded::Histogram::default();
+        let zero = [0.0; 4];
+        let throttled_before = before.map_or(&zero, |x| &x.throttled_by_criticality);
+        RecordedRates {
+            extra_shed_by_reason: scale(delta_map(
+                &now.shed_by_reason,
+                before.map(|x| &x.shed_by_reason),
+            )),
+            shed_by_customer: per_second(|x| &x.shed_by_customer),
+            shed_by_operation: per_second(|x| &x.shed_by_operation),
+            queue_ms: ms(now
+                .queue_time
+                .delta_summary(before.map_or(&empty, |x| &x.queue_time))),
+            processing_ms: ms(now
+                .latency
+                .delta_summary(before.map_or(&empty, |x| &x.latency))),
+            throttled_by_criticality: std::array::from_fn(|i| {
+                delta_f(now.throttled_by_criticality[i], throttled_before[i]) / dt
+            }),
+            throttled_by_customer: per_second(|x| &x.throttled_by_customer),
+            throttled_by_operation: per_second(|x| &x.throttled_by_operation),
+        }
+    }
+}
+
+/// Refusals per second by reason and by criticality, from the controller's own counts.
+fn refusals(
+    now: &Reading,
+    before: &Reading,
+    rate: impl Fn(u64, u64) -> f64,
+) -> (BTreeMap<String, f64>, [f64; 4]) {
+    let mut by_reason = BTreeMap::new();
+    let mut by_criticality = [0.0; 4];
+    for (reason, counts) in &now.refused {
+        let b = before
+            .refused
+            .iter()
+            .find(|(r, _)| r == reason)
+            .map_or([0; 4], |(_, c)| *c);
+        let r: [f64; 4] = std::array::from_fn(|i| rate(counts[i], b[i]));
+        let total: f64 = r.iter().sum();
+        if total > 0.0 {
+            by_reason.insert(reason.to_string(), total);
+        }
+        for i in 0..4 {
+            by_criticality[i] += r[i];
+        }
+    }
+    (by_reason, by_criticality)
+}
+
+fn route_samples(
+    now: &Reading,
+    before: &Reading,
+    rate: impl Fn(u64, u64) -> f64,
+) -> Vec<RouteSample> {
+    now.routes
+        .iter()
+        .map(|r| {
+            let b = before.routes.iter().find(|x| x.name == r.name);
+            RouteSample {
+                name: r.name.clone(),
+                configured: r.configured,
+                enabled: r.enabled && !now.degradation_all_off,
+                degraded: rate(r.degraded, b.map_or(r.degraded, |b| b.degraded)),
+                suppressed: rate(r.suppressed, b.map_or(r.suppressed, |b| b.suppressed)),
+            }
+        })
+        .collect()
+}
+
 impl Differ {
     /// The sample for `now`, taken at `t_ms`, `dt_secs` after the previous reading. The first
     /// reading has no predecessor: its rates are 0 (it only sets the baseline).
@@ -228,93 +326,22 @@ impl Differ {
         let rate = |n: u64, b: u64| if first { 0.0 } else { delta(n, b) / dt };
         let per_crit =
             |n: &[u64; 4], b: &[u64; 4]| -> [f64; 4] { std::array::from_fn(|i| rate(n[i], b[i])) };
-
         let offered_by_criticality = per_crit(&now.offered, &p.offered);
         let admitted = per_crit(&now.admitted, &p.admitted).iter().sum();
 
         // Refusals by reason: the controller's own counts, plus reasons only the data path's
         // metrics know (e.g. incident controls); the controller's reasons are not added twice.
-        let mut shed_by_reason = BTreeMap::new();
-        let mut shed_by_criticality = [0.0; 4];
-        for (reason, counts) in &now.refused {
-            let before = p
-                .refused
-                .iter()
-                .find(|(r, _)| r == reason)
-                .map_or([0; 4], |(_, c)| *c);
-            let r = per_crit(counts, &before);
-            let total: f64 = r.iter().sum();
-            if total > 0.0 {
-                shed_by_reason.insert(reason.to_string(), total);
+        let (mut shed_by_reason, shed_by_criticality) = refusals(&now, &p, rate);
+        let recorded = match (&now.recorded, first) {
+            (Some(np), false) => RecordedRates::between(np, p.recorded.as_ref(), dt),
+            _ => RecordedRates::default(),
+        };
+        for (reason, v) in recorded.extra_shed_by_reason {
+            if !now.refused.iter().any(|(r, _)| *r == reason) {
+                shed_by_reason.insert(reason, v);
             }
-            for i in 0..4 {
-                shed_by_criticality[i] += r[i];
-            }
-        }
-        let (mut shed_by_customer, mut shed_by_operation) = (BTreeMap::new(), BTreeMap::new());
-        let (mut queue_ms, mut processing_ms) = (None, None);
-        let mut throttled_by_criticality = [0.0; 4];
-        let (mut throttled_by_customer, mut throttled_by_operation) =
-            (BTreeMap::new(), BTreeMap::new());
-        if let (Some(np), false) = (&now.recorded, first) {
-            let pp = p.recorded.as_ref();
-            let scale =
-                |m: BTreeMap<String, f64>| m.into_iter().map(|(k, v)| (k, v / dt)).collect();
-            let extra = delta_map(&np.shed_by_reason, pp.map(|x| &x.shed_by_reason));
-            for (reason, v) in extra {
-                if !now.refused.iter().any(|(r, _)| *r == reason) {
-                    shed_by_reason.insert(reason, v / dt);
-                }
-            }
-            shed_by_customer = top_n(scale(delta_map(
-                &np.shed_by_customer,
-                pp.map(|x| &x.shed_by_customer),
-            )));
-            shed_by_operation = top_n(scale(delta_map(
-                &np.shed_by_operation,
-                pp.map(|x| &x.shed_by_operation),
-            )));
-            let ms = |s: Option<(f64, f64, f64)>| {
-                s.map(|(mean, p99, _)| Quantiles {
-                    mean: mean * 1e3,
-                    p99: p99 * 1e3,
-                })
-            };
-            let empty = super::recorded::Histogram::default();
-            queue_ms = ms(np
-                .queue_time
-                .delta_summary(pp.map_or(&empty, |x| &x.queue_time)));
-            processing_ms = ms(np.latency.delta_summary(pp.map_or(&empty, |x| &x.latency)));
-            throttled_by_customer = top_n(scale(delta_map(
-                &np.throttled_by_customer,
-                pp.map(|x| &x.throttled_by_customer),
-            )));
-            throttled_by_operation = top_n(scale(delta_map(
-                &np.throttled_by_operation,
-                pp.map(|x| &x.throttled_by_operation),
-            )));
-            let zero = [0.0; 4];
-            let before = pp.map_or(&zero, |x| &x.throttled_by_criticality);
-            throttled_by_criticality =
-                std::array::from_fn(|i| delta_f(np.throttled_by_criticality[i], before[i]) / dt);
         }
         let refused = shed_by_reason.values().sum();
-
-        let routes = now
-            .routes
-            .iter()
-            .map(|r| {
-                let b = p.routes.iter().find(|x| x.name == r.name);
-                RouteSample {
-                    name: r.name.clone(),
-                    configured: r.configured,
-                    enabled: r.enabled && !now.degradation_all_off,
-                    degraded: rate(r.degraded, b.map_or(r.degraded, |b| b.degraded)),
-                    suppressed: rate(r.suppressed, b.map_or(r.suppressed, |b| b.suppressed)),
-                }
-            })
-            .collect();
-
         let sample = Sample {
             t: t_ms,
             offered: offered_by_criticality.iter().sum(),
@@ -323,17 +350,17 @@ impl Differ {
             goodput: rate(now.upstream_ok, p.upstream_ok),
             upstream_failed: rate(now.upstream_failed, p.upstream_failed),
             refused,
-            queue_ms,
-            processing_ms,
+            queue_ms: recorded.queue_ms,
+            processing_ms: recorded.processing_ms,
             service_time_ewma_ms: now.service_time_ewma_ms,
             shed_by_reason,
             shed_by_criticality,
-            shed_by_customer,
-            shed_by_operation,
-            throttled: throttled_by_criticality.iter().sum(),
-            throttled_by_criticality,
-            throttled_by_customer,
-            throttled_by_operation,
+            shed_by_customer: recorded.shed_by_customer,
+            shed_by_operation: recorded.shed_by_operation,
+            throttled: recorded.throttled_by_criticality.iter().sum(),
+            throttled_by_criticality: recorded.throttled_by_criticality,
+            throttled_by_customer: recorded.throttled_by_customer,
+            throttled_by_operation: recorded.throttled_by_operation,
             throttle_probability: now.throttle_probability,
             limit: now.limit,
             in_flight: now.in_flight,
@@ -343,7 +370,7 @@ impl Differ {
             overloaded: now.overloaded,
             signals: now.signals.iter().cloned().collect(),
             degradation_all_off: now.degradation_all_off,
-            routes,
+            routes: route_samples(&now, &p, rate),
         };
         self.prev = Some(now);
         sample
