@@ -123,6 +123,11 @@ impl AdminConfig {
                 "false unless token or token_file is set",
             ));
         }
+        self.validate_bounds()
+    }
+
+    /// The sizes, counts and durations, each within its stated range.
+    fn validate_bounds(&self) -> Result<(), ConfigError> {
         if !(1..=10_000).contains(&self.max_connections) {
             return Err(ConfigError::new(
                 "max_connections",

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use super::{at_most, bad, origin_form, Invalid};
-use crate::config::RouteConfig;
+use crate::config::{DegradeConfig, RouteConfig};
 
 /// Most routes (matched in order, each request against all of them until one matches).
 const MAX_ROUTES: usize = 4096;
@@ -74,55 +74,61 @@ pub(super) fn validate(routes: &[RouteConfig]) -> Result<(), Invalid> {
             }
         }
         if let Some(d) = &r.degrade {
-            let at = |k: &str| format!("routes[{i}].degrade.{k}");
-            if !(d.threshold.is_finite() && (0.0..=10.0).contains(&d.threshold)) {
-                return Err(bad(
-                    at("threshold"),
-                    d.threshold,
-                    "a utilisation in 0 ..= 10",
-                ));
-            }
-            let is_static = d.body.is_some() || d.status.is_some();
-            match (&d.upstream_path, is_static) {
-                (Some(_), true) => {
-                    return Err(bad(
-                        at("upstream_path"),
-                        "set with body/status",
-                        "either upstream_path or a static body/status, not both",
-                    ))
-                }
-                (None, false) => {
-                    return Err(bad(
-                        at("body"),
-                        "missing",
-                        "upstream_path, or a static body and/or status",
-                    ))
-                }
-                (Some(p), false) if !p.starts_with('/') => {
-                    return Err(bad(
-                        at("upstream_path"),
-                        format!("{p:?}"),
-                        "a path starting with /",
-                    ))
-                }
-                // The request's query is appended to it: with a space or a line break in it the
-                // rewrite failed and the request silently went to its original path.
-                (Some(p), false) => origin_form(&at("upstream_path"), p, false)?,
-                _ => {}
-            }
-            if let Some(b) = &d.body {
-                at_most(&at("body"), b.len(), MAX_DEGRADE_BODY, "bytes")?;
-            }
-            if let Some(s) = d.status {
-                if http::StatusCode::from_u16(s).is_err() || s < 200 {
-                    return Err(bad(at("status"), s, "an HTTP status in 200 ..= 999"));
-                }
-            }
-            if let Some(ct) = &d.content_type {
-                if http::HeaderValue::from_str(ct).is_err() {
-                    return Err(bad(at("content_type"), format!("{ct:?}"), "a header value"));
-                }
-            }
+            degrade(i, d)?;
+        }
+    }
+    Ok(())
+}
+
+/// `routes[i].degrade`.
+fn degrade(i: usize, d: &DegradeConfig) -> Result<(), Invalid> {
+    let at = |k: &str| format!("routes[{i}].degrade.{k}");
+    if !(d.threshold.is_finite() && (0.0..=10.0).contains(&d.threshold)) {
+        return Err(bad(
+            at("threshold"),
+            d.threshold,
+            "a utilisation in 0 ..= 10",
+        ));
+    }
+    let is_static = d.body.is_some() || d.status.is_some();
+    match (&d.upstream_path, is_static) {
+        (Some(_), true) => {
+            return Err(bad(
+                at("upstream_path"),
+                "set with body/status",
+                "either upstream_path or a static body/status, not both",
+            ))
+        }
+        (None, false) => {
+            return Err(bad(
+                at("body"),
+                "missing",
+                "upstream_path, or a static body and/or status",
+            ))
+        }
+        (Some(p), false) if !p.starts_with('/') => {
+            return Err(bad(
+                at("upstream_path"),
+                format!("{p:?}"),
+                "a path starting with /",
+            ))
+        }
+        // The request's query is appended to it: with a space or a line break in it the
+        // rewrite failed and the request silently went to its original path.
+        (Some(p), false) => origin_form(&at("upstream_path"), p, false)?,
+        _ => {}
+    }
+    if let Some(b) = &d.body {
+        at_most(&at("body"), b.len(), MAX_DEGRADE_BODY, "bytes")?;
+    }
+    if let Some(s) = d.status {
+        if http::StatusCode::from_u16(s).is_err() || s < 200 {
+            return Err(bad(at("status"), s, "an HTTP status in 200 ..= 999"));
+        }
+    }
+    if let Some(ct) = &d.content_type {
+        if http::HeaderValue::from_str(ct).is_err() {
+            return Err(bad(at("content_type"), format!("{ct:?}"), "a header value"));
         }
     }
     Ok(())
