@@ -14,10 +14,12 @@
 mod http1;
 mod hyper_oracle;
 mod paths;
+mod response;
 mod values;
 
-pub use http1::{chunked, request_head, response_head};
+pub use http1::{chunked, request_head};
 pub use paths::{config, path_route};
+pub use response::response_head;
 pub use values::{header_values, orca};
 
 /// A fuzz target: its name and the function that takes one input.
