@@ -103,6 +103,7 @@ pub mod listener;
 pub mod metrics;
 mod open_files;
 pub(crate) mod path;
+pub(crate) mod progress;
 mod read_buffer;
 pub mod respond;
 pub(crate) mod route;

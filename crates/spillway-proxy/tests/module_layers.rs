@@ -19,20 +19,10 @@ use std::path::{Path, PathBuf};
 /// Imports that still run against the layering, as (from, to, what would remove it).
 const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
     (
-        "forward",
-        "listener",
-        "a request carries its connection's ActiveRequest token (listener/head.rs); move \
-         Progress and ActiveRequest out of the listener's timer into a module below forward \
-         (the timer `watch` reads Progress's private counters, and Progress keeps the \
-         Weak<sent::Shared> of each ReportingResponseBody it may cut: head/check.rs's Stall and \
-         listener/head/sent.rs move with it, or the cut goes through a trait)",
-    ),
-    (
         "body",
         "listener",
         "UnreadRequestBody wraps the listener's request body channel (listener/http1/body.rs, \
-         which imports only http1 and can move to body/ as it is) and both bodies report to \
-         the connection's Progress; goes with the move of Progress (forward -> listener)",
+         which imports only http1 and can move below the listener as it is)",
     ),
     (
         "upstream",
@@ -43,9 +33,10 @@ const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The protocol layer, and the modules that own their option types below `config` (the TLS
-/// loaders, the path normaliser): they must import nothing of the proxy's own.
-const BOTTOM: &[&str] = &["http1", "read_buffer", "tls", "path"];
+/// The protocol layer, the modules that own their option types below `config` (the TLS
+/// loaders, the path normaliser), and a client connection's progress (which every layer a
+/// request passes through reports to): they must import nothing of the proxy's own.
+const BOTTOM: &[&str] = &["http1", "read_buffer", "tls", "path", "progress"];
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

@@ -21,8 +21,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use crate::listener::head::Progress;
 use crate::listener::http1::RequestBody;
+use crate::progress::Progress;
 use crate::upstream::BoxError;
 
 /// A client's request body; dropped before its end, it reads the rest in a task of its own
@@ -100,7 +100,7 @@ impl UnreadRequestBody {
     }
 
     /// This body, telling its connection's `progress` when it waits on the client and when
-    /// bytes come, for the body read timeout (`listener::head::watch`). A body with nothing to
+    /// bytes come, for the body read timeout (`progress::watch`). A body with nothing to
     /// read needs no reports.
     pub fn reporting(mut self, progress: &Arc<Progress>) -> Self {
         if self.body.is_some() {

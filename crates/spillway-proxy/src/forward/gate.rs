@@ -238,7 +238,7 @@ pub(super) async fn admit(
 
 /// Tells the listener the proxy refused `r` for its own overload — a refusal another task with
 /// room could serve (shed, no slot, queue full or timed out), not a customer's quota or a
-/// deadline — so idle HTTP/1.1 client connections close sooner (`listener::pressure`).
+/// deadline — so idle HTTP/1.1 client connections close sooner (`progress::pressure`).
 fn note_overload(state: &ProxyState, r: &Refusal, now: Instant) {
     if r.reason.retry_elsewhere_can_help() {
         state.overload_refused(now);

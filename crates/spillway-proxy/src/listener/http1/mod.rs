@@ -46,12 +46,12 @@ pub use prefixed::Prefixed;
 
 use self::body::{Filler, Need};
 use self::write::write_body;
-use super::head::Progress;
 use crate::body::ProxyBody;
 use crate::body::UnreadRequestBody;
 use crate::forward::Peer;
 use crate::http1::server::{self as codec, Answering, Parsed, RequestHead};
 use crate::http1::NameCache;
+use crate::progress::Progress;
 use crate::read_buffer::ReadBuffer;
 use crate::state::ProxyState;
 
@@ -228,7 +228,7 @@ fn start(
         Some(framing) => {
             let (body, filler) = body::channel(framing, expect_continue);
             let body = UnreadRequestBody::fast(body);
-            // gRPC(-Web) streams do not report (`listener::head::ReportingResponseBody::new` says why).
+            // gRPC(-Web) streams do not report (`progress::ReportingResponseBody::new` says why).
             let grpc = Protocol::of(&parts.headers) == Protocol::Grpc;
             let body = if grpc {
                 body
@@ -291,7 +291,7 @@ impl Kept {
             // are let go of at the second wait, not the first, which every request of
             // a busy keep-alive connection has (the client has not read the answer
             // yet): when a wake-up brought no request — in practice the connection's
-            // timer (`head::watch`, every quarter of the shortest timeout: 2.5 s by
+            // timer (`progress::watch`, every quarter of the shortest timeout: 2.5 s by
             // default).
             *wakes += 1;
             if *wakes == 2 {

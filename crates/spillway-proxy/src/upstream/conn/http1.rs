@@ -316,7 +316,7 @@ impl Future for Exchange {
                     this.waits = this.waits.saturating_add(1);
                     if this.waits == 2 && this.sending.done {
                         // A second wake-up with no answer (the client connection's timer,
-                        // `listener::head`): the upstream is slow or stalled, so the buffers
+                        // `progress`): the upstream is slow or stalled, so the buffers
                         // that wait with this request are let go of (`Http1::shrink`).
                         conn.shrink(this.sending.keep);
                     }
