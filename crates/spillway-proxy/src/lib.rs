@@ -105,6 +105,7 @@ mod open_files;
 pub(crate) mod path;
 pub(crate) mod progress;
 mod read_buffer;
+pub(crate) mod request_body;
 pub mod respond;
 pub(crate) mod route;
 pub mod run;

@@ -17,21 +17,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Imports that still run against the layering, as (from, to, what would remove it).
-const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[
-    (
-        "body",
-        "listener",
-        "UnreadRequestBody wraps the listener's request body channel (listener/http1/body.rs, \
-         which imports only http1 and can move below the listener as it is)",
-    ),
-    (
-        "upstream",
-        "body",
-        "the upstream connections send Request<ProxyBody>, whose response variant holds an \
+const KNOWN_BACK_EDGES: &[(&str, &str, &str)] = &[(
+    "upstream",
+    "body",
+    "the upstream connections send Request<ProxyBody>, whose response variant holds an \
          UpstreamBody; split ProxyBody into request and response bodies, or make the \
          connections generic over the request body",
-    ),
-];
+)];
 
 /// The protocol layer, the modules that own their option types below `config` (the TLS
 /// loaders, the path normaliser), and a client connection's progress (which every layer a

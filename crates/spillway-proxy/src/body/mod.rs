@@ -12,14 +12,12 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 mod guarded;
-mod unread;
 
 pub use guarded::GuardedResponseBody;
 pub(crate) use guarded::{Guard, TunnelHold};
-pub(crate) use unread::BodyBreak;
-pub use unread::UnreadRequestBody;
 
 use crate::http1::RawFields;
+use crate::request_body::UnreadRequestBody;
 use crate::upstream::BoxError;
 
 /// A request or response body of the proxy.
@@ -43,7 +41,7 @@ enum Kind {
     /// Bytes known in full (a buffered request body, a refusal's text); `None` once sent.
     Full(Option<Bytes>),
     /// A client's request body streamed upstream as it arrives (read behind the answer if
-    /// dropped before its end: `body::UnreadRequestBody`).
+    /// dropped before its end: `request_body::UnreadRequestBody`).
     Streamed(UnreadRequestBody),
     /// An upstream's response, holding the admission permit until it ends.
     Upstream(GuardedResponseBody),

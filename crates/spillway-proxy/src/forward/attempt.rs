@@ -19,8 +19,9 @@ use spillway_tower::wire::{self, Protocol};
 
 use super::body::ReqBody;
 use super::send::Forward;
-use crate::body::{full_body, BodyBreak, ProxyBody};
+use crate::body::{full_body, ProxyBody};
 use crate::metrics::Fault;
+use crate::request_body::BodyBreak;
 use crate::respond;
 use crate::upstream::{InSlot, Task, Tried, UpstreamBody, UpstreamError};
 

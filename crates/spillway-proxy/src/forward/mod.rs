@@ -31,8 +31,9 @@ use spillway_tower::metrics as tower_metrics;
 use spillway_tower::wire::Protocol;
 
 use crate::access::Decision;
-use crate::body::{ProxyBody, UnreadRequestBody};
+use crate::body::ProxyBody;
 use crate::metrics::Fault;
+use crate::request_body::UnreadRequestBody;
 use crate::respond;
 use crate::state::ThreadSnapshot;
 

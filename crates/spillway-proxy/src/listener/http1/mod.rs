@@ -8,7 +8,7 @@
 //! detection and `Rewind` on every read, the dispatcher's state machine, the request body's
 //! channel, a response written through two layers of buffers. A request needs less: parse a
 //! head, call the handler, write a head and the body — and, for an upload (a declared length
-//! or chunked), decode its bytes for whoever reads it (the `body` module).
+//! or chunked), decode its bytes for whoever reads it (`crate::request_body::fast`).
 //!
 //! Why a fast path and not a whole server: what it does not serve — an upgrade, an
 //! expectation other than `100-continue`, `CONNECT`, HTTP/2's preface, a transfer coding other
@@ -24,7 +24,6 @@
 //! connection waiting for a request closes, one with a request in progress answers it with
 //! `connection: close`.
 
-mod body;
 mod prefixed;
 #[cfg(test)]
 mod tests;
@@ -41,18 +40,17 @@ use spillway_tower::wire::Protocol;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-pub use body::{BodyError, RequestBody};
 pub use prefixed::Prefixed;
 
-use self::body::{Filler, Need};
 use self::write::write_body;
 use crate::body::ProxyBody;
-use crate::body::UnreadRequestBody;
 use crate::forward::Peer;
 use crate::http1::server::{self as codec, Answering, Parsed, RequestHead};
 use crate::http1::NameCache;
 use crate::progress::Progress;
 use crate::read_buffer::ReadBuffer;
+use crate::request_body::fast::{self, Filler, Need};
+use crate::request_body::UnreadRequestBody;
 use crate::state::ProxyState;
 
 /// Body data up to this size is copied behind the head (one write for both); larger data is
@@ -226,7 +224,7 @@ fn start(
     let (body, filler) = match body {
         None => (UnreadRequestBody::empty(), None),
         Some(framing) => {
-            let (body, filler) = body::channel(framing, expect_continue);
+            let (body, filler) = fast::channel(framing, expect_continue);
             let body = UnreadRequestBody::fast(body);
             // gRPC(-Web) streams do not report (`progress::ReportingResponseBody::new` says why).
             let grpc = Protocol::of(&parts.headers) == Protocol::Grpc;

@@ -17,13 +17,13 @@ use http::HeaderMap;
 use http_body::Body;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::body::Filler;
 use super::{poll_feed, COPY_MAX, FLUSH_AT};
 use crate::body::ProxyBody;
 use crate::http1::server as codec;
 use crate::http1::Framing;
 use crate::http1::{chunk_header, chunked_end};
 use crate::read_buffer::ReadBuffer;
+use crate::request_body::fast::Filler;
 
 /// What writing a body waits for next.
 enum Step {
