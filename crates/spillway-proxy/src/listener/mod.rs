@@ -6,16 +6,16 @@
 //! heads) at the first request it does not serve; TLS connections go to hyper's server from
 //! the start.
 //!
-//! Why a connection cap that *stops accepting* rather than accepting and closing: open
-//! connections cost memory and file descriptors whether or not they carry requests
-//! ("connections are load too"); closing them after accept costs a handshake each and invites
-//! instant reconnects, while leaving them in the kernel's backlog makes clients wait (or time
-//! out) at no cost to the proxy. (Each accept loop — one per data-plane thread — holds at most
-//! one accepted connection, unread, while it waits for a slot.) Slow clients are bounded by the
-//! header-read timeout (`crate::progress`: one timer per connection, not hyper's one per request head),
-//! oversized heads by hyper's read buffer (431) and HTTP/2 header-list limit. With the `tls`
-//! feature and `[listen.tls]`, connections are TLS (ALPN h2/http1.1), the handshake bounded by
-//! the same header-read timeout.
+//! Why a connection cap that *stops accepting* rather than accepting and closing: open connections
+//! cost memory and file descriptors whether or not they carry requests ("connections are load
+//! too"); closing them after accept costs a handshake each and invites instant reconnects, while
+//! leaving them in the kernel's backlog makes clients wait (or time out) at no cost to the proxy.
+//! (Each accept loop — one per data-plane thread — holds at most one accepted connection, unread,
+//! while it waits for a slot.) Slow clients are bounded by the header-read timeout
+//! (`crate::progress`: one timer per connection, not hyper's one per request head), oversized heads
+//! by hyper's read buffer (431) and HTTP/2 header-list limit. With the `tls` feature and
+//! `[listen.tls]`, connections are TLS (ALPN h2/http1.1), the handshake bounded by the same
+//! header-read timeout.
 //!
 //! Why one listening socket per data-plane thread (`SO_REUSEPORT`, [`bind_per_thread`]): with
 //! one socket per thread the kernel spreads new connections across the threads and each thread
@@ -380,8 +380,8 @@ fn service(
 }
 
 /// Runs a connection served by hyper until it ends; on `close` (an idle HTTP/2 connection,
-/// `progress::watch`) or `stop` (the proxy shutting down) it is shut down gracefully (`shut`: GOAWAY
-/// over HTTP/2, close after the response in progress over HTTP/1.1) and run to its end.
+/// `progress::watch`) or `stop` (the proxy shutting down) it is shut down gracefully (`shut`:
+/// GOAWAY over HTTP/2, close after the response in progress over HTTP/1.1) and run to its end.
 /// `watcher` is held until then, so the shutdown's drain waits for the connection, as it did
 /// when hyper-util's watcher ran it.
 async fn until_closed<C: Future>(
