@@ -68,7 +68,7 @@
 //! | `path` | the request path made normal before routing and forwarded so |
 //! | `forward` | one request's path: controls → degrade → admit → forward → permit held (layers: listener → forward → body → upstream → request_body → http1, checked by `tests/module_layers.rs`) |
 //! | [`upstream`] | the tasks: pools, p2c balancing, throttles, retries, ejection, health checks |
-//! | `body` | the response bodies: `ProxyBody` (what the proxy answers with), the upstream's response body holding the permit |
+//! | `body` | the response bodies: `ResponseBody` (what the proxy answers with), the upstream's response body holding the permit |
 //! | `request_body` | the request bodies, below `upstream`: [`RequestBody`](upstream::RequestBody) (what the proxy sends upstream), the client's unread request body, the fast path's body its connection fills |
 //! | [`http1`] | HTTP/1.1 on the wire, both codecs and what they share (framing, header names, hop-by-hop fields); imports nothing of the proxy |
 //! | `progress` | a client connection's progress, the token a request carries until its response ends, and the connection's one timer (header, idle, send, body-read, upstream-body timeouts); imports nothing of the proxy |

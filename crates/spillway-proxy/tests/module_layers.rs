@@ -207,7 +207,11 @@ fn the_top_level_modules_form_a_dag_once_the_known_back_edges_are_set_aside() {
     let top = layers.values().copied().max().unwrap_or(0);
     for l in (0..=top).rev() {
         for (m, _) in layers.iter().filter(|(_, &ml)| ml == l) {
-            let to: Vec<&str> = g[m].keys().map(String::as_str).collect();
+            let to: Vec<&str> = g
+                .get(m)
+                .into_iter()
+                .flat_map(|e| e.keys().map(String::as_str))
+                .collect();
             eprintln!("layer {l:2}: {m} -> {}", to.join(", "));
         }
     }

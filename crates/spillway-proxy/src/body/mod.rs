@@ -1,4 +1,4 @@
-//! The body the proxy answers a client with ([`ProxyBody`]), as an enum of the bodies it really
+//! The body the proxy answers a client with ([`ResponseBody`]), as an enum of the bodies it really
 //! carries: bytes it made itself (a refusal, an error, a degraded answer), or an upstream's
 //! response holding the request's admission permit ([`GuardedResponseBody`]). The request
 //! sent upstream has its own type below the upstream layer (`crate::request_body`), which
@@ -24,15 +24,15 @@ use crate::http1::RawFields;
 use crate::upstream::BoxError;
 
 /// A response body of the proxy.
-pub struct ProxyBody(Kind);
+pub struct ResponseBody(Kind);
 
-impl std::fmt::Debug for ProxyBody {
+impl std::fmt::Debug for ResponseBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match &self.0 {
             Kind::Full(_) => "full",
             Kind::Upstream(_) => "upstream",
         };
-        f.debug_tuple("ProxyBody").field(&kind).finish()
+        f.debug_tuple("ResponseBody").field(&kind).finish()
     }
 }
 
@@ -47,18 +47,18 @@ enum Kind {
 }
 
 /// An empty body.
-pub fn empty_body() -> ProxyBody {
-    ProxyBody(Kind::Full(None))
+pub fn empty_body() -> ResponseBody {
+    ResponseBody(Kind::Full(None))
 }
 
 /// A body of `bytes`.
-pub fn full_body(bytes: Bytes) -> ProxyBody {
-    ProxyBody(Kind::Full((!bytes.is_empty()).then_some(bytes)))
+pub fn full_body(bytes: Bytes) -> ResponseBody {
+    ResponseBody(Kind::Full((!bytes.is_empty()).then_some(bytes)))
 }
 
-impl ProxyBody {
+impl ResponseBody {
     pub(crate) fn upstream(body: GuardedResponseBody) -> Self {
-        ProxyBody(Kind::Upstream(body))
+        ResponseBody(Kind::Upstream(body))
     }
 
     /// An upstream response's header fields that pass through as bytes to a client that
@@ -78,7 +78,7 @@ impl ProxyBody {
     }
 }
 
-impl Body for ProxyBody {
+impl Body for ResponseBody {
     type Data = Bytes;
     type Error = BoxError;
 

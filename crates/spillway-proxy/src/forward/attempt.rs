@@ -19,7 +19,7 @@ use spillway_tower::wire::{self, Protocol};
 
 use super::body::ReqBody;
 use super::send::Forward;
-use crate::body::ProxyBody;
+use crate::body::ResponseBody;
 use crate::metrics::Fault;
 use crate::request_body::{BodyBreak, RequestBody};
 use crate::respond;
@@ -78,7 +78,7 @@ impl Tries {
 /// How an attempt ended.
 pub(super) enum Attempt {
     /// Never sent: the proxy's own answer and the permit's outcome.
-    NotSent(Response<ProxyBody>, Outcome),
+    NotSent(Response<ResponseBody>, Outcome),
     /// The task's client throttle refused it locally (SRE ch. 21).
     Throttled(Arc<Task>),
     /// Sent to the task.
@@ -180,7 +180,7 @@ pub(super) fn attempt<'a, 'f>(
 }
 
 /// The answer when every request slot to `task` stayed busy for the pool's wait.
-fn pool_full(fw: &Forward<'_>, task: &Task) -> Response<ProxyBody> {
+fn pool_full(fw: &Forward<'_>, task: &Task) -> Response<ResponseBody> {
     let cfg = &fw.rt.pool.cfg;
     fw.state.faults.count(Fault::UpstreamUnavailable);
     let why = format!(
@@ -197,7 +197,7 @@ fn request_for_attempt(
     tries: &mut Tries,
     task: &Task,
     http2: bool,
-) -> Result<Request<RequestBody>, Response<ProxyBody>> {
+) -> Result<Request<RequestBody>, Response<ResponseBody>> {
     let Some(body) = body_for_attempt(tries) else {
         // Cannot happen (streamed bodies are never retried); answer rather than panic.
         return Err(respond::internal(

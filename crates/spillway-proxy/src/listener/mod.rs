@@ -42,7 +42,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use spillway_tower::wire::Protocol;
 
-use crate::body::ProxyBody;
+use crate::body::ResponseBody;
 use crate::metrics::Fault;
 use crate::progress::{
     watch, Ended, IdlePressure, Progress, ReportingResponseBody, Timeouts, Watched,
@@ -349,7 +349,7 @@ fn service(
     period: Duration,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
-    Response = hyper::Response<ReportingResponseBody<ProxyBody>>,
+    Response = hyper::Response<ReportingResponseBody<ResponseBody>>,
     Error = std::convert::Infallible,
     Future: Send + 'static,
 > {

@@ -26,7 +26,7 @@
 //! connection under the send timeout itself, so a connection left with only such streams is
 //! cut when it goes quiet instead of idling in a graceful close that would wait for them.
 //!
-//! Why generic over the body inside: the body is the proxy's response body (`body::ProxyBody`),
+//! Why generic over the body inside: the body is the proxy's response body (`body::ResponseBody`),
 //! which holds the request's admission permit and so lives above this module; the timer reaches
 //! the shared bodies through [`Cut`]. The listener uses one instance, the same code as before.
 

@@ -43,7 +43,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 pub use prefixed::Prefixed;
 
 use self::write::write_body;
-use crate::body::ProxyBody;
+use crate::body::ResponseBody;
 use crate::forward::Peer;
 use crate::http1::server::{self as codec, Answering, Parsed, RequestHead};
 use crate::http1::NameCache;
@@ -77,7 +77,7 @@ pub struct Settings {
 }
 
 /// What the handler's future gives: always a response (`forward::handle`).
-type Answer = Result<http::Response<ProxyBody>, std::convert::Infallible>;
+type Answer = Result<http::Response<ResponseBody>, std::convert::Infallible>;
 
 /// How the fast path left a connection.
 #[derive(Debug)]
@@ -311,7 +311,7 @@ impl Kept {
         filler: Option<&Filler>,
         waiting: &mut Waiting,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<http::Response<ProxyBody>>>
+    ) -> Poll<Option<http::Response<ResponseBody>>>
     where
         S: AsyncRead + AsyncWrite + Unpin,
         F: Future<Output = Answer>,
@@ -372,12 +372,12 @@ impl Kept {
     #[inline(always)]
     fn encode(
         &mut self,
-        res: http::Response<ProxyBody>,
+        res: http::Response<ResponseBody>,
         mut answering: Answering,
         shutdown: &CancellationToken,
         filler: Option<&Filler>,
         interim: &[u8],
-    ) -> (codec::Head, ProxyBody) {
+    ) -> (codec::Head, ResponseBody) {
         // Shutting down: this answer is the connection's last; so is one whose client may
         // still be waiting to be invited to send its body.
         answering.keep_alive &= !shutdown.is_cancelled();
