@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 use serde::Serialize;
 
-use crate::body::{full_body, ProxyBody};
+use crate::body::{full_body, ResponseBody};
 use crate::config::DegradeConfig;
 
 /// How a request was degraded.
@@ -104,7 +104,7 @@ pub fn mode(d: &DegradeConfig) -> Mode {
 }
 
 /// The static response of `d`, marked with `x-spillway-degraded: 1`.
-pub fn static_response(d: &DegradeConfig) -> Response<ProxyBody> {
+pub fn static_response(d: &DegradeConfig) -> Response<ResponseBody> {
     let body = d.body.clone().unwrap_or_default();
     let mut res = Response::new(full_body(Bytes::from(body)));
     *res.status_mut() = d

@@ -66,10 +66,12 @@
 //! | [`state`] | the runtime state shared with the admin API: reload, status, switches |
 //! | `route` | classification: route, criticality (trusted CIDRs), customer, cost |
 //! | `path` | the request path made normal before routing and forwarded so |
-//! | `forward` | one request's path: controls → degrade → admit → forward → permit held (layers: listener → forward → upstream → http1, checked by `tests/module_layers.rs`) |
+//! | `forward` | one request's path: controls → degrade → admit → forward → permit held (layers: listener → forward → body → upstream → request_body → http1, checked by `tests/module_layers.rs`) |
 //! | [`upstream`] | the tasks: pools, p2c balancing, throttles, retries, ejection, health checks |
-//! | `body` | the bodies the proxy moves: [`ProxyBody`](upstream::ProxyBody), the client's unread request body, the upstream's response body holding the permit |
+//! | `body` | the response bodies: `ResponseBody` (what the proxy answers with), the upstream's response body holding the permit |
+//! | `request_body` | the request bodies, below `upstream`: [`RequestBody`](upstream::RequestBody) (what the proxy sends upstream), the client's unread request body, the fast path's body its connection fills |
 //! | [`http1`] | HTTP/1.1 on the wire, both codecs and what they share (framing, header names, hop-by-hop fields); imports nothing of the proxy |
+//! | `progress` | a client connection's progress, the token a request carries until its response ends, and the connection's one timer (header, idle, send, body-read, upstream-body timeouts); imports nothing of the proxy |
 //! | `degrade` | graceful degradation per route |
 //! | `drain` | readiness (`/ready`), the drain delay and timeout after SIGTERM |
 //! | [`run`] | the process: one single-threaded runtime per core for the data plane, a control runtime for admin, signals and reloads |
@@ -103,7 +105,9 @@ pub mod listener;
 pub mod metrics;
 mod open_files;
 pub(crate) mod path;
+pub(crate) mod progress;
 mod read_buffer;
+pub(crate) mod request_body;
 pub mod respond;
 pub(crate) mod route;
 pub mod run;

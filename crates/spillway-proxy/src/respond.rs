@@ -18,7 +18,7 @@ use spillway_core::Criticality;
 use spillway_tower::server::reject::{self, REASON};
 use spillway_tower::wire::{self, HeaderError, OverloadGiveUp, Protocol, Pushback};
 
-use crate::body::{empty_body, full_body, ProxyBody};
+use crate::body::{empty_body, full_body, ResponseBody};
 use crate::controls::ControlRefusal;
 
 /// The content type of the proxy's own plain-text bodies.
@@ -40,7 +40,7 @@ pub fn error(
     grpc: u16,
     reason: &'static str,
     message: String,
-) -> Response<ProxyBody> {
+) -> Response<ResponseBody> {
     let mut res = match protocol {
         Protocol::Grpc => {
             reject::grpc_trailers_only(grpc, reject::grpc_message(&message)).map(|_| empty_body())
@@ -61,7 +61,7 @@ pub fn error(
 }
 
 fn retry_headers(
-    res: &mut Response<ProxyBody>,
+    res: &mut Response<ResponseBody>,
     protocol: Protocol,
     retry_after: Duration,
     dont_retry: bool,
@@ -83,13 +83,13 @@ fn retry_headers(
 /// `Retry-After` when a refusal carries no delay of its own (spillway-tower's default too).
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The admission controller refused: spillway-tower's mapping, with the proxy's body type.
-pub fn refusal(r: &Refusal, protocol: Protocol) -> Response<ProxyBody> {
+pub fn refusal(r: &Refusal, protocol: Protocol) -> Response<ResponseBody> {
     reject::refusal_response(r, protocol, DEFAULT_RETRY_AFTER).map(full_body)
 }
 
 /// The request's deadline passed before the proxy could send it on: the answer the controller
 /// gives a deadline it sees at admission (the same reason, status and don't-retry marker).
-pub fn deadline_passed(criticality: Criticality, protocol: Protocol) -> Response<ProxyBody> {
+pub fn deadline_passed(criticality: Criticality, protocol: Protocol) -> Response<ResponseBody> {
     let r = Refusal {
         reason: RefusalReason::DeadlineExceeded,
         criticality,
@@ -100,7 +100,7 @@ pub fn deadline_passed(criticality: Criticality, protocol: Protocol) -> Response
 }
 
 /// An incident control refused (never worth retrying elsewhere: the cut is fleet-wide).
-pub fn control_refusal(c: &ControlRefusal, protocol: Protocol) -> Response<ProxyBody> {
+pub fn control_refusal(c: &ControlRefusal, protocol: Protocol) -> Response<ResponseBody> {
     let mut res = match (c, protocol) {
         // During an incident every refused request carries the same text: formatted once.
         (ControlRefusal::Shed { below }, Protocol::Http) => {
@@ -143,7 +143,7 @@ fn shed_body(below: Criticality) -> &'static str {
 }
 
 /// A malformed Spillway header (400 / `INVALID_ARGUMENT`), naming it and what it accepts.
-pub fn bad_header(e: &HeaderError, protocol: Protocol) -> Response<ProxyBody> {
+pub fn bad_header(e: &HeaderError, protocol: Protocol) -> Response<ResponseBody> {
     error(
         protocol,
         StatusCode::BAD_REQUEST,
@@ -155,7 +155,7 @@ pub fn bad_header(e: &HeaderError, protocol: Protocol) -> Response<ProxyBody> {
 
 /// A request whose `host` cannot be forwarded (400 / `INVALID_ARGUMENT`), saying why (`e`:
 /// the forwarding policy's `HostError`; taken as text so this layer needs nothing from it).
-pub fn bad_host(e: &impl std::fmt::Display, protocol: Protocol) -> Response<ProxyBody> {
+pub fn bad_host(e: &impl std::fmt::Display, protocol: Protocol) -> Response<ResponseBody> {
     error(
         protocol,
         StatusCode::BAD_REQUEST,
@@ -167,7 +167,7 @@ pub fn bad_host(e: &impl std::fmt::Display, protocol: Protocol) -> Response<Prox
 
 /// A request whose path cannot be routed unambiguously (400 / `INVALID_ARGUMENT`), saying why
 /// (`crate::path`).
-pub fn bad_path(e: &crate::path::PathError, protocol: Protocol) -> Response<ProxyBody> {
+pub fn bad_path(e: &crate::path::PathError, protocol: Protocol) -> Response<ResponseBody> {
     error(
         protocol,
         StatusCode::BAD_REQUEST,
@@ -179,7 +179,7 @@ pub fn bad_path(e: &crate::path::PathError, protocol: Protocol) -> Response<Prox
 
 /// A request with a header field named with `_` under
 /// `request.headers_with_underscores = "refuse"` (400 / `INVALID_ARGUMENT`), naming it.
-pub fn underscore_header(name: &http::HeaderName, protocol: Protocol) -> Response<ProxyBody> {
+pub fn underscore_header(name: &http::HeaderName, protocol: Protocol) -> Response<ResponseBody> {
     error(
         protocol,
         StatusCode::BAD_REQUEST,
@@ -196,7 +196,7 @@ pub fn underscore_header(name: &http::HeaderName, protocol: Protocol) -> Respons
 /// A `CONNECT` (501 / `UNIMPLEMENTED`): a reverse proxy opens no tunnels to where a client
 /// names. 501 rather than 405, which would owe an `allow` list of the upstream's methods
 /// (RFC 9110 §15.5.6, §15.6.2).
-pub fn connect_unsupported(protocol: Protocol) -> Response<ProxyBody> {
+pub fn connect_unsupported(protocol: Protocol) -> Response<ResponseBody> {
     error(
         protocol,
         StatusCode::NOT_IMPLEMENTED,
@@ -209,7 +209,7 @@ pub fn connect_unsupported(protocol: Protocol) -> Response<ProxyBody> {
 }
 
 /// The proxy gave up on overloaded upstreams (503, don't retry).
-pub fn give_up(g: &OverloadGiveUp, protocol: Protocol) -> Response<ProxyBody> {
+pub fn give_up(g: &OverloadGiveUp, protocol: Protocol) -> Response<ResponseBody> {
     let mut res = error(
         protocol,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -226,7 +226,7 @@ pub fn bad_gateway(
     protocol: Protocol,
     reason: &'static str,
     message: String,
-) -> Response<ProxyBody> {
+) -> Response<ResponseBody> {
     error(
         protocol,
         StatusCode::BAD_GATEWAY,
@@ -241,7 +241,7 @@ pub fn unavailable(
     protocol: Protocol,
     reason: &'static str,
     message: String,
-) -> Response<ProxyBody> {
+) -> Response<ResponseBody> {
     let mut res = error(
         protocol,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -254,7 +254,7 @@ pub fn unavailable(
 }
 
 /// 504: no response head in time.
-pub fn timeout(protocol: Protocol, message: String) -> Response<ProxyBody> {
+pub fn timeout(protocol: Protocol, message: String) -> Response<ResponseBody> {
     error(
         protocol,
         StatusCode::GATEWAY_TIMEOUT,
@@ -265,7 +265,7 @@ pub fn timeout(protocol: Protocol, message: String) -> Response<ProxyBody> {
 }
 
 /// 500: the proxy could not build the upstream request (should not happen; named if it does).
-pub fn internal(protocol: Protocol, message: String) -> Response<ProxyBody> {
+pub fn internal(protocol: Protocol, message: String) -> Response<ResponseBody> {
     error(
         protocol,
         StatusCode::INTERNAL_SERVER_ERROR,

@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Body;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use spillway_proxy::upstream::{empty_body, Connections, UpstreamBody};
+use spillway_proxy::upstream::{Connections, RequestBody, UpstreamBody};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -69,10 +69,10 @@ fn conns(addr: SocketAddr, idle: Duration, max_idle: usize) -> Arc<Connections> 
     ))
 }
 
-fn get(path: &str, addr: SocketAddr) -> http::Request<spillway_proxy::upstream::ProxyBody> {
+fn get(path: &str, addr: SocketAddr) -> http::Request<RequestBody> {
     http::Request::get(path)
         .header(http::header::HOST, addr.to_string())
-        .body(empty_body())
+        .body(RequestBody::empty())
         .unwrap()
 }
 

@@ -22,7 +22,7 @@ use tokio::sync::{watch, Semaphore};
 use super::api::AdminApi;
 use super::stall::stalled;
 use super::AdminConfig;
-use crate::listener::head::{Progress, Watched};
+use crate::progress::{Progress, Watched};
 use crate::state::ProxyState;
 
 /// How often the Prometheus recorder's histograms are drained (its own default upkeep period).

@@ -8,7 +8,7 @@
 //! hold every slot and lock the operator out. Progress is any write the socket takes, so a slow
 //! but live reader is never cut (the data plane's `listen.send_timeout_ms` rule, and nginx's
 //! `send_timeout`). The socket's writes are counted by the data plane's own wrapper
-//! ([`Watched`](crate::listener::head::Watched)); admin answers are whole in one frame, so the
+//! ([`Watched`](crate::progress::Watched)); admin answers are whole in one frame, so the
 //! socket is the one place a response can stall, and none of the data plane's per-request
 //! bookkeeping is needed.
 
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::listener::head::Progress;
+use crate::progress::Progress;
 
 /// Resolves once the connection's socket has been full at every check, with nothing written,
 /// for `limit` (checked every quarter of it, so 1–1.5 × `limit` after it filled); never while
@@ -48,7 +48,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
     use super::*;
-    use crate::listener::head::Watched;
+    use crate::progress::Watched;
 
     /// A watched socket whose peer reads nothing, filled until a write is refused.
     async fn full() -> (

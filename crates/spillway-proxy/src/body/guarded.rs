@@ -18,7 +18,7 @@ use spillway_tower::metrics::RequestLabels;
 use spillway_tower::wire;
 
 use crate::http1::RawFields;
-use crate::listener::head::ActiveRequest;
+use crate::progress::ActiveRequest;
 use crate::upstream::{BoxError, InSlot, Pool, UpstreamBody};
 
 /// What a response body holds until it ends: the admission permit, the task's in-flight count
@@ -30,7 +30,7 @@ pub(crate) struct Guard {
     /// The request counts as in progress on its client connection (header-read timeout).
     pub(crate) _busy: Option<ActiveRequest>,
     /// Tell the connection when the body waits on its upstream (not for gRPC streams, whose
-    /// silences are the protocol's: `listener::head::ReportingResponseBody::new`).
+    /// silences are the protocol's: `progress::ReportingResponseBody::new`).
     pub(crate) report: bool,
     /// The last poll found nothing from the upstream (counted in the connection's progress).
     pub(crate) waiting: bool,

@@ -1,4 +1,8 @@
-//! The one body type the proxy moves both ways, as an enum of the bodies it really carries.
+//! The body the proxy answers a client with ([`ResponseBody`]), as an enum of the bodies it really
+//! carries: bytes it made itself (a refusal, an error, a degraded answer), or an upstream's
+//! response holding the request's admission permit ([`GuardedResponseBody`]). The request
+//! sent upstream has its own type below the upstream layer (`crate::request_body`), which
+//! sends it, while this one needs the upstream layer (the task's slot, its pool).
 //!
 //! Why not a boxed trait object (`UnsyncBoxBody`, as before): boxing cost one allocation per
 //! body, two per forwarded request (the request sent upstream and the response sent back;
@@ -12,27 +16,23 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 mod guarded;
-mod unread;
 
 pub use guarded::GuardedResponseBody;
 pub(crate) use guarded::{Guard, TunnelHold};
-pub(crate) use unread::BodyBreak;
-pub use unread::UnreadRequestBody;
 
 use crate::http1::RawFields;
 use crate::upstream::BoxError;
 
-/// A request or response body of the proxy.
-pub struct ProxyBody(Kind);
+/// A response body of the proxy.
+pub struct ResponseBody(Kind);
 
-impl std::fmt::Debug for ProxyBody {
+impl std::fmt::Debug for ResponseBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match &self.0 {
             Kind::Full(_) => "full",
-            Kind::Streamed(_) => "streamed",
             Kind::Upstream(_) => "upstream",
         };
-        f.debug_tuple("ProxyBody").field(&kind).finish()
+        f.debug_tuple("ResponseBody").field(&kind).finish()
     }
 }
 
@@ -40,33 +40,25 @@ impl std::fmt::Debug for ProxyBody {
 // bring back the allocation per response this type exists to remove.
 #[allow(clippy::large_enum_variant)]
 enum Kind {
-    /// Bytes known in full (a buffered request body, a refusal's text); `None` once sent.
+    /// Bytes known in full (a refusal's text); `None` once sent.
     Full(Option<Bytes>),
-    /// A client's request body streamed upstream as it arrives (read behind the answer if
-    /// dropped before its end: `body::UnreadRequestBody`).
-    Streamed(UnreadRequestBody),
     /// An upstream's response, holding the admission permit until it ends.
     Upstream(GuardedResponseBody),
 }
 
 /// An empty body.
-pub fn empty_body() -> ProxyBody {
-    ProxyBody(Kind::Full(None))
+pub fn empty_body() -> ResponseBody {
+    ResponseBody(Kind::Full(None))
 }
 
 /// A body of `bytes`.
-pub fn full_body(bytes: Bytes) -> ProxyBody {
-    ProxyBody(Kind::Full((!bytes.is_empty()).then_some(bytes)))
+pub fn full_body(bytes: Bytes) -> ResponseBody {
+    ResponseBody(Kind::Full((!bytes.is_empty()).then_some(bytes)))
 }
 
-impl ProxyBody {
-    /// A client's request body, streamed.
-    pub fn streamed(body: UnreadRequestBody) -> Self {
-        ProxyBody(Kind::Streamed(body))
-    }
-
+impl ResponseBody {
     pub(crate) fn upstream(body: GuardedResponseBody) -> Self {
-        ProxyBody(Kind::Upstream(body))
+        ResponseBody(Kind::Upstream(body))
     }
 
     /// An upstream response's header fields that pass through as bytes to a client that
@@ -86,7 +78,7 @@ impl ProxyBody {
     }
 }
 
-impl Body for ProxyBody {
+impl Body for ResponseBody {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -96,7 +88,6 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match &mut self.get_mut().0 {
             Kind::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Kind::Streamed(b) => Pin::new(b).poll_frame(cx),
             Kind::Upstream(b) => Pin::new(b).poll_frame(cx),
         }
     }
@@ -104,7 +95,6 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match &self.0 {
             Kind::Full(b) => b.is_none(),
-            Kind::Streamed(b) => b.is_end_stream(),
             Kind::Upstream(b) => b.is_end_stream(),
         }
     }
@@ -112,7 +102,6 @@ impl Body for ProxyBody {
     fn size_hint(&self) -> SizeHint {
         match &self.0 {
             Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Kind::Streamed(b) => b.size_hint(),
             Kind::Upstream(b) => b.size_hint(),
         }
     }

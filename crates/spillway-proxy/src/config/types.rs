@@ -82,7 +82,7 @@ pub struct ListenConfig {
     /// The idle timeout of an HTTP/1.1 client connection at full pressure: with
     /// `max_connections` open, or idle while the proxy refused requests for its own overload
     /// (since it went idle, or in the second before). Between `idle_pressure_from_pct` and the cap it is
-    /// scaled linearly from `idle_timeout_ms` down to this (`listener::pressure`). Default
+    /// scaled linearly from `idle_timeout_ms` down to this (`progress::pressure`). Default
     /// 2 000 ms; at or above `idle_timeout_ms`, no scaling.
     pub idle_timeout_min_ms: u64,
     /// Open connections, in % of `max_connections`, from which the HTTP/1.1 idle timeout is

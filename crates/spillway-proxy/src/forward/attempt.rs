@@ -19,8 +19,9 @@ use spillway_tower::wire::{self, Protocol};
 
 use super::body::ReqBody;
 use super::send::Forward;
-use crate::body::{full_body, BodyBreak, ProxyBody};
+use crate::body::ResponseBody;
 use crate::metrics::Fault;
+use crate::request_body::{BodyBreak, RequestBody};
 use crate::respond;
 use crate::upstream::{InSlot, Task, Tried, UpstreamBody, UpstreamError};
 
@@ -77,7 +78,7 @@ impl Tries {
 /// How an attempt ended.
 pub(super) enum Attempt {
     /// Never sent: the proxy's own answer and the permit's outcome.
-    NotSent(Response<ProxyBody>, Outcome),
+    NotSent(Response<ResponseBody>, Outcome),
     /// The task's client throttle refused it locally (SRE ch. 21).
     Throttled(Arc<Task>),
     /// Sent to the task.
@@ -179,7 +180,7 @@ pub(super) fn attempt<'a, 'f>(
 }
 
 /// The answer when every request slot to `task` stayed busy for the pool's wait.
-fn pool_full(fw: &Forward<'_>, task: &Task) -> Response<ProxyBody> {
+fn pool_full(fw: &Forward<'_>, task: &Task) -> Response<ResponseBody> {
     let cfg = &fw.rt.pool.cfg;
     fw.state.faults.count(Fault::UpstreamUnavailable);
     let why = format!(
@@ -196,7 +197,7 @@ fn request_for_attempt(
     tries: &mut Tries,
     task: &Task,
     http2: bool,
-) -> Result<Request<ProxyBody>, Response<ProxyBody>> {
+) -> Result<Request<RequestBody>, Response<ResponseBody>> {
     let Some(body) = body_for_attempt(tries) else {
         // Cannot happen (streamed bodies are never retried); answer rather than panic.
         return Err(respond::internal(
@@ -215,13 +216,13 @@ fn request_for_attempt(
 
 /// The body this attempt sends: the buffered bytes again, or the streamed body (once, watched
 /// for the client's failure). `None` if a streamed body was sent already.
-fn body_for_attempt(tries: &mut Tries) -> Option<ProxyBody> {
+fn body_for_attempt(tries: &mut Tries) -> Option<RequestBody> {
     match &mut tries.body {
-        ReqBody::Buffered(b, _) => Some(full_body(b.clone())),
+        ReqBody::Buffered(b, _) => Some(RequestBody::full(b.clone())),
         ReqBody::Streamed(b) => {
             let mut b = b.take()?;
             tries.broke = Some(b.watch());
-            Some(ProxyBody::streamed(b))
+            Some(RequestBody::streamed(b))
         }
     }
 }
@@ -232,11 +233,11 @@ fn upstream_request(
     parts: &mut http::request::Parts,
     last: bool,
     task: &Task,
-    body: ProxyBody,
+    body: RequestBody,
     http2: bool,
     attempt: u32,
     protocol: Protocol,
-) -> Result<Request<ProxyBody>, http::Error> {
+) -> Result<Request<RequestBody>, http::Error> {
     // A clone of the parsed path (shared bytes), not a re-parse of its text.
     let pq = parts
         .uri

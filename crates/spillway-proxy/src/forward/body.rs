@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body::Body;
 use http_body_util::BodyExt;
 
-use crate::body::UnreadRequestBody;
+use crate::request_body::UnreadRequestBody;
 use crate::state::{BodyBudget, BodyGrant};
 
 /// The request body: buffered (replayable on another task; its share of the buffer budget

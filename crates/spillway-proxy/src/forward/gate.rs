@@ -23,7 +23,7 @@ use spillway_tower::wire::Protocol;
 
 use super::{headers, host, underscores, Peer};
 use crate::access::Decision;
-use crate::body::ProxyBody;
+use crate::body::ResponseBody;
 use crate::degrade::{self, Mode};
 use crate::http1::AddedHeaders;
 use crate::metrics::Fault;
@@ -33,7 +33,7 @@ use crate::state::{ProxyState, Runtime, ThreadSnapshot};
 
 /// The answer a step gives instead of letting the request go on, and how the access log
 /// names it.
-pub(super) type Answered = (Response<ProxyBody>, Decision);
+pub(super) type Answered = (Response<ResponseBody>, Decision);
 
 /// The request's head checked — not CONNECT, its `host`, its path made normal, look-alike
 /// fields dropped — and classified.
@@ -238,7 +238,7 @@ pub(super) async fn admit(
 
 /// Tells the listener the proxy refused `r` for its own overload — a refusal another task with
 /// room could serve (shed, no slot, queue full or timed out), not a customer's quota or a
-/// deadline — so idle HTTP/1.1 client connections close sooner (`listener::pressure`).
+/// deadline — so idle HTTP/1.1 client connections close sooner (`progress::pressure`).
 fn note_overload(state: &ProxyState, r: &Refusal, now: Instant) {
     if r.reason.retry_elsewhere_can_help() {
         state.overload_refused(now);

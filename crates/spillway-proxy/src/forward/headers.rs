@@ -7,7 +7,7 @@ use http::{Request, Version};
 use spillway_tower::wire;
 
 use crate::http1::X_FORWARDED_FOR;
-use crate::listener::head::ActiveRequest;
+use crate::progress::ActiveRequest;
 
 /// Whether `req` asks to switch its connection to another protocol that the proxy tunnels (an
 /// HTTP/1.1 `upgrade` its `connection` names).
@@ -73,7 +73,7 @@ pub struct Peer {
     /// The client's address.
     pub addr: SocketAddr,
     alone: Option<HeaderValue>,
-    /// The request's mark on its connection's header-read timeout (`listener::head`), moved
+    /// The request's mark on its connection's header-read timeout (`progress`), moved
     /// into the response body so the request counts as in progress until its body ends.
     pub(crate) busy: Option<ActiveRequest>,
     /// The client's connection writes an answer's head as bytes (the HTTP/1.1 fast path), so an

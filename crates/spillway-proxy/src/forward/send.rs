@@ -23,11 +23,12 @@ use super::body::{read_body, ReadError, ReqBody};
 use super::retry::RetryAsk;
 use super::verdict::{classify, Ended, Next, TaskMark, Verdict};
 use super::UnreadRequestBody;
-use crate::body::{empty_body, BodyBreak, Guard, GuardedResponseBody, ProxyBody, TunnelHold};
+use crate::body::{empty_body, Guard, GuardedResponseBody, ResponseBody, TunnelHold};
 use crate::config::UpstreamProtocol;
 use crate::http1::{strip_hop_by_hop, AddedHeaders};
-use crate::listener::head::ActiveRequest;
 use crate::metrics::Fault;
+use crate::progress::ActiveRequest;
+use crate::request_body::BodyBreak;
 use crate::respond;
 use crate::route::Classified;
 use crate::state::{ProxyState, Runtime};
@@ -71,7 +72,7 @@ pub(super) fn forward<'a>(
     mut fw: Forward<'a>,
     body: UnreadRequestBody,
     mut permit: Permit,
-) -> impl Future<Output = (Response<ProxyBody>, Option<Upgrade>)> + 'a {
+) -> impl Future<Output = (Response<ResponseBody>, Option<Upgrade>)> + 'a {
     // An `async` block, not an `async fn`: its arguments are not moved once more when first
     // polled (`upstream::Connections::send`).
     async move {
@@ -152,7 +153,7 @@ impl Forward<'_> {
     }
 
     /// The answer to a request whose body could not be read: too slow (408) or broken (400).
-    fn unread(&self, e: ReadError) -> Response<ProxyBody> {
+    fn unread(&self, e: ReadError) -> Response<ResponseBody> {
         match e {
             ReadError::Timeout => {
                 self.state.faults.count(Fault::BodyTimeout);
@@ -199,7 +200,7 @@ impl Forward<'_> {
         task: &Task,
         tries: &mut Tries,
         now: Instant,
-    ) -> Result<(), (Response<ProxyBody>, Outcome)> {
+    ) -> Result<(), (Response<ResponseBody>, Outcome)> {
         tower_metrics::throttled(&self.labels, dest(task));
         let v = self.judge(Ended::Throttled, task, tries, now);
         let Next::GiveUp(outcome) = v.next else {
@@ -251,7 +252,7 @@ impl Forward<'_> {
 
     /// The proxy's own answer to an attempt that failed: a timeout (504), the client's broken
     /// upload (400), or the task's fault (502).
-    fn fault_answer(&self, sent: Sent, broke: Option<&BodyBreak>) -> Response<ProxyBody> {
+    fn fault_answer(&self, sent: Sent, broke: Option<&BodyBreak>) -> Response<ResponseBody> {
         let (protocol, addr) = (self.protocol, &sent.task.addr);
         let e = match sent.result {
             Ok(Err(e)) => e,
@@ -298,7 +299,7 @@ impl Forward<'_> {
         mut permit: Permit,
         dont_retry_marker: bool,
         now: Instant,
-    ) -> (Response<ProxyBody>, Option<Upgrade>) {
+    ) -> (Response<ResponseBody>, Option<Upgrade>) {
         let Sent {
             task,
             inflight,
@@ -346,7 +347,7 @@ impl Forward<'_> {
                 trailer_reports: grpc.then(|| Arc::clone(pool)),
             }),
         };
-        (Response::from_parts(p, ProxyBody::upstream(body)), None)
+        (Response::from_parts(p, ResponseBody::upstream(body)), None)
     }
 }
 
@@ -381,7 +382,7 @@ fn dest(task: &Task) -> SharedString {
 }
 
 /// The client's request body could not be read (400 / `CANCELLED`), counted `bad_request`.
-fn bad_body(state: &ProxyState, protocol: Protocol, why: &str) -> Response<ProxyBody> {
+fn bad_body(state: &ProxyState, protocol: Protocol, why: &str) -> Response<ResponseBody> {
     state.faults.count(Fault::BadRequest);
     respond::error(
         protocol,

@@ -6,16 +6,16 @@
 //! heads) at the first request it does not serve; TLS connections go to hyper's server from
 //! the start.
 //!
-//! Why a connection cap that *stops accepting* rather than accepting and closing: open
-//! connections cost memory and file descriptors whether or not they carry requests
-//! ("connections are load too"); closing them after accept costs a handshake each and invites
-//! instant reconnects, while leaving them in the kernel's backlog makes clients wait (or time
-//! out) at no cost to the proxy. (Each accept loop — one per data-plane thread — holds at most
-//! one accepted connection, unread, while it waits for a slot.) Slow clients are bounded by the
-//! header-read timeout ([`head`]: one timer per connection, not hyper's one per request head),
-//! oversized heads by hyper's read buffer (431) and HTTP/2 header-list limit. With the `tls`
-//! feature and `[listen.tls]`, connections are TLS (ALPN h2/http1.1), the handshake bounded by
-//! the same header-read timeout.
+//! Why a connection cap that *stops accepting* rather than accepting and closing: open connections
+//! cost memory and file descriptors whether or not they carry requests ("connections are load
+//! too"); closing them after accept costs a handshake each and invites instant reconnects, while
+//! leaving them in the kernel's backlog makes clients wait (or time out) at no cost to the proxy.
+//! (Each accept loop — one per data-plane thread — holds at most one accepted connection, unread,
+//! while it waits for a slot.) Slow clients are bounded by the header-read timeout
+//! (`crate::progress`: one timer per connection, not hyper's one per request head), oversized heads
+//! by hyper's read buffer (431) and HTTP/2 header-list limit. With the `tls` feature and
+//! `[listen.tls]`, connections are TLS (ALPN h2/http1.1), the handshake bounded by the same
+//! header-read timeout.
 //!
 //! Why one listening socket per data-plane thread (`SO_REUSEPORT`, [`bind_per_thread`]): with
 //! one socket per thread the kernel spreads new connections across the threads and each thread
@@ -25,10 +25,8 @@
 //! it) but wakes them all on each connection.
 
 mod bind;
-pub mod head;
 pub mod http1;
 mod nudge;
-pub mod pressure;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -44,7 +42,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use spillway_tower::wire::Protocol;
 
+use crate::body::ResponseBody;
 use crate::metrics::Fault;
+use crate::progress::{
+    watch, Ended, IdlePressure, Progress, ReportingResponseBody, Timeouts, Watched,
+};
 use crate::state::ProxyState;
 use crate::tls::Acceptor;
 
@@ -76,7 +78,7 @@ pub async fn serve_capped(
     let listen = state.config().listen.clone();
     let builder = Arc::new(hyper_server(&listen));
     // The cap is the semaphore's, sized from this configuration when the proxy started.
-    let idle_pressure = pressure::IdlePressure::new(
+    let idle_pressure = IdlePressure::new(
         Duration::from_millis(listen.idle_timeout_min_ms),
         listen.idle_pressure_from_pct,
         listen.max_connections,
@@ -96,10 +98,10 @@ pub async fn serve_capped(
         let header = Duration::from_millis(listen.header_read_timeout_ms);
         let conn = Connection {
             peer: crate::forward::Peer::new(peer),
-            progress: Arc::new(head::Progress::default()),
+            progress: Arc::new(Progress::default()),
             watcher: graceful.watcher(),
             builder: Arc::clone(&builder),
-            limits: head::Timeouts {
+            limits: Timeouts {
                 header,
                 idle: Duration::from_millis(listen.idle_timeout_ms),
                 send: Duration::from_millis(listen.send_timeout_ms),
@@ -134,7 +136,7 @@ pub async fn serve_capped(
 /// hyper's server for the connections the fast path hands over, and for TLS ones.
 fn hyper_server(listen: &crate::config::ListenConfig) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // No timer for HTTP/1.1: the header-read timeout is `head::watch`'s (hyper's default of
+    // No timer for HTTP/1.1: the header-read timeout is `progress::watch`'s (hyper's default of
     // 30 s applies only with a timer; `None` says so explicitly).
     builder
         .http1()
@@ -192,14 +194,14 @@ async fn connection_slot<S: Future<Output = ()>>(
 /// One accepted client connection and what serving it needs.
 struct Connection {
     peer: crate::forward::Peer,
-    progress: Arc<head::Progress>,
+    progress: Arc<Progress>,
     /// Held until the connection ends, so the shutdown's drain waits for it.
     watcher: hyper_util::server::graceful::Watcher,
     builder: Arc<auto::Builder<TokioExecutor>>,
-    limits: head::Timeouts,
+    limits: Timeouts,
     state: Arc<ProxyState>,
     stop: tokio_util::sync::CancellationToken,
-    /// The connection cap, for closing idle connections at it (`head::watch`).
+    /// The connection cap, for closing idle connections at it (`progress::watch`).
     slots: Arc<Semaphore>,
     max_head: usize,
 }
@@ -227,7 +229,7 @@ impl Connection {
             max_head,
         } = self;
         async move {
-            let io = head::Watched::new(stream, Arc::clone(&progress));
+            let io = Watched::new(stream, Arc::clone(&progress));
             let counts = Arc::clone(&state);
             let fast = http1::Settings {
                 state,
@@ -235,7 +237,7 @@ impl Connection {
                 progress: Arc::clone(&progress),
                 max_head,
             };
-            // Boxed: the connection's future goes by value into `watch_counting` and is kept
+            // Boxed: the connection's future goes by value into `watch` and is kept
             // there and here, once each (3 x 1.4 KiB of a 4.2 KiB task, measured with
             // `size_of_val` in a release build); one allocation per connection keeps an idle
             // connection's task at a few hundred bytes.
@@ -265,8 +267,7 @@ impl Connection {
             });
             let cut = |n| count_cut(&counts, n);
             let overloaded = |idle: tokio::time::Instant| counts.overloaded_during(idle.into_std());
-            let ended =
-                head::watch_counting(conn, &progress, limits, &slots, cut, overloaded).await;
+            let ended = watch(conn, &progress, limits, &slots, cut, overloaded).await;
             count_end(&counts, ended);
             closed(slot);
         }
@@ -296,7 +297,7 @@ impl Connection {
             let timed = tokio::time::timeout(limits.header, acceptor.accept(stream));
             let ended = match timed.await {
                 Ok(Ok(tls)) => {
-                    let io = head::Watched::new(tls, Arc::clone(&progress));
+                    let io = Watched::new(tls, Arc::clone(&progress));
                     let svc = service(
                         Arc::clone(&state),
                         peer,
@@ -313,13 +314,13 @@ impl Connection {
                     let cut = |n| count_cut(&state, n);
                     let overloaded =
                         |idle: tokio::time::Instant| state.overloaded_during(idle.into_std());
-                    head::watch_counting(conn, &progress, limits, &slots, cut, overloaded).await
+                    watch(conn, &progress, limits, &slots, cut, overloaded).await
                 }
                 Ok(Err(_)) => {
                     state.faults.count(Fault::TlsHandshake);
-                    head::Ended::Done(Ok(()))
+                    Ended::Done(Ok(()))
                 }
-                Err(_) => head::Ended::TimedOut { counted: true },
+                Err(_) => Ended::TimedOut { counted: true },
             };
             count_end(&state, ended);
             closed(slot);
@@ -344,11 +345,11 @@ fn closed(slot: OwnedSemaphorePermit) {
 fn service(
     state: Arc<ProxyState>,
     peer: crate::forward::Peer,
-    progress: Arc<head::Progress>,
+    progress: Arc<Progress>,
     period: Duration,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
-    Response = hyper::Response<head::ReportingResponseBody>,
+    Response = hyper::Response<ReportingResponseBody<ResponseBody>>,
     Error = std::convert::Infallible,
     Future: Send + 'static,
 > {
@@ -357,7 +358,7 @@ fn service(
         let busy = progress.begin(version);
         let (req, upgrade) = crate::forward::upgrade_of(req);
         // The bodies report to the connection's send and body read timeouts, except gRPC
-        // streams' (`head::ReportingResponseBody::new` says why).
+        // streams' (`ReportingResponseBody::new` says why).
         let grpc = Protocol::of(req.headers()) == Protocol::Grpc;
         let progress = (!grpc).then(|| Arc::clone(&progress));
         let req = match &progress {
@@ -373,14 +374,14 @@ fn service(
         let answer = nudge::Nudged::new(answer, every);
         async move {
             let res = answer.await;
-            res.map(|r| r.map(|b| head::ReportingResponseBody::new(b, progress)))
+            res.map(|r| r.map(|b| ReportingResponseBody::new(b, progress)))
         }
     })
 }
 
 /// Runs a connection served by hyper until it ends; on `close` (an idle HTTP/2 connection,
-/// `head::watch`) or `stop` (the proxy shutting down) it is shut down gracefully (`shut`: GOAWAY
-/// over HTTP/2, close after the response in progress over HTTP/1.1) and run to its end.
+/// `progress::watch`) or `stop` (the proxy shutting down) it is shut down gracefully (`shut`:
+/// GOAWAY over HTTP/2, close after the response in progress over HTTP/1.1) and run to its end.
 /// `watcher` is held until then, so the shutdown's drain waits for the connection, as it did
 /// when hyper-util's watcher ran it.
 async fn until_closed<C: Future>(
@@ -403,21 +404,21 @@ async fn until_closed<C: Future>(
 }
 
 /// Counts how a client connection ended.
-/// `n` HTTP/2 responses cut alone by the send timeout (`head::ReportingResponseBody`).
+/// `n` HTTP/2 responses cut alone by the send timeout (`ReportingResponseBody`).
 fn count_cut(state: &ProxyState, n: u64) {
     for _ in 0..n {
         state.faults.count(Fault::SendTimeout);
     }
 }
 
-fn count_end(state: &ProxyState, ended: head::Ended<Result<(), BoxError>>) {
+fn count_end(state: &ProxyState, ended: Ended<Result<(), BoxError>>) {
     match ended {
-        head::Ended::Done(Ok(())) | head::Ended::TimedOut { counted: false } => {}
-        head::Ended::Done(Err(e)) => count_connection_error(state, &*e),
-        head::Ended::TimedOut { counted: true } => state.faults.count(Fault::HeaderTimeout),
-        head::Ended::SendStalled => state.faults.count(Fault::SendTimeout),
-        head::Ended::BodyStalled => state.faults.count(Fault::BodyTimeout),
-        head::Ended::UpstreamStalled => state.faults.count(Fault::UpstreamTimeout),
+        Ended::Done(Ok(())) | Ended::TimedOut { counted: false } => {}
+        Ended::Done(Err(e)) => count_connection_error(state, &*e),
+        Ended::TimedOut { counted: true } => state.faults.count(Fault::HeaderTimeout),
+        Ended::SendStalled => state.faults.count(Fault::SendTimeout),
+        Ended::BodyStalled => state.faults.count(Fault::BodyTimeout),
+        Ended::UpstreamStalled => state.faults.count(Fault::UpstreamTimeout),
     }
 }
 

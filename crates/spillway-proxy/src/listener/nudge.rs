@@ -4,7 +4,7 @@
 //! upstream connection's read and write buffers) at its second wake-up without an answer
 //! (`upstream::conn::http1`'s `Exchange`), so that requests held in a stall cost little
 //! (issue 29; `bench/stall-memory.py`). An HTTP/1.1 request runs in its connection's task, which
-//! the connection's timer ([`super::head::watch`]) wakes every quarter of the shortest client
+//! the connection's timer ([`crate::progress::watch`]) wakes every quarter of the shortest client
 //! timeout; but hyper runs each HTTP/2 stream's request in a task of its own, which nothing
 //! wakes until the upstream answers, so its buffers stayed for the whole stall. [`Nudged`]
 //! wakes such a request at the same period once it has waited: a timer armed at its first

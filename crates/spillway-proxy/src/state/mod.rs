@@ -76,7 +76,7 @@ pub struct ProxyState {
     /// Set on SIGTERM: `/ready` answers 503 from then on.
     draining: AtomicBool,
     /// When a request was last refused for the proxy's own overload (client connections' idle
-    /// timeouts shrink meanwhile: `listener::pressure`).
+    /// timeouts shrink meanwhile: `progress::pressure`).
     overload: Overloaded,
     /// Command-line values that replace the file's on every (re)load.
     overrides: Overrides,
@@ -179,7 +179,7 @@ impl ProxyState {
     }
 
     /// Whether a request was refused for the proxy's own overload since `idle_from`, or in
-    /// the second before (`listener::pressure`).
+    /// the second before (`progress::pressure`).
     pub fn overloaded_during(&self, idle_from: std::time::Instant) -> bool {
         self.overload.during(idle_from)
     }

@@ -1,5 +1,5 @@
 //! When the proxy last refused a request for its own overload: written by the forwarding path,
-//! read by the client connections' idle timers (`crate::listener::pressure` says why a refusal
+//! read by the client connections' idle timers (`crate::progress::pressure` says why a refusal
 //! shortens them).
 //!
 //! Why in the state: one flag for every data-plane thread, owned by the process's state as the

@@ -54,7 +54,7 @@ pub(super) async fn run(pool: Weak<Pool>) {
             tokio::spawn(async move {
                 let Ok(req) = http::Request::get(path.as_str())
                     .header(http::header::HOST, task.host.clone())
-                    .body(super::empty_body())
+                    .body(super::RequestBody::empty())
                 else {
                     return;
                 };

@@ -41,8 +41,8 @@ use spillway_core::Criticality;
 use spillway_tower::wire::OrcaUtilisation;
 use tokio::sync::Semaphore;
 
-pub use crate::body::{empty_body, full_body, ProxyBody};
 pub use crate::config::parse_authority;
+pub use crate::request_body::RequestBody;
 pub use conn::{Connections, UpstreamBody, UpstreamError};
 pub use eject::{max_ejected, Ejection};
 pub use pick::Tried;

@@ -8,7 +8,7 @@
 //! detection and `Rewind` on every read, the dispatcher's state machine, the request body's
 //! channel, a response written through two layers of buffers. A request needs less: parse a
 //! head, call the handler, write a head and the body — and, for an upload (a declared length
-//! or chunked), decode its bytes for whoever reads it (the `body` module).
+//! or chunked), decode its bytes for whoever reads it (`crate::request_body::fast`).
 //!
 //! Why a fast path and not a whole server: what it does not serve — an upgrade, an
 //! expectation other than `100-continue`, `CONNECT`, HTTP/2's preface, a transfer coding other
@@ -24,7 +24,6 @@
 //! connection waiting for a request closes, one with a request in progress answers it with
 //! `connection: close`.
 
-mod body;
 mod prefixed;
 #[cfg(test)]
 mod tests;
@@ -41,18 +40,17 @@ use spillway_tower::wire::Protocol;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-pub use body::{BodyError, RequestBody};
 pub use prefixed::Prefixed;
 
-use self::body::{Filler, Need};
 use self::write::write_body;
-use super::head::Progress;
-use crate::body::ProxyBody;
-use crate::body::UnreadRequestBody;
+use crate::body::ResponseBody;
 use crate::forward::Peer;
 use crate::http1::server::{self as codec, Answering, Parsed, RequestHead};
 use crate::http1::NameCache;
+use crate::progress::Progress;
 use crate::read_buffer::ReadBuffer;
+use crate::request_body::fast::{self, Filler, Need};
+use crate::request_body::UnreadRequestBody;
 use crate::state::ProxyState;
 
 /// Body data up to this size is copied behind the head (one write for both); larger data is
@@ -79,7 +77,7 @@ pub struct Settings {
 }
 
 /// What the handler's future gives: always a response (`forward::handle`).
-type Answer = Result<http::Response<ProxyBody>, std::convert::Infallible>;
+type Answer = Result<http::Response<ResponseBody>, std::convert::Infallible>;
 
 /// How the fast path left a connection.
 #[derive(Debug)]
@@ -226,9 +224,9 @@ fn start(
     let (body, filler) = match body {
         None => (UnreadRequestBody::empty(), None),
         Some(framing) => {
-            let (body, filler) = body::channel(framing, expect_continue);
+            let (body, filler) = fast::channel(framing, expect_continue);
             let body = UnreadRequestBody::fast(body);
-            // gRPC(-Web) streams do not report (`listener::head::ReportingResponseBody::new` says why).
+            // gRPC(-Web) streams do not report (`progress::ReportingResponseBody::new` says why).
             let grpc = Protocol::of(&parts.headers) == Protocol::Grpc;
             let body = if grpc {
                 body
@@ -291,7 +289,7 @@ impl Kept {
             // are let go of at the second wait, not the first, which every request of
             // a busy keep-alive connection has (the client has not read the answer
             // yet): when a wake-up brought no request — in practice the connection's
-            // timer (`head::watch`, every quarter of the shortest timeout: 2.5 s by
+            // timer (`progress::watch`, every quarter of the shortest timeout: 2.5 s by
             // default).
             *wakes += 1;
             if *wakes == 2 {
@@ -313,7 +311,7 @@ impl Kept {
         filler: Option<&Filler>,
         waiting: &mut Waiting,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<http::Response<ProxyBody>>>
+    ) -> Poll<Option<http::Response<ResponseBody>>>
     where
         S: AsyncRead + AsyncWrite + Unpin,
         F: Future<Output = Answer>,
@@ -374,12 +372,12 @@ impl Kept {
     #[inline(always)]
     fn encode(
         &mut self,
-        res: http::Response<ProxyBody>,
+        res: http::Response<ResponseBody>,
         mut answering: Answering,
         shutdown: &CancellationToken,
         filler: Option<&Filler>,
         interim: &[u8],
-    ) -> (codec::Head, ProxyBody) {
+    ) -> (codec::Head, ResponseBody) {
         // Shutting down: this answer is the connection's last; so is one whose client may
         // still be waiting to be invited to send its body.
         answering.keep_alive &= !shutdown.is_cancelled();

@@ -17,13 +17,13 @@ use http::HeaderMap;
 use http_body::Body;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::body::Filler;
 use super::{poll_feed, COPY_MAX, FLUSH_AT};
-use crate::body::ProxyBody;
+use crate::body::ResponseBody;
 use crate::http1::server as codec;
 use crate::http1::Framing;
 use crate::http1::{chunk_header, chunked_end};
 use crate::read_buffer::ReadBuffer;
+use crate::request_body::fast::Filler;
 
 /// What writing a body waits for next.
 enum Step {
@@ -39,7 +39,7 @@ enum Step {
 /// when the body has nothing yet and something is buffered in `out`.
 #[inline(always)]
 fn poll_step<S: AsyncRead + Unpin>(
-    body: &mut ProxyBody,
+    body: &mut ResponseBody,
     feed: &mut Option<(&Filler, &mut ReadBuffer)>,
     io: &mut S,
     out: &[u8],
@@ -140,7 +140,7 @@ impl Framer {
 pub(super) fn write_body<'a, S: AsyncRead + AsyncWrite + Unpin>(
     io: &'a mut S,
     out: &'a mut Vec<u8>,
-    mut body: ProxyBody,
+    mut body: ResponseBody,
     head: codec::Head,
     mut feed: Option<(&'a Filler, &'a mut ReadBuffer)>,
 ) -> impl Future<Output = bool> + 'a {

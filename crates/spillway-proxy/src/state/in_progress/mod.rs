@@ -16,7 +16,7 @@
 //! once the head is answered, the body is streamed, not buffered, so a slow reader holds what
 //! its connection holds — the body's next chunk and the connection's buffers — not the whole
 //! response, and a client that takes nothing is cut at `listen.send_timeout_ms`
-//! (`listener::head::watch`; its test
+//! (`progress::watch`; its test
 //! `a_response_the_client_takes_nothing_of_is_cut_at_the_send_timeout`). Those are bounded by
 //! `listen.max_connections`, as idle connections are. Counting the body
 //! too would make slow readers, which the client controls, use up the budget that protects

@@ -24,11 +24,11 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 
 use super::io::Io;
-use crate::body::ProxyBody;
 use crate::http1::client::{self as codec, Outgoing, ResponseHead, WireError};
 use crate::http1::AddedHeaders;
 use crate::http1::{NameCache, RawFields};
 use crate::read_buffer::ReadBuffer;
+use crate::request_body::RequestBody;
 
 mod sending;
 
@@ -88,7 +88,7 @@ impl Http1 {
     /// upgrade it (the upgraded connection outlives the exchange); never reused afterwards.
     pub(super) async fn into_upgrade_sender(
         self,
-    ) -> Result<http1::SendRequest<ProxyBody>, hyper::Error> {
+    ) -> Result<http1::SendRequest<RequestBody>, hyper::Error> {
         // Idle connections have nothing unread (checked at checkout), so nothing is lost.
         let (tx, conn) = http1::handshake(TokioIo::new(self.0.io)).await?;
         tokio::spawn(async move {
@@ -162,7 +162,7 @@ pub(super) struct Exchanged {
 /// `crate::http1::raw`).
 pub(super) fn exchange(
     mut h: Http1,
-    req: Request<ProxyBody>,
+    req: Request<RequestBody>,
     reused: bool,
     raw: bool,
     added: &AddedHeaders,
@@ -316,7 +316,7 @@ impl Future for Exchange {
                     this.waits = this.waits.saturating_add(1);
                     if this.waits == 2 && this.sending.done {
                         // A second wake-up with no answer (the client connection's timer,
-                        // `listener::head`): the upstream is slow or stalled, so the buffers
+                        // `progress`): the upstream is slow or stalled, so the buffers
                         // that wait with this request are let go of (`Http1::shrink`).
                         conn.shrink(this.sending.keep);
                     }

@@ -59,8 +59,8 @@ use self::http1::{exchange, replay, Exchanged, Failed, Http1, Replay};
 use self::idle::{lock, Home};
 use self::io::Io;
 use self::multiplexed::{Lease, Multiplexed};
-use crate::body::ProxyBody;
 use crate::http1::client::WireError;
+use crate::request_body::RequestBody;
 
 /// Why a request could not be sent upstream or its response head not read.
 #[derive(Debug)]
@@ -298,7 +298,7 @@ impl Connections {
     pub fn send<'a>(
         self: &'a Arc<Self>,
         task: usize,
-        req: Request<ProxyBody>,
+        req: Request<RequestBody>,
         http2: bool,
         raw_fields: bool,
         added: &'a AddedHeaders,
@@ -459,7 +459,7 @@ impl Connections {
 /// never put back.
 async fn send_upgrade(
     h: Http1,
-    mut req: Request<ProxyBody>,
+    mut req: Request<RequestBody>,
     added: &AddedHeaders,
 ) -> Result<Response<UpstreamBody>, UpstreamError> {
     added.insert_into(req.headers_mut());

@@ -17,7 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use super::idle::lock;
 use super::{Connections, UpstreamError};
-use crate::body::ProxyBody;
+use crate::request_body::RequestBody;
 
 /// Use of one HTTP/2 connection: open streams and since when it has had none.
 #[derive(Debug, Default)]
@@ -51,14 +51,14 @@ impl ConnState {
 /// This thread's HTTP/2 connection to one task: a sender for requests and the state its
 /// streams share.
 pub(super) struct Multiplexed {
-    tx: http2::SendRequest<ProxyBody>,
+    tx: http2::SendRequest<RequestBody>,
     state: Arc<ConnState>,
 }
 
 impl Connections {
     /// This thread's open HTTP/2 connection to `task`, if any (a closed one is forgotten): a
     /// sender for the request and the state its streams share.
-    fn open_http2(&self, task: usize) -> Option<(http2::SendRequest<ProxyBody>, Arc<ConnState>)> {
+    fn open_http2(&self, task: usize) -> Option<(http2::SendRequest<RequestBody>, Arc<ConnState>)> {
         let mut l = lock(self.home());
         l.http2.get_mut(task).and_then(|slot| {
             if slot.as_ref().is_some_and(|m| m.tx.is_closed()) {
@@ -74,7 +74,7 @@ impl Connections {
     pub(super) async fn http2_sender(
         &self,
         task: usize,
-    ) -> Result<(http2::SendRequest<ProxyBody>, Arc<ConnState>, bool), UpstreamError> {
+    ) -> Result<(http2::SendRequest<RequestBody>, Arc<ConnState>, bool), UpstreamError> {
         if let Some((tx, state)) = self.open_http2(task) {
             return Ok((tx, state, true));
         }

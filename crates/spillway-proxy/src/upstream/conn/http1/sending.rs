@@ -15,13 +15,13 @@ use http_body::Body;
 use tokio::io::AsyncWrite;
 
 use super::{Conn, Http1};
-use crate::body::ProxyBody;
 use crate::http1::client::{Outgoing, WireError};
+use crate::request_body::RequestBody;
 
 /// A request's body on its way out, and the head before it.
 pub(crate) struct Sending {
     /// `None` once it has ended.
-    body: Option<ProxyBody>,
+    body: Option<RequestBody>,
     outgoing: Outgoing,
     /// Bytes still allowed by a `content-length`.
     left: u64,
@@ -165,7 +165,7 @@ impl Sending {
 impl Sending {
     /// A request's body (`None`: none, or empty) to go out as `outgoing` says, after the head
     /// in the connection's buffer; `keep`: that head stays there, for a replay.
-    pub(super) fn new(body: Option<ProxyBody>, outgoing: Outgoing, keep: bool) -> Self {
+    pub(super) fn new(body: Option<RequestBody>, outgoing: Outgoing, keep: bool) -> Self {
         Sending {
             body,
             outgoing,

@@ -1,16 +1,23 @@
-//! The timeouts of a client connection — header read, idle, send, request body read, and the
-//! upstream's response body — kept by one timer per connection, re-armed a few times per
-//! timeout, instead of one per request head.
+//! A client connection's progress — what its requests, bodies and reads tell it — and the one
+//! timer per connection that reads it to enforce the connection's timeouts: header read, idle,
+//! send, request body read, and the upstream's response body.
 //!
-//! Why not hyper's own `header_read_timeout`: hyper 1.x (`proto/h1/conn.rs`, `poll_read_head`)
-//! builds a boxed tokio `Sleep` for every request head and drops it once the head is in,
-//! registers it in tokio's timer wheel whenever the head is not already buffered (always, on a
-//! keep-alive connection waiting for its next request) and removes it again, and makes its
-//! dispatcher loop once more per request to start it (`State::idle` sets `notify_read`). With
-//! wrk's requests that was ~1,400 of ~44,500 user-space instructions per forwarded request
-//! (cachegrind, bench/results/proxy-forwarding.md "Sixth round"). Here each request only counts
-//! itself (two relaxed atomic additions and a subtraction); the connection's one timer checks
-//! those counts every quarter of the shortest timeout.
+//! Why a module of its own, below the listener: the token a request carries while it is in
+//! progress ([`ActiveRequest`]) travels with the request through `forward` and the bodies
+//! (`body`) until its response ends, and those bodies report their waits here.
+//! Kept in the listener, every layer a request passes through would import the listener back;
+//! here it imports nothing of the proxy, so each layer may import it.
+//!
+//! Why one timer per connection, re-armed a few times per timeout, and not hyper's own
+//! `header_read_timeout`: hyper 1.x (`proto/h1/conn.rs`, `poll_read_head`) builds a boxed tokio
+//! `Sleep` for every request head and drops it once the head is in, registers it in tokio's timer
+//! wheel whenever the head is not already buffered (always, on a keep-alive connection waiting for
+//! its next request) and removes it again, and makes its dispatcher loop once more per request to
+//! start it (`State::idle` sets `notify_read`). With wrk's requests that was ~1,400 of ~44,500
+//! user-space instructions per forwarded request (cachegrind, bench/results/proxy-forwarding.md
+//! "Sixth round"). Here each request only counts itself (two relaxed atomic additions and a
+//! subtraction); the connection's one timer checks those counts every quarter of the shortest
+//! timeout.
 //!
 //! What is enforced (measured from a coarser clock, so a limit `L` closes between `L` and
 //! 1.25 `L` after its start): a request is in progress from its head until its response body
@@ -36,7 +43,7 @@
 //!   the same way when `worker_connections` run out);
 //! - under pressure — many connections open, or the proxy refusing work for its own overload —
 //!   an HTTP/1.1 connection's idle timeout is scaled down towards `listen.idle_timeout_min_ms`
-//!   ([`super::pressure`] says why and how), so the idle connections a burst left behind go
+//!   ([`pressure`] says why and how), so the idle connections a burst left behind go
 //!   within seconds instead of holding memory for the client pool's own idle timeout.
 //!
 //! And one limit while a request is in progress, the send timeout (`listen.send_timeout_ms`):
@@ -79,7 +86,8 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::pressure::IdlePressure;
+mod pressure;
+pub use pressure::IdlePressure;
 
 /// What a connection's requests and reads tell its timer.
 #[derive(Debug, Default)]
@@ -119,8 +127,10 @@ pub struct Progress {
     /// reaches a waiter that comes later.
     pub(crate) close: tokio::sync::Notify,
     /// The HTTP/2 response bodies the timer may cut one by one ([`ReportingResponseBody`]'s module docs); dead
-    /// ones are dropped as the list grows and at each check.
-    streams: std::sync::Mutex<Vec<std::sync::Weak<sent::Shared>>>,
+    /// ones are dropped as the list grows and at each check. Behind a trait, so that this
+    /// module need not know the body type inside (the proxy's, defined above it); its one
+    /// call is at the timer's checks, not per request.
+    streams: std::sync::Mutex<Vec<std::sync::Weak<dyn sent::Cut>>>,
 }
 
 impl Progress {
@@ -132,7 +142,7 @@ impl Progress {
     }
 
     /// Adds an HTTP/2 response body the timer may cut.
-    fn register(&self, body: &Arc<sent::Shared>) {
+    fn register(&self, body: std::sync::Weak<dyn sent::Cut>) {
         let mut list = self
             .streams
             .lock()
@@ -140,7 +150,7 @@ impl Progress {
         if list.len() >= 64 && list.len().is_power_of_two() {
             list.retain(|w| w.strong_count() > 0);
         }
-        list.push(Arc::downgrade(body));
+        list.push(body);
     }
 
     /// Cuts the HTTP/2 response bodies that have held data unasked-for for `limit` at `now`;
@@ -314,7 +324,7 @@ pub struct Timeouts {
     /// For a response body its upstream sends nothing more of:
     /// `upstream.response_body_timeout_ms`.
     pub upstream_body: Duration,
-    /// How `idle` is scaled down under pressure for HTTP/1.1 ([`super::pressure`]).
+    /// How `idle` is scaled down under pressure for HTTP/1.1 ([`pressure`]).
     pub idle_pressure: IdlePressure,
 }
 
@@ -338,22 +348,12 @@ impl Timeouts {
 /// Runs `conn` (a client connection's future) until it ends or one of `limits` closes it, as
 /// the module describes: by dropping it (which closes the socket), or for an HTTP/2 connection
 /// between requests by asking it to close gracefully. `slots` is the connection cap: with no
-/// permit left, an idle connection is closed at the next check.
+/// permit left, an idle connection is closed at the next check. Tells `cut` how many HTTP/2
+/// responses it cut alone at each check (the send timeout applied to one stream:
+/// [`ReportingResponseBody`]'s module docs), and asks `overloaded` whether the proxy refused
+/// work for its own overload while the connection has been idle (since the instant it is
+/// given): an HTTP/1.1 connection's idle timeout is then `limits.idle_pressure`'s minimum.
 pub async fn watch<F: Future>(
-    conn: F,
-    progress: &Progress,
-    limits: Timeouts,
-    slots: &Semaphore,
-) -> Ended<F::Output> {
-    watch_counting(conn, progress, limits, slots, |_| {}, |_| false).await
-}
-
-/// [`watch`], telling `cut` how many HTTP/2 responses it cut alone at each check (the send
-/// timeout applied to one stream: [`ReportingResponseBody`]'s module docs), and asking `overloaded` whether the
-/// proxy refused work for its own overload while the connection has been idle (since the
-/// instant it is given): an HTTP/1.1 connection's idle timeout is then `limits.idle_pressure`'s
-/// minimum.
-pub async fn watch_counting<F: Future>(
     conn: F,
     progress: &Progress,
     limits: Timeouts,

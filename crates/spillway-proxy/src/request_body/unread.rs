@@ -21,9 +21,9 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use crate::listener::head::Progress;
-use crate::listener::http1::RequestBody;
-use crate::upstream::BoxError;
+use super::fast::FastRequestBody;
+use super::BoxError;
+use crate::progress::Progress;
 
 /// A client's request body; dropped before its end, it reads the rest in a task of its own
 /// if it came over HTTP/1.x through hyper's server (over HTTP/2 a dropped body resets only its
@@ -61,7 +61,7 @@ impl BodyBreak {
 #[derive(Debug)]
 enum Inner {
     Hyper(Box<Incoming>),
-    Fast(RequestBody),
+    Fast(FastRequestBody),
 }
 
 impl UnreadRequestBody {
@@ -78,7 +78,7 @@ impl UnreadRequestBody {
     }
 
     /// A body the HTTP/1.1 fast path's connection fills (and drains if it is let go of).
-    pub fn fast(body: RequestBody) -> Self {
+    pub fn fast(body: FastRequestBody) -> Self {
         UnreadRequestBody {
             body: Some(Inner::Fast(body)),
             drain: false,
@@ -100,7 +100,7 @@ impl UnreadRequestBody {
     }
 
     /// This body, telling its connection's `progress` when it waits on the client and when
-    /// bytes come, for the body read timeout (`listener::head::watch`). A body with nothing to
+    /// bytes come, for the body read timeout (`progress::watch`). A body with nothing to
     /// read needs no reports.
     pub fn reporting(mut self, progress: &Arc<Progress>) -> Self {
         if self.body.is_some() {

@@ -19,10 +19,19 @@ use bytes::Bytes;
 use http_body::Body;
 
 use super::{
-    watch, watch_counting, ActiveRequest, Ended, Progress, ReportingResponseBody, Timeouts, Watched,
+    watch, ActiveRequest, Ended, IdlePressure, Progress, ReportingResponseBody, Timeouts, Watched,
 };
 use crate::body::full_body;
-use crate::listener::pressure::IdlePressure;
+
+/// [`watch`] with nothing counted and never overloaded.
+async fn watch_plain<F: Future>(
+    conn: F,
+    progress: &Progress,
+    limits: Timeouts,
+    slots: &Semaphore,
+) -> Ended<F::Output> {
+    watch(conn, progress, limits, slots, |_| {}, |_| false).await
+}
 
 const T: Duration = Duration::from_millis(1_000);
 
@@ -50,7 +59,7 @@ async fn cut_with(
     slots: &Semaphore,
 ) -> (Ended<()>, Duration) {
     let start = Instant::now();
-    let ended = watch(pending::<()>(), progress, limits, slots).await;
+    let ended = watch_plain(pending::<()>(), progress, limits, slots).await;
     (ended, start.elapsed())
 }
 
@@ -92,7 +101,7 @@ async fn a_request_in_progress_is_never_cut_and_the_wait_restarts_when_it_ends()
         drop(busy);
         Instant::now()
     };
-    let (ended, released) = tokio::join!(watch(pending::<()>(), &p, SAME, &ROOM), released);
+    let (ended, released) = tokio::join!(watch_plain(pending::<()>(), &p, SAME, &ROOM), released);
     let after = Instant::now() - released;
     assert_eq!(ended, Ended::TimedOut { counted: false });
     assert!(released - start >= T * 10);
@@ -112,7 +121,7 @@ async fn heads_arriving_keep_the_connection_open() {
         }
     };
     tokio::select! {
-        e = watch(pending::<()>(), &p, SAME, &ROOM) => panic!("cut while requests arrived: {e:?}"),
+        e = watch_plain(pending::<()>(), &p, SAME, &ROOM) => panic!("cut while requests arrived: {e:?}"),
         () = requests => {}
     }
 }
@@ -124,7 +133,7 @@ async fn the_connection_future_ends_the_watch() {
         tokio::time::sleep(T / 2).await;
         7
     };
-    assert_eq!(watch(conn, &p, SAME, &ROOM).await, Ended::Done(7));
+    assert_eq!(watch_plain(conn, &p, SAME, &ROOM).await, Ended::Done(7));
 }
 
 #[tokio::test(start_paused = true)]
@@ -156,7 +165,7 @@ async fn an_idle_http2_connection_is_closed_gracefully_a_busy_one_never() {
     };
     // Its own idle timeout, here three header timeouts.
     let limits = long_but(|l| l.idle = T * 3);
-    let (ended, released) = tokio::join!(watch(conn, &p, limits, &ROOM), released);
+    let (ended, released) = tokio::join!(watch_plain(conn, &p, limits, &ROOM), released);
     assert_eq!(ended, Ended::Done("closed gracefully"));
     let after = Instant::now() - released;
     assert!(after >= T * 3 && after <= T * 3 + T / 4, "{after:?}");
@@ -183,7 +192,7 @@ async fn the_next_heads_time_starts_at_its_first_bytes() {
         tokio::time::sleep(T * 4).await;
         p.read.store(true, Relaxed);
     };
-    let (ended, ()) = tokio::join!(watch(pending::<()>(), &p, limits, &ROOM), partial);
+    let (ended, ()) = tokio::join!(watch_plain(pending::<()>(), &p, limits, &ROOM), partial);
     let after = start.elapsed() - T * 4;
     assert_eq!(ended, Ended::TimedOut { counted: true });
     assert!(
@@ -209,7 +218,7 @@ async fn at_the_connection_cap_an_idle_connection_gives_its_slot_up_a_slow_head_
         p.close.notified().await;
         "closed gracefully"
     };
-    let ended = watch(conn, &p, limits, &full).await;
+    let ended = watch_plain(conn, &p, limits, &full).await;
     assert_eq!(ended, Ended::Done("closed gracefully"));
     // A head under way, or a first one, keeps its header timeout: the cap reclaims only idle
     // connections, never one whose client is sending a request.
@@ -235,7 +244,7 @@ async fn idle_for(p: &Progress, slots: &Semaphore, overloaded: bool) -> (Ended<(
     let conn = async {
         p.close.notified().await;
     };
-    let ended = watch_counting(conn, p, pressured(), slots, |_| {}, |_| overloaded).await;
+    let ended = watch(conn, p, pressured(), slots, |_| {}, |_| overloaded).await;
     (ended, start.elapsed())
 }
 
@@ -284,7 +293,7 @@ async fn pressure_shortens_neither_http2_idle_nor_a_head_under_way_nor_a_request
     let p = Arc::new(Progress::default());
     let busy = p.begin(http::Version::HTTP_11);
     let limits = pressured();
-    let watched = watch_counting(pending::<()>(), &p, limits, &ROOM, |_| {}, |_| true);
+    let watched = watch(pending::<()>(), &p, limits, &ROOM, |_| {}, |_| true);
     let out = tokio::time::timeout(T * 30, watched).await;
     assert!(out.is_err(), "a busy connection was cut");
     drop(busy);
@@ -308,7 +317,7 @@ fn long_but(set: impl FnOnce(&mut Timeouts)) -> Timeouts {
 /// rather than hanging); how it ended and after how long.
 async fn stalled_out(p: &Progress, limits: Timeouts) -> (Ended<()>, Duration) {
     let start = Instant::now();
-    let ended = tokio::time::timeout(T * 100, watch(pending::<()>(), p, limits, &ROOM))
+    let ended = tokio::time::timeout(T * 100, watch_plain(pending::<()>(), p, limits, &ROOM))
         .await
         .expect("cut, not held for ever");
     (ended, start.elapsed())
@@ -317,7 +326,7 @@ async fn stalled_out(p: &Progress, limits: Timeouts) -> (Ended<()>, Duration) {
 /// Fails if the watch ends while `activity` (a peer moving, or just time) runs.
 async fn not_cut_during(p: &Progress, limits: Timeouts, activity: impl Future<Output = ()>) {
     tokio::select! {
-        e = watch(pending::<()>(), p, limits, &ROOM) => panic!("cut: {e:?}"),
+        e = watch_plain(pending::<()>(), p, limits, &ROOM) => panic!("cut: {e:?}"),
         () = activity => {}
     }
 }

@@ -2,7 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{IdlePressure, Overloaded, OVERLOAD_RECENT};
+use super::IdlePressure;
+use crate::state::{Overloaded, OVERLOAD_RECENT};
 
 const IDLE: Duration = Duration::from_secs(75);
 const MIN: Duration = Duration::from_secs(2);

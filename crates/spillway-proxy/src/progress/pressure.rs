@@ -15,13 +15,13 @@
 //! a pressure in 0 ..= 1:
 //! - open connections, linear from 0 at `listen.idle_pressure_from_pct` % of
 //!   `listen.max_connections` to 1 at the cap (Envoy's scaled trigger; at the cap itself the
-//!   connection's timer already closes an idle connection at once, `head`);
+//!   connection's timer already closes an idle connection at once, [`super::watch`]);
 //! - 1 for a connection idle while the proxy refused requests for its own overload (shed, no
-//!   concurrency slot, queue full or timed out: one such refusal since the connection went
-//!   idle, or in the [`OVERLOAD_RECENT`] before). A refused request gains nothing from a
-//!   connection kept warm for its next try, and an overload is when a stalled, piled-up client
-//!   shows up; counting the refusals of the connection's whole idle time, not only the last
-//!   second's, lets a burst's connections go at the minimum even when the burst's overload
+//!   concurrency slot, queue full or timed out: one such refusal since the connection went idle, or
+//!   in the [`OVERLOAD_RECENT`](crate::state::OVERLOAD_RECENT) before). A refused request gains
+//!   nothing from a connection kept warm for its next try, and an overload is when a stalled,
+//!   piled-up client shows up; counting the refusals of the connection's whole idle time, not only
+//!   the last second's, lets a burst's connections go at the minimum even when the burst's overload
 //!   ended before they had been idle that long.
 //!
 //! A connection in active use never idles long enough to notice (a pool reuses its warm
@@ -30,9 +30,6 @@
 //! drops the client's channel.
 
 use std::time::Duration;
-
-// The overload flag lives with the state that owns it; the timers read it through there.
-pub use crate::state::{Overloaded, OVERLOAD_RECENT};
 
 /// The idle timeout's scaling (from `[listen]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +54,7 @@ impl IdlePressure {
     }
 
     /// No scaling: the idle timeout is always `idle` (the minimum is never reached).
+    #[cfg(test)]
     pub const OFF: IdlePressure = IdlePressure {
         min: Duration::MAX,
         from: usize::MAX,

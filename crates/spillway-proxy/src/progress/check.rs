@@ -60,7 +60,7 @@ impl Checks {
         self.quiet_from + self.period
     }
 
-    /// One check, now; `cut` and `overloaded` as [`super::watch_counting`] takes them.
+    /// One check, now; `cut` and `overloaded` as [`super::watch`] takes them.
     pub(super) fn check<T>(
         &mut self,
         progress: &Progress,

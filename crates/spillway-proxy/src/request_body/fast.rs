@@ -1,6 +1,7 @@
-//! A request body on the fast path (`content-length` or chunked): read from the client and
-//! decoded by the connection's own task, taken by whoever holds the request — the proxy's
-//! upstream request, in this task or in an HTTP/2 connection's.
+//! A request body on the proxy's HTTP/1.1 fast path (`content-length` or chunked): read from
+//! the client and decoded by the connection's own task (`crate::listener::http1`), taken by
+//! whoever holds the request — the proxy's upstream request, in this task or in an HTTP/2
+//! connection's.
 //!
 //! Why a shared slot and not the socket in the body: the connection's task must go on watching
 //! the socket while the request runs (pipelined bytes, the client leaving) and own it again
@@ -9,7 +10,7 @@
 //! chunked rules and limits both ways), the body takes; at most [`BUFFERED`] bytes wait between
 //! them, and the task reads no further until the body has taken them (back-pressure to the
 //! client). A body let go of early is read and discarded by the connection's task, within
-//! [`DISCARD_LIMIT`] (`super::serve`), as `body::UnreadRequestBody` drains hyper's bodies.
+//! [`DISCARD_LIMIT`], as [`UnreadRequestBody`](super::UnreadRequestBody) drains hyper's bodies.
 //!
 //! A client that sent `Expect: 100-continue` waits for `100 Continue` before its body: the
 //! body asks for it the first time its reader finds nothing to take (as hyper's server sends
@@ -50,7 +51,7 @@ fn missing_text(missing: &Option<u64>) -> String {
 
 /// A request body the connection's task fills.
 #[derive(Debug)]
-pub struct RequestBody(Arc<Shared>);
+pub struct FastRequestBody(Arc<Shared>);
 
 #[derive(Debug)]
 struct Shared(Mutex<State>);
@@ -89,13 +90,13 @@ enum Expect {
     Asked,
 }
 
-/// The connection's side of a [`RequestBody`].
+/// The connection's side of a [`FastRequestBody`].
 #[derive(Debug)]
 pub struct Filler(Arc<Shared>);
 
 /// A body framed as `framing` (a length that is not zero, or chunked), whose client waits for
 /// `100 Continue` if `expect_continue`, and the connection's handle to fill it.
-pub fn channel(framing: Framing, expect_continue: bool) -> (RequestBody, Filler) {
+pub fn channel(framing: Framing, expect_continue: bool) -> (FastRequestBody, Filler) {
     let shared = Arc::new(Shared(Mutex::new(State {
         ready: VecDeque::new(),
         buffered: 0,
@@ -112,7 +113,7 @@ pub fn channel(framing: Framing, expect_continue: bool) -> (RequestBody, Filler)
             Expect::Settled
         },
     })));
-    (RequestBody(Arc::clone(&shared)), Filler(shared))
+    (FastRequestBody(Arc::clone(&shared)), Filler(shared))
 }
 
 impl Shared {
@@ -240,7 +241,7 @@ impl Drop for Filler {
     }
 }
 
-impl Body for RequestBody {
+impl Body for FastRequestBody {
     type Data = Bytes;
     type Error = BodyError;
 
@@ -295,7 +296,7 @@ impl Body for RequestBody {
     }
 }
 
-impl Drop for RequestBody {
+impl Drop for FastRequestBody {
     fn drop(&mut self) {
         let mut st = self.0.lock();
         st.dropped = true;
@@ -307,3 +308,6 @@ impl Drop for RequestBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

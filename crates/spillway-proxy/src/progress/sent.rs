@@ -25,6 +25,10 @@
 //! the connection has a response in progress, and its count as held data — keeps the
 //! connection under the send timeout itself, so a connection left with only such streams is
 //! cut when it goes quiet instead of idling in a graceful close that would wait for them.
+//!
+//! Why generic over the body inside: the body is the proxy's response body (`body::ResponseBody`),
+//! which holds the request's admission permit and so lives above this module; the timer reaches
+//! the shared bodies through [`Cut`]. The listener uses one instance, the same code as before.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
@@ -37,14 +41,13 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
 use super::{ActiveRequest, Progress, Stall};
-use crate::body::ProxyBody;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A response body that reports to its connection's [`Progress`] (see the module docs).
 #[derive(Debug)]
-pub struct ReportingResponseBody {
-    inner: Inner,
+pub struct ReportingResponseBody<B> {
+    inner: Inner<B>,
     /// `None` for a body that does not report (a gRPC stream's, see [`ReportingResponseBody::new`]).
     progress: Option<Arc<Progress>>,
     /// The last poll handed over a data frame (counted in `Progress::holding`; for a shared
@@ -56,19 +59,19 @@ pub struct ReportingResponseBody {
 // allocation per response; the shared one is allocated anyway.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-enum Inner {
-    Own(ProxyBody),
-    Shared(Arc<Shared>),
+enum Inner<B> {
+    Own(B),
+    Shared(Arc<Shared<B>>),
 }
 
 /// An HTTP/2 response body the connection's timer can cut (see the module docs).
 #[derive(Debug)]
-pub(super) struct Shared(Mutex<SharedState>);
+struct Shared<B>(Mutex<SharedState<B>>);
 
 #[derive(Debug)]
-struct SharedState {
+struct SharedState<B> {
     /// `None` once cut.
-    body: Option<ProxyBody>,
+    body: Option<B>,
     /// The last poll handed over a data frame (counted in `Progress::holding`).
     holding: bool,
     polls: u64,
@@ -79,14 +82,22 @@ struct SharedState {
     progress: Arc<Progress>,
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, SharedState> {
+impl<B> Shared<B> {
+    fn lock(&self) -> MutexGuard<'_, SharedState<B>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
 
+/// An HTTP/2 response body the connection's timer may cut ([`Progress`] keeps a weak reference
+/// to each, whatever body it holds).
+pub(super) trait Cut: Send + Sync {
     /// Drops the body if it has held data, with no poll and the connection's socket taking
     /// writes (`socket_free`) at every check, for `limit` at `now`; whether it did.
-    pub(super) fn cut_if_stalled(&self, now: Instant, limit: Duration, socket_free: bool) -> bool {
+    fn cut_if_stalled(&self, now: Instant, limit: Duration, socket_free: bool) -> bool;
+}
+
+impl<B: Send> Cut for Shared<B> {
+    fn cut_if_stalled(&self, now: Instant, limit: Duration, socket_free: bool) -> bool {
         let mut st = self.lock();
         let (polls, waiting) = (st.polls, st.holding && socket_free);
         if st.body.is_none() || !st.stall.stalled(now, polls, waiting, limit) {
@@ -106,12 +117,12 @@ impl Shared {
 const CUT: &str = "the client took none of this response for listen.send_timeout_ms (no HTTP/2 \
                    flow-control credit): cut";
 
-impl ReportingResponseBody {
+impl<B: Send + 'static> ReportingResponseBody<B> {
     /// `inner`, reporting to `progress` when given. gRPC responses do not report: a stream
     /// whose consumer pauses is back-pressure gRPC is built on, and its call is bounded by
     /// its deadline (`grpc-timeout`) and the admission limit instead. Over HTTP/2 the body is
     /// shared with the connection's timer, which may cut it alone.
-    pub fn new(inner: ProxyBody, progress: Option<Arc<Progress>>) -> Self {
+    pub fn new(inner: B, progress: Option<Arc<Progress>>) -> Self {
         let inner = match &progress {
             Some(p) if p.h2.load(Relaxed) => {
                 let shared = Arc::new(Shared(Mutex::new(SharedState {
@@ -122,7 +133,9 @@ impl ReportingResponseBody {
                     busy: None,
                     progress: Arc::clone(p),
                 })));
-                p.register(&shared);
+                // The weak reference is taken at this type and unsized to `dyn Cut`.
+                let weak: std::sync::Weak<Shared<B>> = Arc::downgrade(&shared);
+                p.register(weak);
                 Inner::Shared(shared)
             }
             _ => Inner::Own(inner),
@@ -133,7 +146,9 @@ impl ReportingResponseBody {
             holding: false,
         }
     }
+}
 
+impl<B> ReportingResponseBody<B> {
     fn release(&mut self) {
         let Some(p) = &self.progress else {
             return;
@@ -166,7 +181,10 @@ fn note(
     }
 }
 
-impl Body for ReportingResponseBody {
+impl<B> Body for ReportingResponseBody<B>
+where
+    B: Body<Data = Bytes, Error = BoxError> + Unpin,
+{
     type Data = Bytes;
     type Error = BoxError;
 
@@ -217,7 +235,7 @@ impl Body for ReportingResponseBody {
     }
 }
 
-impl Drop for ReportingResponseBody {
+impl<B> Drop for ReportingResponseBody<B> {
     fn drop(&mut self) {
         self.release();
     }
