@@ -35,15 +35,16 @@ pub struct BandSums {
 /// One phase of a traced run.
 #[derive(Debug, Clone)]
 pub struct Phase {
-    /// Start and end, seconds.
+    /// Start, seconds.
     pub from_s: f64,
     /// End, seconds.
     pub to_s: f64,
     /// Bands from the busiest down.
     pub bands: Vec<BandSums>,
-    /// The store's level as last computed (averaged over steps; `None` while within quota).
+    /// The store's level as last computed, summed over the phase's steps (`text` averages
+    /// it); the whole quota while demand is within it.
     pub store_level: f64,
-    /// The level the true demands give.
+    /// The level the true demands give (the whole quota while demand is within it).
     pub true_level: f64,
     levels: f64,
 }
@@ -102,7 +103,9 @@ impl Trace {
             let ph = &mut self.phases[p];
             if ph.levels == 0.0 {
                 let mut d = demands.to_vec();
-                ph.true_level = FairLevel::new(global, d.len(), &mut d).share(f64::MAX);
+                ph.true_level = FairLevel::new(global, d.len(), &mut d)
+                    .share(f64::MAX)
+                    .min(global);
             }
             ph.store_level += store_level;
             ph.levels += 1.0;
