@@ -128,8 +128,9 @@ const EMPTY_BOUND: f64 = 3.0;
 /// those spikes are cut off and the level came out twice what the true demands give, while
 /// the shares asked from the estimate were under the demand half the time: the fleet admitted
 /// 81% of its quota, and 1,000 instances held only because the two errors cancelled
-/// (bench/results/fleet6-issue31.md). A bucket whose smoothed estimate rests on fewer than
-/// [`BUSY`] arrivals reports its rate over the last [`LONG_MEMORY`] smoothing times
+/// (bench/results/fleet6-issue31.md). A bucket whose smoothed estimate rests on few arrivals
+/// (under `BUSY`, 4, in a smoothing time; once busy, under half that) reports its rate over
+/// the last `LONG_MEMORY` (8) smoothing times
 /// (decayed counts over decayed time, so no first reading weighs more than its time) and
 /// asks for a Poisson upper bound of it; a busy one reports the smoothed estimate as before,
 /// and the long view follows it, so a bucket that turns quiet starts its long view from its
@@ -157,11 +158,11 @@ pub struct DemandEstimate {
     /// Whether the last reading was taken as a shift.
     shifted: bool,
     /// The long view (for a bucket with few arrivals): cost units, seconds and arrivals, each
-    /// decayed over [`LONG_MEMORY`] smoothing times, so its rate is units / seconds.
+    /// decayed over `LONG_MEMORY` smoothing times, so its rate is units / seconds.
     long_units: f64,
     long_secs: f64,
     long_arrivals: f64,
-    /// Whether the smoothed estimate rests on enough arrivals to be reported ([`BUSY`]).
+    /// Whether the smoothed estimate rests on enough arrivals to be reported (`BUSY`).
     busy: bool,
 }
 
