@@ -17,10 +17,14 @@
 //!   membership for two intervals; an instance is up from 0, so its first reading runs from
 //!   there, one under a quarter interval is not taken (it reports its static rate), and its
 //!   first lease may lower the static split but not raise it, as the lease client does;
+//! * as the lease client, an instance sends the bucket only once a reading has counted an
+//!   arrival (until then it keeps the static split), and one idle for `IDLE_AFTER` whose
+//!   demand is under the store's floor once as leaving (the store drops its demand; it keeps
+//!   its rate) and then not until an arrival;
 //! * the store computes the share with the script's own arithmetic
-//!   ([`spillway_core::quota::fair`], tested against `share.lua` on a real Redis) over the live
-//!   members' last reports, and keeps the water level for half an interval, as the script
-//!   does; calls in the same time step (a tenth of an interval by default) see each other's
+//!   ([`spillway_core::quota::fair`], tested against `share.lua` on a real Redis) over the
+//!   demands it holds for live members (its floor over every live member), and keeps the
+//!   water level for half an interval, as the script does; calls in the same time step (a tenth of an interval by default) see each other's
 //!   reports, a small departure from Redis's one-at-a-time order;
 //! * the reply arrives a store round trip later (`store_latency_ms`);
 //! * during a store outage calls fail: an instance holds its last lease for two intervals, then
@@ -38,6 +42,15 @@ use spillway_core::quota::DemandEstimate;
 #[cfg(test)]
 #[path = "lease_tests.rs"]
 mod tests;
+
+#[path = "lease_trace.rs"]
+pub mod trace;
+use trace::Trace;
+
+#[path = "lease_report.rs"]
+mod report;
+use report::measure;
+pub use report::{row, table, TABLE_HEADER};
 
 /// A lease simulation scenario (TOML; see `examples/sim/fleet-lease.toml`).
 #[derive(Debug, Clone, Deserialize)]
@@ -242,7 +255,24 @@ struct Inst {
     rate: f64,
     share: Option<f64>,
     last_lease: Option<f64>,
-    pending: Option<(f64, f64)>,
+    /// A reply on its way: when it arrives, and this bucket's share (`None`: the call did not
+    /// send the bucket, or sent it as leaving, and the rate stays).
+    pending: Option<(f64, Option<f64>)>,
+    /// What the call sends for this bucket ([`Send`]).
+    send: Send,
+    /// A reading has counted an arrival (a bucket never used is not sent: `LeaseBook`).
+    used: bool,
+    /// When a reading last counted an arrival, and whether the store was told it is idle.
+    seen_at: f64,
+    told_idle: bool,
+}
+
+/// What a lease call sends for the bucket (`LeaseBook::demands`).
+#[derive(Clone, Copy, PartialEq)]
+enum Send {
+    Nothing,
+    Demand,
+    Leave,
 }
 
 /// Runs every fleet size × lease interval of `sc`.
@@ -258,6 +288,35 @@ pub fn run(sc: &LeaseScenario) -> Vec<LeaseRun> {
 
 /// One run.
 pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
+    simulate(sc, n, lease_ms, None)
+}
+
+/// One run, traced by demand band over the phases between events ([`trace`]).
+pub fn run_traced(sc: &LeaseScenario, n: usize, lease_ms: f64) -> (LeaseRun, Trace) {
+    let mut phases = Vec::new();
+    let mut events = vec![0.0, sc.duration_s];
+    events.extend(sc.shift_at_s);
+    if let Some(o) = sc.outage {
+        events.push(o.from_s);
+        events.push(o.to_s);
+    }
+    events.sort_by(f64::total_cmp);
+    for w in events.windows(2) {
+        if w[1] - w[0] > 3.0 {
+            phases.push((w[0] + 3.0, w[1]));
+        }
+    }
+    let mut tr = Trace::new(n, &phases);
+    let r = simulate(sc, n, lease_ms, Some(&mut tr));
+    (r, tr)
+}
+
+fn simulate(
+    sc: &LeaseScenario,
+    n: usize,
+    lease_ms: f64,
+    mut trace: Option<&mut Trace>,
+) -> LeaseRun {
     let interval = lease_ms / 1000.0;
     let spi = u64::from(sc.steps_per_interval);
     let dt = interval / spi as f64;
@@ -272,6 +331,7 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
         .collect();
     let sum: f64 = raw.iter().sum();
     let weights: Vec<f64> = raw.iter().map(|w| w / sum).collect();
+    let truth: Vec<f64> = weights.iter().map(|w| w * sc.demand).collect();
     let mut inst: Vec<Inst> = (0..n)
         .map(|_| Inst {
             phase: rng.u64(..spi),
@@ -286,11 +346,17 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
             share: None,
             last_lease: None,
             pending: None,
+            send: Send::Nothing,
+            used: false,
+            seen_at: 0.0,
+            told_idle: false,
         })
         .collect();
     // The store: each instance's last report and membership expiry.
     let mut reported = vec![0.0f64; n];
     let mut member_until = vec![f64::NEG_INFINITY; n];
+    // The bucket's demand hash: which members it holds a demand for.
+    let mut in_bucket = vec![false; n];
     let mut callers: Vec<usize> = Vec::new();
     let mut demands: Vec<f64> = Vec::with_capacity(n);
     let mut kept: Option<(f64, FairLevel)> = None;
@@ -304,6 +370,7 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
         if down && !wiped && sc.outage.is_some_and(|o| o.loses_state) {
             reported.iter_mut().for_each(|r| *r = 0.0);
             member_until.iter_mut().for_each(|m| *m = f64::NEG_INFINITY);
+            in_bucket.iter_mut().for_each(|b| *b = false);
             wiped = true;
             kept = None;
         }
@@ -313,6 +380,10 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
         };
         let mut admitted = 0.0;
         callers.clear();
+        if let Some(tr) = trace.as_deref_mut() {
+            let level = kept.map_or(0.0, |(_, l)| l.share(f64::MAX).min(sc.global));
+            tr.begin(t, sc.global, level, &truth);
+        }
         for (i, me) in inst.iter_mut().enumerate() {
             let d = demand(i);
             if let Some((at, share)) = me.pending {
@@ -320,14 +391,17 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
                     me.pending = None;
                     // The first lease after an outage may come from a store that restarted
                     // empty and counts only the first callers: it may lower the rate, not
-                    // raise it, until the next one (the proxy's `LeaseBook::granted`).
-                    me.rate = if me.recovering {
-                        share.min(me.rate)
-                    } else {
-                        share
-                    };
+                    // raise it, until the next one (the proxy's `LeaseBook::granted`). A
+                    // bucket not sent, or sent as leaving, keeps its rate.
+                    if let Some(share) = share {
+                        me.rate = if me.recovering {
+                            share.min(me.rate)
+                        } else {
+                            share
+                        };
+                        me.share = Some(share);
+                    }
                     me.recovering = false;
-                    me.share = Some(share);
                     me.last_lease = Some(at);
                 }
             }
@@ -336,6 +410,7 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
                 // steady and followed when it shifts, by the lease client's own estimator.
                 // A reading shorter than a quarter interval tells nothing and is not taken
                 // (`LeaseBook::demands`): the next one runs from the same point.
+                let mut arrived = false;
                 if let Some(since) = me.since.filter(|&s| t - s >= interval / 4.0 - 1e-9) {
                     let dt_call = t - since;
                     let k = match sc.arrivals {
@@ -350,10 +425,36 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
                         .update_with(units / dt_call, dt_call, Some(k), sc.smoothing_s);
                     me.offered = 0.0;
                     me.since = Some(t);
+                    arrived = k > 0;
+                } else if !me.used {
+                    // A reading too short to take still sees whether anything arrived (the
+                    // lease client's counters run all along): a bucket with arrivals is sent.
+                    arrived = rng.f64() < 1.0 - (-me.offered).exp();
                 }
+                if arrived {
+                    me.used = true;
+                    me.seen_at = t;
+                    me.told_idle = false;
+                }
+                // As `LeaseBook::demands`: a bucket never used is not sent, an idle one (no
+                // arrival for `IDLE_AFTER` and a demand under the store's floor) once as
+                // leaving, then not until an arrival.
+                let floor = sc.global / n as f64 / 100.0;
+                me.send = if !me.used || (me.told_idle && !arrived) {
+                    Send::Nothing
+                } else if arrived
+                    || t - me.seen_at < IDLE_AFTER_S
+                    || me.est.value().is_some_and(|v| v >= floor)
+                {
+                    Send::Demand
+                } else {
+                    me.told_idle = true;
+                    Send::Leave
+                };
                 calls += 1;
                 if down {
                     me.recovering = true;
+                    me.told_idle = false;
                     fall_back(me, t, interval, fixed);
                 } else {
                     callers.push(i);
@@ -361,12 +462,23 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
             }
             me.offered += d * dt;
             admitted += d.min(me.rate);
+            if let Some(tr) = trace.as_deref_mut() {
+                let rank = if shifted { n - 1 - i } else { i };
+                tr.instance(i, rank, d, me.rate, reported[i]);
+            }
         }
         if !callers.is_empty() {
             for &i in &callers {
-                // Before its first reading an instance reports the rate it enforces.
-                reported[i] = inst[i].est.value().unwrap_or(inst[i].rate);
                 member_until[i] = t + 2.0 * interval;
+                match inst[i].send {
+                    // Before its first reading an instance reports the rate it enforces.
+                    Send::Demand => {
+                        reported[i] = inst[i].est.value().unwrap_or(inst[i].rate);
+                        in_bucket[i] = true;
+                    }
+                    Send::Leave => in_bucket[i] = false,
+                    Send::Nothing => {}
+                }
             }
             // The script keeps a bucket's level for half an interval (`share.lua`): within
             // that, callers get the kept level applied to their own demand.
@@ -377,24 +489,36 @@ pub fn run_one(sc: &LeaseScenario, n: usize, lease_ms: f64) -> LeaseRun {
                 Some((at, level)) if !fresh && t - at < interval / 2.0 => level,
                 _ => {
                     demands.clear();
-                    demands.extend((0..n).filter(|&i| member_until[i] > t).map(|i| reported[i]));
-                    let level = FairLevel::new(sc.global, demands.len(), &mut demands);
+                    let live = (0..n).filter(|&i| member_until[i] > t);
+                    let members = live.clone().count();
+                    demands.extend(live.filter(|&i| in_bucket[i]).map(|i| reported[i]));
+                    let level = FairLevel::new(sc.global, members, &mut demands);
                     kept = Some((t, level));
                     level
                 }
             };
             for &i in &callers {
+                if inst[i].send != Send::Demand {
+                    inst[i].pending = Some((t + latency, None));
+                    continue;
+                }
                 let ask = match inst[i].est.value() {
                     Some(_) => inst[i].est.upper(),
                     None => reported[i],
                 };
-                inst[i].pending = Some((t + latency, level.share_asking(reported[i], ask)));
+                if let Some(tr) = trace.as_deref_mut() {
+                    tr.asks[i] = ask;
+                }
+                inst[i].pending = Some((t + latency, Some(level.share_asking(reported[i], ask))));
             }
         }
         series.push(admitted / target);
     }
     measure(sc, n, lease_ms, dt, &series, calls)
 }
+
+/// `spillway_tower::lease::IDLE_AFTER`, seconds.
+const IDLE_AFTER_S: f64 = 2.0;
 
 /// A Poisson count with mean `mean`: by multiplication of uniforms for small means, by the
 /// normal approximation (rounded, at least 0) from 30 up, where its error is far below the
@@ -433,114 +557,4 @@ fn fall_back(me: &mut Inst, t: f64, interval: f64, fixed: f64) {
     let f = ((age - hold) / hold).min(1.0);
     let from = me.share.unwrap_or(fixed);
     me.rate = from + (fixed - from) * f;
-}
-
-fn measure(
-    sc: &LeaseScenario,
-    n: usize,
-    lease_ms: f64,
-    dt: f64,
-    series: &[f64],
-    calls: u64,
-) -> LeaseRun {
-    let at = |s: f64| ((s / dt).round() as usize).min(series.len());
-    let end = sc.duration_s;
-    let outage = sc.outage.map(|o| (o.from_s, o.to_s));
-    // Events and the windows after them, in time order.
-    let mut events = vec![0.0];
-    events.extend(sc.shift_at_s.filter(|&s| s < end));
-    if let Some((a, b)) = outage {
-        events.push(a);
-        events.push(b);
-    }
-    events.sort_by(f64::total_cmp);
-    let next_event = |t: f64| events.iter().copied().find(|&e| e > t).unwrap_or(end);
-    let within = |v: f64| (v - 1.0).abs() <= sc.tolerance;
-    // Convergence from `from`: the first step after which every step up to the next event
-    // stays within the band.
-    let converge = |from: f64| -> Option<f64> {
-        let (a, b) = (at(from), at(next_event(from)));
-        let bad = series[a..b].iter().rposition(|&v| !within(v));
-        match bad {
-            None => Some(0.0),
-            Some(j) if a + j + 1 < b => Some((j + 1) as f64 * dt),
-            Some(_) => None,
-        }
-    };
-    let settled = |t: f64| {
-        !events.iter().any(|&e| t >= e && t < e + 3.0)
-            && !outage.is_some_and(|(a, b)| t >= a && t < b)
-    };
-    let mut seconds = Vec::new();
-    let mut s = 0.0;
-    while s + 1.0 <= end {
-        if settled(s) && settled(s + 1.0 - dt) {
-            let w = &series[at(s)..at(s + 1.0)];
-            seconds.push(w.iter().sum::<f64>() / w.len().max(1) as f64);
-        }
-        s += 1.0;
-    }
-    let accuracy = seconds.iter().sum::<f64>() / seconds.len().max(1) as f64;
-    let worst_second = seconds
-        .iter()
-        .copied()
-        .max_by(|a, b| (a - 1.0).abs().total_cmp(&(b - 1.0).abs()))
-        .unwrap_or(f64::NAN);
-    let interval = lease_ms / 1000.0;
-    let mean = |a: usize, b: usize| series[a..b].iter().sum::<f64>() / (b - a).max(1) as f64;
-    LeaseRun {
-        instances: n,
-        lease_ms,
-        accuracy,
-        worst_second,
-        converge_start_s: converge(0.0),
-        converge_shift_s: sc.shift_at_s.filter(|&s| s < end).and_then(converge),
-        converge_outage_s: outage.and_then(|(_, b)| converge(b)),
-        outage_accuracy: outage.map(|(a, b)| mean(at(a), at(b))),
-        peak_after_outage: outage.map(|(_, b)| {
-            series[at(b)..at(b + 2.0 * interval)]
-                .iter()
-                .copied()
-                .fold(f64::NEG_INFINITY, f64::max)
-        }),
-        store_calls: calls,
-    }
-}
-
-/// The runs as a Markdown table.
-pub fn table(runs: &[LeaseRun]) -> String {
-    let mut s = TABLE_HEADER.to_string();
-    for r in runs {
-        s.push_str(&row(r));
-    }
-    s
-}
-
-/// The table's header (see [`row`]).
-pub const TABLE_HEADER: &str =
-    "| instances | lease ms | accuracy | worst second | converge: start \
-     | after shift | after outage | during outage | peak after outage | store calls |\n\
-     |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-
-/// One run as a row of [`TABLE_HEADER`]'s table.
-pub fn row(r: &LeaseRun) -> String {
-    let opt = |v: Option<f64>| v.map_or("never".into(), |v| format!("{v:.2}"));
-    let iv = |v: Option<f64>| {
-        v.map_or("never".into(), |v| {
-            format!("{v:.2} s ({:.1} iv)", v / (r.lease_ms / 1000.0))
-        })
-    };
-    format!(
-        "| {} | {} | {:.3} | {:.3} | {} | {} | {} | {} | {} | {} |\n",
-        r.instances,
-        r.lease_ms,
-        r.accuracy,
-        r.worst_second,
-        iv(r.converge_start_s),
-        iv(r.converge_shift_s),
-        iv(r.converge_outage_s),
-        opt(r.outage_accuracy),
-        opt(r.peak_after_outage),
-        r.store_calls,
-    )
 }

@@ -33,9 +33,11 @@ fn the_shipped_scenario_holds_the_quota_and_converges() {
         // From a cold start: an instance's first call reads its demand since it started (a
         // reading under a quarter interval is not taken) and may lower the static split but
         // not raise it; the second, an interval later, gets the share over everyone's
-        // readings. 1.6-1.9 intervals (it was 2.9-3.0 when the first call read nothing).
+        // readings. 1.6-1.9 intervals while the model sent every bucket from the first call;
+        // 2.4-2.8 at 100 instances since it sends one only once an arrival was counted, as the
+        // lease client does (the code before the long view gave 2.4 on the same model).
         assert!(
-            r.converge_start_s.is_some_and(|c| c <= 2.0 * iv + 1e-9),
+            r.converge_start_s.is_some_and(|c| c <= 3.0 * iv + 1e-9),
             "{r:?}"
         );
         // After the demand ranks reverse: a busy instance follows at its next reading (its
@@ -48,6 +50,18 @@ fn the_shipped_scenario_holds_the_quota_and_converges() {
             "{r:?}"
         );
     }
+}
+
+/// 10,000 instances, 0.3 requests/s each on average: the fleet admits its quota. It admitted
+/// 81% of it while quiet instances reported one-second estimates (the store's level came out
+/// twice the true one, and half the quiet instances' shares were under their demand).
+#[test]
+fn ten_thousand_sparse_instances_hold_the_quota() {
+    let sc = LeaseScenario::from_toml(SHIPPED, "fleet-lease.toml").expect("shipped scenario");
+    let r = run_one(&sc, 10_000, 1000.0);
+    eprintln!("{}", super::table(std::slice::from_ref(&r)));
+    assert!((r.accuracy - 1.0).abs() <= 0.05, "{r:?}");
+    assert!(r.converge_outage_s.is_some_and(|c| c <= 2.0), "{r:?}");
 }
 
 #[test]
@@ -114,4 +128,22 @@ fn low_traffic_holds_the_quota() {
     let r = run_one(&sc, 100, 500.0);
     eprintln!("{}", super::table(std::slice::from_ref(&r)));
     assert!((r.accuracy - 1.0).abs() <= 0.05, "{r:?}");
+}
+
+/// Where the quota goes, by demand band (`LEASE_N=10000 LEASE_MS=250 cargo test --release -p
+/// spillway-sim --lib lease_trace_table -- --ignored --nocapture`).
+#[test]
+#[ignore = "figures: run in release"]
+fn lease_trace_table() {
+    let sc = LeaseScenario::from_toml(SHIPPED, "fleet-lease.toml").expect("shipped scenario");
+    let env = |k: &str, d: f64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let n = env("LEASE_N", 10_000.0) as usize;
+    let l = env("LEASE_MS", 250.0);
+    let (r, tr) = super::run_traced(&sc, n, l);
+    print!("{}{}", super::table(std::slice::from_ref(&r)), tr.text());
 }

@@ -90,6 +90,17 @@ const SIGNIFICANT_GAP: f64 = 2.0;
 /// ... and when `k` or `λ` is at least this (a Poisson mean of 9 reads 0 once in 8,000).
 const SIGNIFICANT_COUNT: f64 = 9.0;
 
+/// The long view's memory, in smoothing times (8 s for the proxy's 1 s).
+const LONG_MEMORY: f64 = 8.0;
+
+/// A bucket whose smoothed estimate rests on this many arrivals or more (within a smoothing
+/// time) reports it; under half as many, it reports its long view.
+const BUSY: f64 = 4.0;
+
+/// Arrivals a long view with none still asks for (the rule of three: a Poisson mean of 3
+/// shows no arrival 5% of the time).
+const EMPTY_BOUND: f64 = 3.0;
+
 /// One bucket's demand as a lease client reports it: the offered rate, smoothed while steady,
 /// followed at once when it shifts.
 ///
@@ -110,6 +121,20 @@ const SIGNIFICANT_COUNT: f64 = 9.0;
 /// Shorter runs are smoothed, so an instance that sees a few arrivals per interval does not
 /// report each interval's count. The first reading stands as it is (no history to smooth it
 /// with), so a busy instance is not under-reported after it starts.
+///
+/// Why a long view for quiet buckets: at 10,000 instances sharing 1,000/s (0.3 requests/s
+/// each on average) a one-second estimate is mostly 0 and, after each arrival, several times
+/// the fair level for a second. The store's level is computed over `min(demand, level)`, so
+/// those spikes are cut off and the level came out twice what the true demands give, while
+/// the shares asked from the estimate were under the demand half the time: the fleet admitted
+/// 81% of its quota, and 1,000 instances held only because the two errors cancelled
+/// (bench/results/fleet6-issue31.md). A bucket whose smoothed estimate rests on few arrivals
+/// (under `BUSY`, 4, in a smoothing time; once busy, under half that) reports its rate over
+/// the last `LONG_MEMORY` (8) smoothing times
+/// (decayed counts over decayed time, so no first reading weighs more than its time) and
+/// asks for a Poisson upper bound of it; a busy one reports the smoothed estimate as before,
+/// and the long view follows it, so a bucket that turns quiet starts its long view from its
+/// demand then. Shifts are still taken from the counted readings, as above.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct DemandEstimate {
     /// Cost units per second; `None` before the first reading.
@@ -132,23 +157,44 @@ pub struct DemandEstimate {
     smoothing: f64,
     /// Whether the last reading was taken as a shift.
     shifted: bool,
+    /// The long view (for a bucket with few arrivals): cost units, seconds and arrivals, each
+    /// decayed over `LONG_MEMORY` smoothing times, so its rate is units / seconds.
+    long_units: f64,
+    long_secs: f64,
+    long_arrivals: f64,
+    /// Whether the smoothed estimate rests on enough arrivals to be reported (`BUSY`).
+    busy: bool,
 }
 
 impl DemandEstimate {
     /// The estimate, cost units/s (0 before the first reading).
     pub fn get(&self) -> f64 {
-        self.est.unwrap_or(0.0)
+        self.value().unwrap_or(0.0)
     }
 
     /// The estimate, cost units/s, or `None` before the first reading.
     pub fn value(&self) -> Option<f64> {
-        self.est
+        let est = self.est?;
+        Some(self.long().map_or(est, |(rate, _)| rate))
+    }
+
+    /// The long view's rate and arrivals when it is the one to report: arrivals are counted
+    /// and the smoothed estimate rests on too few of them.
+    fn long(&self) -> Option<(f64, f64)> {
+        self.per_arrival?;
+        (!self.busy && self.long_secs > 0.0).then(|| {
+            (
+                self.long_units / self.long_secs,
+                self.long_arrivals.max(0.0),
+            )
+        })
     }
 
     /// An upper bound of the demand: the estimate plus two standard deviations of the Poisson
     /// noise of the arrivals it rests on (an average of `λ` arrivals/s over a smoothing time
-    /// `τ` varies by `√(λ / 2τ)`). The lease client asks for this much for itself while the
-    /// fleet's level is computed over the estimates.
+    /// `τ` varies by `√(λ / 2τ)`); from the long view, `n + 2√n + 3` arrivals over its
+    /// seconds (`n` its arrivals; with none, the rule of three). The lease client asks for
+    /// this much for itself while the fleet's level is computed over the estimates.
     ///
     /// Why: an instance that sees a few requests per interval reads its demand low about half
     /// the time, and a share of exactly its estimate then refuses what its demand would have
@@ -156,9 +202,14 @@ impl DemandEstimate {
     /// of it and 10,000 about half (bench/results/fleet4-issue31.md). The excess goes unused
     /// while demand holds; if many quiet instances grow at once the fleet admits up to their
     /// asks until the estimates, and with them the level, catch up (the smoothing time). A
-    /// larger ask (a rule-of-three term for windows without arrivals) was tried and made
-    /// 1,000 instances admit 4–5% over the quota.
+    /// larger ask (a rule-of-three term for windows without arrivals) made 1,000 instances
+    /// admit 4–5% over the quota while the level was computed over one-second estimates
+    /// (bench/results/fleet4-issue31.md); over the long view's reports it no longer does
+    /// (bench/results/fleet6-issue31.md).
     pub fn upper(&self) -> f64 {
+        if let (Some((_, n)), Some(cpa)) = (self.long(), self.per_arrival) {
+            return (n + 2.0 * n.sqrt() + EMPTY_BOUND) * cpa / self.long_secs;
+        }
         let est = self.get();
         match self.per_arrival {
             Some(cpa) if self.smoothing > 0.0 => {
@@ -204,6 +255,14 @@ impl DemandEstimate {
             .filter(|&k| k > 0 && rate > 0.0 && dt > 0.0)
             .map(|k| rate * dt / k as f64);
         self.smoothing = smoothing_s;
+        let g = if smoothing_s > 0.0 {
+            (-dt / (smoothing_s * LONG_MEMORY)).exp()
+        } else {
+            0.0
+        };
+        self.long_units = self.long_units * g + rate * dt;
+        self.long_secs = self.long_secs * g + dt;
+        self.long_arrivals = self.long_arrivals * g + arrivals.unwrap_or(0) as f64;
         let Some(est) = self.est else {
             self.est = Some(rate);
             self.per_arrival = per;
@@ -292,6 +351,20 @@ impl DemandEstimate {
             est + alpha * (rate - est)
         };
         self.est = Some(next);
+        // Arrivals the smoothed estimate rests on: busy from BUSY up, quiet again under half
+        // of it (so a quiet bucket's lucky reading does not swap views back and forth).
+        let cpa = self.per_arrival.filter(|&c| c > 0.0);
+        let count = cpa.map_or(0.0, |c| next * smoothing_s / c);
+        self.busy = count >= if self.busy { BUSY / 2.0 } else { BUSY };
+        if self.shifted || self.busy {
+            // While busy, or at a shift, the long view restarts from the smoothed estimate
+            // with a smoothing time's weight: when the bucket turns quiet, or after its
+            // demand moved, the long view starts from the demand now, not from an average
+            // of seconds ago, and its own arrivals outweigh that start within seconds.
+            self.long_secs = smoothing_s.min(self.long_secs);
+            self.long_units = next * self.long_secs;
+            self.long_arrivals = cpa.map_or(0.0, |c| self.long_units / c);
+        }
         next
     }
 }

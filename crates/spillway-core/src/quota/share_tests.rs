@@ -242,3 +242,56 @@ fn a_few_arrivals_per_reading_are_rarely_taken_for_a_shift() {
     assert!(lowest >= 0.0, "{lowest}");
     assert!(under < 0.15, "{under}");
 }
+
+#[test]
+fn a_quiet_bucket_reports_its_long_view_and_asks_above_its_demand() {
+    // 0.3 requests/s in 250 ms readings, what each of 10,000 instances sharing 1,000/s sees
+    // on average. A one-second estimate is 0 most of the time and near 0.9/s for a second
+    // after each arrival; the store cuts such spikes at the fair level and so computed a level
+    // twice the true one. The long view (8 s) keeps the report near the demand, and the ask
+    // (its Poisson upper bound) over it.
+    let (rate, dt) = (0.3, 0.25);
+    let mut state = 7;
+    let mut d = DemandEstimate::default();
+    let n = 40_000;
+    let (mut sum, mut spikes, mut under) = (0.0, 0, 0);
+    for i in 0..n {
+        let k = poisson(&mut state, rate * dt);
+        d.update_with(k as f64 / dt, dt, Some(k), 1.0);
+        if i >= 400 {
+            let v = d.get();
+            sum += v;
+            spikes += usize::from(v > 3.0 * rate);
+            under += usize::from(d.upper() < rate);
+        }
+    }
+    let m = (n - 400) as f64;
+    let (mean, spikes, under) = (sum / m, spikes as f64 / m, under as f64 / m);
+    eprintln!(
+        "0.3/s in 250 ms readings: mean {mean:.3}, over 3x {spikes:.4}, ask under {under:.4}"
+    );
+    assert!((mean - rate).abs() < 0.1 * rate, "{mean}");
+    assert!(spikes < 0.01, "{spikes}");
+    assert!(under < 0.05, "{under}");
+}
+
+#[test]
+fn a_bucket_turning_quiet_starts_its_long_view_from_its_demand_then() {
+    // 40/s (busy: its smoothed estimate is reported), then 0.5/s: the drop is beyond noise at
+    // the next reading, and the long view starts there rather than from 40/s eight seconds
+    // deep; ten seconds on it reports about the new demand.
+    let dt = 0.25;
+    let mut state = 3;
+    let mut d = DemandEstimate::default();
+    for _ in 0..40 {
+        let k = poisson(&mut state, 40.0 * dt);
+        d.update_with(k as f64 / dt, dt, Some(k), 1.0);
+    }
+    assert!((d.get() - 40.0).abs() < 8.0, "{}", d.get());
+    for _ in 0..40 {
+        let k = poisson(&mut state, 0.5 * dt);
+        d.update_with(k as f64 / dt, dt, Some(k), 1.0);
+    }
+    assert!(d.get() < 1.5, "{}", d.get());
+    assert!(d.upper() >= 0.5, "{}", d.upper());
+}

@@ -25,9 +25,16 @@ pub struct Report {
     pub ask: f64,
 }
 
-/// A bucket with no arrival for this long is idle: it is reported once more, as leaving, and
-/// then not at all until a request arrives (a store call then costs what the busy buckets do,
-/// not every configured customer × criticality).
+/// A bucket with no arrival for this long, and a demand under the store's floor (1% of an
+/// equal split), is idle: it is reported once more, as leaving, and then not at all until a
+/// request arrives (a store call then costs what the busy buckets do, not every configured
+/// customer × criticality).
+///
+/// Why the floor too: at 10,000 instances an instance may see a request every half minute.
+/// Idle after two quiet seconds, it was out of the store's count most of the time while its
+/// requests still came, and it left with the floor share, so its next request found a
+/// bucket rated at a hundredth of an equal split and went into debt for `max_retry_after`.
+/// Its demand estimate falls under the floor only when it no longer counts anyway.
 pub const IDLE_AFTER: Duration = Duration::from_secs(2);
 
 /// The client's memory of demand and leases, and the fallback arithmetic (no I/O: unit-tested).
@@ -82,9 +89,9 @@ impl LeaseBook {
     /// The first reading runs from the book's origin; one shorter than a quarter of an
     /// interval (the call a lease task makes as it starts) tells nothing, so it is not taken
     /// (the next reading runs from the same point) and a bucket with arrivals reports the rate
-    /// it enforces instead. A bucket idle for [`IDLE_AFTER`] is reported once as leaving (a
+    /// it enforces instead. A bucket idle ([`IDLE_AFTER`]) is reported once as leaving (a
     /// negative demand: the script drops this instance from it) and then left out; it keeps
-    /// its last share until a request arrives and the next reading reports it again.
+    /// its rate until a request arrives and the next reading reports it again.
     pub fn demands(&mut self, book: &QuotaBook, now: Instant, interval: Duration) -> Vec<Report> {
         let id = book as *const QuotaBook as usize;
         if id != self.book {
@@ -106,6 +113,7 @@ impl LeaseBook {
             self.read_at = Some(now);
         }
         let mut out = Vec::new();
+        let members = self.members.max(1) as f64;
         for b in book.shared_buckets() {
             let total = book.offered(b.index);
             let count = book.arrivals(b.index);
@@ -132,7 +140,10 @@ impl LeaseBook {
                 // Never used (it keeps the static split until a request arrives), or idle and
                 // the store told so: nothing to send.
                 continue;
-            } else if arrived || now.saturating_duration_since(seen.0) < IDLE_AFTER {
+            } else if arrived
+                || now.saturating_duration_since(seen.0) < IDLE_AFTER
+                || d.value().is_some_and(|v| v >= b.global / members / 100.0)
+            {
                 match d.value() {
                     Some(v) => (v, d.upper()),
                     None => (b.rate, b.rate),
@@ -155,7 +166,8 @@ impl LeaseBook {
     /// A lease arrived: apply the shares. The first one after a failure may come from a store
     /// that restarted empty and so far counts only the first instances back (the first one
     /// alone would get the whole quota): it may lower rates but not raise them; the next
-    /// lease, an interval later, counts everyone again.
+    /// lease, an interval later, counts everyone again. A bucket sent as leaving keeps its
+    /// rate (the script's answer for it is the floor: see [`IDLE_AFTER`]).
     pub fn granted(
         &mut self,
         book: &QuotaBook,
@@ -173,6 +185,9 @@ impl LeaseBook {
             HashMap::new()
         };
         for (r, &s) in reports.iter().zip(shares) {
+            if r.demand < 0.0 {
+                continue;
+            }
             let s = cap.get(&r.index).map_or(s, |&c| s.min(c));
             book.set_rate(r.index, s);
             self.share.insert(r.index, s);

@@ -10,7 +10,8 @@
 //! interval,
 //!
 //! 1. reads each shared bucket's demand — the cost offered to it per second, admitted or
-//!    refused, smoothed while steady and followed when it shifts ([`QuotaBook::offered`],
+//!    refused, smoothed while steady and followed when it shifts, over the last eight
+//!    seconds for a bucket with a few requests a second ([`QuotaBook::offered`],
 //!    [`DemandEstimate`]);
 //! 2. sends the buckets with traffic (an idle one once more, as leaving it; [`IDLE_AFTER`]),
 //!    each with its demand and the upper bound of it this instance asks for itself

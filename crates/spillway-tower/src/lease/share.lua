@@ -15,8 +15,9 @@
 --
 -- A client sends only the buckets it has traffic for (and each idle one once, as leaving), so
 -- a call costs what its busy buckets cost; a bucket nobody sends expires with its hash after
--- four intervals, and one an instance stopped sending no longer counts it. An idle instance
--- keeps the share it got when it left until its traffic returns, at most an interval later.
+-- four intervals, and one an instance stopped sending no longer counts it. The answer for a
+-- leaving bucket is the floor; the client keeps the rate it had (spillway_tower::lease::
+-- IDLE_AFTER says why) until its traffic returns and the next lease counts it again.
 --
 -- Returns {live members, share for KEYS[2], share for KEYS[3], ...} as strings (a Lua number
 -- would be truncated to an integer reply).

@@ -92,6 +92,50 @@ fn an_idle_bucket_is_sent_once_as_leaving_then_left_out() {
 }
 
 #[test]
+fn a_quiet_bucket_stays_while_its_demand_counts_and_a_leave_keeps_the_rate() {
+    let (book, _, t0) = book(3);
+    let mut lease = LeaseBook::default();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    // One request every 2 s among 100 members: 0.5/s, far above the store's floor (1% of an
+    // equal split: 0.009/s), so three quiet seconds do not make the bucket idle.
+    let mut r = Vec::new();
+    for i in 1..=40u64 {
+        if i % 4 == 0 {
+            charge(&book, t0, 1);
+        }
+        r = lease.demands(&book, at(500 * i), IV);
+        let shares: Vec<f64> = r.iter().map(|_| 5.0).collect();
+        lease.granted(&book, &r, 100, &shares, at(500 * i));
+    }
+    for i in 41..=46u64 {
+        r = lease.demands(&book, at(500 * i), IV);
+        assert!(r.len() == 1 && r[0].demand > 0.0, "{i}: {r:?}");
+        lease.granted(&book, &r, 100, &[5.0], at(500 * i));
+    }
+    assert!(r[0].ask >= 0.5, "{r:?}");
+    // Among 3 members the floor is 0.3/s: the same bucket, quiet for 2 s, is left, once, and
+    // keeps the rate it had rather than the floor share the store answers a leave with.
+    let mut small = LeaseBook::default();
+    let (book, _, t0) = self::book(3);
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    charge(&book, t0, 1);
+    let r = small.demands(&book, at(500), IV);
+    small.granted(&book, &r, 3, &[5.0], at(500));
+    let mut left = None;
+    for i in 2..=40u64 {
+        let r = small.demands(&book, at(500 * i), IV);
+        if r.first().is_some_and(|r| r.demand < 0.0) {
+            small.granted(&book, &r, 3, &[0.3], at(500 * i));
+            left = Some(i);
+            break;
+        }
+        small.granted(&book, &r, 3, &vec![5.0; r.len()], at(500 * i));
+    }
+    assert!(left.is_some(), "never left");
+    assert!((rate(&book) - 5.0).abs() < 1e-9, "{}", rate(&book));
+}
+
+#[test]
 fn a_lease_rerates_and_a_failing_store_falls_back_to_the_static_split() {
     let (book, cfg, t0) = book(3);
     let mut lease = LeaseBook::default();
