@@ -68,13 +68,13 @@ impl AdmissionController {
         let mut give_up_at = q.give_up_at(now, req.deadline, budget, c);
         let by_wait = now + inner.queue_cfg.max_wait;
         // CRITICAL work may wait for its deadline to absorb a burst, but not once its own
-        // overload is sustained (its oldest waiter above the max wait for a while, or its
-        // refusals for overload on end for as long; `queue/sustained.rs`): then a queue that stands at the deadline adds latency and no
+        // overload is sustained (refused for overload for a second on end, until its queue
+        // drains; `queue/sustained.rs`): then a queue that stands at the deadline adds latency and no
         // goodput. It waits at most the max wait, judged on the slower of the Little's-law
         // estimate and the drain measured between dispatches, and is refused at once when it
         // is not expected to start within it (the estimate is no longer a guess about a
-        // burst: the queue has stood past the max wait for `SUSTAINED_INTERVALS` of them).
-        let mut sustained = q.sustained(now);
+        // burst: CRITICAL has been refused for a second on end).
+        let mut sustained = q.sustained();
         if !sustained && c >= Criticality::Critical && inner.episode.is_sustained(c, now) {
             // Refused for overload for a second on end: the same overload seen at the door.
             q.mark_sustained();

@@ -52,7 +52,7 @@ impl<T> AdmissionQueue<T> {
     ) -> Option<QueueEntry<T>> {
         // Judged before the purge: once CRITICAL overload is sustained, its waiters past the
         // max wait go (`sustained.rs`).
-        self.sustained(now);
+        self.sustained();
         self.purge(now, expected_service, &mut on_drop);
         loop {
             let (class, pos) = self.head(now)?;

@@ -68,7 +68,6 @@ use crate::error::ConfigError;
 use codel::Codel;
 pub use config::{QueueConfig, QueueDiscipline};
 pub use service::{ServiceBudget, ServiceTimeEstimate};
-pub use sustained::SUSTAINED_INTERVALS;
 
 /// How long an entry may wait at most, by default: one CoDel interval (100 ms, Nichols &
 /// Jacobson 2012) — a wait longer than that is a standing queue rather than a burst.

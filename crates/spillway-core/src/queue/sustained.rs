@@ -12,38 +12,35 @@
 //! 200/s: successes p50 698 ms, refusals p50 101 ms; issue 28's R4 wants refusals at once).
 //!
 //! A burst and sustained overload look alike at any one instant; what tells them apart is
-//! time. So, as CoDel judges a standing queue (Nichols & Jacobson 2012: above target for an
-//! interval) and DAGOR moves its admission level on the queueing time (Zhou et al., SoCC
-//! 2018), the queue watches how long the oldest waiter of these levels has waited. Once that
-//! has stayed above the max wait for [`SUSTAINED_INTERVALS`] max waits (1 s by default: a
-//! burst at twice the capacity that long builds a queue a 1 s deadline still absorbs), the
-//! overload is *sustained* — as it is when the controller has refused such work for overload
-//! for a second on end (its refusals' own "sustained", `controller/refusal.rs`: the queue then
-//! holds mostly work bound by the max wait, which leaves at it, so its oldest waiter is never
-//! seen past it). Until these levels' queue next drains, their work waits no longer
-//! than the max wait, like everything else, and is refused on arrival when it is not expected
-//! to start within it. Those already waiting longer are let go at the next dequeue. The state
-//! ends only when the levels' queue empties — under sustained overload it never does — and
-//! within the same window after, a queue above the max wait is judged sustained again at once
-//! (RFC 8289 re-enters its dropping state near the previous rate for the same reason:
-//! overload that paused is likely the same overload).
+//! time. A burst the callers' deadlines absorb is served without refusing CRITICAL work; once
+//! CRITICAL work has been refused for overload for a second on end (its refusals' own
+//! "sustained", `controller/refusal.rs`: the queue stands at its callers' deadlines and what
+//! arrives does not fit), the overload is *sustained* — DAGOR (Zhou et al., SoCC 2018) likewise
+//! moves its admission on the queueing it sees, and CoDel (Nichols & Jacobson 2012) calls a
+//! delay that has not drained for an interval a standing queue. Until these levels' queue next
+//! drains, their work waits no longer than the max wait, like everything else, and is refused on
+//! arrival when it is not expected to start within it; those already waiting longer are let go
+//! at the next dequeue. Under sustained overload the queue never drains; when the overload
+//! ends it does, and the next burst is absorbed again.
+//!
+//! Why not the queue's own delay (the oldest CRITICAL waiter past the max wait for a second):
+//! tried first, it also fired where CRITICAL is served in time from a longer queue — slow
+//! services (500 ms: a slot frees less often than the max wait) and long on/off bursts at 1.2×
+//! capacity whose callers' 1 s deadlines absorb them — and bounding those lost CRITICAL work
+//! that was being served (issue 28's sweep, R2: 10 cells newly failing).
 //!
 //! The drain rate: the wait estimate's "a slot frees every mean service / in flight" is
-//! Little's law for the slots, and under-estimated the real drain when the service time the
-//! proxy sees includes the backend's own queue (the soak above: ~3.6 ms estimated against
-//! 5 ms measured per dispatch). While these levels' overload is sustained, the estimate uses
+//! Little's law for the slots, from a mean that lags a change of service and a limit that may
+//! not be what is running; a request refused on it is refused for good. While these levels'
+//! overload is sustained, the estimate uses
 //! the measured interval between two dispatches from the queue (an EWMA, gain 1/8 as TCP's
 //! smoothed RTT) when that is longer. Only intervals with waiters throughout are measured: a
 //! gap in which the queue was empty says how fast work arrived, not how fast slots free.
 
 use std::time::{Duration, Instant};
 
-use super::{classes_in, AdmissionQueue};
+use super::AdmissionQueue;
 use crate::criticality::Criticality;
-
-/// How many max waits the oldest CRITICAL waiter must have stayed above the max wait for the
-/// overload to count as sustained (module docs).
-pub const SUSTAINED_INTERVALS: u32 = 10;
 
 /// log2 of the inverse gain of the drain-interval EWMA (1/8).
 const DRAIN_GAIN_SHIFT: u32 = 3;
@@ -54,12 +51,8 @@ const DEADLINE_CLASSES: u32 = !((1u32 << (Criticality::Critical.index() * 2)) - 
 /// The state behind [`AdmissionQueue::sustained`] and [`AdmissionQueue::drain_per_slot`].
 #[derive(Debug, Clone, Default)]
 pub(super) struct Sustained {
-    /// Since when the oldest deadline-bound waiter has been seen waiting past the max wait.
-    above_since: Option<Instant>,
     /// Whether the overload of the deadline-bound levels is sustained.
     sustained: bool,
-    /// When the last sustained episode ended.
-    ended_at: Option<Instant>,
     /// The last dispatch from the queue, while waiters remained after it.
     last_dispatch: Option<Instant>,
     /// EWMA of the interval between two dispatches, ns (0: none measured yet).
@@ -95,50 +88,24 @@ impl Sustained {
 
 impl<T> AdmissionQueue<T> {
     /// Whether the overload of the levels that may wait for their deadline (CRITICAL and
-    /// above) is sustained at `now` (module docs): then their work waits at most the max wait
-    /// and is refused on arrival when it is not expected to start within it. Updates the
-    /// judgement from the oldest such waiter's wait.
-    pub fn sustained(&mut self, now: Instant) -> bool {
-        let max_wait = self.cfg.max_wait;
-        let window = max_wait.saturating_mul(SUSTAINED_INTERVALS);
-        let oldest = classes_in(self.nonempty & DEADLINE_CLASSES)
-            .filter_map(|k| self.classes[k].front())
-            .map(|e| now.saturating_duration_since(e.enqueued_at))
-            .max();
-        let s = &mut self.sustained;
-        let Some(oldest) = oldest else {
-            if s.sustained {
-                s.ended_at = Some(now);
-            }
-            s.sustained = false;
-            s.above_since = None;
-            return false;
-        };
-        if oldest <= max_wait {
-            s.above_since = None;
-            return s.sustained;
+    /// above) is sustained (module docs): then their work waits at most the max wait and is
+    /// refused on arrival when it is not expected to start within it. It stops being so once
+    /// no such work is queued: their queue drained.
+    pub fn sustained(&mut self) -> bool {
+        if self.nonempty & DEADLINE_CLASSES == 0 {
+            self.sustained.sustained = false;
         }
-        let since = *s.above_since.get_or_insert(now);
-        let recent = s
-            .ended_at
-            .is_some_and(|t| now.saturating_duration_since(t) < window);
-        if now.saturating_duration_since(since) >= window || recent {
-            s.sustained = true;
-        }
-        s.sustained
+        self.sustained.sustained
     }
 
-    /// Holds the overload of the deadline-bound levels sustained (until their queue next
-    /// drains): the controller's word when it has refused such work for overload for a
-    /// sustained while. That is the same overload seen from the door: when most CRITICAL
-    /// waiters are bound by the max wait (not expected to start by their deadlines), they leave
-    /// at it, and the oldest waiter is never seen past it.
+    /// Holds the overload of the deadline-bound levels sustained until their queue next
+    /// drains: the controller's word, once it has refused such work for overload for a second
+    /// on end (module docs).
     pub fn mark_sustained(&mut self) {
         self.sustained.sustained = true;
     }
 
-    /// Whether [`sustained`](Self::sustained) last judged the overload sustained, without
-    /// judging again.
+    /// Whether the overload is held sustained, without looking at the queue again.
     pub(super) fn was_sustained(&self) -> bool {
         self.sustained.sustained
     }

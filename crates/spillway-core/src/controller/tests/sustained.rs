@@ -1,12 +1,11 @@
 //! Sustained CRITICAL overload (`queue/sustained.rs`): a burst of CRITICAL work waits for its
-//! callers' deadlines, but once the oldest CRITICAL waiter has stood past the max wait for
-//! `SUSTAINED_INTERVALS` max waits, CRITICAL waits at most the max wait and is refused on
-//! arrival when it would not start within it — no standing queue, refusals at once.
+//! callers' deadlines, but once CRITICAL has been refused for overload for a second on end,
+//! CRITICAL waits at most the max wait and is refused on arrival when it would not start
+//! within it — no standing queue, refusals at once.
 
 use std::collections::VecDeque;
 
 use super::*;
-use crate::queue::SUSTAINED_INTERVALS;
 
 const MAX_WAIT: Duration = Duration::from_millis(100);
 /// A slot frees every `STEP` (limit 2, 50 ms of service).
@@ -103,11 +102,14 @@ fn a_critical_burst_waits_for_its_deadline_and_sustained_overload_keeps_no_stand
     let burst = d.steps(20, 2, deadline);
     assert_eq!((burst.at_once, burst.after_wait), (0, 0), "{burst:?}");
     assert!(burst.waits.iter().any(|w| *w > MAX_WAIT), "{burst:?}");
-    // It goes on: once the oldest waiter has stood past the max wait for 1 s, the overload is
-    // sustained and the waiters past the max wait are let go.
-    let window = MAX_WAIT * SUSTAINED_INTERVALS;
+    // It goes on: the queue reaches its callers' deadlines (about 40 steps), arrivals that
+    // would not start by theirs wait out the max wait and are refused, and once CRITICAL has
+    // been refused for overload for a second on end the overload is sustained: the waiters
+    // past the max wait are let go.
+    let window = SUSTAINED_AFTER;
     let steps = (window.as_millis() / STEP.as_millis()) as usize;
-    let _turn = d.steps(steps, 2, deadline);
+    let turn = d.steps(2 * steps + 20, 2, deadline);
+    assert!(turn.after_wait > 0, "{turn:?}");
     // Sustained: every request is served within the max wait (plus the half step a request
     // arrives before a slot frees) or refused on arrival; none waits in vain.
     let steady = d.steps(80, 2, deadline);
@@ -143,9 +145,9 @@ fn the_measured_drain_sets_the_estimate_when_slots_free_slower_than_littles_law_
     };
     let deadline = Duration::from_secs(1);
     // Sustained overload at twice the capacity.
-    let window = MAX_WAIT * SUSTAINED_INTERVALS;
+    let window = SUSTAINED_AFTER;
     let steps = (window.as_millis() / STEP.as_millis()) as usize;
-    let _ = d.steps(steps + 30, 2, deadline);
+    let _ = d.steps(2 * steps + 40, 2, deadline);
     // The service now takes 100 ms but the EWMA still says about 50: a slot frees every
     // 50 ms where Little's law on the EWMA says 25. Held permits are released every other step.
     let mut tally = Tally::default();
