@@ -66,6 +66,27 @@ impl AdmissionController {
             return refuse(RefusalReason::QueueFull);
         }
         let mut give_up_at = q.give_up_at(now, req.deadline, budget, c);
+        let by_wait = now + inner.queue_cfg.max_wait;
+        // CRITICAL work may wait for its deadline to absorb a burst, but not once its own
+        // overload is sustained (refused for overload for a second on end, until its queue
+        // drains; `queue/sustained.rs`): then a queue that stands at the deadline adds latency and no
+        // goodput. It waits at most the max wait, judged on the slower of the Little's-law
+        // estimate and the drain measured between dispatches, and is refused at once when it
+        // is not expected to start within it (the estimate is no longer a guess about a
+        // burst: CRITICAL has been refused for a second on end).
+        let mut sustained = q.sustained();
+        if !sustained && c >= Criticality::Critical && inner.episode.is_sustained(c, now) {
+            // Refused for overload for a second on end: the same overload seen at the door.
+            q.mark_sustained();
+            sustained = true;
+        }
+        let sustained = sustained && c >= Criticality::Critical;
+        let wait_slot = if sustained {
+            give_up_at = give_up_at.min(by_wait);
+            per_slot.max(q.drain_per_slot())
+        } else {
+            per_slot
+        };
         // Slots to free before one is this level's: those beyond its allowance (a cut of the
         // limit leaves more in flight than the new limit) and one more.
         let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));
@@ -74,8 +95,7 @@ impl AdmissionController {
         let shed_level = inner.shedding.lowest_within(now, inner.queue_cfg.max_wait);
         // While a level is being shed, drained at the share of the slots the levels above it
         // leave (`queue/served.rs`).
-        let wait = q.expected_wait(c, ahead, per_slot, shed_level.is_some());
-        let by_wait = now + inner.queue_cfg.max_wait;
+        let wait = q.expected_wait(c, ahead, wait_slot, shed_level.is_some());
         if give_up_at > by_wait && now.checked_add(wait).map_or(true, |t| t > give_up_at) {
             // CRITICAL work may wait past the max wait for its deadline (`give_up_at`) only
             // when it is expected to start in time: a CRITICAL queue that outgrew its callers'
@@ -88,7 +108,7 @@ impl AdmissionController {
         // Its deadline, not the max wait, set the budget: retrying cannot help.
         let deadline_bound = give_up_at < now + inner.queue_cfg.max_wait;
         let above_shed = shed_level.is_some_and(|s| s < c);
-        if late && (deadline_bound || (c < Criticality::Critical && !above_shed)) {
+        if late && (deadline_bound || (c < Criticality::Critical && !above_shed) || sustained) {
             // It could not start in time: refuse now instead of after waiting in vain. Past
             // its own deadline's budget that is `DeadlineExceeded`; past the queue's max wait
             // it is a queueing refusal (another task may serve it: retryable while the
@@ -101,7 +121,7 @@ impl AdmissionController {
             // and refusing it on the guess let the shed level run in its place (`spillway
             // demo`: the `good` customer's SHEDDABLE_PLUS, 10/s of a capacity of 100/s,
             // refused `queue_full` on the estimate three attempts in a row while `noisy`'s
-            // SHEDDABLE was being served).
+            // SHEDDABLE was being served). Neither holds once CRITICAL overload is sustained.
             if deadline_bound {
                 drop(q);
                 return refuse(RefusalReason::DeadlineExceeded);

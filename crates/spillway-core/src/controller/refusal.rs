@@ -171,6 +171,18 @@ impl Episode {
         let start = start_cell.load(Ordering::Relaxed);
         t.saturating_sub(start) >= crate::clock::saturating_nanos(SUSTAINED_AFTER)
     }
+
+    /// Whether level `c`'s overload is sustained at `now` — as [`refused`](Self::refused)
+    /// would answer for a refusal now, without noting one.
+    pub(crate) fn is_sustained(&self, c: Criticality, now: Instant) -> bool {
+        let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
+        let last = self.last[c.index()].load(Ordering::Relaxed);
+        if last == 0 || t.saturating_sub(last) > crate::clock::saturating_nanos(EPISODE_GAP) {
+            return false;
+        }
+        let start = self.start[c.index()].load(Ordering::Relaxed);
+        t.saturating_sub(start) >= crate::clock::saturating_nanos(SUSTAINED_AFTER)
+    }
 }
 
 /// When each criticality was last refused for this task's overload: which level is being shed

@@ -24,6 +24,7 @@ mod order;
 mod preset;
 mod props;
 mod stress;
+mod sustained;
 
 const MS: Duration = Duration::from_millis(1);
 

@@ -50,6 +50,9 @@ impl<T> AdmissionQueue<T> {
         slots: &S,
         mut on_drop: impl FnMut(QueueEntry<T>, DropReason),
     ) -> Option<QueueEntry<T>> {
+        // Judged before the purge: once CRITICAL overload is sustained, its waiters past the
+        // max wait go (`sustained.rs`).
+        self.sustained();
         self.purge(now, expected_service, &mut on_drop);
         loop {
             let (class, pos) = self.head(now)?;
@@ -96,7 +99,9 @@ impl<T> AdmissionQueue<T> {
                 return None;
             }
             self.note_served(c);
-            return self.take(now, class, pos);
+            let e = self.take(now, class, pos);
+            self.sustained.on_dispatch(now, self.len);
+            return e;
         }
     }
 }

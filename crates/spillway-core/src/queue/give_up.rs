@@ -56,9 +56,14 @@ impl<T> AdmissionQueue<T> {
     }
 
     /// Whether an entry of `criticality` with `deadline` waits at most `max_wait`
-    /// ([`give_up_at`](Self::give_up_at)).
-    fn max_wait_bounds(criticality: Criticality, deadline: Option<Instant>) -> bool {
-        deadline.is_none() || criticality < Criticality::Critical
+    /// ([`give_up_at`](Self::give_up_at)); CRITICAL work too while its overload is sustained
+    /// (`sustained.rs`).
+    fn max_wait_bounds(
+        criticality: Criticality,
+        deadline: Option<Instant>,
+        sustained: bool,
+    ) -> bool {
+        deadline.is_none() || criticality < Criticality::Critical || sustained
     }
 
     /// Entries that would be served before a new arrival of `criticality` / `continuation`
@@ -167,6 +172,7 @@ impl<T> AdmissionQueue<T> {
         mut on_drop: impl FnMut(QueueEntry<T>, DropReason),
     ) {
         let max_wait = self.cfg.max_wait;
+        let sustained = self.was_sustained();
         let mut dropped = 0;
         let mut timed_out: Option<Criticality> = None;
         // Highest class first, so that a timeout's cascade covers every class below it.
@@ -180,7 +186,7 @@ impl<T> AdmissionQueue<T> {
             while let Some(front) = q.front() {
                 let reason = if cannot_finish(now, expected, front.deadline) {
                     DropReason::DeadlineExceeded
-                } else if Self::max_wait_bounds(front.criticality, front.deadline)
+                } else if Self::max_wait_bounds(front.criticality, front.deadline, sustained)
                     && now.saturating_duration_since(front.enqueued_at) >= max_wait
                 {
                     DropReason::QueueTimeout

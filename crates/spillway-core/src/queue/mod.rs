@@ -10,7 +10,9 @@
 //!   interval: a wait longer than that is a standing queue, not a burst), and one with a
 //!   deadline no longer than it could still finish by it given the expected service time (a
 //!   cautious mean of recent service times). CRITICAL work with a deadline is bounded by
-//!   that deadline alone ([`AdmissionQueue::give_up_at`]). Past that it is dropped rather than served, because its caller has given up or
+//!   that deadline alone ([`AdmissionQueue::give_up_at`]) while its overload is a burst, and
+//!   by the max wait too once it is sustained ([`AdmissionQueue::sustained`]: a queue
+//!   standing at the deadline adds latency, not goodput). Past that it is dropped rather than served, because its caller has given up or
 //!   will have by the time the answer is ready. The controller refuses on arrival a request
 //!   whose expected wait ([`AdmissionQueue::expected_wait`]: those ahead of it, drained at
 //!   its level's share of the slots — what the levels above it leave) already exceeds that
@@ -40,7 +42,8 @@
 //!
 //! Files: `config.rs` (settings and their validation), `give_up.rs` (when an entry stops
 //! waiting and who is dropped for it), `dequeue.rs` (who is served next), `served.rs` (how
-//! the slots are shared between levels, for wait estimates), `codel.rs`,
+//! the slots are shared between levels, for wait estimates), `sustained.rs` (a burst of
+//! CRITICAL work or sustained overload of it, and the measured drain), `codel.rs`,
 //! `service.rs` (the expected service time) and `hints.rs` (prefetch addresses).
 
 mod codel;
@@ -52,6 +55,7 @@ mod hints;
 pub(crate) mod millis;
 mod served;
 mod service;
+mod sustained;
 #[cfg(test)]
 mod tests;
 
@@ -149,6 +153,8 @@ pub struct AdmissionQueue<T> {
     building_since: Option<Instant>,
     /// Recent dequeues per criticality, in 1/65536ths of the whole (see `served.rs`).
     served: [u32; Criticality::COUNT],
+    /// Burst or sustained overload of the deadline-bound levels, and the measured drain.
+    sustained: sustained::Sustained,
     cfg: QueueConfig,
     /// Index `2 · criticality + continuation`: served from the highest index down.
     classes: [VecDeque<QueueEntry<T>>; CLASSES],
@@ -199,6 +205,7 @@ impl<T> AdmissionQueue<T> {
             next_seq: 0,
             building_since: None,
             served: [0; Criticality::COUNT],
+            sustained: sustained::Sustained::default(),
             codel,
         })
     }
@@ -261,6 +268,7 @@ impl<T> AdmissionQueue<T> {
             if let Some(c) = self.codel.as_mut() {
                 c.on_empty();
             }
+            self.sustained.on_empty();
         }
     }
 

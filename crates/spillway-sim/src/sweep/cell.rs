@@ -277,7 +277,7 @@ impl Sim<'_> {
     fn start(&mut self) {
         match self.spec.arrivals {
             ArrivalKind::Closed(n) => {
-                let critical = (f64::from(n) * self.spec.critical_share).round() as u32;
+                let critical = (f64::from(n) * self.spec.critical_share.min(1.0)).round() as u32;
                 let mean = ms_to_nanos(self.spec.mean_ms);
                 for client in 0..n {
                     if self.critical_only && client >= critical {

@@ -176,8 +176,10 @@ pub struct Matrix {
     pub timeout_x: Vec<f64>,
     /// Offered load, as multiples of capacity (ignored by closed-loop arrivals).
     pub offered: Vec<f64>,
-    /// CRITICAL offered as a share of capacity (the rest is SHEDDABLE); for closed-loop
-    /// arrivals, the share of clients sending CRITICAL.
+    /// CRITICAL offered as a share of capacity (the rest is SHEDDABLE), at most all that is
+    /// offered: a share at or above the offered load makes every request CRITICAL (the
+    /// zero-config default, where no request carries a criticality); for closed-loop arrivals,
+    /// the share of clients sending CRITICAL (at most all of them).
     pub critical_share: Vec<f64>,
     /// `poisson`, `on_off`, `closed:N` (N clients, each sending again as soon as answered).
     pub arrivals: Vec<String>,
@@ -453,7 +455,7 @@ impl SweepConfig {
         }
         nonempty("critical_share", mx.critical_share.len())?;
         for v in &mx.critical_share {
-            in_range("critical_share", *v, 0.0, 1.0, "0 to 1")?;
+            in_range("critical_share", *v, 0.0, 1e4, "0 to 10000 × capacity")?;
         }
         nonempty("distribution", mx.distribution.len())?;
         nonempty("arrivals", mx.arrivals.len())?;
