@@ -47,7 +47,7 @@ fn critical_takes_every_slot(
             assert_eq!(refused(s).reason, RefusalReason::Shed);
         }
         let mut c = queued(ctl.admit(&req(Critical)));
-        running.remove(0);
+        drop(running.remove(0)); // the oldest CRITICAL completes: a slot frees
         match poll(&mut c, &waker) {
             Poll::Ready(Ok(p)) => running.push(p),
             other => panic!("CRITICAL is served first, got {other:?}"),
