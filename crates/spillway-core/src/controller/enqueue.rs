@@ -58,10 +58,20 @@ impl AdmissionController {
         let running = limit.max(inner.limiter.in_flight()).max(1);
         let per_slot = expected / u32::try_from(running).unwrap_or(u32::MAX);
         let waiter = Arc::new(Waiter::new(c, charge));
+        // The lowest level refused for overload within one max wait: the level being shed.
+        // Work above it is first in line for the slots it gives up, so it is not refused on a
+        // guess about its wait — neither the standing queue's nor the estimate's (below).
+        let shed_level = inner.shedding.lowest_within(now, inner.queue_cfg.max_wait);
+        let above_shed = shed_level.is_some_and(|s| s < c);
         let mut q = inner.lock_queue();
-        if q.standing().is_some_and(|lowest| c <= lowest) {
+        if !above_shed && q.standing().is_some_and(|lowest| c <= lowest) {
             // A standing queue CoDel is dropping from, holding work at least as critical:
-            // refuse at the door (nothing less critical waits, so none takes its place).
+            // refuse at the door (nothing less critical waits, so none takes its place). Not
+            // above a level being shed: a SHEDDABLE_PLUS queue stands while CRITICAL takes the
+            // slots, not behind a backlog of its own, and refused at the door it burnt its
+            // callers' retries at once and then saw the shed SHEDDABLE admitted in its place as
+            // soon as the CRITICAL burst passed (`spillway demo`, simulated: 5 of 11 of the
+            // `good` customer's SHEDDABLE_PLUS refusals at seed 2).
             drop(q);
             return refuse(RefusalReason::QueueFull);
         }
@@ -91,8 +101,6 @@ impl AdmissionController {
         // limit leaves more in flight than the new limit) and one more.
         let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));
         let ahead = q.ahead_of(c, req.continuation) + blocked;
-        // The lowest level refused for overload within one max wait: the level being shed.
-        let shed_level = inner.shedding.lowest_within(now, inner.queue_cfg.max_wait);
         // While a level is being shed, drained at the share of the slots the levels above it
         // leave (`queue/served.rs`).
         let wait = q.expected_wait(c, ahead, wait_slot, shed_level.is_some());
@@ -107,7 +115,6 @@ impl AdmissionController {
         let late = now.checked_add(wait).map_or(true, |t| t > give_up_at);
         // Its deadline, not the max wait, set the budget: retrying cannot help.
         let deadline_bound = give_up_at < now + inner.queue_cfg.max_wait;
-        let above_shed = shed_level.is_some_and(|s| s < c);
         if late && (deadline_bound || (c < Criticality::Critical && !above_shed) || sustained) {
             // It could not start in time: refuse now instead of after waiting in vain. Past
             // its own deadline's budget that is `DeadlineExceeded`; past the queue's max wait

@@ -162,6 +162,8 @@ impl Inner {
         // Whether a waiter can still finish in time is judged on the cautious figure
         // (`ServiceBudget`): the EWMA is below a skewed mean most of the time.
         let expected = self.service_budget.get(self.service.get());
+        // CoDel spares the levels above the one being shed (`queue/dequeue.rs`).
+        q.set_shed_level(self.shedding.lowest_within(now, self.queue_cfg.max_wait));
         while let Some(e) = q.dequeue(now, expected, &slots, |e, why| {
             self.drop_waiter(e, why, now)
         }) {

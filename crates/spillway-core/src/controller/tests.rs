@@ -23,6 +23,7 @@ mod interleave;
 mod order;
 mod preset;
 mod props;
+mod shed_level;
 mod stress;
 mod sustained;
 

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use super::{
-    cannot_finish, classes_in, highest, AdmissionQueue, DropReason, QueueEntry, SlotSource,
-    SHEDDABLE_CLASSES,
+    cannot_finish, class_of, classes_in, highest, AdmissionQueue, DropReason, QueueEntry,
+    SlotSource, SHEDDABLE_CLASSES,
 };
 use crate::criticality::Criticality;
 
@@ -78,7 +78,17 @@ impl<T> AdmissionQueue<T> {
             // dropped (issue 28: CRITICAL refused `queue_timeout`). CRITICAL work waits until
             // its own budget runs out (its deadline, else `max_wait`) and is refused on
             // arrival when it could not start in time.
-            let sheddable = self.nonempty & SHEDDABLE_CLASSES;
+            //
+            // Nor is work above a level being shed (`set_shed_level`): while SHEDDABLE is
+            // refused, a SHEDDABLE_PLUS queue stands behind CRITICAL, and dropping it let the
+            // shed SHEDDABLE be admitted in its place once the queue was empty (`spillway
+            // demo`, simulated: the `good` customer's SHEDDABLE_PLUS dropped after 24–52 ms,
+            // SHEDDABLE admitted 38–48 ms later). It waits out its own budget instead.
+            let droppable = match self.shed_level {
+                Some(s) => (1u32 << (class_of(s, true) + 1)) - 1,
+                None => u32::MAX,
+            };
+            let sheddable = self.nonempty & SHEDDABLE_CLASSES & droppable;
             if let Some(codel) = self.codel.as_mut() {
                 match classes_in(sheddable).next() {
                     None => codel.on_empty(),

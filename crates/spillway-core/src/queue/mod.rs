@@ -32,7 +32,9 @@
 //!   Jacobson 2012, RFC 8289; see `codel.rs`) which drops at dequeue once the sojourn time has
 //!   stayed above target for an interval — dropping the oldest entry of the lowest criticality
 //!   queued, and only sheddable work (below CRITICAL): CRITICAL work waits out its own budget
-//!   (SRE book ch. 21: shed the least critical first).
+//!   (SRE book ch. 21: shed the least critical first). Nor work above a level the controller
+//!   is refusing for overload ([`AdmissionQueue::set_shed_level`]): that level's slots come to
+//!   it first, and dropped it saw the shed level admitted in its place.
 //!
 //! The queue is a plain data structure driven by `now` arguments and a [`SlotSource`], so its
 //! ordering and dropping logic is unit-tested on its own; the controller keeps it behind a mutex.
@@ -155,6 +157,9 @@ pub struct AdmissionQueue<T> {
     served: [u32; Criticality::COUNT],
     /// Burst or sustained overload of the deadline-bound levels, and the measured drain.
     sustained: sustained::Sustained,
+    /// The lowest level being refused for overload, as the controller last said
+    /// ([`set_shed_level`](Self::set_shed_level)): CoDel drops nothing above it.
+    shed_level: Option<Criticality>,
     cfg: QueueConfig,
     /// Index `2 · criticality + continuation`: served from the highest index down.
     classes: [VecDeque<QueueEntry<T>>; CLASSES],
@@ -206,6 +211,7 @@ impl<T> AdmissionQueue<T> {
             building_since: None,
             served: [0; Criticality::COUNT],
             sustained: sustained::Sustained::default(),
+            shed_level: None,
             codel,
         })
     }
@@ -242,6 +248,14 @@ impl<T> AdmissionQueue<T> {
             }
             _ => false,
         }
+    }
+
+    /// Notes the lowest level being refused for overload (`None`: none lately). CoDel drops
+    /// only entries of that level or below: those above it wait behind more critical work,
+    /// not behind a backlog of their own, and the slots the shed level gives up come to them
+    /// first (see `dequeue.rs`).
+    pub fn set_shed_level(&mut self, level: Option<Criticality>) {
+        self.shed_level = level;
     }
 
     /// Brings class `class`'s bit in `nonempty` in step with its deque.

@@ -1,5 +1,7 @@
 //! Property test: strict criticality order under random arrivals, completions and time.
 
+use std::time::Instant;
+
 use proptest::prelude::*;
 
 use super::*;
@@ -62,6 +64,12 @@ struct Fate {
     arrived: usize,
     granted: Option<usize>,
     refused: Option<(usize, RefusalReason)>,
+    /// Clock time of its arrival and of its refusal.
+    arrived_at: Instant,
+    refused_at: Option<Instant>,
+    /// Whether the queue had room when it arrived (a refusal at the door was not for a full
+    /// queue).
+    room: bool,
 }
 
 /// Refusals that are about concurrency or queueing (not the request's own deadline, a
@@ -126,7 +134,16 @@ proptest! {
                 Op::Arrive { c, cont, deadline_ms } => {
                     let c = Criticality::ALL[usize::from(c)];
                     let id = fates.len();
-                    fates.push(Fate { c, arrived: step, granted: None, refused: None });
+                    let snap = ctl.snapshot();
+                    fates.push(Fate {
+                        c,
+                        arrived: step,
+                        granted: None,
+                        refused: None,
+                        arrived_at: ctl.now(),
+                        refused_at: None,
+                        room: snap.queued < snap.queue_capacity,
+                    });
                     let r = AdmissionRequest {
                         continuation: cont,
                         deadline: deadline_ms.map(|ms| ctl.now() + u32::from(ms) * MS),
@@ -138,7 +155,10 @@ proptest! {
                             running.push((id, p));
                         }
                         Admission::Queued(q) => waiting.push((id, q)),
-                        Admission::Refused(x) => fates[id].refused = Some((step, x.reason)),
+                        Admission::Refused(x) => {
+                            fates[id].refused = Some((step, x.reason));
+                            fates[id].refused_at = Some(ctl.now());
+                        }
                     }
                 }
                 Op::Complete { pick, dropped } if !running.is_empty() => {
@@ -173,7 +193,10 @@ proptest! {
                                     fates[id].granted = Some(step);
                                     running.push((id, p));
                                 }
-                                Err(x) => fates[id].refused = Some((step, x.reason)),
+                                Err(x) => {
+                                    fates[id].refused = Some((step, x.reason));
+                                    fates[id].refused_at = Some(ctl.now());
+                                }
                             }
                         }
                     }
@@ -198,6 +221,37 @@ proptest! {
                     );
                 }
             }
+        }
+        // **Above a level being shed, no guess refuses.** A sheddable request more critical
+        // than one refused for overload within the max wait before (in an earlier step) is
+        // first in line for the slots that level gives up: neither CoDel (a `QueueTimeout`
+        // before its max wait) nor the standing-queue rule (`QueueFull` at the door with room
+        // in the queue) refuses it — they did, and the shed level took its place once the
+        // queue had emptied (`spillway demo`: the `good` customer's SHEDDABLE_PLUS while
+        // `noisy`'s SHEDDABLE was being shed).
+        let max_wait = Duration::from_millis(max_wait_ms);
+        let overload = |x: RefusalReason| x.retry_elsewhere_can_help();
+        for r in fates.iter().filter(|r| r.c < Critical) {
+            let (Some((step, reason)), Some(at)) = (r.refused, r.refused_at) else { continue };
+            let guessed = match reason {
+                RefusalReason::QueueTimeout => at < r.arrived_at + max_wait,
+                RefusalReason::QueueFull => step == r.arrived && r.room,
+                _ => false,
+            };
+            if !guessed {
+                continue;
+            }
+            let shed_below = fates.iter().any(|s| {
+                s.c < r.c
+                    && s.refused.is_some_and(|(k, x)| k < r.arrived && overload(x))
+                    && s.refused_at.is_some_and(|t| t + max_wait >= at)
+            });
+            prop_assert!(
+                !shed_below,
+                "{:?} refused {reason} at step {step} ({:?} after arriving at step {}) while a \
+                 less critical level was being shed",
+                r.c, at - r.arrived_at, r.arrived
+            );
         }
         drop(running);
         drop(waiting);
