@@ -69,6 +69,8 @@ pub(super) struct LiveMinRtt {
     /// `1 + buffer`: the latency at one in flight replaces the percentile only when the
     /// percentile is past this multiple of it.
     tolerance: f64,
+    /// The callers' latency budget (ns; 0 unknown): see [`LiveMinRtt::estimate`].
+    budget_ns: f64,
 }
 
 impl LiveMinRtt {
@@ -90,6 +92,7 @@ impl LiveMinRtt {
             alone: LatencyHistogram::new(),
             levels: LevelFit::default(),
             tolerance,
+            budget_ns: 0.0,
         }
     }
 
@@ -142,12 +145,28 @@ impl LiveMinRtt {
     /// in flight, when the percentile is past it by more than the buffer: a smaller gap is
     /// within what the gradient tolerates anyway, and an upstream with workers to spare, whose
     /// rank test passes by chance now and then, keeps its median.
+    ///
+    /// And only when the percentile's tolerance is more than half the callers' budget: below
+    /// that, the latency the gradient lets the low levels' queue reach leaves the callers
+    /// room for a tail twice the median, and that queue waits in the upstream, where nothing
+    /// is refused for waiting — taken into ours by the lower minRTT, sheddable work was
+    /// refused after the queue's max wait that the callers' deadlines would have allowed
+    /// (issue 28's sweep, R1: a 1-worker 10 ms service at half its capacity, callers
+    /// allowing 200 ms).
     fn estimate(&mut self) -> Option<f64> {
         let q = self.hist.quantile(self.percentile)?;
+        if q * self.tolerance * 2.0 <= self.budget_ns {
+            return Some(q);
+        }
         Some(match self.levels.at_one() {
             Some(one) if one * self.tolerance < q => one,
             _ => q,
         })
+    }
+
+    /// The callers' latency budget (ns), as the limit is told it.
+    pub(super) fn set_budget(&mut self, budget_ns: f64) {
+        self.budget_ns = budget_ns;
     }
 
     /// Whether no measurement has completed yet (minRTT is the provisional one, from fewer

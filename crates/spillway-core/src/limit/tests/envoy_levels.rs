@@ -78,3 +78,33 @@ fn many_workers_keep_the_median() {
     let m = l.min_rtt_nanos();
     assert!(m > 9e6 && m < 11e6, "minRTT {m}");
 }
+
+#[test]
+fn callers_with_room_for_the_queue_keep_the_median() {
+    // The same 1-worker answers (10 ms alone, median 30 ms), callers told to allow 50 ms
+    // or 200 ms: 1.5 × 30 ms is more than half of 50 ms (the queue the median tolerates
+    // leaves them no room for a tail), but within half of 200 ms (it waits in the upstream,
+    // where nothing is refused for waiting).
+    let run = |budget_ms: u64| {
+        let t0 = Instant::now();
+        let mut l = EnvoyGradientLimit::new(&cfg(), t0, Box::new(FixedRandom(0.0))).expect("valid");
+        l.set_latency_budget(Duration::from_millis(budget_ms));
+        for i in 0..25u64 {
+            let k = 1 + i % 5;
+            l.on_sample(&sample(
+                at(t0, 10 * (i + 1)),
+                Duration::from_millis(10 * k),
+                k as usize,
+                false,
+            ));
+        }
+        l.min_rtt_nanos()
+    };
+    let tight = run(50);
+    assert!((tight - 10e6).abs() <= 1e6, "50 ms callers: minRTT {tight}");
+    let roomy = run(200);
+    assert!(
+        (roomy - 30e6).abs() <= 2e6,
+        "200 ms callers: minRTT {roomy}"
+    );
+}
