@@ -609,6 +609,8 @@ mod envoy_app_limited_cap;
 mod envoy_futile_cut;
 #[path = "tests/envoy_knee_cap.rs"]
 mod envoy_knee_cap;
+#[path = "tests/envoy_levels.rs"]
+mod envoy_levels;
 #[path = "tests/envoy_live.rs"]
 mod envoy_live;
 #[path = "tests/envoy_once_per_rtt.rs"]

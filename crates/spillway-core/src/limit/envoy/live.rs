@@ -14,6 +14,9 @@
 //! case: there minRTT is re-measured as before). So:
 //!
 //! - minRTT is the `sample_percentile` of the last `request_count` low-concurrency samples —
+//!   or, where latency rises with the in-flight level among them (an upstream with fewer
+//!   workers than `min_concurrency`, whose higher low levels are a queue in it), the latency
+//!   at one in flight (`levels.rs`) —
 //!   of requests that completed: a dropped (timed-out) one's latency is where its caller gave
 //!   up, and at a 1-worker service whose callers allow 5 service times, every sample ran at
 //!   low concurrency, the timed-out ones made "minRTT" the timeout, and no latency was ever
@@ -40,6 +43,7 @@
 //!   gradient cuts to the floor, whose samples then measure it.
 
 use super::super::histogram::LatencyHistogram;
+use super::levels::LevelFit;
 
 /// The low-concurrency samples of the measurement in progress.
 #[derive(Debug)]
@@ -59,10 +63,24 @@ pub(super) struct LiveMinRtt {
     /// Completed answers that ran alone (nothing else of ours in flight), for
     /// [`LiveMinRtt::slower`].
     alone: LatencyHistogram,
+    /// The measurement's samples by in-flight level: at an upstream with fewer workers than
+    /// `low`, the median at one in flight (`levels.rs`).
+    levels: LevelFit,
+    /// `1 + buffer`: the latency at one in flight replaces the percentile only when the
+    /// percentile is past this multiple of it.
+    tolerance: f64,
+    /// The callers' latency budget (ns; 0 unknown): see [`LiveMinRtt::estimate`].
+    budget_ns: f64,
 }
 
 impl LiveMinRtt {
-    pub(super) fn new(low: usize, request_count: u32, percentile: f64, max_age_ns: u64) -> Self {
+    pub(super) fn new(
+        low: usize,
+        request_count: u32,
+        percentile: f64,
+        max_age_ns: u64,
+        tolerance: f64,
+    ) -> Self {
         LiveMinRtt {
             hist: LatencyHistogram::new(),
             started_ns: 0,
@@ -72,6 +90,9 @@ impl LiveMinRtt {
             max_age_ns,
             provisional: true,
             alone: LatencyHistogram::new(),
+            levels: LevelFit::default(),
+            tolerance,
+            budget_ns: 0.0,
         }
     }
 
@@ -94,26 +115,58 @@ impl LiveMinRtt {
         {
             self.hist.clear();
             self.alone.clear();
+            self.levels.clear();
         }
         if self.hist.count() == 0 {
             self.started_ns = now_ns;
         }
         self.hist.record(rtt_ns);
+        self.levels.record(in_flight, rtt_ns);
         if in_flight <= 1 {
             self.alone.record(rtt_ns);
         }
         if self.hist.count() >= self.request_count {
-            let q = self.hist.quantile(self.percentile);
+            let q = self.estimate();
             self.hist.clear();
             self.alone.clear();
+            // The level fit keeps its latest samples across measurements (`levels.rs`).
             self.provisional = false;
             return q;
         }
         if self.provisional {
-            self.hist.quantile(self.percentile)
+            self.estimate()
         } else {
             None
         }
+    }
+
+    /// The measurement's percentile — or, where latency rises with the in-flight level among
+    /// its samples (a queue in an upstream with fewer workers than `low`), the latency at one
+    /// in flight, when the percentile is past it by more than the buffer: a smaller gap is
+    /// within what the gradient tolerates anyway, and an upstream with workers to spare, whose
+    /// rank test passes by chance now and then, keeps its median.
+    ///
+    /// And only when the percentile's tolerance is more than half the callers' budget: below
+    /// that, the latency the gradient lets the low levels' queue reach leaves the callers
+    /// room for a tail twice the median, and that queue waits in the upstream, where nothing
+    /// is refused for waiting — taken into ours by the lower minRTT, sheddable work was
+    /// refused after the queue's max wait that the callers' deadlines would have allowed
+    /// (issue 28's sweep, R1: a 1-worker 10 ms service at half its capacity, callers
+    /// allowing 200 ms).
+    fn estimate(&mut self) -> Option<f64> {
+        let q = self.hist.quantile(self.percentile)?;
+        if q * self.tolerance * 2.0 <= self.budget_ns {
+            return Some(q);
+        }
+        Some(match self.levels.at_one() {
+            Some(one) if one * self.tolerance < q => one,
+            _ => q,
+        })
+    }
+
+    /// The callers' latency budget (ns), as the limit is told it.
+    pub(super) fn set_budget(&mut self, budget_ns: f64) {
+        self.budget_ns = budget_ns;
     }
 
     /// Whether no measurement has completed yet (minRTT is the provisional one, from fewer
@@ -144,6 +197,7 @@ impl LiveMinRtt {
             return None;
         }
         self.hist.clear();
+        self.levels.clear();
         Some(q)
     }
 
@@ -152,5 +206,6 @@ impl LiveMinRtt {
     pub(super) fn restart(&mut self) {
         self.hist.clear();
         self.alone.clear();
+        self.levels.clear();
     }
 }

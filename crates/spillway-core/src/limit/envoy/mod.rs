@@ -125,6 +125,7 @@ use crate::random::RandomSource;
 mod config;
 mod futile;
 mod knee;
+mod levels;
 mod live;
 mod window;
 
@@ -254,8 +255,15 @@ impl EnvoyGradientLimit {
             one_change_per_rtt: cfg.one_change_per_rtt,
             futile: (cfg.rebaseline_on_futile_cut && cfg.one_change_per_rtt)
                 .then(FutileCuts::default),
-            live: (cfg.live_min_rtt && fixed.is_none())
-                .then(|| LiveMinRtt::new(min_concurrency, request_count, percentile, interval_ns)),
+            live: (cfg.live_min_rtt && fixed.is_none()).then(|| {
+                LiveMinRtt::new(
+                    min_concurrency,
+                    request_count,
+                    percentile,
+                    interval_ns,
+                    1.0 + finite_or(cfg.buffer, 0.0, 10.0, 0.25),
+                )
+            }),
             latency_slack: finite_or(cfg.latency_slack, 0.0, 1.0, 0.0),
             exact_cuts: cfg.exact_cuts,
             rtt_windows: cfg.rtt_windows,
@@ -343,6 +351,9 @@ impl Limit for EnvoyGradientLimit {
 
     fn set_latency_budget(&mut self, budget: Duration) {
         self.budget_ns = saturating_nanos(budget) as f64;
+        if let Some(live) = self.live.as_mut() {
+            live.set_budget(self.budget_ns);
+        }
     }
 
     /// A request whose caller gave up while it ran (right-censored: its latency is at least

@@ -1,0 +1,146 @@
+//! minRTT at one request in flight, when the low-concurrency samples hold a queue.
+//!
+//! Why: live minRTT (`live.rs`) is the median of answers admitted with at most
+//! `min_concurrency` (5) in flight — latency without a queue at an upstream with at least that
+//! many workers. At a smaller upstream the higher of those levels are a queue in the upstream
+//! itself: at one worker a request admitted with `k` in flight waits for `k − 1` others, and
+//! the median came out at 3.6–4.7 ms for a 1 ms service (issue 28, `policy6`). Judged against
+//! that minRTT and its 1.5 × tolerance, four or five requests queued at the worker passed for
+//! calm, the limit held there, and callers allowing five service times timed out while
+//! HAProxy with a cap of one (the workers) served their CRITICAL work ahead of the rest.
+//!
+//! So the measurement's samples keep the in-flight level they were admitted at, and when
+//! latency rises with that level — Kendall's rank test, `z ≥ 4` (with ties in the level
+//! accounted for), which an upstream with workers to spare at every low level passes by
+//! chance about once in 30,000 measurements — minRTT is the median latency the
+//! Theil–Sen line gives at one in flight: what a measurement pinned at one request would have
+//! seen. Ranks and medians of pairwise slopes, not least squares: a bimodal service's rare
+//! slow answers would otherwise make or break the slope on their own. An upstream with
+//! workers for every low level shows no such slope and keeps the plain median.
+
+/// Fewer samples than this make no test (the level's effect is not told from noise).
+const MIN_POINTS: usize = 10;
+/// The samples the fit looks at: the latest, across measurements (about two and a half of
+/// the preset's 25), so that a slope of the size a 1-worker exponential service shows is
+/// told from chance at `z ≥ 4` (the test's `z` grows with the root of the count). The fit
+/// is quadratic in them.
+const MAX_POINTS: usize = 64;
+/// Kendall's `z` above which latency is taken to rise with the level. At 3 (one chance in
+/// 700 per measurement) a 20-worker lognormal service at half its capacity, which measures
+/// every second or so, once read a slope into its troughs over issue 28's sweep and cut its
+/// limit from 42 to 8 (R1: −0.99 pp).
+const Z: f64 = 4.0;
+
+/// The latest `(in-flight level, latency)` pairs, and the fit's
+/// scratch space: allocated once, so that admitting and releasing never allocate.
+#[derive(Debug)]
+pub(super) struct LevelFit {
+    /// A ring of the latest samples once full; `next` is the oldest.
+    points: Vec<(u32, u64)>,
+    next: usize,
+    slopes: Vec<f64>,
+    scratch: Vec<f64>,
+}
+
+impl Default for LevelFit {
+    fn default() -> Self {
+        LevelFit {
+            points: Vec::with_capacity(MAX_POINTS),
+            next: 0,
+            slopes: Vec::with_capacity(MAX_POINTS * (MAX_POINTS - 1) / 2),
+            scratch: Vec::with_capacity(MAX_POINTS),
+        }
+    }
+}
+
+impl LevelFit {
+    /// Keeps one low-concurrency sample (the latest [`MAX_POINTS`]).
+    pub(super) fn record(&mut self, in_flight: usize, rtt_ns: u64) {
+        let p = (u32::try_from(in_flight).unwrap_or(u32::MAX), rtt_ns);
+        if self.points.len() < MAX_POINTS {
+            self.points.push(p);
+        } else {
+            self.points[self.next] = p;
+            self.next = (self.next + 1) % MAX_POINTS;
+        }
+    }
+
+    /// Forgets every sample (the upstream changed, or the samples are too old to say what
+    /// it is now).
+    pub(super) fn clear(&mut self) {
+        self.points.clear();
+        self.next = 0;
+    }
+
+    /// The median latency at one request in flight (ns), when latency rises with the
+    /// in-flight level beyond chance; `None` when it does not (or too few samples say).
+    /// Never below the fastest sample.
+    pub(super) fn at_one(&mut self) -> Option<f64> {
+        let n = self.points.len();
+        if n < MIN_POINTS {
+            return None;
+        }
+        let mut s: i64 = 0;
+        let slopes = &mut self.slopes;
+        slopes.clear();
+        for (i, &(xi, yi)) in self.points.iter().enumerate() {
+            for &(xj, yj) in &self.points[i + 1..] {
+                if xi == xj {
+                    continue;
+                }
+                let dx = f64::from(xj) - f64::from(xi);
+                let dy = yj as f64 - yi as f64;
+                // Concordant pairs count +1, discordant −1, equal latencies 0.
+                s += i64::from(dx * dy > 0.0) - i64::from(dx * dy < 0.0);
+                slopes.push(dy / dx);
+            }
+        }
+        // Kendall's S under independence, corrected for ties in the level (latencies in ns
+        // hardly tie): Var S = [n(n−1)(2n+5) − Σ t(t−1)(2t+5)] / 18 over the level's groups.
+        let nf = n as f64;
+        let mut var = nf * (nf - 1.0) * (2.0 * nf + 5.0);
+        let levels = &mut self.scratch;
+        levels.clear();
+        levels.extend(self.points.iter().map(|p| f64::from(p.0)));
+        levels.sort_unstable_by(f64::total_cmp);
+        for group in levels.chunk_by(|a, b| a == b) {
+            let t = group.len() as f64;
+            var -= t * (t - 1.0) * (2.0 * t + 5.0);
+        }
+        var /= 18.0;
+        if var <= 0.0 || (s as f64) < Z * var.sqrt() {
+            return None;
+        }
+        let slope = median(slopes)?;
+        if slope <= 0.0 {
+            return None;
+        }
+        let intercepts = &mut self.scratch;
+        intercepts.clear();
+        intercepts.extend(
+            self.points
+                .iter()
+                .map(|&(x, y)| y as f64 - slope * f64::from(x)),
+        );
+        let at_one = median(intercepts)? + slope;
+        let fastest = self.points.iter().map(|p| p.1).min()? as f64;
+        Some(at_one.max(fastest))
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count); `None` when empty.
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,110 @@
+//! `live_min_rtt` at an upstream with fewer workers than `min_concurrency`: minRTT is the
+//! latency at one in flight, not the median of a queue (`envoy/levels.rs`).
+
+use super::*;
+
+fn cfg() -> EnvoyGradientConfig {
+    EnvoyGradientConfig {
+        live_min_rtt: true,
+        initial_limit: Some(5),
+        min_concurrency: 5,
+        min_concurrency_limit: Some(1),
+        request_count: 25,
+        jitter: 0.0,
+        interval: Duration::from_secs(30),
+        buffer: 0.5,
+        exact_cuts: true,
+        ..EnvoyGradientConfig::default()
+    }
+}
+
+#[test]
+fn one_worker_min_rtt_is_the_latency_alone_and_the_limit_comes_down() {
+    let t0 = Instant::now();
+    let mut l = EnvoyGradientLimit::new(&cfg(), t0, Box::new(FixedRandom(0.0))).expect("valid");
+    // One worker taking 10 ms, the limit at 5: admitted with k in flight, an answer takes
+    // k × 10 ms. The median of these low-concurrency samples is 30 ms; alone, 10 ms.
+    let mut t = 0u64;
+    for i in 0..25u64 {
+        let k = 1 + i % 5;
+        t += 10;
+        l.on_sample(&sample(
+            at(t0, t),
+            Duration::from_millis(10 * k),
+            k as usize,
+            false,
+        ));
+    }
+    let m = l.min_rtt_nanos();
+    assert!((m - 10e6).abs() <= 1e6, "minRTT {m}");
+    // Windows whose answers were admitted with 1 to `limit` in flight, each taking 10 ms per
+    // request at or ahead of it: past 1.5 × 10 ms at every limit above one. Cut, down to what
+    // the worker can run, and minRTT stays the latency alone.
+    for w in 0..20u64 {
+        let n = l.limit() as u64;
+        for i in 0..10u64 {
+            let k = 1 + i % n;
+            t = 1000 + 200 * w + 10 * i + 10 * k;
+            l.on_sample(&sample(
+                at(t0, t),
+                Duration::from_millis(10 * k),
+                k as usize,
+                false,
+            ));
+        }
+        let m = l.min_rtt_nanos();
+        assert!((m - 10e6).abs() <= 1e6, "window {w}: minRTT {m}");
+    }
+    assert!(l.limit() <= 2, "limit {}", l.limit());
+}
+
+#[test]
+fn many_workers_keep_the_median() {
+    let t0 = Instant::now();
+    let mut l = EnvoyGradientLimit::new(&cfg(), t0, Box::new(FixedRandom(0.0))).expect("valid");
+    // Twenty workers: every low level runs unqueued; latencies spread 5–15 ms whatever the
+    // level, so minRTT is their median as before.
+    let mut t = 0u64;
+    for i in 0..25u64 {
+        t += 10;
+        let rtt = 5_000 + (i * 7919 % 101) * 100;
+        l.on_sample(&sample(
+            at(t0, t),
+            Duration::from_micros(rtt),
+            1 + (i % 5) as usize,
+            false,
+        ));
+    }
+    let m = l.min_rtt_nanos();
+    assert!(m > 9e6 && m < 11e6, "minRTT {m}");
+}
+
+#[test]
+fn callers_with_room_for_the_queue_keep_the_median() {
+    // The same 1-worker answers (10 ms alone, median 30 ms), callers told to allow 50 ms
+    // or 200 ms: 1.5 × 30 ms is more than half of 50 ms (the queue the median tolerates
+    // leaves them no room for a tail), but within half of 200 ms (it waits in the upstream,
+    // where nothing is refused for waiting).
+    let run = |budget_ms: u64| {
+        let t0 = Instant::now();
+        let mut l = EnvoyGradientLimit::new(&cfg(), t0, Box::new(FixedRandom(0.0))).expect("valid");
+        l.set_latency_budget(Duration::from_millis(budget_ms));
+        for i in 0..25u64 {
+            let k = 1 + i % 5;
+            l.on_sample(&sample(
+                at(t0, 10 * (i + 1)),
+                Duration::from_millis(10 * k),
+                k as usize,
+                false,
+            ));
+        }
+        l.min_rtt_nanos()
+    };
+    let tight = run(50);
+    assert!((tight - 10e6).abs() <= 1e6, "50 ms callers: minRTT {tight}");
+    let roomy = run(200);
+    assert!(
+        (roomy - 30e6).abs() <= 2e6,
+        "200 ms callers: minRTT {roomy}"
+    );
+}
