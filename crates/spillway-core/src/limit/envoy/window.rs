@@ -157,6 +157,10 @@ impl EnvoyGradientLimit {
             Some(Verdict::Cap(c)) => new_limit = new_limit.min(c.clamp(self.floor, self.max)),
             Some(Verdict::Free) | None => {}
         }
+        if let Some(c) = self.thrash.as_mut().and_then(|t| t.ceiling(old, peak)) {
+            // thrash.rs: a higher level delivered less than this one.
+            new_limit = new_limit.min(c.clamp(self.floor, self.max));
+        }
         self.limit = new_limit;
         if self.one_change_per_rtt && new_limit != old {
             self.change_epoch_ns = now_ns;
