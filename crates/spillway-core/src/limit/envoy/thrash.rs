@@ -48,7 +48,13 @@ pub(super) const MIN_SAMPLES: f64 = 100.0;
 pub(super) const FALL: f64 = 0.1;
 /// Groups halve this often (ns): a few seconds of a busy service's requests judge a level, and
 /// a level left for longer is judged again.
-pub(super) const HALF_LIFE_NS: u64 = 5_000_000_000;
+pub(super) const HALF_LIFE_NS: u64 = 2_000_000_000;
+/// The lowest in-flight level judged. At a handful in flight, one long request raises both
+/// the in-flight count (arrivals pile up behind it) and the latency of what is admitted then,
+/// so level and latency move together without the level causing it: 1- and 4-worker services
+/// with 5 % of requests 20× slower looked like thrashing and were capped below their workers
+/// (issue 28's sweep: R1 −0.3 to −1 pp, late queue exits in 40 cells).
+pub(super) const MIN_LEVEL: usize = 10;
 /// Groups per doubling of the in-flight count: one per ~9 %, so that the best level near a
 /// knee of 20 is known to within two requests.
 const PER_DOUBLING: f64 = 8.0;
@@ -98,6 +104,8 @@ pub(super) struct ThroughputCeiling {
     /// When the groups were last halved (ns since the origin).
     aged_ns: u64,
     caps: u64,
+    /// Whether the last window was capped.
+    held: bool,
 }
 
 impl ThroughputCeiling {
@@ -106,6 +114,7 @@ impl ThroughputCeiling {
             groups: Box::new([Group::default(); GROUPS]),
             aged_ns: 0,
             caps: 0,
+            held: false,
         }
     }
 
@@ -133,6 +142,7 @@ impl ThroughputCeiling {
     /// Forgets every level (the upstream was re-measured).
     pub(super) fn forget(&mut self) {
         self.groups.fill(Group::default());
+        self.held = false;
     }
 
     /// Times the ceiling lowered the limit.
@@ -140,26 +150,29 @@ impl ThroughputCeiling {
         self.caps
     }
 
-    /// The in-flight level that delivers most, if a higher level is seen delivering clearly
-    /// less (module docs); `None` while delivery is not seen to fall.
-    pub(super) fn best_level(&self) -> Option<f64> {
-        let mut pool = Group::default();
-        // (rate, se, level) of the best pool so far.
+    /// The pools from [`MIN_LEVEL`] up, lowest first, each once it holds [`MIN_SAMPLES`]:
+    /// (rate, standard error, mean level).
+    fn pools(&self) -> impl Iterator<Item = (f64, f64, f64)> + '_ {
+        // Levels below MIN_LEVEL are not judged (see there).
+        let first = ((MIN_LEVEL as f64).log2() * PER_DOUBLING) as usize;
+        self.groups
+            .iter()
+            .skip(first)
+            .scan(Group::default(), |pool, g| {
+                pool.add(g);
+                Some(pool.rate().inspect(|_| *pool = Group::default()))
+            })
+            .flatten()
+    }
+
+    /// The best pool — (rate, standard error, level) — if a higher level is seen delivering
+    /// clearly less (module docs); `None` while delivery is not seen to fall.
+    fn fall(&self) -> Option<(f64, f64, f64)> {
         let mut best: Option<(f64, f64, f64)> = None;
         let mut fell = false;
-        for g in self.groups.iter() {
-            pool.add(g);
-            let Some((rate, se, level)) = pool.rate() else {
-                continue;
-            };
-            pool = Group::default();
+        for (rate, se, level) in self.pools() {
             match best {
-                Some((b, b_se, _)) if rate < b => {
-                    let noise = 2.0 * (se * se + b_se * b_se).sqrt();
-                    if b - rate > FALL * b + noise {
-                        fell = true;
-                    }
-                }
+                Some(b) if rate < b.0 => fell |= falls_below((rate, se), b),
                 _ => {
                     // Falls so far were below this level: not "more in flight, less delivered".
                     best = Some((rate, se, level));
@@ -167,29 +180,42 @@ impl ThroughputCeiling {
                 }
             }
         }
-        match (fell, best) {
-            (true, Some((_, _, level))) => Some(level),
-            _ => None,
-        }
+        best.filter(|_| fell)
     }
 
-    /// The limit's ceiling for a window that closed at `limit` with `peak` in flight at most:
-    /// the best level over the share of the limit the traffic could fill.
-    pub(super) fn ceiling(&mut self, limit: usize, peak: usize) -> Option<usize> {
-        let level = self.best_level()?;
+    /// The limit's ceiling for a window that closed at `limit`, with `peak` in flight at most
+    /// among the requests admitted at that limit, and its latency past the gradient's
+    /// tolerance (`queued`) or not.
+    ///
+    /// A fall first caps the limit only in a window the gradient reads as queued: early in a
+    /// slow service's run the pools hold only its fastest answers (the long ones have not
+    /// finished), so a cold start's low levels look faster than its later ones. Once capped,
+    /// each verdict renews the cap until the pools above it have aged out (nothing runs there
+    /// any more); then the gradient probes again.
+    pub(super) fn ceiling(&mut self, limit: usize, peak: usize, queued: bool) -> Option<usize> {
+        let Some(best) = self.fall() else {
+            self.held = false;
+            return None;
+        };
+        if !(queued || self.held) {
+            return None;
+        }
         let share = if limit > 0 {
             (peak as f64 / limit as f64).clamp(0.5, 1.0)
         } else {
             1.0
         };
-        let cap = (level / share).ceil().max(1.0);
-        if cap < limit as f64 {
+        let cap = (best.2 / share).ceil().clamp(1.0, 1e12) as usize;
+        if cap < limit {
             self.caps += 1;
         }
-        Some(if cap >= usize::MAX as f64 {
-            usize::MAX
-        } else {
-            cap as usize
-        })
+        self.held = true;
+        Some(cap)
     }
+}
+
+/// Whether a pool's rate `(rate, se)` is clearly below the best's: by [`FALL`] of it beyond two
+/// standard errors of the difference.
+fn falls_below((rate, se): (f64, f64), (b, b_se, _): (f64, f64, f64)) -> bool {
+    b - rate > FALL * b + 2.0 * (se * se + b_se * b_se).sqrt()
 }

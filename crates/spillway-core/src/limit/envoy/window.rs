@@ -157,7 +157,12 @@ impl EnvoyGradientLimit {
             Some(Verdict::Cap(c)) => new_limit = new_limit.min(c.clamp(self.floor, self.max)),
             Some(Verdict::Free) | None => {}
         }
-        if let Some(c) = self.thrash.as_mut().and_then(|t| t.ceiling(old, peak)) {
+        let queued = sample > tolerated;
+        if let Some(c) = self
+            .thrash
+            .as_mut()
+            .and_then(|t| t.ceiling(old, peak_counted, queued))
+        {
             // thrash.rs: a higher level delivered less than this one.
             new_limit = new_limit.min(c.clamp(self.floor, self.max));
         }
