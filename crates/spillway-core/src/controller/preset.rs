@@ -95,6 +95,14 @@ impl AdmissionConfig {
     ///   `queue_full` (the sweep's 1000-worker cells, failing R1 23 → 16, R2 16 → 11, R3
     ///   17 → 13, none newly failing). With three, a third of the round's answers being fast
     ///   suffices to double.
+    /// - `throughput_ceiling` (`limit/envoy/thrash.rs`, BBR's reasoning by Little's law):
+    ///   when an in-flight level is seen to deliver clearly less than a lower one (level /
+    ///   mean latency), the limit is held where in flight stays at the level that delivered
+    ///   most. An upstream that thrashes past its workers (a pool that context-switches, a
+    ///   database that contends) otherwise sat at 30–150 in flight for 20 workers, the window
+    ///   after each cut doubling the limit again, and served a third of its rate (issue 28's
+    ///   sweep, `slowdown` cells). A plain FIFO upstream delivers the same past its knee, so
+    ///   nothing is capped there.
     /// - not `knee_cap` (`limit/envoy/knee.rs`, BBR's bandwidth × `RTprop` by Little's law):
     ///   it holds a 1000-worker upstream near its workers in a model, but over issue 28's full
     ///   sweep it did more harm than good (R1 failing cells 120 → 206, R3 683 → 748, R4b
@@ -139,6 +147,7 @@ impl AdmissionConfig {
                 exact_cuts: true,
                 rtt_windows: true,
                 slow_start_gain: 3.0,
+                throughput_ceiling: true,
                 ..EnvoyGradientConfig::default()
             }),
             headroom: DEFAULT_HEADROOM,

@@ -619,3 +619,5 @@ mod envoy_once_per_rtt;
 mod envoy_slow_start_gain;
 #[path = "tests/envoy_small_limits.rs"]
 mod envoy_small_limits;
+#[path = "tests/envoy_throughput_ceiling.rs"]
+mod envoy_throughput_ceiling;

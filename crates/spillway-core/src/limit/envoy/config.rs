@@ -80,6 +80,12 @@ pub struct EnvoyGradientConfig {
     /// tenth above the lowest group's caps the limit, by Little's law, at 1.1 × what the
     /// upstream runs at once. Default false (Envoy: the gradient alone).
     pub knee_cap: bool,
+    /// Cap the limit where more in flight made the upstream deliver less (see `thrash.rs`):
+    /// requests are grouped by the in-flight count they were admitted at, and when a level
+    /// delivers (by Little's law, level / mean latency) clearly less than a lower one, the
+    /// limit is held where in flight stays at the level that delivered most. Default false
+    /// (Envoy: the gradient alone).
+    pub throughput_ceiling: bool,
     /// With `live_min_rtt`: slots slow start adds per answer within minRTT's tolerance, in
     /// `[1, 8]` (see `live.rs`). 1 doubles the limit per round trip when every answer is
     /// fast, as TCP's slow start does; more reaches a large upstream's size in fewer round
@@ -114,6 +120,7 @@ impl Default for EnvoyGradientConfig {
             exact_cuts: false,
             rtt_windows: false,
             knee_cap: false,
+            throughput_ceiling: false,
             slow_start_gain: 1.0,
             fixed_min_rtt: None,
         }

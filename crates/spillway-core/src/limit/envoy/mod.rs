@@ -100,6 +100,14 @@
 //! adds latency, and Little's law caps the limit at what keeps the upstream busy with a
 //! tenth of a service time of queueing — BBR's in-flight bound of bandwidth × `RTprop`.
 //!
+//! A seventh addition, off by default: `throughput_ceiling` (`thrash.rs`). An upstream that
+//! thrashes when given more than it can run delivers *less* past its knee, and the gradient's
+//! tolerance sits past it (a 20-worker thrashing service at 1× its capacity was held at 30–150
+//! in flight and served a third of its rate); by Little's law each in-flight level's delivery
+//! is level / mean latency, and when a level delivers clearly less than a lower one the limit
+//! is held where in flight stays at the level that delivered most — only then, so a plain FIFO
+//! upstream (flat delivery past its knee) is left to the gradient.
+//!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
 //! [`Sample::now`]. Percentiles come from a fixed log-linear histogram (two significant digits,
@@ -116,6 +124,7 @@ use std::time::{Duration, Instant};
 use self::futile::FutileCuts;
 use self::knee::KneeCap;
 use self::live::LiveMinRtt;
+use self::thrash::ThroughputCeiling;
 use super::histogram::LatencyHistogram;
 use super::{Limit, Sample};
 use crate::clock::{nanos_since, saturating_nanos};
@@ -127,6 +136,7 @@ mod futile;
 mod knee;
 mod levels;
 mod live;
+mod thrash;
 mod window;
 
 pub use self::config::EnvoyGradientConfig;
@@ -167,6 +177,8 @@ pub struct EnvoyGradientLimit {
     rtt_windows: bool,
     /// `knee_cap` (`knee.rs`).
     knee: Option<KneeCap>,
+    /// `throughput_ceiling` (`thrash.rs`).
+    thrash: Option<ThroughputCeiling>,
     /// The callers' latency budget in nanoseconds (0 = unknown).
     budget_ns: f64,
     /// With `live_min_rtt`: growing by one per fast sample until a window is slow (see
@@ -268,6 +280,7 @@ impl EnvoyGradientLimit {
             exact_cuts: cfg.exact_cuts,
             rtt_windows: cfg.rtt_windows,
             knee: cfg.knee_cap.then(|| KneeCap::new(interval_ns)),
+            thrash: cfg.throughput_ceiling.then(ThroughputCeiling::new),
             budget_ns: 0.0,
             slow_start: cfg.live_min_rtt && fixed.is_none(),
             slow_start_gain: finite_or(cfg.slow_start_gain, 1.0, 8.0, 1.0),
@@ -322,6 +335,11 @@ impl EnvoyGradientLimit {
     /// How many times `knee_cap` capped the limit.
     pub fn knee_caps(&self) -> u64 {
         self.knee.as_ref().map_or(0, KneeCap::caps)
+    }
+
+    /// How many times `throughput_ceiling` lowered the limit.
+    pub fn throughput_caps(&self) -> u64 {
+        self.thrash.as_ref().map_or(0, ThroughputCeiling::caps)
     }
 
     /// `knee_cap`'s unqueued mean latency `R₀` (nanoseconds); 0 while unknown or off.
@@ -392,6 +410,9 @@ impl Limit for EnvoyGradientLimit {
                 if let Some(k) = self.knee.as_mut() {
                     k.forget();
                 }
+                if let Some(t) = self.thrash.as_mut() {
+                    t.forget();
+                }
             }
             // Slow start (live.rs): `slow_start_gain` more slots per request answered within
             // minRTT's tolerance while at least half the limit was in use — at gain 1 doubling
@@ -430,6 +451,10 @@ impl Limit for EnvoyGradientLimit {
         // windows and limit changes: it needs no epoch.
         if let (Some(k), false) = (self.knee.as_mut(), s.dropped) {
             k.record(now_ns, s.in_flight, rtt_ns);
+        }
+        // So does thrash.rs, for the same reason.
+        if let (Some(t), false) = (self.thrash.as_mut(), s.dropped) {
+            t.record(now_ns, s.in_flight, rtt_ns);
         }
 
         // Requests started before the current minRTT window opened ran under the old limit:

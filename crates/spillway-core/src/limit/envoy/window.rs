@@ -157,6 +157,15 @@ impl EnvoyGradientLimit {
             Some(Verdict::Cap(c)) => new_limit = new_limit.min(c.clamp(self.floor, self.max)),
             Some(Verdict::Free) | None => {}
         }
+        let queued = sample > tolerated;
+        if let Some(c) = self
+            .thrash
+            .as_mut()
+            .and_then(|t| t.ceiling(old, peak_counted, queued))
+        {
+            // thrash.rs: a higher level delivered less than this one.
+            new_limit = new_limit.min(c.clamp(self.floor, self.max));
+        }
         self.limit = new_limit;
         if self.one_change_per_rtt && new_limit != old {
             self.change_epoch_ns = now_ns;

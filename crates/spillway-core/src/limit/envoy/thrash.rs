@@ -1,0 +1,221 @@
+//! `throughput_ceiling`: stop where admitting more makes the upstream deliver *less*.
+//!
+//! Why: the gradient reads latency, and tolerates it up to `minRTT·(1 + buffer)` plus √limit
+//! of headroom. In front of a plain FIFO upstream the latency it tolerates is a queue in the
+//! upstream: harmless to throughput, which stays at the workers' rate past the knee. An
+//! upstream that *thrashes* when given more than it can run — a thread pool that context-
+//! switches, a database whose transactions contend — slows every request it holds: past its
+//! knee each extra request lowers what it delivers (issue 28's `slowdown` backend, service ×
+//! held / workers: 20 workers at 30 in flight deliver two thirds of their rate, and the work of
+//! callers who gave up is still run). The gradient's tolerance sits there, and a window that
+//! opens just after a cut, when the upstream has drained, sees short answers and doubles the
+//! limit again: a 20-worker, 50 ms service at 1× its capacity was held at 30–150 in flight and
+//! served a third of what a cap at its workers serves.
+//!
+//! Throughput is what tells the two apart, as BBR's model of a path does (Cardwell et al.,
+//! "BBR: Congestion-Based Congestion Control", ACM Queue 2016: past the bottleneck's
+//! bandwidth-delay product, more in flight only adds delay; here it also removes delivery).
+//! By Little's law a level of `n` in flight whose requests take `R` on average delivers
+//! `n / R`. Completed requests are grouped by how many were in flight when they were admitted
+//! ([`Sample::in_flight`](crate::limit::Sample)), [`PER_DOUBLING`] groups per doubling;
+//! neighbouring groups are pooled, lowest first, until each pool holds [`MIN_SAMPLES`]. The
+//! pool that delivers most is the best level; when a pool *above* it delivers clearly less —
+//! by [`FALL`] of the best's rate beyond two standard errors of both — more in flight
+//! destroyed throughput, and the limit is capped where in flight stays at the best level.
+//!
+//! What it leaves alone: below the knee delivery rises with the level; past the knee of a
+//! plain FIFO it is flat (latency grows in proportion to the level), so no pool falls below
+//! the best and the gradient decides alone, as before. Unlike `knee_cap` (which caps every
+//! upstream at its knee, and moved plain upstreams' queues into the proxy's, where
+//! sheddable work waits at most 100 ms), this cap exists only while delivery is seen to fall.
+//!
+//! The groups halve every [`HALF_LIFE_NS`], so that evidence about levels no longer visited
+//! fades: a capped limit stops feeding the pools above the cap, and once their counts fall
+//! below [`MIN_SAMPLES`] the cap lifts and the gradient probes again (BBR probes above its
+//! estimate periodically for the same reason: the path may have changed). They are cleared
+//! when the live minRTT finds the upstream itself slower (`live.rs`).
+//!
+//! The cap is on the limit, while the levels are in-flight counts: the headroom ladder lets
+//! each criticality fill only a share of the limit (SHEDDABLE 0.8), so the limit is set to the
+//! best level divided by the share the closing window used (its peak in flight over the
+//! limit, at least one half).
+
+/// Pools with fewer completed requests are not judged (two standard errors of a mean of 100
+/// exponential latencies are ±20 %; a level's queueing makes its latencies less variable).
+pub(super) const MIN_SAMPLES: f64 = 100.0;
+/// How much less than the best level's rate a higher level must deliver, beyond the noise, to
+/// count as thrashing: a tenth (what a 20-worker thrashing upstream loses at 22 in flight).
+pub(super) const FALL: f64 = 0.1;
+/// Groups halve this often (ns): a few seconds of a busy service's requests judge a level, and
+/// a level left for longer is judged again.
+pub(super) const HALF_LIFE_NS: u64 = 2_000_000_000;
+/// The lowest in-flight level judged. At a handful in flight, one long request raises both
+/// the in-flight count (arrivals pile up behind it) and the latency of what is admitted then,
+/// so level and latency move together without the level causing it: 1- and 4-worker services
+/// with 5 % of requests 20× slower looked like thrashing and were capped below their workers
+/// (issue 28's sweep: R1 −0.3 to −1 pp, late queue exits in 40 cells).
+pub(super) const MIN_LEVEL: usize = 10;
+/// Groups per doubling of the in-flight count: one per ~9 %, so that the best level near a
+/// knee of 20 is known to within two requests.
+const PER_DOUBLING: f64 = 8.0;
+/// Groups kept: in-flight counts up to 2^24.
+const GROUPS: usize = 192;
+
+/// One in-flight level's latencies.
+#[derive(Debug, Default, Clone, Copy)]
+struct Group {
+    n: f64,
+    sum: f64,
+    sum_sq: f64,
+    level: f64,
+}
+
+impl Group {
+    fn add(&mut self, g: &Group) {
+        self.n += g.n;
+        self.sum += g.sum;
+        self.sum_sq += g.sum_sq;
+        self.level += g.level;
+    }
+
+    /// Delivery rate (level / mean latency, per ns), its standard error, and the mean level,
+    /// once there are enough.
+    fn rate(&self) -> Option<(f64, f64, f64)> {
+        if self.n < MIN_SAMPLES {
+            return None;
+        }
+        let mean = self.sum / self.n;
+        let var = (self.sum_sq / self.n - mean * mean).max(0.0);
+        let se = (var / self.n).sqrt();
+        let level = self.level / self.n;
+        if !(mean.is_finite() && se.is_finite() && mean > 0.0) {
+            return None;
+        }
+        let rate = level / mean;
+        // The rate's relative error is the mean's.
+        Some((rate, rate * se / mean, level))
+    }
+}
+
+/// Delivery by in-flight level.
+#[derive(Debug)]
+pub(super) struct ThroughputCeiling {
+    groups: Box<[Group; GROUPS]>,
+    /// When the groups were last halved (ns since the origin).
+    aged_ns: u64,
+    caps: u64,
+    /// Whether the last window was capped.
+    held: bool,
+}
+
+impl ThroughputCeiling {
+    pub(super) fn new() -> Self {
+        ThroughputCeiling {
+            groups: Box::new([Group::default(); GROUPS]),
+            aged_ns: 0,
+            caps: 0,
+            held: false,
+        }
+    }
+
+    /// One completed (not dropped) request, admitted with `in_flight` in flight.
+    pub(super) fn record(&mut self, now_ns: u64, in_flight: usize, rtt_ns: u64) {
+        if now_ns.saturating_sub(self.aged_ns) >= HALF_LIFE_NS {
+            self.aged_ns = now_ns;
+            for g in self.groups.iter_mut() {
+                g.n /= 2.0;
+                g.sum /= 2.0;
+                g.sum_sq /= 2.0;
+                g.level /= 2.0;
+            }
+        }
+        let level = in_flight.max(1) as f64;
+        let i = ((level.log2() * PER_DOUBLING) as usize).min(GROUPS - 1);
+        let x = rtt_ns as f64;
+        let g = &mut self.groups[i];
+        g.n += 1.0;
+        g.sum += x;
+        g.sum_sq += x * x;
+        g.level += level;
+    }
+
+    /// Forgets every level (the upstream was re-measured).
+    pub(super) fn forget(&mut self) {
+        self.groups.fill(Group::default());
+        self.held = false;
+    }
+
+    /// Times the ceiling lowered the limit.
+    pub(super) fn caps(&self) -> u64 {
+        self.caps
+    }
+
+    /// The pools from [`MIN_LEVEL`] up, lowest first, each once it holds [`MIN_SAMPLES`]:
+    /// (rate, standard error, mean level).
+    fn pools(&self) -> impl Iterator<Item = (f64, f64, f64)> + '_ {
+        // Levels below MIN_LEVEL are not judged (see there).
+        let first = ((MIN_LEVEL as f64).log2() * PER_DOUBLING) as usize;
+        self.groups
+            .iter()
+            .skip(first)
+            .scan(Group::default(), |pool, g| {
+                pool.add(g);
+                Some(pool.rate().inspect(|_| *pool = Group::default()))
+            })
+            .flatten()
+    }
+
+    /// The best pool — (rate, standard error, level) — if a higher level is seen delivering
+    /// clearly less (module docs); `None` while delivery is not seen to fall.
+    fn fall(&self) -> Option<(f64, f64, f64)> {
+        let mut best: Option<(f64, f64, f64)> = None;
+        let mut fell = false;
+        for (rate, se, level) in self.pools() {
+            match best {
+                Some(b) if rate < b.0 => fell |= falls_below((rate, se), b),
+                _ => {
+                    // Falls so far were below this level: not "more in flight, less delivered".
+                    best = Some((rate, se, level));
+                    fell = false;
+                }
+            }
+        }
+        best.filter(|_| fell)
+    }
+
+    /// The limit's ceiling for a window that closed at `limit`, with `peak` in flight at most
+    /// among the requests admitted at that limit, and its latency past the gradient's
+    /// tolerance (`queued`) or not.
+    ///
+    /// A fall first caps the limit only in a window the gradient reads as queued: early in a
+    /// slow service's run the pools hold only its fastest answers (the long ones have not
+    /// finished), so a cold start's low levels look faster than its later ones. Once capped,
+    /// each verdict renews the cap until the pools above it have aged out (nothing runs there
+    /// any more); then the gradient probes again.
+    pub(super) fn ceiling(&mut self, limit: usize, peak: usize, queued: bool) -> Option<usize> {
+        let Some(best) = self.fall() else {
+            self.held = false;
+            return None;
+        };
+        if !(queued || self.held) {
+            return None;
+        }
+        let share = if limit > 0 {
+            (peak as f64 / limit as f64).clamp(0.5, 1.0)
+        } else {
+            1.0
+        };
+        let cap = (best.2 / share).ceil().clamp(1.0, 1e12) as usize;
+        if cap < limit {
+            self.caps += 1;
+        }
+        self.held = true;
+        Some(cap)
+    }
+}
+
+/// Whether a pool's rate `(rate, se)` is clearly below the best's: by [`FALL`] of it beyond two
+/// standard errors of the difference.
+fn falls_below((rate, se): (f64, f64), (b, b_se, _): (f64, f64, f64)) -> bool {
+    b - rate > FALL * b + 2.0 * (se * se + b_se * b_se).sqrt()
+}

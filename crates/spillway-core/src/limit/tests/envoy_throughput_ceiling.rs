@@ -1,0 +1,109 @@
+//! `throughput_ceiling`: an upstream that delivers less when given more than its workers is
+//! held near its workers; a plain FIFO upstream, which delivers the same past its knee, is
+//! never capped.
+
+use super::*;
+use crate::controller::AdmissionConfig;
+
+/// The zero-config gradient with `throughput_ceiling` as given.
+fn preset(throughput_ceiling: bool) -> EnvoyGradientConfig {
+    match AdmissionConfig::zero_config().limit {
+        LimitConfig::EnvoyGradient(c) => EnvoyGradientConfig {
+            throughput_ceiling,
+            ..c
+        },
+        other => panic!("zero_config is the Envoy gradient, not {other:?}"),
+    }
+}
+
+/// `workers` FIFO workers with exponential service of mean `mean_ms`, each request slowed by
+/// `held / workers` when more than `workers` are held (`thrash`; issue 28's `slowdown`
+/// backend), behind a caller with more demand than any limit: whenever fewer than the limit
+/// are in flight another request is sent. Runs until `until_ms`; returns the limit every
+/// 100 ms.
+fn saturated(
+    l: &mut EnvoyGradientLimit,
+    t0: Instant,
+    workers: usize,
+    mean_ms: f64,
+    thrash: bool,
+    until_ms: f64,
+) -> Vec<usize> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut rng = fastrand::Rng::with_seed(28);
+    // `free`: when each worker is next free; `done`: (completion, sent, in flight when sent).
+    let mut free: BinaryHeap<Reverse<u64>> = (0..workers).map(|_| Reverse(0)).collect();
+    let mut done: BinaryHeap<Reverse<(u64, u64, usize)>> = BinaryHeap::new();
+    let (mut now, mut path, mut next_report) = (0u64, Vec::new(), 0u64);
+    let until = (until_ms * 1e6) as u64;
+    while now < until {
+        while done.len() < l.limit() {
+            let held = done.len() + 1;
+            let factor = if thrash {
+                (held as f64 / workers as f64).max(1.0)
+            } else {
+                1.0
+            };
+            let service = (-mean_ms * 1e6 * factor * (1.0 - rng.f64()).ln()) as u64;
+            let Some(Reverse(f)) = free.pop() else { break };
+            let end = f.max(now) + service.max(1);
+            free.push(Reverse(end));
+            done.push(Reverse((end, now, held)));
+        }
+        let Some(Reverse((end, sent, in_flight))) = done.pop() else {
+            break;
+        };
+        now = end;
+        l.on_sample(&sample(
+            t0 + Duration::from_nanos(now),
+            Duration::from_nanos(end - sent),
+            in_flight,
+            false,
+        ));
+        if now >= next_report {
+            path.push(l.limit());
+            next_report += 100_000_000;
+        }
+    }
+    path
+}
+
+/// The median of the last 20 limits of `path`.
+fn settled(path: &[usize]) -> usize {
+    let mut last = path[path.len().saturating_sub(20)..].to_vec();
+    last.sort_unstable();
+    last[last.len() / 2]
+}
+
+fn run(ceiling: bool, thrash: bool) -> (Vec<usize>, u64) {
+    let t0 = Instant::now();
+    let mut l =
+        EnvoyGradientLimit::new(&preset(ceiling), t0, Box::new(FixedRandom(0.0))).expect("valid");
+    // A first request alone measures minRTT, as at any start.
+    l.on_sample(&sample(t0, 40 * MS, 1, false));
+    let path = saturated(&mut l, t0, 20, 50.0, thrash, 8000.0);
+    (path, l.throughput_caps())
+}
+
+#[test]
+fn a_thrashing_upstream_is_held_near_its_workers() {
+    let (with, caps) = run(true, true);
+    let (without, none) = run(false, true);
+    assert_eq!(none, 0);
+    assert!(caps > 0, "with: {with:?}");
+    // Without the ceiling the gradient's tolerance holds well past the 20 workers, where each
+    // extra request slows every other; with it the limit sits near them.
+    assert!(settled(&without) > 30, "without: {without:?}");
+    assert!(settled(&with) <= 26, "with: {with:?}");
+    assert!(settled(&with) >= 16, "with: {with:?}");
+}
+
+#[test]
+fn a_plain_fifo_upstream_is_never_capped() {
+    let (with, caps) = run(true, false);
+    let (without, _) = run(false, false);
+    // Delivery is flat past the knee: no level falls below another, the gradient decides.
+    assert_eq!(caps, 0, "with: {with:?}");
+    assert_eq!(with, without);
+}
