@@ -33,6 +33,8 @@
 //! The groups halve their counts every `interval` (30 s in the default policy), so old levels
 //! fade, and are cleared when the live minRTT finds the upstream itself slower (`live.rs`).
 
+use super::by_level::{LatencyByLevel, Pool};
+
 /// Levels with fewer completed requests are not judged: with a coefficient of variation of 1
 /// (exponential service), 100 samples know the mean to ±20 % (two standard errors).
 pub(super) const MIN_SAMPLES: u64 = 100;
@@ -41,43 +43,14 @@ pub(super) const MIN_SAMPLES: u64 = 100;
 pub(super) const DELAY_SHARE: f64 = 0.1;
 
 /// Groups per doubling of the in-flight count.
-const PER_DOUBLING: f64 = 4.0;
+const PER_DOUBLING: usize = 4;
 /// Groups kept: in-flight counts up to 2^24.
 const GROUPS: usize = 96;
-
-/// One in-flight level's latencies.
-#[derive(Debug, Default, Clone, Copy)]
-struct Group {
-    n: f64,
-    sum: f64,
-    sum_sq: f64,
-    in_flight: f64,
-}
-
-impl Group {
-    /// Mean, standard error of the mean and mean in-flight level, once there are enough.
-    fn stats(&self) -> Option<(f64, f64, f64)> {
-        if self.n < MIN_SAMPLES as f64 {
-            return None;
-        }
-        let mean = self.sum / self.n;
-        let var = (self.sum_sq / self.n - mean * mean).max(0.0);
-        let se = (var / self.n).sqrt();
-        (mean.is_finite() && se.is_finite() && mean > 0.0).then_some((
-            mean,
-            se,
-            self.in_flight / self.n,
-        ))
-    }
-}
 
 /// Latency by in-flight level.
 #[derive(Debug)]
 pub(super) struct KneeCap {
-    groups: Box<[Group; GROUPS]>,
-    /// When the groups were last halved (ns since the origin).
-    aged_ns: u64,
-    interval_ns: u64,
+    levels: LatencyByLevel<GROUPS, PER_DOUBLING>,
     caps: u64,
     base_ns: f64,
 }
@@ -95,9 +68,7 @@ impl KneeCap {
     /// Groups that halve every `interval_ns`.
     pub(super) fn new(interval_ns: u64) -> Self {
         KneeCap {
-            groups: Box::new([Group::default(); GROUPS]),
-            aged_ns: 0,
-            interval_ns: interval_ns.max(1),
+            levels: LatencyByLevel::new(interval_ns),
             caps: 0,
             base_ns: 0.0,
         }
@@ -105,28 +76,12 @@ impl KneeCap {
 
     /// One completed (not dropped) request, admitted with `in_flight` in flight.
     pub(super) fn record(&mut self, now_ns: u64, in_flight: usize, rtt_ns: u64) {
-        if now_ns.saturating_sub(self.aged_ns) >= self.interval_ns {
-            self.aged_ns = now_ns;
-            for g in self.groups.iter_mut() {
-                g.n /= 2.0;
-                g.sum /= 2.0;
-                g.sum_sq /= 2.0;
-                g.in_flight /= 2.0;
-            }
-        }
-        let level = in_flight.max(1) as f64;
-        let i = ((level.log2() * PER_DOUBLING) as usize).min(GROUPS - 1);
-        let x = rtt_ns as f64;
-        let g = &mut self.groups[i];
-        g.n += 1.0;
-        g.sum += x;
-        g.sum_sq += x * x;
-        g.in_flight += level;
+        self.levels.record(now_ns, in_flight, rtt_ns);
     }
 
     /// Forgets every level (the upstream was re-measured).
     pub(super) fn forget(&mut self) {
-        self.groups.fill(Group::default());
+        self.levels.clear();
         self.base_ns = 0.0;
     }
 
@@ -145,14 +100,13 @@ impl KneeCap {
         // Neighbouring levels pooled, lowest first, until each pool holds enough requests:
         // slow start passes each level below the knee only once or twice, so the unqueued
         // evidence is thin per level and plentiful together.
-        let mut pools = self.groups.iter().scan(Group::default(), |pool, g| {
-            pool.n += g.n;
-            pool.sum += g.sum;
-            pool.sum_sq += g.sum_sq;
-            pool.in_flight += g.in_flight;
-            Some(pool.stats().inspect(|_| *pool = Group::default()))
-        });
-        let Some((mean0, se0, level0)) = pools.by_ref().flatten().next() else {
+        let mut pools = self.levels.pools(0, MIN_SAMPLES as f64);
+        let Some(Pool {
+            mean: mean0,
+            se: se0,
+            level: level0,
+        }) = pools.next()
+        else {
             return Verdict::Free;
         };
         let base = mean0 + 2.0 * se0;
@@ -160,7 +114,7 @@ impl KneeCap {
         let threshold = base * (1.0 + DELAY_SHARE);
         // The highest level seen running unqueued so far.
         let mut unqueued = level0;
-        for (mean, se, level) in pools.flatten() {
+        for Pool { mean, se, level } in pools {
             if mean - 2.0 * se <= threshold {
                 unqueued = level;
                 continue;

@@ -131,6 +131,7 @@ use crate::clock::{nanos_since, saturating_nanos};
 use crate::error::ConfigError;
 use crate::random::RandomSource;
 
+mod by_level;
 mod config;
 mod futile;
 mod knee;

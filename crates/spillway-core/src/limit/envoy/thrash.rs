@@ -40,6 +40,8 @@
 //! best level divided by the share the closing window used (its peak in flight over the
 //! limit, at least one half).
 
+use super::by_level::LatencyByLevel;
+
 /// Pools with fewer completed requests are not judged (two standard errors of a mean of 100
 /// exponential latencies are ±20 %; a level's queueing makes its latencies less variable).
 pub(super) const MIN_SAMPLES: f64 = 100.0;
@@ -57,52 +59,14 @@ pub(super) const HALF_LIFE_NS: u64 = 2_000_000_000;
 pub(super) const MIN_LEVEL: usize = 10;
 /// Groups per doubling of the in-flight count: one per ~9 %, so that the best level near a
 /// knee of 20 is known to within two requests.
-const PER_DOUBLING: f64 = 8.0;
+const PER_DOUBLING: usize = 8;
 /// Groups kept: in-flight counts up to 2^24.
 const GROUPS: usize = 192;
-
-/// One in-flight level's latencies.
-#[derive(Debug, Default, Clone, Copy)]
-struct Group {
-    n: f64,
-    sum: f64,
-    sum_sq: f64,
-    level: f64,
-}
-
-impl Group {
-    fn add(&mut self, g: &Group) {
-        self.n += g.n;
-        self.sum += g.sum;
-        self.sum_sq += g.sum_sq;
-        self.level += g.level;
-    }
-
-    /// Delivery rate (level / mean latency, per ns), its standard error, and the mean level,
-    /// once there are enough.
-    fn rate(&self) -> Option<(f64, f64, f64)> {
-        if self.n < MIN_SAMPLES {
-            return None;
-        }
-        let mean = self.sum / self.n;
-        let var = (self.sum_sq / self.n - mean * mean).max(0.0);
-        let se = (var / self.n).sqrt();
-        let level = self.level / self.n;
-        if !(mean.is_finite() && se.is_finite() && mean > 0.0) {
-            return None;
-        }
-        let rate = level / mean;
-        // The rate's relative error is the mean's.
-        Some((rate, rate * se / mean, level))
-    }
-}
 
 /// Delivery by in-flight level.
 #[derive(Debug)]
 pub(super) struct ThroughputCeiling {
-    groups: Box<[Group; GROUPS]>,
-    /// When the groups were last halved (ns since the origin).
-    aged_ns: u64,
+    levels: LatencyByLevel<GROUPS, PER_DOUBLING>,
     caps: u64,
     /// Whether the last window was capped.
     held: bool,
@@ -111,8 +75,7 @@ pub(super) struct ThroughputCeiling {
 impl ThroughputCeiling {
     pub(super) fn new() -> Self {
         ThroughputCeiling {
-            groups: Box::new([Group::default(); GROUPS]),
-            aged_ns: 0,
+            levels: LatencyByLevel::new(HALF_LIFE_NS),
             caps: 0,
             held: false,
         }
@@ -120,28 +83,12 @@ impl ThroughputCeiling {
 
     /// One completed (not dropped) request, admitted with `in_flight` in flight.
     pub(super) fn record(&mut self, now_ns: u64, in_flight: usize, rtt_ns: u64) {
-        if now_ns.saturating_sub(self.aged_ns) >= HALF_LIFE_NS {
-            self.aged_ns = now_ns;
-            for g in self.groups.iter_mut() {
-                g.n /= 2.0;
-                g.sum /= 2.0;
-                g.sum_sq /= 2.0;
-                g.level /= 2.0;
-            }
-        }
-        let level = in_flight.max(1) as f64;
-        let i = ((level.log2() * PER_DOUBLING) as usize).min(GROUPS - 1);
-        let x = rtt_ns as f64;
-        let g = &mut self.groups[i];
-        g.n += 1.0;
-        g.sum += x;
-        g.sum_sq += x * x;
-        g.level += level;
+        self.levels.record(now_ns, in_flight, rtt_ns);
     }
 
     /// Forgets every level (the upstream was re-measured).
     pub(super) fn forget(&mut self) {
-        self.groups.fill(Group::default());
+        self.levels.clear();
         self.held = false;
     }
 
@@ -154,15 +101,12 @@ impl ThroughputCeiling {
     /// (rate, standard error, mean level).
     fn pools(&self) -> impl Iterator<Item = (f64, f64, f64)> + '_ {
         // Levels below MIN_LEVEL are not judged (see there).
-        let first = ((MIN_LEVEL as f64).log2() * PER_DOUBLING) as usize;
-        self.groups
-            .iter()
-            .skip(first)
-            .scan(Group::default(), |pool, g| {
-                pool.add(g);
-                Some(pool.rate().inspect(|_| *pool = Group::default()))
-            })
-            .flatten()
+        let first = LatencyByLevel::<GROUPS, PER_DOUBLING>::group_of(MIN_LEVEL);
+        self.levels.pools(first, MIN_SAMPLES).map(|p| {
+            let rate = p.level / p.mean;
+            // The rate's relative error is the mean's.
+            (rate, rate * p.se / p.mean, p.level)
+        })
     }
 
     /// The best pool — (rate, standard error, level) — if a higher level is seen delivering
