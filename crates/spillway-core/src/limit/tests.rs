@@ -603,6 +603,54 @@ fn invalid_configs_name_the_field() {
     }
 }
 
+/// A saturated upstream of `workers` FIFO workers with exponential service, behind a caller
+/// with more demand than any limit: whenever fewer than the limit are in flight another request
+/// is sent. `mean_ms(sent_ns, held)` is the mean service time of a request sent at `sent_ns`
+/// with `held` in flight (itself included). Runs until `until_ms`; returns the limit every
+/// 100 ms.
+pub(super) fn saturated_upstream(
+    l: &mut EnvoyGradientLimit,
+    t0: Instant,
+    workers: usize,
+    mut mean_ms: impl FnMut(u64, usize) -> f64,
+    until_ms: f64,
+) -> Vec<usize> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    // Times in nanoseconds; `free`: when each worker is next free; `done`: (completion, sent,
+    // in flight when sent).
+    let mut rng = fastrand::Rng::with_seed(28);
+    let mut free: BinaryHeap<Reverse<u64>> = (0..workers).map(|_| Reverse(0)).collect();
+    let mut done: BinaryHeap<Reverse<(u64, u64, usize)>> = BinaryHeap::new();
+    let (mut now, mut path, mut next_report) = (0u64, Vec::new(), 0u64);
+    let until = (until_ms * 1e6) as u64;
+    while now < until {
+        while done.len() < l.limit() {
+            let held = done.len() + 1;
+            let service = (-mean_ms(now, held) * 1e6 * (1.0 - rng.f64()).ln()) as u64;
+            let Some(Reverse(f)) = free.pop() else { break };
+            let end = f.max(now) + service.max(1);
+            free.push(Reverse(end));
+            done.push(Reverse((end, now, held)));
+        }
+        let Some(Reverse((end, sent, in_flight))) = done.pop() else {
+            break;
+        };
+        now = end;
+        l.on_sample(&sample(
+            t0 + Duration::from_nanos(now),
+            Duration::from_nanos(end - sent),
+            in_flight,
+            false,
+        ));
+        if now >= next_report {
+            path.push(l.limit());
+            next_report += 100_000_000;
+        }
+    }
+    path
+}
+
 #[path = "tests/envoy_app_limited_cap.rs"]
 mod envoy_app_limited_cap;
 #[path = "tests/envoy_futile_cut.rs"]

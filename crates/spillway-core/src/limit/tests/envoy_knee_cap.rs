@@ -25,44 +25,14 @@ fn saturated(
     slow: (f64, f64),
     until_ms: f64,
 ) -> Vec<usize> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    // Times in nanoseconds; `free`: when each worker is next free; `done`: (completion, sent,
-    // in flight when sent).
-    let mut rng = fastrand::Rng::with_seed(28);
-    let mut free: BinaryHeap<Reverse<u64>> = (0..workers).map(|_| Reverse(0)).collect();
-    let mut done: BinaryHeap<Reverse<(u64, u64, usize)>> = BinaryHeap::new();
-    let (mut now, mut path, mut next_report) = (0u64, Vec::new(), 0u64);
-    let until = (until_ms * 1e6) as u64;
-    while now < until {
-        while done.len() < l.limit() {
-            let mean = if now as f64 >= slow.1 * 1e6 {
-                mean_ms * slow.0
-            } else {
-                mean_ms
-            };
-            let service = (-mean * 1e6 * (1.0 - rng.f64()).ln()) as u64;
-            let Some(Reverse(f)) = free.pop() else { break };
-            let end = f.max(now) + service.max(1);
-            free.push(Reverse(end));
-            done.push(Reverse((end, now, done.len() + 1)));
+    let mean = |sent_ns: u64, _held| {
+        if sent_ns as f64 >= slow.1 * 1e6 {
+            mean_ms * slow.0
+        } else {
+            mean_ms
         }
-        let Some(Reverse((end, sent, in_flight))) = done.pop() else {
-            break;
-        };
-        now = end;
-        l.on_sample(&sample(
-            t0 + Duration::from_nanos(now),
-            Duration::from_nanos(end - sent),
-            in_flight,
-            false,
-        ));
-        if now >= next_report {
-            path.push(l.limit());
-            next_report += 100_000_000;
-        }
-    }
-    path
+    };
+    super::saturated_upstream(l, t0, workers, mean, until_ms)
 }
 
 #[test]

@@ -29,44 +29,14 @@ fn saturated(
     thrash: bool,
     until_ms: f64,
 ) -> Vec<usize> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    let mut rng = fastrand::Rng::with_seed(28);
-    // `free`: when each worker is next free; `done`: (completion, sent, in flight when sent).
-    let mut free: BinaryHeap<Reverse<u64>> = (0..workers).map(|_| Reverse(0)).collect();
-    let mut done: BinaryHeap<Reverse<(u64, u64, usize)>> = BinaryHeap::new();
-    let (mut now, mut path, mut next_report) = (0u64, Vec::new(), 0u64);
-    let until = (until_ms * 1e6) as u64;
-    while now < until {
-        while done.len() < l.limit() {
-            let held = done.len() + 1;
-            let factor = if thrash {
-                (held as f64 / workers as f64).max(1.0)
-            } else {
-                1.0
-            };
-            let service = (-mean_ms * 1e6 * factor * (1.0 - rng.f64()).ln()) as u64;
-            let Some(Reverse(f)) = free.pop() else { break };
-            let end = f.max(now) + service.max(1);
-            free.push(Reverse(end));
-            done.push(Reverse((end, now, held)));
+    let mean = |_sent_ns, held: usize| {
+        if thrash {
+            mean_ms * (held as f64 / workers as f64).max(1.0)
+        } else {
+            mean_ms
         }
-        let Some(Reverse((end, sent, in_flight))) = done.pop() else {
-            break;
-        };
-        now = end;
-        l.on_sample(&sample(
-            t0 + Duration::from_nanos(now),
-            Duration::from_nanos(end - sent),
-            in_flight,
-            false,
-        ));
-        if now >= next_report {
-            path.push(l.limit());
-            next_report += 100_000_000;
-        }
-    }
-    path
+    };
+    super::saturated_upstream(l, t0, workers, mean, until_ms)
 }
 
 /// The median of the last 20 limits of `path`.
