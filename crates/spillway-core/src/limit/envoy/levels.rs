@@ -12,11 +12,21 @@
 //! So the measurement's samples keep the in-flight level they were admitted at, and when
 //! latency rises with that level — Kendall's rank test, `z ≥ 4` (with ties in the level
 //! accounted for), which an upstream with workers to spare at every low level passes by
-//! chance about once in 30,000 measurements — minRTT is the median latency the
-//! Theil–Sen line gives at one in flight: what a measurement pinned at one request would have
-//! seen. Ranks and medians of pairwise slopes, not least squares: a bimodal service's rare
-//! slow answers would otherwise make or break the slope on their own. An upstream with
-//! workers for every low level shows no such slope and keeps the plain median.
+//! chance about once in 30,000 measurements — minRTT is the median latency a Theil–Sen fit
+//! gives at one in flight: what a measurement pinned at one request would have seen. Ranks
+//! and medians of pairwise slopes, not least squares: a bimodal service's rare slow answers
+//! would otherwise make or break the slope on their own. An upstream with workers for every
+//! low level shows no such slope and keeps the plain median.
+//!
+//! The fit is a hockey stick, not a straight line: latency is flat up to the upstream's
+//! workers and rises past them, and a line through both parts lies below the flat one at one
+//! in flight. At a 2-worker, 40 ms ± 50 % service the line gave 20–34 ms against the 40 ms
+//! its answers alone took; the gradient's tolerance then sat inside the spread of a window's
+//! median at one or two in flight, and windows of a few answers cut the limit one by one to
+//! 1, a worker idle for up to half a second (`spillway demo --quick`: 25–37 served in a
+//! second of 50). So each number of free workers from 1 (the line) up to the highest level
+//! seen is fitted — flat up to it, Theil–Sen slope past it — and the fit with the smallest
+//! sum of absolute deviations says; both shapes have two parameters, so neither is favoured.
 
 /// Fewer samples than this make no test (the level's effect is not told from noise).
 const MIN_POINTS: usize = 10;
@@ -25,6 +35,9 @@ const MIN_POINTS: usize = 10;
 /// told from chance at `z ≥ 4` (the test's `z` grows with the root of the count). The fit
 /// is quadratic in them.
 const MAX_POINTS: usize = 64;
+/// The most workers a fit looks for: levels above are always taken as queued (the fit is
+/// repeated for each, and live minRTT's low levels are 5 in the zero-config preset).
+const MAX_FREE: u32 = 8;
 /// Kendall's `z` above which latency is taken to rise with the level. At 3 (one chance in
 /// 700 per measurement) a 20-worker lognormal service at half its capacity, which measures
 /// every second or so, once read a slope into its troughs over issue 28's sweep and cut its
@@ -77,39 +90,36 @@ impl LevelFit {
     /// Never below the fastest sample.
     pub(super) fn at_one(&mut self) -> Option<f64> {
         let n = self.points.len();
-        if n < MIN_POINTS {
+        if n < MIN_POINTS || kendall_z(&self.points, &mut self.scratch) < Z {
             return None;
         }
-        let mut s: i64 = 0;
+        let top = self.points.iter().map(|p| p.0).max()?.min(MAX_FREE + 1);
+        let mut best: Option<(f64, f64)> = None;
+        // `free`: the highest level that ran without a queue; 1 is the straight line.
+        for free in 1..top {
+            match (self.hockey_stick(free), best) {
+                (Some(fit), Some((_, cost))) if fit.1 < cost => best = Some(fit),
+                (Some(fit), None) => best = Some(fit),
+                _ => {}
+            }
+        }
+        let fastest = self.points.iter().map(|p| p.1).min()? as f64;
+        best.map(|(at_one, _)| at_one.max(fastest))
+    }
+
+    /// The Theil–Sen fit of latency flat up to level `free` and rising past it — its value at
+    /// one in flight and its sum of absolute residuals — or `None` if it does not rise.
+    fn hockey_stick(&mut self, free: u32) -> Option<(f64, f64)> {
+        let past = |x: u32| f64::from(x.saturating_sub(free));
         let slopes = &mut self.slopes;
         slopes.clear();
         for (i, &(xi, yi)) in self.points.iter().enumerate() {
             for &(xj, yj) in &self.points[i + 1..] {
-                if xi == xj {
-                    continue;
+                let dx = past(xj) - past(xi);
+                if dx != 0.0 {
+                    slopes.push((yj as f64 - yi as f64) / dx);
                 }
-                let dx = f64::from(xj) - f64::from(xi);
-                let dy = yj as f64 - yi as f64;
-                // Concordant pairs count +1, discordant −1, equal latencies 0.
-                s += i64::from(dx * dy > 0.0) - i64::from(dx * dy < 0.0);
-                slopes.push(dy / dx);
             }
-        }
-        // Kendall's S under independence, corrected for ties in the level (latencies in ns
-        // hardly tie): Var S = [n(n−1)(2n+5) − Σ t(t−1)(2t+5)] / 18 over the level's groups.
-        let nf = n as f64;
-        let mut var = nf * (nf - 1.0) * (2.0 * nf + 5.0);
-        let levels = &mut self.scratch;
-        levels.clear();
-        levels.extend(self.points.iter().map(|p| f64::from(p.0)));
-        levels.sort_unstable_by(f64::total_cmp);
-        for group in levels.chunk_by(|a, b| a == b) {
-            let t = group.len() as f64;
-            var -= t * (t - 1.0) * (2.0 * t + 5.0);
-        }
-        var /= 18.0;
-        if var <= 0.0 || (s as f64) < Z * var.sqrt() {
-            return None;
         }
         let slope = median(slopes)?;
         if slope <= 0.0 {
@@ -117,15 +127,47 @@ impl LevelFit {
         }
         let intercepts = &mut self.scratch;
         intercepts.clear();
-        intercepts.extend(
-            self.points
-                .iter()
-                .map(|&(x, y)| y as f64 - slope * f64::from(x)),
-        );
-        let at_one = median(intercepts)? + slope;
-        let fastest = self.points.iter().map(|p| p.1).min()? as f64;
-        Some(at_one.max(fastest))
+        intercepts.extend(self.points.iter().map(|&(x, y)| y as f64 - slope * past(x)));
+        let flat = median(intercepts)?;
+        let cost = self
+            .points
+            .iter()
+            .map(|&(x, y)| (y as f64 - flat - slope * past(x)).abs())
+            .sum();
+        Some((flat, cost))
     }
+}
+
+/// Kendall's rank-correlation `z` of latency on the in-flight level over `points`: S under
+/// independence over its standard deviation, corrected for ties in the level (latencies in
+/// ns hardly tie): Var S = [n(n−1)(2n+5) − Σ t(t−1)(2t+5)] / 18 over the level's groups.
+/// 0 when there is nothing to rank (one level).
+fn kendall_z(points: &[(u32, u64)], scratch: &mut Vec<f64>) -> f64 {
+    let mut s: i64 = 0;
+    for (i, &(xi, yi)) in points.iter().enumerate() {
+        for &(xj, yj) in &points[i + 1..] {
+            if xi == xj {
+                continue;
+            }
+            // Concordant pairs count +1, discordant −1, equal latencies 0.
+            let d = (i64::from(xj) - i64::from(xi)).signum() * (yj.cmp(&yi) as i64);
+            s += d;
+        }
+    }
+    let nf = points.len() as f64;
+    let mut var = nf * (nf - 1.0) * (2.0 * nf + 5.0);
+    scratch.clear();
+    scratch.extend(points.iter().map(|p| f64::from(p.0)));
+    scratch.sort_unstable_by(f64::total_cmp);
+    for group in scratch.chunk_by(|a, b| a == b) {
+        let t = group.len() as f64;
+        var -= t * (t - 1.0) * (2.0 * t + 5.0);
+    }
+    var /= 18.0;
+    if var <= 0.0 {
+        return 0.0;
+    }
+    s as f64 / var.sqrt()
 }
 
 /// The median of `v` (the mean of the middle two for an even count); `None` when empty.

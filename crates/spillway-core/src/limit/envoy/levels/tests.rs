@@ -68,3 +68,30 @@ fn never_below_the_fastest_answer() {
     let one = f.at_one().expect("latency follows the level");
     assert!(one >= 2e6, "{one}");
 }
+
+#[test]
+fn two_workers_latency_alone_is_the_flat_part_not_the_line() {
+    // Two workers, 40 ms ± 50 %: one or two in flight run at once, three to five queue. A
+    // straight line through the rise lies below the flat part at one in flight.
+    let mut f = LevelFit::default();
+    for i in 0..60u64 {
+        let k = 1 + i % 5;
+        let service = 20 * MS + (i * 7919 % 41) * MS;
+        let wait = k.saturating_sub(2) * 20 * MS;
+        f.record(k as usize, service + wait);
+    }
+    let one = f.at_one().expect("latency follows the level");
+    assert!((35e6..=45e6).contains(&one), "{one}");
+}
+
+#[test]
+fn one_worker_with_answers_alone_keeps_the_line() {
+    // One worker: level two already queues; no flat part above one in flight.
+    let mut f = LevelFit::default();
+    for i in 0..40u64 {
+        let k = 1 + i % 4;
+        f.record(k as usize, k * 10 * MS + jitter(i) / 10);
+    }
+    let one = f.at_one().expect("latency follows the level");
+    assert!((10e6..=10.2e6).contains(&one), "{one}");
+}
