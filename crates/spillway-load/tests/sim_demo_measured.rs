@@ -4,6 +4,12 @@
 //! (`spillway_load::demo::simulated`, built from the same `DemoConfig`). Their goodput plateaus,
 //! over the seconds offered 2× capacity and more, must be within 10% of each other.
 //!
+//! The simulated side is the mean over [`SIM_SEEDS`] seeds, not one run: the plateau is five
+//! seconds of a 2-worker service, and one seed's lies anywhere in 0.96–1.08 × capacity (16
+//! seeds, same policy), so a single draw compared with a single real run put the bound at the
+//! mercy of which seed the demo happens to use. The mean is what the model predicts; the
+//! real run is still one run, its own noise inside the bound.
+//!
 //! Not a timing test: the backend's capacity is set by its sleeping workers, not by this
 //! machine's speed, and the plateau is a count of requests served. The load (at most 500
 //! requests/s through the proxy) is light for an idle 2-core machine. About 20 s per try.
@@ -19,6 +25,9 @@ use spillway_load::demo::simulated as demo;
 use spillway_load::demo::{run_mode, DemoConfig, Mode};
 use spillway_load::report::RunReport;
 use spillway_sim::run_one;
+
+/// Seeds the simulated demo is run with (from the demo's own): a few ms each.
+const SIM_SEEDS: u64 = 16;
 
 /// How many times the real demo is run before giving up on a host too busy to measure on.
 const TRIES: usize = 3;
@@ -93,9 +102,19 @@ fn median_send_lag_is_read_from_the_report_meta() {
 fn simulated_demo_plateau_is_within_10_percent_of_the_measured_one() {
     let mut cfg = DemoConfig::quick();
     cfg.dashboard = None;
-    let sc = demo::scenario(&cfg, Mode::Spillway).expect("the demo's scenario simulates");
-    let simulated = run_one(&sc, "spillway").expect("runs");
-    let sim = demo::plateau(&cfg, &simulated.report).expect("plateau seconds simulated");
+    let runs: Vec<_> = (0..SIM_SEEDS)
+        .map(|k| {
+            let mut c = cfg.clone();
+            c.seed = cfg.seed.wrapping_add(k);
+            let sc = demo::scenario(&c, Mode::Spillway).expect("the demo's scenario simulates");
+            let run = run_one(&sc, "spillway").expect("runs");
+            let p = demo::plateau(&c, &run.report).expect("plateau seconds simulated");
+            (p, run)
+        })
+        .collect();
+    let sims: Vec<f64> = runs.iter().map(|r| r.0).collect();
+    let sim = sims.iter().sum::<f64>() / sims.len() as f64;
+    let simulated = &runs[0].1;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -121,19 +140,22 @@ fn simulated_demo_plateau_is_within_10_percent_of_the_measured_one() {
 
     let apart = (sim - real).abs() / real;
     println!(
-        "goodput plateau over seconds {:?} (x capacity {}/s): simulated {:.3}, measured {:.3} \
-         ({:.1}% apart; median send lag per try {lags:?} ms)",
+        "goodput plateau over seconds {:?} (x capacity {}/s): simulated {:.3} (mean of {SIM_SEEDS} \
+         seeds, {:.3}–{:.3}), measured {:.3} ({:.1}% apart; median send lag per try {lags:?} ms)",
         demo::plateau_seconds(&cfg),
         cfg.capacity(),
         sim,
+        sims.iter().copied().fold(f64::INFINITY, f64::min),
+        sims.iter().copied().fold(0.0, f64::max),
         real,
         apart * 100.0
     );
     assert!(
         apart <= 0.10,
-        "simulated {sim:.3} vs measured {real:.3}\nmeasured meta: {:?}\nmeasured:\n{}\nsimulated:\n{}",
+        "simulated {sim:.3} vs measured {real:.3}\nmeasured meta: {:?}\nmeasured:\n{}\nsimulated (seed {}):\n{}",
         measured.meta,
         rows(&measured),
+        cfg.seed,
         rows(&simulated.report)
     );
 }
