@@ -175,12 +175,15 @@ fn median(v: &mut [f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
-    v.sort_unstable_by(f64::total_cmp);
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[m]
+    // Selection, not a sort: the fit takes a median of up to 2,016 slopes per candidate, under
+    // the limit's lock.
+    let (m, odd) = (v.len() / 2, v.len() % 2 == 1);
+    let (below, &mut upper, _) = v.select_nth_unstable_by(m, f64::total_cmp);
+    Some(if odd {
+        upper
     } else {
-        (v[m - 1] + v[m]) / 2.0
+        let lower = below.iter().copied().max_by(f64::total_cmp)?;
+        (lower + upper) / 2.0
     })
 }
 

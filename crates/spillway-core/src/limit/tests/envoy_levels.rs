@@ -18,6 +18,17 @@ fn cfg() -> EnvoyGradientConfig {
     }
 }
 
+/// One worker taking 10 ms: a request admitted with `k` in flight is answered at `t_ms`
+/// after `k` × 10 ms (it waited for the `k − 1` ahead of it).
+fn one_worker_answer(l: &mut EnvoyGradientLimit, t0: Instant, t_ms: u64, k: u64) {
+    l.on_sample(&sample(
+        at(t0, t_ms),
+        Duration::from_millis(10 * k),
+        k as usize,
+        false,
+    ));
+}
+
 #[test]
 fn one_worker_min_rtt_is_the_latency_alone_and_the_limit_comes_down() {
     let t0 = Instant::now();
@@ -28,12 +39,7 @@ fn one_worker_min_rtt_is_the_latency_alone_and_the_limit_comes_down() {
     for i in 0..25u64 {
         let k = 1 + i % 5;
         t += 10;
-        l.on_sample(&sample(
-            at(t0, t),
-            Duration::from_millis(10 * k),
-            k as usize,
-            false,
-        ));
+        one_worker_answer(&mut l, t0, t, k);
     }
     let m = l.min_rtt_nanos();
     assert!((m - 10e6).abs() <= 1e6, "minRTT {m}");
@@ -45,12 +51,7 @@ fn one_worker_min_rtt_is_the_latency_alone_and_the_limit_comes_down() {
         for i in 0..10u64 {
             let k = 1 + i % n;
             t = 1000 + 200 * w + 10 * i + 10 * k;
-            l.on_sample(&sample(
-                at(t0, t),
-                Duration::from_millis(10 * k),
-                k as usize,
-                false,
-            ));
+            one_worker_answer(&mut l, t0, t, k);
         }
         let m = l.min_rtt_nanos();
         assert!((m - 10e6).abs() <= 1e6, "window {w}: minRTT {m}");
@@ -90,13 +91,7 @@ fn callers_with_room_for_the_queue_keep_the_median() {
         let mut l = EnvoyGradientLimit::new(&cfg(), t0, Box::new(FixedRandom(0.0))).expect("valid");
         l.set_latency_budget(Duration::from_millis(budget_ms));
         for i in 0..25u64 {
-            let k = 1 + i % 5;
-            l.on_sample(&sample(
-                at(t0, 10 * (i + 1)),
-                Duration::from_millis(10 * k),
-                k as usize,
-                false,
-            ));
+            one_worker_answer(&mut l, t0, 10 * (i + 1), 1 + i % 5);
         }
         l.min_rtt_nanos()
     };
