@@ -31,9 +31,19 @@
 //!
 //! The groups halve every [`HALF_LIFE_NS`], so that evidence about levels no longer visited
 //! fades: a capped limit stops feeding the pools above the cap, and once their counts fall
-//! below [`MIN_SAMPLES`] the cap lifts and the gradient probes again (BBR probes above its
+//! below [`MIN_SAMPLES`] the cap lifts and the limit probes again (BBR probes above its
 //! estimate periodically for the same reason: the path may have changed). They are cleared
 //! when the live minRTT finds the upstream itself slower (`live.rs`).
+//!
+//! The probe is gentle: once a cap has held for [`CONFIRMED`] windows, the limit may grow past
+//! it by an eighth a window (one group's width), not by the gradient's up to 2× plus √limit,
+//! until a fall is seen again or the limit reaches twice the cap (the upstream has changed;
+//! the cap is forgotten). The gradient's probe sent a thrashing upstream from its 22-request
+//! cap to 40–59 in one or two windows, every few seconds: its service times doubled, and the
+//! requests admitted then outlived their callers (issue 28's sweep, a 20-worker 50 ms
+//! `slowdown` service at 1×, callers allowing 5 service times: CRITICAL 81.4 % served in time;
+//! 93.3 % with the gentle probe) — as TCP, having found loss at a window, grows past it by one
+//! segment per round trip (congestion avoidance, RFC 5681 §3.1) rather than doubling again.
 //!
 //! The cap is on the limit, while the levels are in-flight counts: the headroom ladder lets
 //! each criticality fill only a share of the limit (SHEDDABLE 0.8), so the limit is set to the
@@ -57,6 +67,12 @@ pub(super) const HALF_LIFE_NS: u64 = 2_000_000_000;
 /// with 5 % of requests 20× slower looked like thrashing and were capped below their workers
 /// (issue 28's sweep: R1 −0.3 to −1 pp, late queue exits in 40 cells).
 pub(super) const MIN_LEVEL: usize = 10;
+/// Consecutive capped windows after which the cap is remembered and probed above gently: a
+/// fall seen once may be a burst of long requests at a plain upstream (at 100 workers with 5 %
+/// of requests 20× slower, a cap remembered from single verdicts held the limit below the
+/// workers, and requests waited in the queue past their deadlines in 3 of the sweep's cells);
+/// a thrashing upstream renews its cap window after window.
+const CONFIRMED: u32 = 4;
 /// Groups per doubling of the in-flight count: one per ~9 %, so that the best level near a
 /// knee of 20 is known to within two requests.
 const PER_DOUBLING: usize = 8;
@@ -70,6 +86,11 @@ pub(super) struct ThroughputCeiling {
     caps: u64,
     /// Whether the last window was capped.
     held: bool,
+    /// The last cap that held for [`CONFIRMED`] windows in a row (0: none since the levels
+    /// were last forgotten).
+    known: usize,
+    /// Consecutive windows capped.
+    streak: u32,
 }
 
 impl ThroughputCeiling {
@@ -78,6 +99,8 @@ impl ThroughputCeiling {
             levels: LatencyByLevel::new(HALF_LIFE_NS),
             caps: 0,
             held: false,
+            known: 0,
+            streak: 0,
         }
     }
 
@@ -90,6 +113,8 @@ impl ThroughputCeiling {
     pub(super) fn forget(&mut self) {
         self.levels.clear();
         self.held = false;
+        self.known = 0;
+        self.streak = 0;
     }
 
     /// Times the ceiling lowered the limit.
@@ -139,10 +164,11 @@ impl ThroughputCeiling {
     pub(super) fn ceiling(&mut self, limit: usize, peak: usize, queued: bool) -> Option<usize> {
         let Some(best) = self.fall() else {
             self.held = false;
-            return None;
+            self.streak = 0;
+            return self.probe(limit);
         };
         if !(queued || self.held) {
-            return None;
+            return self.probe(limit);
         }
         let share = if limit > 0 {
             (peak as f64 / limit as f64).clamp(0.5, 1.0)
@@ -154,7 +180,24 @@ impl ThroughputCeiling {
             self.caps += 1;
         }
         self.held = true;
+        self.streak = self.streak.saturating_add(1);
+        if self.streak >= CONFIRMED {
+            self.known = cap;
+        }
         Some(cap)
+    }
+
+    /// The ceiling while no cap holds: none, unless a cap held for [`CONFIRMED`] windows since
+    /// the levels were last forgotten — then the limit may grow past that cap by one group's
+    /// width (an eighth) a window (module docs), until it reaches twice the cap, where the cap
+    /// is forgotten.
+    fn probe(&mut self, limit: usize) -> Option<usize> {
+        if self.known == 0 || limit >= self.known.saturating_mul(2) {
+            self.known = 0;
+            return None;
+        }
+        let from = limit.max(self.known);
+        Some(from.saturating_add((from / PER_DOUBLING).max(1)))
     }
 }
 
@@ -163,3 +206,6 @@ impl ThroughputCeiling {
 fn falls_below((rate, se): (f64, f64), (b, b_se, _): (f64, f64, f64)) -> bool {
     b - rate > FALL * b + 2.0 * (se * se + b_se * b_se).sqrt()
 }
+
+#[cfg(test)]
+mod tests;

@@ -163,7 +163,8 @@ impl EnvoyGradientLimit {
             .as_mut()
             .and_then(|t| t.ceiling(old, peak_counted, queued))
         {
-            // thrash.rs: a higher level delivered less than this one.
+            // thrash.rs: a higher level delivered less than this one (or did, and the limit
+            // probes above it gently).
             new_limit = new_limit.min(c.clamp(self.floor, self.max));
         }
         self.limit = new_limit;
