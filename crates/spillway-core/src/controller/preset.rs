@@ -103,6 +103,13 @@ impl AdmissionConfig {
     ///   after each cut doubling the limit again, and served a third of its rate (issue 28's
     ///   sweep, `slowdown` cells). A plain FIFO upstream delivers the same past its knee, so
     ///   nothing is capped there.
+    /// - `rebaseline_on_flat_levels` (`limit/envoy/flat.rs`): latency above tolerance that
+    ///   does not rise with the in-flight level requests were admitted at is the upstream's
+    ///   own (it got slower), not a queue of ours, and raises the baseline instead of cutting.
+    ///   A 20-worker service at half speed for 12 s, at half its capacity's load, had its limit
+    ///   cut one by one to 1 and refused what the unprotected service served (issue 28's
+    ///   sweep, R1 −10.0 → −1.8 pp; failing cells R1 109 → 105, R2 635 unchanged, R3
+    ///   662 → 664).
     /// - not `knee_cap` (`limit/envoy/knee.rs`, BBR's bandwidth × `RTprop` by Little's law):
     ///   it holds a 1000-worker upstream near its workers in a model, but over issue 28's full
     ///   sweep it did more harm than good (R1 failing cells 120 → 206, R3 683 → 748, R4b
@@ -148,6 +155,7 @@ impl AdmissionConfig {
                 rtt_windows: true,
                 slow_start_gain: 3.0,
                 throughput_ceiling: true,
+                rebaseline_on_flat_levels: true,
                 ..EnvoyGradientConfig::default()
             }),
             headroom: DEFAULT_HEADROOM,

@@ -653,6 +653,8 @@ pub(super) fn saturated_upstream(
 
 #[path = "tests/envoy_app_limited_cap.rs"]
 mod envoy_app_limited_cap;
+#[path = "tests/envoy_flat_levels.rs"]
+mod envoy_flat_levels;
 #[path = "tests/envoy_futile_cut.rs"]
 mod envoy_futile_cut;
 #[path = "tests/envoy_knee_cap.rs"]

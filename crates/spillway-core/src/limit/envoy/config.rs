@@ -86,6 +86,12 @@ pub struct EnvoyGradientConfig {
     /// limit is held where in flight stays at the level that delivered most. Default false
     /// (Envoy: the gradient alone).
     pub throughput_ceiling: bool,
+    /// With `live_min_rtt`: when latency above tolerance does not rise with the in-flight level
+    /// requests were admitted at (Kendall's test over at least 40 of them spanning 2×), the
+    /// upstream got slower: the baseline is raised to that latency (at most doubled, once until
+    /// a window is back within the measured minRTT's tolerance) instead of cutting (see
+    /// `flat.rs`). Default false (Envoy: cut until the floor, then re-measure).
+    pub rebaseline_on_flat_levels: bool,
     /// With `live_min_rtt`: slots slow start adds per answer within minRTT's tolerance, in
     /// `[1, 8]` (see `live.rs`). 1 doubles the limit per round trip when every answer is
     /// fast, as TCP's slow start does; more reaches a large upstream's size in fewer round
@@ -121,6 +127,7 @@ impl Default for EnvoyGradientConfig {
             rtt_windows: false,
             knee_cap: false,
             throughput_ceiling: false,
+            rebaseline_on_flat_levels: false,
             slow_start_gain: 1.0,
             fixed_min_rtt: None,
         }

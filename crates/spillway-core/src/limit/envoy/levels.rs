@@ -107,6 +107,12 @@ impl LevelFit {
         best.map(|(at_one, _)| at_one.max(fastest))
     }
 
+    /// Kendall's `z` of latency on the level over the kept samples; `None` with fewer than
+    /// [`MIN_POINTS`].
+    pub(super) fn rise_z(&mut self) -> Option<f64> {
+        (self.points.len() >= MIN_POINTS).then(|| kendall_z(&self.points, &mut self.scratch))
+    }
+
     /// The Theil–Sen fit of latency flat up to level `free` and rising past it — its value at
     /// one in flight and its sum of absolute residuals — or `None` if it does not rise.
     fn hockey_stick(&mut self, free: u32) -> Option<(f64, f64)> {
@@ -142,7 +148,7 @@ impl LevelFit {
 /// independence over its standard deviation, corrected for ties in the level (latencies in
 /// ns hardly tie): Var S = [n(n−1)(2n+5) − Σ t(t−1)(2t+5)] / 18 over the level's groups.
 /// 0 when there is nothing to rank (one level).
-fn kendall_z(points: &[(u32, u64)], scratch: &mut Vec<f64>) -> f64 {
+pub(super) fn kendall_z(points: &[(u32, u64)], scratch: &mut Vec<f64>) -> f64 {
     let mut s: i64 = 0;
     for (i, &(xi, yi)) in points.iter().enumerate() {
         for &(xj, yj) in &points[i + 1..] {

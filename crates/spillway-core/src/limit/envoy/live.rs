@@ -45,6 +45,10 @@
 use super::super::histogram::LatencyHistogram;
 use super::levels::LevelFit;
 
+/// Kendall's `z` among the low levels from which an upstream counts as smaller than them
+/// (`LiveMinRtt::small_upstream`).
+const SMALL_UPSTREAM_Z: f64 = 2.0;
+
 /// The low-concurrency samples of the measurement in progress.
 #[derive(Debug)]
 pub(super) struct LiveMinRtt {
@@ -167,6 +171,13 @@ impl LiveMinRtt {
     /// The callers' latency budget (ns), as the limit is told it.
     pub(super) fn set_budget(&mut self, budget_ns: f64) {
         self.budget_ns = budget_ns;
+    }
+
+    /// Whether the low-concurrency samples may hold a queue in the upstream (`flat.rs`):
+    /// latency shows a sign of rising with the level among them (Kendall's `z` of 2, where
+    /// `levels.rs` asks 4 before it fits), or too few say.
+    pub(super) fn small_upstream(&mut self) -> bool {
+        self.levels.rise_z().map_or(true, |z| z >= SMALL_UPSTREAM_Z)
     }
 
     /// Whether no measurement has completed yet (minRTT is the provisional one, from fewer

@@ -108,6 +108,13 @@
 //! is held where in flight stays at the level that delivered most — only then, so a plain FIFO
 //! upstream (flat delivery past its knee) is left to the gradient.
 //!
+//! An eighth addition, off by default: `rebaseline_on_flat_levels` (needs `live_min_rtt`;
+//! `flat.rs`). Latency above tolerance that does not rise with the in-flight level each
+//! request was admitted at is the upstream's, not a queue of ours; the baseline is raised to
+//! it (at most doubled, once until it is back) instead of cutting. A 20-worker upstream that
+//! dropped to half speed at half its capacity's load was otherwise cut one by one to a limit
+//! of 1.
+//!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
 //! [`Sample::now`]. Percentiles come from a fixed log-linear histogram (two significant digits,
@@ -121,6 +128,7 @@
 
 use std::time::{Duration, Instant};
 
+use self::flat::WindowLevels;
 use self::futile::FutileCuts;
 use self::knee::KneeCap;
 use self::live::LiveMinRtt;
@@ -133,6 +141,7 @@ use crate::random::RandomSource;
 
 mod by_level;
 mod config;
+mod flat;
 mod futile;
 mod knee;
 mod levels;
@@ -180,6 +189,8 @@ pub struct EnvoyGradientLimit {
     knee: Option<KneeCap>,
     /// `throughput_ceiling` (`thrash.rs`).
     thrash: Option<ThroughputCeiling>,
+    /// `rebaseline_on_flat_levels`: samples by level since latency left tolerance (`flat.rs`).
+    flat: Option<WindowLevels>,
     /// The callers' latency budget in nanoseconds (0 = unknown).
     budget_ns: f64,
     /// With `live_min_rtt`: growing by one per fast sample until a window is slow (see
@@ -282,6 +293,8 @@ impl EnvoyGradientLimit {
             rtt_windows: cfg.rtt_windows,
             knee: cfg.knee_cap.then(|| KneeCap::new(interval_ns)),
             thrash: cfg.throughput_ceiling.then(ThroughputCeiling::new),
+            flat: (cfg.rebaseline_on_flat_levels && cfg.live_min_rtt && fixed.is_none())
+                .then(WindowLevels::default),
             budget_ns: 0.0,
             slow_start: cfg.live_min_rtt && fixed.is_none(),
             slow_start_gain: finite_or(cfg.slow_start_gain, 1.0, 8.0, 1.0),
@@ -389,6 +402,9 @@ impl Limit for EnvoyGradientLimit {
                 dropped: true,
                 ..*s
             });
+        } else if let Some(f) = self.flat.as_mut() {
+            // flat.rs: counted as dropped all the same (`on_sample` counts the others).
+            f.dropped(nanos_since(self.origin, s.now));
         }
     }
 
@@ -448,6 +464,11 @@ impl Limit for EnvoyGradientLimit {
 
         // This sample belongs to the window now open (it may just have closed the last one).
         self.window_peak_in_flight = self.window_peak_in_flight.max(s.in_flight);
+        if let Some(f) = self.flat.as_mut() {
+            // flat.rs: a dropped request may still be running upstream, a queue we no longer
+            // count.
+            f.count(now_ns, s.dropped);
+        }
         // knee.rs groups every completed request by its admission's in-flight level, across
         // windows and limit changes: it needs no epoch.
         if let (Some(k), false) = (self.knee.as_mut(), s.dropped) {
@@ -473,6 +494,9 @@ impl Limit for EnvoyGradientLimit {
             _ => return,
         }
         self.hist.record(rtt_ns);
+        if let (Some(f), false) = (self.flat.as_mut(), s.dropped) {
+            f.record(s.in_flight, rtt_ns);
+        }
         self.window_peak_counted = self.window_peak_counted.max(s.in_flight);
         self.window_dropped += u32::from(s.dropped);
 

@@ -44,6 +44,9 @@ impl EnvoyGradientLimit {
             self.limit = self.min_concurrency;
         }
         self.hist.clear();
+        if let Some(f) = self.flat.as_mut() {
+            f.clear();
+        }
         self.window_dropped = 0;
         self.min_rtt_epoch_ns = now_ns;
         self.consecutive_at_floor = 0;
@@ -58,6 +61,9 @@ impl EnvoyGradientLimit {
             self.measured_min_rtt_ns = q;
         }
         self.hist.clear();
+        if let Some(f) = self.flat.as_mut() {
+            f.clear();
+        }
         self.limit = self.deferred_limit.clamp(self.floor, self.max);
         self.in_min_rtt_window = false;
         if self.one_change_per_rtt {
@@ -127,6 +133,29 @@ impl EnvoyGradientLimit {
                 && sample <= self.measured_min_rtt_ns * tolerance
             {
                 // Back within the measured minRTT's tolerance: the host is quiet again.
+                self.min_rtt_ns = self.measured_min_rtt_ns;
+            }
+        }
+        // Not on a provisional minRTT (live.rs): a few answers' median, whose errors slow
+        // start and the first measurement correct.
+        let measured = self.live.as_ref().is_some_and(|l| !l.provisional());
+        if let (Some(f), true) = (self.flat.as_mut(), measured) {
+            if sample <= tolerated || self.censored {
+                // The rule judges a latency rise, from the samples since it began.
+                f.clear();
+            } else if self.min_rtt_ns <= self.measured_min_rtt_ns
+                && f.flat()
+                && !self.live.as_mut().is_some_and(LiveMinRtt::small_upstream)
+            {
+                // flat.rs: the upstream's latency, not a queue of ours.
+                f.clear();
+                self.min_rtt_ns = sample
+                    .min(self.min_rtt_ns * futile::MAX_STEP)
+                    .max(self.min_rtt_ns);
+            }
+            if self.min_rtt_ns > self.measured_min_rtt_ns
+                && sample <= self.measured_min_rtt_ns * (1.0 + self.buffer)
+            {
                 self.min_rtt_ns = self.measured_min_rtt_ns;
             }
         }

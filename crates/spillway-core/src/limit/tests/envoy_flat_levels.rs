@@ -1,0 +1,93 @@
+//! `flat.rs` through the zero-config limit: an upstream that gets slower at every level
+//! raises the baseline instead of having its limit cut; a queue of ours, whose latency rises
+//! with the level, is cut as before.
+
+use super::*;
+use crate::controller::AdmissionConfig;
+
+fn zero_config(t0: Instant) -> EnvoyGradientLimit {
+    let cfg = match AdmissionConfig::zero_config().limit {
+        LimitConfig::EnvoyGradient(c) => c,
+        other => panic!("zero_config is the Envoy gradient, not {other:?}"),
+    };
+    EnvoyGradientLimit::new(&cfg, t0, Box::new(FixedRandom(0.0))).expect("valid")
+}
+
+/// 40–60 ms, varying with `i` but not with the level.
+fn noisy(i: u64) -> Duration {
+    Duration::from_millis(40 + (i * 7919) % 21)
+}
+
+/// A measured minRTT of about 50 ms from answers at one to five in flight, then three seconds
+/// of answers at levels 6–18 taking `rtt(level, i)`, one every 5 ms. Returns the limit's
+/// lowest value over those seconds.
+fn run(l: &mut EnvoyGradientLimit, t0: Instant, rtt: impl Fn(u64, u64) -> Duration) -> usize {
+    run_from(l, t0, |_, i| noisy(i), rtt)
+}
+
+/// [`run`] with the answers at one to five in flight taking `low(level, i)`.
+fn run_from(
+    l: &mut EnvoyGradientLimit,
+    t0: Instant,
+    low: impl Fn(u64, u64) -> Duration,
+    rtt: impl Fn(u64, u64) -> Duration,
+) -> usize {
+    let mut t = 0;
+    for i in 0..40 {
+        t += 2;
+        let level = 1 + i % 5;
+        l.on_sample(&sample(at(t0, t), low(level, i), level as usize, false));
+    }
+    assert!(l.min_rtt_nanos() > 0.0);
+    let mut lowest = usize::MAX;
+    for i in 0..600 {
+        t += 5;
+        let level = 6 + i % 13;
+        l.on_sample(&sample(at(t0, t), rtt(level, i), level as usize, false));
+        lowest = lowest.min(l.limit());
+    }
+    lowest
+}
+
+#[test]
+fn an_upstream_slower_at_every_level_raises_the_baseline() {
+    let t0 = Instant::now();
+    let mut l = zero_config(t0);
+    let lowest = run(&mut l, t0, |_, i| 2 * noisy(i));
+    assert!(l.min_rtt_nanos() >= 90e6, "{}", l.min_rtt_nanos());
+    assert!(l.measured_min_rtt_nanos() < 60e6, "measured at about 50 ms");
+    // The first windows cut while the rule gathers its 40 samples (from 20 to 16 here); then
+    // the limit grows back past the levels in use, where the gradient alone went on cutting.
+    assert!(lowest >= 12, "lowest {lowest}");
+    assert!(l.limit() >= 18, "final {}", l.limit());
+}
+
+#[test]
+fn a_queue_of_ours_is_still_cut() {
+    let t0 = Instant::now();
+    let mut l = zero_config(t0);
+    // A 4-worker upstream: a request admitted at level k waits for k − 4 ahead of it.
+    let lowest = run(&mut l, t0, |k, i| noisy(i) * (k.max(4) as u32) / 4);
+    assert!(l.min_rtt_nanos() < 60e6, "{}", l.min_rtt_nanos());
+    assert!(lowest < 12, "lowest {lowest}");
+}
+
+#[test]
+fn an_upstream_whose_low_levels_queue_is_not_rebaselined() {
+    let t0 = Instant::now();
+    let mut l = zero_config(t0);
+    // A 2-worker upstream: latency rises from the third request in flight on, and the levels
+    // above say nothing about what else waits in it.
+    run_from(
+        &mut l,
+        t0,
+        |k, i| noisy(i) * (k.max(2) as u32) / 2,
+        |_, i| 3 * noisy(i),
+    );
+    assert!(
+        l.min_rtt_nanos() <= l.measured_min_rtt_nanos(),
+        "{} > {}",
+        l.min_rtt_nanos(),
+        l.measured_min_rtt_nanos()
+    );
+}
