@@ -13,7 +13,7 @@
 //! ours in flight waits behind up to `k − 1` of them, so latency rises with the level each
 //! request was admitted at (Kendall's rank test, as `levels.rs` applies to the low levels).
 //! So while windows stay above tolerance their samples' `(level, latency)` are kept (the
-//! latest [`MAX_POINTS`]); once at least [`MIN_POINTS`] span levels at least [`MIN_SPREAD`]×
+//! latest 64); once at least [`MIN_POINTS`] span levels at least [`MIN_SPREAD`]×
 //! apart and show no rise (`z` below [`Z`]), the latency is the upstream's: the baseline is
 //! raised to the window's latency (at most doubled, as Envoy's gradient clamp moves nothing by
 //! more) instead of cutting. It returns to the measured minRTT as soon as a window is back
@@ -33,15 +33,14 @@
 //!   tell): fewer free workers than the window's levels span. Without this a 1-worker,
 //!   0.1 ms upstream at 2× read flat now and then and lost half its goodput.
 
-use super::levels::kendall_z;
+use super::levels::LevelFit;
 
-/// Samples kept: the test is quadratic in them.
-const MAX_POINTS: usize = 64;
-/// Fewest samples to judge by: with 20 a heavy-tailed service's spread hid a queue's rise
-/// often enough to raise the baseline at upstreams with no slowdown (issue 28's sweep).
+/// Fewest samples to judge by (of the latest 64 the level fit keeps): with 20 a heavy-tailed
+/// service's spread hid a queue's rise often enough to raise the baseline at upstreams with no
+/// slowdown (issue 28's sweep).
 const MIN_POINTS: usize = 40;
-/// The window's highest level must be at least this multiple of its lowest: within a
-/// narrower span a queue's rise hides in the service time's spread.
+/// The highest level must be at least this multiple of the lowest: within a narrower span a
+/// queue's rise hides in the service time's spread.
 const MIN_SPREAD: u32 = 2;
 /// Kendall's `z` below which latency is taken not to rise with the level: no sign of a rise
 /// at all, where a queue of ours over a 2× span of levels gives `z` of 3 and more over 40
@@ -54,12 +53,11 @@ const PERIOD_NS: u64 = 1_000_000_000;
 const MAX_DROPPED_SHARE: u64 = 10;
 
 /// The `(level, latency)` pairs of the windows since latency left tolerance, and the share of
-/// requests dropped; allocated once.
-#[derive(Debug)]
+/// requests dropped.
+#[derive(Debug, Default)]
 pub(super) struct WindowLevels {
-    points: Vec<(u32, u64)>,
-    next: usize,
-    scratch: Vec<f64>,
+    /// The latest samples, in the same ring and rank test `levels.rs` uses for the low levels.
+    levels: LevelFit,
     /// Requests that timed out or whose callers left, and all requests, in the current period
     /// of [`PERIOD_NS`] and the one before: `[current, previous]`.
     drops: [u32; 2],
@@ -68,29 +66,10 @@ pub(super) struct WindowLevels {
     period_ns: u64,
 }
 
-impl Default for WindowLevels {
-    fn default() -> Self {
-        WindowLevels {
-            points: Vec::with_capacity(MAX_POINTS),
-            next: 0,
-            scratch: Vec::with_capacity(MAX_POINTS),
-            drops: [0; 2],
-            total: [0; 2],
-            period_ns: 0,
-        }
-    }
-}
-
 impl WindowLevels {
-    /// Keeps one completed sample (the latest [`MAX_POINTS`]).
+    /// Keeps one completed sample.
     pub(super) fn record(&mut self, in_flight: usize, rtt_ns: u64) {
-        let p = (u32::try_from(in_flight).unwrap_or(u32::MAX).max(1), rtt_ns);
-        if self.points.len() < MAX_POINTS {
-            self.points.push(p);
-        } else {
-            self.points[self.next] = p;
-            self.next = (self.next + 1) % MAX_POINTS;
-        }
+        self.levels.record(in_flight.max(1), rtt_ns);
     }
 
     /// A request timed out or its caller left.
@@ -113,8 +92,7 @@ impl WindowLevels {
 
     /// Forgets the samples (latency is back within tolerance, or a raise used them).
     pub(super) fn clear(&mut self) {
-        self.points.clear();
-        self.next = 0;
+        self.levels.clear();
     }
 
     /// Whether latency is flat across a wide enough span of levels, with few requests dropped
@@ -122,15 +100,15 @@ impl WindowLevels {
     pub(super) fn flat(&mut self) -> bool {
         let drops = u64::from(self.drops[0]) + u64::from(self.drops[1]);
         let total = u64::from(self.total[0]) + u64::from(self.total[1]);
-        let quiet = drops * MAX_DROPPED_SHARE <= total;
-        if self.points.len() < MIN_POINTS || !quiet {
+        if self.levels.len() < MIN_POINTS || drops * MAX_DROPPED_SHARE > total {
             return false;
         }
-        let lo = self.points.iter().map(|p| p.0).min().unwrap_or(0);
-        let hi = self.points.iter().map(|p| p.0).max().unwrap_or(0);
-        hi >= lo.saturating_mul(MIN_SPREAD)
-            && hi > lo
-            && kendall_z(&self.points, &mut self.scratch) < Z
+        let Some((lo, hi)) = self.levels.span() else {
+            return false;
+        };
+        hi > lo
+            && hi >= lo.saturating_mul(MIN_SPREAD)
+            && self.levels.rise_z().is_some_and(|z| z < Z)
     }
 }
 

@@ -107,6 +107,18 @@ impl LevelFit {
         best.map(|(at_one, _)| at_one.max(fastest))
     }
 
+    /// How many samples are kept.
+    pub(super) fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    /// The lowest and highest level among the kept samples (`None` when there are none).
+    pub(super) fn span(&self) -> Option<(u32, u32)> {
+        let lo = self.points.iter().map(|p| p.0).min()?;
+        let hi = self.points.iter().map(|p| p.0).max()?;
+        Some((lo, hi))
+    }
+
     /// Kendall's `z` of latency on the level over the kept samples; `None` with fewer than
     /// [`MIN_POINTS`].
     pub(super) fn rise_z(&mut self) -> Option<f64> {
@@ -148,7 +160,7 @@ impl LevelFit {
 /// independence over its standard deviation, corrected for ties in the level (latencies in
 /// ns hardly tie): Var S = [n(n−1)(2n+5) − Σ t(t−1)(2t+5)] / 18 over the level's groups.
 /// 0 when there is nothing to rank (one level).
-pub(super) fn kendall_z(points: &[(u32, u64)], scratch: &mut Vec<f64>) -> f64 {
+fn kendall_z(points: &[(u32, u64)], scratch: &mut Vec<f64>) -> f64 {
     let mut s: i64 = 0;
     for (i, &(xi, yi)) in points.iter().enumerate() {
         for &(xj, yj) in &points[i + 1..] {

@@ -42,7 +42,7 @@
 //! cap to 40–59 in one or two windows, every few seconds: its service times doubled, and the
 //! requests admitted then outlived their callers (issue 28's sweep, a 20-worker 50 ms
 //! `slowdown` service at 1×, callers allowing 5 service times: CRITICAL 81.4 % served in time;
-//! 93.3 % with the gentle probe) — as TCP, having found loss at a window, grows past it by one
+//! 94.5 % with the gentle probe) — as TCP, having found loss at a window, grows past it by one
 //! segment per round trip (congestion avoidance, RFC 5681 §3.1) rather than doubling again.
 //!
 //! The cap is on the limit, while the levels are in-flight counts: the headroom ladder lets

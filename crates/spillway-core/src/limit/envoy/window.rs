@@ -44,9 +44,6 @@ impl EnvoyGradientLimit {
             self.limit = self.min_concurrency;
         }
         self.hist.clear();
-        if let Some(f) = self.flat.as_mut() {
-            f.clear();
-        }
         self.window_dropped = 0;
         self.min_rtt_epoch_ns = now_ns;
         self.consecutive_at_floor = 0;
@@ -61,9 +58,6 @@ impl EnvoyGradientLimit {
             self.measured_min_rtt_ns = q;
         }
         self.hist.clear();
-        if let Some(f) = self.flat.as_mut() {
-            f.clear();
-        }
         self.limit = self.deferred_limit.clamp(self.floor, self.max);
         self.in_min_rtt_window = false;
         if self.one_change_per_rtt {
@@ -121,7 +115,6 @@ impl EnvoyGradientLimit {
         }
         let tolerated = self.tolerated_ns();
         if let Some(f) = self.futile.as_mut() {
-            let tolerance = 1.0 + self.buffer;
             if sample > tolerated && peak_counted >= self.limit {
                 if let Some(r) = f.congested(now_ns, self.limit, sample) {
                     // futile.rs: the latency now seen is the host's, not our queue's.
@@ -129,11 +122,6 @@ impl EnvoyGradientLimit {
                     self.min_rtt_ns = r.rtt_ns.min(step).max(self.min_rtt_ns);
                     self.limit = self.limit.max(r.restore).clamp(self.floor, self.max);
                 }
-            } else if self.min_rtt_ns > self.measured_min_rtt_ns
-                && sample <= self.measured_min_rtt_ns * tolerance
-            {
-                // Back within the measured minRTT's tolerance: the host is quiet again.
-                self.min_rtt_ns = self.measured_min_rtt_ns;
             }
         }
         // Not on a provisional minRTT (live.rs): a few answers' median, whose errors slow
@@ -153,11 +141,13 @@ impl EnvoyGradientLimit {
                     .min(self.min_rtt_ns * futile::MAX_STEP)
                     .max(self.min_rtt_ns);
             }
-            if self.min_rtt_ns > self.measured_min_rtt_ns
-                && sample <= self.measured_min_rtt_ns * (1.0 + self.buffer)
-            {
-                self.min_rtt_ns = self.measured_min_rtt_ns;
-            }
+        }
+        if self.min_rtt_ns > self.measured_min_rtt_ns
+            && sample <= self.measured_min_rtt_ns * (1.0 + self.buffer)
+        {
+            // A baseline raised by either rule above: back within the measured minRTT's
+            // tolerance, the host is quiet again or the upstream is back to its speed.
+            self.min_rtt_ns = self.measured_min_rtt_ns;
         }
         let mut new_limit = self.calculate_new_limit();
         let old = self.limit;
