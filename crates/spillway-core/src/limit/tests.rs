@@ -671,3 +671,5 @@ mod envoy_slow_start_gain;
 mod envoy_small_limits;
 #[path = "tests/envoy_throughput_ceiling.rs"]
 mod envoy_throughput_ceiling;
+#[path = "tests/envoy_unanswered.rs"]
+mod envoy_unanswered;

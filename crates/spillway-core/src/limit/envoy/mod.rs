@@ -222,7 +222,11 @@ pub struct EnvoyGradientLimit {
     window_peak_counted: usize,
     /// Dropped samples among those the open window counted.
     window_dropped: u32,
-    /// Whether the last closed window had at least half its samples dropped.
+    /// Requests the open window would have counted whose callers gave up past minRTT but
+    /// within tolerance (`on_abandoned`), and the longest such wait (ns).
+    window_unanswered: u32,
+    window_unanswered_ns: u64,
+    /// Whether the last closed window had at least half its samples dropped or unanswered.
     censored: bool,
     hist: LatencyHistogram,
 }
@@ -316,6 +320,8 @@ impl EnvoyGradientLimit {
             window_peak_in_flight: 0,
             window_peak_counted: 0,
             window_dropped: 0,
+            window_unanswered: 0,
+            window_unanswered_ns: 0,
             censored: false,
             hist: LatencyHistogram::new(),
         };
@@ -389,22 +395,43 @@ impl Limit for EnvoyGradientLimit {
     }
 
     /// A request whose caller gave up while it ran (right-censored: its latency is at least
-    /// `s.rtt`). Below tolerance the bound says nothing — callers with 20 ms deadlines in front
-    /// of a 100 ms service must not cut the limit for callers who wait (issue 28 requirement
-    /// 6). Past tolerance it proves queueing as surely as a completed request that slow, so it
-    /// counts like a timed-out one (kept out of minRTT, counted as censored in its window).
-    /// Without this, when every admitted request outlived its caller the limit had no samples
-    /// at all and stayed where it was while the upstream's queue grew (a 1-worker, 1 ms
-    /// backend with 5 ms callers: the limit held at 20, 4 requests served in time).
+    /// `s.rtt`). Past tolerance it proves queueing as surely as a completed request that slow,
+    /// so it counts like a timed-out one (kept out of minRTT, counted as censored in its
+    /// window). Without this, when every admitted request outlived its caller the limit had
+    /// no samples at all and stayed where it was while the upstream's queue grew (a 1-worker,
+    /// 1 ms backend with 5 ms callers: the limit held at 20, 4 requests served in time).
+    ///
+    /// Below tolerance one such bound says nothing — callers with 20 ms deadlines in front of
+    /// a 100 ms service must not cut the limit for callers who wait (issue 28 requirement 6).
+    /// Past minRTT it is still an answer that did not come in the time an unqueued request
+    /// usually takes, and at most about half of those do not (minRTT is the median): it is
+    /// counted as unanswered, and a window most of whose requests went unanswered is censored
+    /// (`window.rs`). Without it, callers whose deadline lay within the tolerance of a high
+    /// first minRTT (one 37 ms answer of a 1-worker, 10 ms service whose callers allow 50 ms)
+    /// never cut the limit: it stayed at 20 while the upstream's queue grew to 10 s, and 2 of
+    /// 8,059 requests were served in time (issue 28's sweep).
     fn on_abandoned(&mut self, s: &Sample) {
-        if self.measured_min_rtt_ns > 0.0 && saturating_nanos(s.rtt) as f64 > self.tolerated_ns() {
+        let rtt_ns = saturating_nanos(s.rtt);
+        if self.measured_min_rtt_ns > 0.0 && rtt_ns as f64 > self.tolerated_ns() {
             self.on_sample(&Sample {
                 dropped: true,
                 ..*s
             });
-        } else if let Some(f) = self.flat.as_mut() {
+            return;
+        }
+        let now_ns = nanos_since(self.origin, s.now);
+        if let Some(f) = self.flat.as_mut() {
             // flat.rs: counted as dropped all the same (`on_sample` counts the others).
-            f.dropped(nanos_since(self.origin, s.now));
+            f.dropped(now_ns);
+        }
+        // Before any answer (no minRTT) every give-up is unanswered: the windows it closes
+        // count towards measuring at low concurrency (`window.rs`), as answers would.
+        if rtt_ns as f64 > self.min_rtt_ns {
+            self.advance_window(now_ns);
+            if self.counts(now_ns, rtt_ns) {
+                self.window_unanswered += 1;
+                self.window_unanswered_ns = self.window_unanswered_ns.max(rtt_ns);
+            }
         }
     }
 
@@ -450,17 +477,7 @@ impl Limit for EnvoyGradientLimit {
             }
         }
 
-        let periodic = self.periodic_min_rtt();
-        if !self.in_min_rtt_window {
-            if periodic && now_ns >= self.next_min_rtt_ns {
-                self.enter_min_rtt_window(now_ns);
-            } else if self.window_due(now_ns) {
-                self.close_sample_window(now_ns);
-                if self.periodic_min_rtt() && now_ns >= self.next_min_rtt_ns {
-                    self.enter_min_rtt_window(now_ns);
-                }
-            }
-        }
+        self.advance_window(now_ns);
 
         // This sample belongs to the window now open (it may just have closed the last one).
         self.window_peak_in_flight = self.window_peak_in_flight.max(s.in_flight);
@@ -479,19 +496,8 @@ impl Limit for EnvoyGradientLimit {
             t.record(now_ns, s.in_flight, rtt_ns);
         }
 
-        // Requests started before the current minRTT window opened ran under the old limit:
-        // they say nothing about ideal latency (Envoy discards them always).
-        // A start before `origin` (checked_sub fails) predates every window.
-        // With `one_change_per_rtt`, neither does a request started before the last change of
-        // the limit (module docs); the minRTT window has its own epoch.
-        let epoch = if self.in_min_rtt_window {
-            self.min_rtt_epoch_ns
-        } else {
-            self.min_rtt_epoch_ns.max(self.change_epoch_ns)
-        };
-        match now_ns.checked_sub(rtt_ns) {
-            Some(started) if started >= epoch => {}
-            _ => return,
+        if !self.counts(now_ns, rtt_ns) {
+            return;
         }
         self.hist.record(rtt_ns);
         if let (Some(f), false) = (self.flat.as_mut(), s.dropped) {

@@ -45,6 +45,8 @@ impl EnvoyGradientLimit {
         }
         self.hist.clear();
         self.window_dropped = 0;
+        self.window_unanswered = 0;
+        self.window_unanswered_ns = 0;
         self.min_rtt_epoch_ns = now_ns;
         self.consecutive_at_floor = 0;
         if let Some(f) = self.futile.as_mut() {
@@ -75,6 +77,41 @@ impl EnvoyGradientLimit {
         self.window_peak_in_flight = 0;
         self.window_peak_counted = 0;
         self.window_dropped = 0;
+        self.window_unanswered = 0;
+        self.window_unanswered_ns = 0;
+    }
+
+    /// Opens the minRTT window when it is due (periodic minRTT), or closes the sampling
+    /// window when it is, before a sample taken at `now_ns` is counted in the one now open.
+    pub(super) fn advance_window(&mut self, now_ns: u64) {
+        if self.in_min_rtt_window {
+            return;
+        }
+        if self.periodic_min_rtt() && now_ns >= self.next_min_rtt_ns {
+            self.enter_min_rtt_window(now_ns);
+        } else if self.window_due(now_ns) {
+            self.close_sample_window(now_ns);
+            if self.periodic_min_rtt() && now_ns >= self.next_min_rtt_ns {
+                self.enter_min_rtt_window(now_ns);
+            }
+        }
+    }
+
+    /// Whether a request answered (or given up on) at `now_ns` after `rtt_ns` counts in the
+    /// open window. Requests started before the current minRTT window opened ran under the
+    /// old limit: they say nothing about ideal latency (Envoy discards them always). A start
+    /// before `origin` (checked_sub fails) predates every window. With `one_change_per_rtt`,
+    /// neither does a request started before the last change of the limit (module docs); the
+    /// minRTT window has its own epoch.
+    pub(super) fn counts(&self, now_ns: u64, rtt_ns: u64) -> bool {
+        let epoch = if self.in_min_rtt_window {
+            self.min_rtt_epoch_ns
+        } else {
+            self.min_rtt_epoch_ns.max(self.change_epoch_ns)
+        };
+        now_ns
+            .checked_sub(rtt_ns)
+            .is_some_and(|started| started >= epoch)
     }
 
     pub(super) fn close_sample_window(&mut self, now_ns: u64) {
@@ -82,10 +119,20 @@ impl EnvoyGradientLimit {
         let peak = std::mem::take(&mut self.window_peak_in_flight);
         let peak_counted = std::mem::take(&mut self.window_peak_counted);
         let dropped = std::mem::take(&mut self.window_dropped);
-        let Some(sample) = self.hist.quantile(self.percentile) else {
+        let unanswered = std::mem::take(&mut self.window_unanswered);
+        let unanswered_ns = std::mem::take(&mut self.window_unanswered_ns);
+        // Requests that went unanswered past minRTT (`on_abandoned`) count as censored, and
+        // alone — nothing answered — their latest give-up is the window's latency bound.
+        let sample = self
+            .hist
+            .quantile(self.percentile)
+            .or_else(|| (unanswered > 0).then_some(unanswered_ns as f64));
+        let Some(sample) = sample else {
             return;
         };
-        self.censored = u64::from(dropped) * 2 >= u64::from(self.hist.count());
+        let unanswered = u64::from(unanswered);
+        self.censored =
+            (u64::from(dropped) + unanswered) * 2 >= u64::from(self.hist.count()) + unanswered;
         self.hist.clear();
         let knee = self.knee.as_mut().map(|k| k.close(self.limit));
         self.sample_rtt_ns = sample;
@@ -108,9 +155,12 @@ impl EnvoyGradientLimit {
             && self.live.as_ref().is_some_and(LiveMinRtt::provisional)
             && !(self.exact_cuts && self.censored)
             && sample <= 2.0 * self.tolerated_ns();
-        if self.slow_start && !provisional && sample > self.min_rtt_ns * (1.0 + self.buffer) {
-            // Latency has left minRTT's own tolerance: the knee is near, growth is the
-            // gradient's from now on.
+        if self.slow_start
+            && !provisional
+            && (sample > self.min_rtt_ns * (1.0 + self.buffer) || self.censored)
+        {
+            // Latency has left minRTT's own tolerance (or most callers gave up first): the
+            // knee is near, growth is the gradient's from now on.
             self.slow_start = false;
         }
         let tolerated = self.tolerated_ns();
