@@ -133,6 +133,7 @@ use self::futile::FutileCuts;
 use self::knee::KneeCap;
 use self::live::LiveMinRtt;
 use self::thrash::ThroughputCeiling;
+use self::unanswered::Unanswered;
 use super::histogram::LatencyHistogram;
 use super::{Limit, Sample};
 use crate::clock::{nanos_since, saturating_nanos};
@@ -147,6 +148,7 @@ mod knee;
 mod levels;
 mod live;
 mod thrash;
+mod unanswered;
 mod window;
 
 pub use self::config::EnvoyGradientConfig;
@@ -222,11 +224,10 @@ pub struct EnvoyGradientLimit {
     window_peak_counted: usize,
     /// Dropped samples among those the open window counted.
     window_dropped: u32,
-    /// Requests the open window would have counted whose callers gave up past minRTT but
-    /// within tolerance (`on_abandoned`), and the longest such wait (ns).
-    window_unanswered: u32,
-    window_unanswered_ns: u64,
-    /// Whether the last closed window had at least half its samples dropped or unanswered.
+    /// Requests whose callers gave up past minRTT but within tolerance (`unanswered.rs`).
+    unanswered: Unanswered,
+    /// Whether the last closed window had at least half its samples dropped, or it closed a
+    /// verdict of mostly unanswered (`unanswered.rs`).
     censored: bool,
     hist: LatencyHistogram,
 }
@@ -320,8 +321,7 @@ impl EnvoyGradientLimit {
             window_peak_in_flight: 0,
             window_peak_counted: 0,
             window_dropped: 0,
-            window_unanswered: 0,
-            window_unanswered_ns: 0,
+            unanswered: Unanswered::default(),
             censored: false,
             hist: LatencyHistogram::new(),
         };
@@ -401,15 +401,8 @@ impl Limit for EnvoyGradientLimit {
     /// no samples at all and stayed where it was while the upstream's queue grew (a 1-worker,
     /// 1 ms backend with 5 ms callers: the limit held at 20, 4 requests served in time).
     ///
-    /// Below tolerance one such bound says nothing — callers with 20 ms deadlines in front of
-    /// a 100 ms service must not cut the limit for callers who wait (issue 28 requirement 6).
-    /// Past minRTT it is still an answer that did not come in the time an unqueued request
-    /// usually takes, and at most about half of those do not (minRTT is the median): it is
-    /// counted as unanswered, and a window most of whose requests went unanswered is censored
-    /// (`window.rs`). Without it, callers whose deadline lay within the tolerance of a high
-    /// first minRTT (one 37 ms answer of a 1-worker, 10 ms service whose callers allow 50 ms)
-    /// never cut the limit: it stayed at 20 while the upstream's queue grew to 10 s, and 2 of
-    /// 8,059 requests were served in time (issue 28's sweep).
+    /// Below tolerance one such bound says nothing, but past minRTT it counts towards a
+    /// verdict that most requests went unanswered (`unanswered.rs`), which censors the window.
     fn on_abandoned(&mut self, s: &Sample) {
         let rtt_ns = saturating_nanos(s.rtt);
         if self.measured_min_rtt_ns > 0.0 && rtt_ns as f64 > self.tolerated_ns() {
@@ -429,8 +422,7 @@ impl Limit for EnvoyGradientLimit {
         if rtt_ns as f64 > self.min_rtt_ns {
             self.advance_window(now_ns);
             if self.counts(now_ns, rtt_ns) {
-                self.window_unanswered += 1;
-                self.window_unanswered_ns = self.window_unanswered_ns.max(rtt_ns);
+                self.unanswered.record(rtt_ns);
             }
         }
     }

@@ -45,8 +45,7 @@ impl EnvoyGradientLimit {
         }
         self.hist.clear();
         self.window_dropped = 0;
-        self.window_unanswered = 0;
-        self.window_unanswered_ns = 0;
+        self.unanswered.clear_window();
         self.min_rtt_epoch_ns = now_ns;
         self.consecutive_at_floor = 0;
         if let Some(f) = self.futile.as_mut() {
@@ -77,8 +76,7 @@ impl EnvoyGradientLimit {
         self.window_peak_in_flight = 0;
         self.window_peak_counted = 0;
         self.window_dropped = 0;
-        self.window_unanswered = 0;
-        self.window_unanswered_ns = 0;
+        self.unanswered.clear_window();
     }
 
     /// Opens the minRTT window when it is due (periodic minRTT), or closes the sampling
@@ -119,20 +117,21 @@ impl EnvoyGradientLimit {
         let peak = std::mem::take(&mut self.window_peak_in_flight);
         let peak_counted = std::mem::take(&mut self.window_peak_counted);
         let dropped = std::mem::take(&mut self.window_dropped);
-        let unanswered = std::mem::take(&mut self.window_unanswered);
-        let unanswered_ns = std::mem::take(&mut self.window_unanswered_ns);
-        // Requests that went unanswered past minRTT (`on_abandoned`) count as censored, and
-        // alone — nothing answered — their latest give-up is the window's latency bound.
-        let sample = self
-            .hist
-            .quantile(self.percentile)
-            .or_else(|| (unanswered > 0).then_some(unanswered_ns as f64));
+        let answered = self.hist.count().saturating_sub(dropped);
+        let (unanswered, bound) = self.unanswered.close(answered, dropped);
+        // Nothing answered and no verdict yet: nothing to judge, as with no sample at all —
+        // except before any minRTT, where the window counts towards measuring afresh.
+        let sample = self.hist.quantile(self.percentile).or(
+            if unanswered || self.measured_min_rtt_ns <= 0.0 {
+                bound
+            } else {
+                None
+            },
+        );
         let Some(sample) = sample else {
             return;
         };
-        let unanswered = u64::from(unanswered);
-        self.censored =
-            (u64::from(dropped) + unanswered) * 2 >= u64::from(self.hist.count()) + unanswered;
+        self.censored = u64::from(dropped) * 2 >= u64::from(self.hist.count()) || unanswered;
         self.hist.clear();
         let knee = self.knee.as_mut().map(|k| k.close(self.limit));
         self.sample_rtt_ns = sample;

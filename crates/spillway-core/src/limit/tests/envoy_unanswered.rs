@@ -102,3 +102,46 @@ fn no_answer_at_all_measures_at_low_concurrency() {
     assert_eq!(limits[..4], [20, 20, 20, 20]);
     assert_eq!(l.limit(), 5, "{limits:?}");
 }
+
+#[test]
+fn sparse_give_ups_are_judged_together() {
+    let t0 = Instant::now();
+    let mut l = after_one_slow_answer(t0);
+    // One request a window (a service answering a few a second): one give-up is a coin toss
+    // at an unqueued upstream, so windows are judged together once five requests are in.
+    let mut limits = Vec::new();
+    for w in 1..=6u64 {
+        l.on_abandoned(&sample(
+            at(t0, 100 * w + 50),
+            Duration::from_millis(50),
+            2,
+            false,
+        ));
+        limits.push(l.limit());
+    }
+    // The first give-up closes the window of the 37 ms answer (grown to 35). That answer and
+    // the next four give-ups are five requests, four unanswered: the verdict comes when the
+    // fifth give-up closes the fourth's window, and the tally starts afresh.
+    assert_eq!(limits, vec![35, 35, 35, 35, 17, 17], "{limits:?}");
+}
+
+#[test]
+fn three_in_five_unanswered_is_no_verdict() {
+    let t0 = Instant::now();
+    let mut l = after_one_slow_answer(t0);
+    // Two of five answered in 30 ms, three given up on at 50 ms, window after window: more
+    // than half, as a service's slower half outliving callers near its median may be.
+    let mut lowest = usize::MAX;
+    for w in 1..=6u64 {
+        for i in 0..5u64 {
+            let now = at(t0, 100 * w + 50 + i);
+            if i < 2 {
+                l.on_sample(&sample(now, Duration::from_millis(30), 20, false));
+            } else {
+                l.on_abandoned(&sample(now, Duration::from_millis(50), 20, false));
+            }
+        }
+        lowest = lowest.min(l.limit());
+    }
+    assert!(lowest >= 20, "{lowest}");
+}
