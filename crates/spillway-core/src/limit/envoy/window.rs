@@ -121,13 +121,10 @@ impl EnvoyGradientLimit {
         let (unanswered, bound) = self.unanswered.close(answered, dropped);
         // Nothing answered and no verdict yet: nothing to judge, as with no sample at all —
         // except before any minRTT, where the window counts towards measuring afresh.
-        let sample = self.hist.quantile(self.percentile).or(
-            if unanswered || self.measured_min_rtt_ns <= 0.0 {
-                bound
-            } else {
-                None
-            },
-        );
+        let sample = self
+            .hist
+            .quantile(self.percentile)
+            .or(bound.filter(|_| unanswered || self.measured_min_rtt_ns <= 0.0));
         let Some(sample) = sample else {
             return;
         };
