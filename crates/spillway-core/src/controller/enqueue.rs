@@ -64,7 +64,12 @@ impl AdmissionController {
         let shed_level = inner.shedding.lowest_within(now, inner.queue_cfg.max_wait);
         let above_shed = shed_level.is_some_and(|s| s < c);
         let mut q = inner.lock_queue();
-        if !above_shed && q.standing().is_some_and(|lowest| c <= lowest) {
+        // Sheddable work with a deadline waits as it allows while its level's overload is a
+        // burst (`AdmissionQueue::set_burst_levels`), and no standing queue refuses it at the
+        // door.
+        q.set_burst_levels(inner.burst_levels(now));
+        let patient = req.deadline.is_some() && q.in_burst(c);
+        if !above_shed && !patient && q.standing().is_some_and(|lowest| c <= lowest) {
             // A standing queue CoDel is dropping from, holding work at least as critical:
             // refuse at the door (nothing less critical waits, so none takes its place). Not
             // above a level being shed: a SHEDDABLE_PLUS queue stands while CRITICAL takes the

@@ -48,26 +48,65 @@ impl Inner {
         }
     }
 
-    /// Max over the configured signals and in-flight / limit; NaN readings are ignored.
+    /// Max over the configured signals and in-flight / limit.
     pub(super) fn utilisation(&self, now: Instant) -> f64 {
+        let (of_limit, of_signals) = self.utilisations(now);
+        of_limit.max(of_signals)
+    }
+
+    /// In-flight / limit, and the max over the configured signals (0 without any; NaN
+    /// readings are ignored).
+    #[inline]
+    pub(super) fn utilisations(&self, now: Instant) -> (f64, f64) {
         let limit = self.limiter.limit();
         let in_flight = self.limiter.in_flight();
-        let mut u = if limit == 0 {
+        let of_limit = if limit == 0 {
             1.0
         } else {
             in_flight as f64 / limit as f64
         };
-        if !self.has_signals.load(Ordering::Acquire) {
-            return u;
-        }
-        for slot in &self.signals {
-            let Some(s) = slot.get() else { break };
-            let v = s.utilisation(now);
-            if v > u {
-                u = v;
+        let mut of_signals = 0.0;
+        if self.has_signals.load(Ordering::Acquire) {
+            for slot in &self.signals {
+                let Some(s) = slot.get() else { break };
+                let v = s.utilisation(now);
+                if v > of_signals {
+                    of_signals = v;
+                }
             }
         }
-        u
+        (of_limit, of_signals)
+    }
+
+    /// The utilisation level `c` is shed on. In flight above the limit (a reading past 1)
+    /// is what a cut of the limit leaves behind, not by itself overload: it counts as 1
+    /// until `c`'s overload is sustained (refused for overload for a second on end,
+    /// `refusal.rs`), and the queue, in criticality order, holds the excess meanwhile. Shed
+    /// on it, a 4-worker service at 0.9 × its capacity, whose limit the latency gradient cuts
+    /// now and then, refused SHEDDABLE work its callers would have had served in time
+    /// (issue 28's sweep, R1: 22 of 67 refusals in `c=4 50ms exp 20x 0.9x`).
+    #[inline]
+    pub(super) fn shed_utilisation(
+        &self,
+        c: Criticality,
+        of_limit: f64,
+        of_signals: f64,
+        now: Instant,
+    ) -> f64 {
+        if of_limit > 1.0 && of_limit > of_signals && !self.episode.is_sustained(c, now) {
+            of_signals.max(1.0)
+        } else {
+            of_limit.max(of_signals)
+        }
+    }
+
+    /// The sheddable levels whose overload, if any, is a burst: not refused for overload for
+    /// a second on end (bit per level; see `AdmissionQueue::set_burst_levels`).
+    pub(super) fn burst_levels(&self, now: Instant) -> u8 {
+        [Criticality::Sheddable, Criticality::SheddablePlus]
+            .into_iter()
+            .filter(|&c| !self.episode.is_sustained(c, now))
+            .fold(0, |m, c| m | 1 << c.index())
     }
 
     pub(super) fn overloaded(&self, utilisation: f64, queued: usize) -> bool {
@@ -164,6 +203,7 @@ impl Inner {
         let expected = self.service_budget.get(self.service.get());
         // CoDel spares the levels above the one being shed (`queue/dequeue.rs`).
         q.set_shed_level(self.shedding.lowest_within(now, self.queue_cfg.max_wait));
+        q.set_burst_levels(self.burst_levels(now));
         while let Some(e) = q.dequeue(now, expected, &slots, |e, why| {
             self.drop_waiter(e, why, now)
         }) {

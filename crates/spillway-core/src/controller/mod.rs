@@ -290,7 +290,8 @@ impl AdmissionController {
             }
             inner.note_budget(d - now);
         }
-        let utilisation = inner.utilisation(now);
+        let (of_limit, of_signals) = inner.utilisations(now);
+        let utilisation = of_limit.max(of_signals);
         let queued = inner.queued.load(Ordering::SeqCst);
         let overloaded = inner.overloaded(utilisation, queued);
         if overloaded && req.attempt > inner.max_attempts {
@@ -312,7 +313,7 @@ impl AdmissionController {
                     });
                 }
             };
-        if inner.should_shed(c, utilisation) {
+        if inner.should_shed(c, inner.shed_utilisation(c, of_limit, of_signals, now)) {
             inner.quota.settle(now, charge, 0.0);
             return inner.refuse(RefusalReason::Shed, c, now);
         }

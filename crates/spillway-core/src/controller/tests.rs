@@ -18,6 +18,7 @@ use crate::shed::ShedConfig;
 use crate::signal::ManualSignal;
 use Criticality::*;
 
+mod burst;
 mod early;
 mod interleave;
 mod order;

@@ -84,13 +84,19 @@ impl<T> AdmissionQueue<T> {
             // shed SHEDDABLE be admitted in its place once the queue was empty (`spillway
             // demo`, simulated: the `good` customer's SHEDDABLE_PLUS dropped after 24–52 ms,
             // SHEDDABLE admitted 38–48 ms later). It waits out its own budget instead.
+            //
+            // Nor work with a deadline of a level whose overload is a burst
+            // (`set_burst_levels`): it waits as its deadline allows, and a 5 ms target judged
+            // a queue standing at 0.9 × a slow service's capacity.
             let droppable = match self.shed_level {
                 Some(s) => (1u32 << (class_of(s, true) + 1)) - 1,
                 None => u32::MAX,
             };
             let sheddable = self.nonempty & SHEDDABLE_CLASSES & droppable;
-            if let Some(codel) = self.codel.as_mut() {
-                match classes_in(sheddable).next() {
+            let victim = classes_in(sheddable).next();
+            let in_burst = victim.is_some_and(|k| self.waits_for_deadline(k));
+            if let Some(codel) = self.codel.as_mut().filter(|_| !in_burst) {
+                match victim {
                     None => codel.on_empty(),
                     Some(victim) => {
                         let (oldest, level) = self.classes[victim]

@@ -12,7 +12,9 @@
 //!   cautious mean of recent service times). CRITICAL work with a deadline is bounded by
 //!   that deadline alone ([`AdmissionQueue::give_up_at`]) while its overload is a burst, and
 //!   by the max wait too once it is sustained ([`AdmissionQueue::sustained`]: a queue
-//!   standing at the deadline adds latency, not goodput). Past that it is dropped rather than served, because its caller has given up or
+//!   standing at the deadline adds latency, not goodput). Sheddable work with a deadline
+//!   likewise waits past the max wait while the controller holds its level's overload to be a
+//!   burst ([`AdmissionQueue::set_burst_levels`]). Past that it is dropped rather than served, because its caller has given up or
 //!   will have by the time the answer is ready. The controller refuses on arrival a request
 //!   whose expected wait ([`AdmissionQueue::expected_wait`]: those ahead of it, drained at
 //!   its level's share of the slots — what the levels above it leave) already exceeds that
@@ -160,6 +162,9 @@ pub struct AdmissionQueue<T> {
     /// The lowest level being refused for overload, as the controller last said
     /// ([`set_shed_level`](Self::set_shed_level)): CoDel drops nothing above it.
     shed_level: Option<Criticality>,
+    /// Bit `c` set iff the controller holds sheddable level `c`'s overload, if any, to be a
+    /// burst, not sustained ([`set_burst_levels`](Self::set_burst_levels)).
+    burst_levels: u8,
     cfg: QueueConfig,
     /// Index `2 · criticality + continuation`: served from the highest index down.
     classes: [VecDeque<QueueEntry<T>>; CLASSES],
@@ -212,6 +217,7 @@ impl<T> AdmissionQueue<T> {
             served: [0; Criticality::COUNT],
             sustained: sustained::Sustained::default(),
             shed_level: None,
+            burst_levels: 0,
             codel,
         })
     }

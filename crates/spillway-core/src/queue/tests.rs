@@ -5,6 +5,8 @@ use proptest::prelude::*;
 use super::*;
 use Criticality::*;
 
+mod burst;
+
 const MS: Duration = Duration::from_millis(1);
 
 /// A slot counter standing in for the limiter.
