@@ -124,14 +124,17 @@ impl AdmissionConfig {
     /// criticality first; a request waits at most until its deadline less a cautious expected
     /// service time — sheddable work no longer than 100 ms, CRITICAL work expected to start
     /// in time as long as its deadline allows (a flat 100 ms refused it `queue_timeout` under
-    /// bursts its callers' 200 ms would have absorbed; `AdmissionQueue::give_up_at`), 100 ms
+    /// bursts its callers' 200 ms would have absorbed; `AdmissionQueue::give_up_at`), sheddable
+    /// work with a deadline until it less two service times while its level's overload is a
+    /// burst (not refused for a second on end; `AdmissionQueue::set_burst_levels`), 100 ms
     /// without a deadline —
     /// and is refused on arrival when it could not start in time. The cautious
     /// figure is an upper bound of the mean that counts timed-out requests too
     /// (`queue::service`): the plain average of the requests that finished sat below a skewed
     /// service's mean, and waiters left later than their deadline less the mean allows.
     ///
-    /// **Shedding:** SHEDDABLE at utilisation 1.0 (ramp 0.03), nothing else: the limit already
+    /// **Shedding:** SHEDDABLE at utilisation 1.0 (ramp 0.03; in flight above a limit just
+    /// cut reads as 1.0 until SHEDDABLE's overload is sustained), nothing else: the limit already
     /// keeps the upstream's queue short, and a busy-time utilisation reads near 1.0 both at
     /// best use and at overload, so lower thresholds shed a service merely working at capacity
     /// (from 0.8 `spillway demo`'s backend was held at 0.85–0.95 busy, goodput 60–90 %). The
