@@ -28,12 +28,13 @@ impl<T> AdmissionQueue<T> {
     /// skewed or slowing service's mean (deadline − one budget left queue exits past
     /// deadline − mean in bimodal and capacity-drop cells, R4b).
     ///
-    /// Why still `max_wait` with a far deadline for sheddable work: a deadline says when the
-    /// caller gives up on the whole call, not on this attempt. `spillway demo`'s clients give
-    /// each of 3 attempts a third of a 1 s deadline; waiting up to the deadline kept abandoned
-    /// attempts queued and goodput fell to 24 % of capacity at 5× in one run; and in front of
-    /// a 4-worker service closed-loop callers kept in the queue longer instead of being
-    /// refused lost 12 % of the goodput (issue 28's sweep).
+    /// Why still `max_wait` with a far deadline for sheddable work once its overload is
+    /// sustained: a deadline says when the caller gives up on the whole call, not on this
+    /// attempt. `spillway demo`'s clients give each of 3 attempts a third of a 1 s deadline;
+    /// waiting up to the deadline throughout kept abandoned attempts queued and goodput fell
+    /// to 24 % of capacity at 5× in one run; and in front of a 4-worker service closed-loop
+    /// callers kept in the queue longer instead of being refused lost 12 % of the goodput
+    /// (issue 28's sweep). A burst's patience lasts until a second of refusals.
     ///
     /// Why not for CRITICAL (and CRITICAL_PLUS): it is served before everything less
     /// critical, so it waits only while the limit is full of work at least as critical or a
