@@ -58,14 +58,14 @@ impl<T> AdmissionQueue<T> {
             Some(d) => {
                 let by_deadline = d.checked_sub(expected).unwrap_or(enqueued_at);
                 if criticality >= Criticality::Critical {
-                    by_deadline.max(enqueued_at)
-                } else if self.in_burst(criticality) && !expected.is_zero() {
-                    let margin = d.checked_sub(expected.saturating_mul(2));
-                    by_deadline
-                        .clamp(enqueued_at, by_wait)
-                        .max(margin.unwrap_or(enqueued_at))
-                } else {
-                    by_deadline.clamp(enqueued_at, by_wait)
+                    return by_deadline.max(enqueued_at);
+                }
+                let bounded = by_deadline.clamp(enqueued_at, by_wait);
+                match d.checked_sub(expected.saturating_mul(2)) {
+                    Some(margin) if self.in_burst(criticality) && !expected.is_zero() => {
+                        bounded.max(margin)
+                    }
+                    _ => bounded,
                 }
             }
             None => by_wait,
