@@ -80,9 +80,8 @@ impl Inner {
 
     /// The utilisation level `c` is shed on. In flight above the limit (a reading past 1)
     /// is what a cut of the limit leaves behind, not by itself overload: it counts as 1
-    /// until `c`'s overload is sustained (refused for overload for a second on end,
-    /// `refusal.rs`), and the queue, in criticality order, holds the excess meanwhile. Shed
-    /// on it, a 4-worker service at 0.9 × its capacity, whose limit the latency gradient cuts
+    /// while `c`'s overload is a burst (`Episode::is_burst`), and the queue, in criticality
+    /// order, holds the excess meanwhile. Shed on it, a 4-worker service at 0.9 × its capacity, whose limit the latency gradient cuts
     /// now and then, refused SHEDDABLE work its callers would have had served in time
     /// (issue 28's sweep, R1: 22 of 67 refusals in `c=4 50ms exp 20x 0.9x`).
     #[inline]
@@ -93,7 +92,8 @@ impl Inner {
         of_signals: f64,
         now: Instant,
     ) -> f64 {
-        if of_limit > 1.0 && of_limit > of_signals && !self.episode.is_sustained(c, now) {
+        if of_limit > 1.0 && of_limit > of_signals && self.episode.is_burst(c, now, &self.counters)
+        {
             of_signals.max(1.0)
         } else {
             of_limit.max(of_signals)
@@ -101,11 +101,12 @@ impl Inner {
     }
 
     /// The sheddable levels whose overload, if any, is a burst: not refused for overload for
-    /// a second on end (bit per level; see `AdmissionQueue::set_burst_levels`).
+    /// a second on end nor more often than admitted (`Episode::is_burst`; bit per level, see
+    /// `AdmissionQueue::set_burst_levels`).
     pub(super) fn burst_levels(&self, now: Instant) -> u8 {
         [Criticality::Sheddable, Criticality::SheddablePlus]
             .into_iter()
-            .filter(|&c| !self.episode.is_sustained(c, now))
+            .filter(|&c| self.episode.is_burst(c, now, &self.counters))
             .fold(0, |m, c| m | 1 << c.index())
     }
 
@@ -127,13 +128,15 @@ impl Inner {
             reason,
             criticality: c,
             retry_after,
-            sustained: overload && self.episode.refused(c, now),
+            sustained: overload && self.episode.refused(c, now, &self.counters),
         }
     }
 
     pub(super) fn refuse(&self, reason: RefusalReason, c: Criticality, now: Instant) -> Admission {
+        // The refusal first: a new episode notes the counts before it (`Episode::refused`).
+        let refusal = self.refusal(reason, c, now);
         self.counters.refused(reason, c);
-        Admission::Refused(self.refusal(reason, c, now))
+        Admission::Refused(refusal)
     }
 
     pub(super) fn lock_queue(&self) -> MutexGuard<'_, AdmissionQueue<Arc<Waiter>>> {

@@ -126,7 +126,8 @@ impl AdmissionConfig {
     /// in time as long as its deadline allows (a flat 100 ms refused it `queue_timeout` under
     /// bursts its callers' 200 ms would have absorbed; `AdmissionQueue::give_up_at`), sheddable
     /// work with a deadline until it less two service times while its level's overload is a
-    /// burst (not refused for a second on end; `AdmissionQueue::set_burst_levels`), 100 ms
+    /// burst (not refused for a second on end nor more often than admitted;
+    /// `AdmissionQueue::set_burst_levels`), 100 ms
     /// without a deadline —
     /// and is refused on arrival when it could not start in time. The cautious
     /// figure is an upper bound of the mean that counts timed-out requests too

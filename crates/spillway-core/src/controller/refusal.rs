@@ -142,6 +142,9 @@ pub(crate) struct Episode {
     start: [AtomicU64; Criticality::COUNT],
     /// The same for its latest refusal (to within a millisecond).
     last: [AtomicU64; Criticality::COUNT],
+    /// Each level's overload refusals and admissions (`Counters`) when its episode began.
+    refused_before: [AtomicU64; Criticality::COUNT],
+    admitted_before: [AtomicU64; Criticality::COUNT],
 }
 
 impl Episode {
@@ -150,12 +153,14 @@ impl Episode {
             origin,
             start: std::array::from_fn(|_| AtomicU64::new(0)),
             last: std::array::from_fn(|_| AtomicU64::new(0)),
+            refused_before: std::array::from_fn(|_| AtomicU64::new(0)),
+            admitted_before: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
     /// Notes an overload refusal of level `c` at `now`; whether that level's overload is
-    /// sustained.
-    pub(crate) fn refused(&self, c: Criticality, now: Instant) -> bool {
+    /// sustained. A new episode notes `counters`' figures for [`is_burst`](Self::is_burst).
+    pub(crate) fn refused(&self, c: Criticality, now: Instant, counters: &Counters) -> bool {
         let (start_cell, last_cell) = (&self.start[c.index()], &self.last[c.index()]);
         let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
         let last = last_cell.load(Ordering::Relaxed);
@@ -163,6 +168,10 @@ impl Episode {
         if last == 0 || t.saturating_sub(last) > gap {
             start_cell.store(t, Ordering::Relaxed);
             last_cell.store(t, Ordering::Relaxed);
+            let i = c.index();
+            self.refused_before[i].store(counters.overload_refusals(c), Ordering::Relaxed);
+            let admitted = counters.admitted[i].load(Ordering::Relaxed);
+            self.admitted_before[i].store(admitted, Ordering::Relaxed);
             return SUSTAINED_AFTER.is_zero();
         }
         if t > last.saturating_add(1_000_000) {
@@ -183,7 +192,37 @@ impl Episode {
         let start = self.start[c.index()].load(Ordering::Relaxed);
         t.saturating_sub(start) >= crate::clock::saturating_nanos(SUSTAINED_AFTER)
     }
+
+    /// Whether level `c`'s overload is a burst at `now`: an episode neither sustained nor
+    /// refusing that level more often than it admits it. A burst the queue absorbs turns away
+    /// a few of the level's requests while it serves most; when more than half bounce
+    /// ([`BURST_REFUSALS`] of them at least), its arrivals run at over twice the rate it is
+    /// served — a step in load, not a burst — and waiting for a second to call it sustained
+    /// only holds work that will be refused anyway.
+    pub(crate) fn is_burst(&self, c: Criticality, now: Instant, counters: &Counters) -> bool {
+        let i = c.index();
+        let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
+        let last = self.last[i].load(Ordering::Relaxed);
+        if last == 0 || t.saturating_sub(last) > crate::clock::saturating_nanos(EPISODE_GAP) {
+            return true;
+        }
+        let start = self.start[i].load(Ordering::Relaxed);
+        if t.saturating_sub(start) >= crate::clock::saturating_nanos(SUSTAINED_AFTER) {
+            return false;
+        }
+        let refused = counters
+            .overload_refusals(c)
+            .saturating_sub(self.refused_before[i].load(Ordering::Relaxed));
+        let admitted = counters.admitted[i]
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.admitted_before[i].load(Ordering::Relaxed));
+        refused < BURST_REFUSALS || refused <= admitted
+    }
 }
+
+/// The fewest refusals of a level in one episode that can tell a step in load from a burst
+/// ([`Episode::is_burst`]): fewer are a handful of unlucky arrivals.
+pub(crate) const BURST_REFUSALS: u64 = 8;
 
 /// When each criticality was last refused for this task's overload: which level is being shed
 /// now. A request more critical than a level shed within its own wait is not refused on an
@@ -250,6 +289,15 @@ impl Counters {
     #[inline]
     pub(crate) fn refused(&self, reason: RefusalReason, c: Criticality) {
         Self::bump(&self.refused[reason.index()][c.index()]);
+    }
+
+    /// Level `c`'s refusals for overload so far (reasons where retrying elsewhere can help).
+    pub(crate) fn overload_refusals(&self, c: Criticality) -> u64 {
+        RefusalReason::ALL
+            .iter()
+            .filter(|r| r.retry_elsewhere_can_help())
+            .map(|r| self.refused[r.index()][c.index()].load(Ordering::Relaxed))
+            .sum()
     }
 
     pub(crate) fn read(cells: &[AtomicU64; Criticality::COUNT]) -> PerCriticality<u64> {

@@ -73,13 +73,14 @@ impl<T> AdmissionQueue<T> {
     }
 
     /// Notes which sheddable levels' overload the controller holds to be a burst rather than
-    /// sustained (bit `c` for level `c`; it refused that level for overload for less than a
-    /// second on end, `controller/refusal.rs`). Their work with a deadline waits as that
-    /// deadline allows ([`give_up_at`](Self::give_up_at)), and CoDel neither drops it nor
-    /// calls its queue standing: the max wait and CoDel's 5 ms target tell a standing queue
-    /// from a burst for packets served in microseconds, not for a service whose slot frees
-    /// every tens of milliseconds, where waits of several service times are what a
-    /// service below capacity shows (the levels above it, served first, see to the rest).
+    /// sustained (bit `c` for level `c`; it has refused that level for overload for less
+    /// than a second on end, and no more often than it admitted it, `controller/refusal.rs`).
+    /// Their work with a deadline waits as that deadline allows
+    /// ([`give_up_at`](Self::give_up_at)), and CoDel neither drops it nor calls its queue
+    /// standing: the max wait and CoDel's 5 ms target tell a standing queue from a burst for
+    /// packets served in microseconds, not for a service whose slot frees every tens of
+    /// milliseconds, where waits of several service times are what a service below capacity
+    /// shows (the levels above it, served first, see to the rest).
     /// Default: none (every level bounded as before).
     pub fn set_burst_levels(&mut self, levels: u8) {
         self.burst_levels = levels;

@@ -1,8 +1,9 @@
 //! A sheddable level's overload is a burst until it has been refused for overload for a
-//! second on end: meanwhile its work with a deadline waits as that deadline allows, and in
-//! flight above the limit (a cut's leftover) does not shed it.
+//! second on end, or more often than admitted: meanwhile its work with a deadline waits as
+//! that deadline allows, and in flight above the limit (a cut's leftover) does not shed it.
 
 use super::*;
+use crate::controller::refusal::BURST_REFUSALS;
 
 /// Limit 1, a queue of 10 with a 100 ms max wait, SHEDDABLE shed at 1.0 (ramp 0.03, as the
 /// zero-config preset); a 50 ms service time learnt and the slot held by CRITICAL.
@@ -23,10 +24,14 @@ fn held() -> (AdmissionController, ManualClock, Permit) {
 /// Notes SHEDDABLE refused for overload over 1.1 s, ending now: its overload is sustained.
 fn sustain_sheddable(ctl: &AdmissionController, clock: &ManualClock) {
     for _ in 0..12 {
-        ctl.inner.episode.refused(Sheddable, ctl.now());
+        ctl.inner
+            .episode
+            .refused(Sheddable, ctl.now(), &ctl.inner.counters);
         clock.advance(100 * MS);
     }
-    ctl.inner.episode.refused(Sheddable, ctl.now());
+    ctl.inner
+        .episode
+        .refused(Sheddable, ctl.now(), &ctl.inner.counters);
 }
 
 #[test]
@@ -88,4 +93,90 @@ fn in_flight_over_the_limit_sheds_a_level_only_once_its_overload_is_sustained() 
     );
     assert_eq!(inner.burst_levels(now), 1 << SheddablePlus.index());
     drop(p);
+}
+
+/// SHEDDABLE, admitted `served` times, then refused for a full queue `refusals` times, 10 ms
+/// apart — well inside a second.
+fn refuse_sheddable(
+    ctl: &AdmissionController,
+    clock: &ManualClock,
+    served: usize,
+    refusals: usize,
+) {
+    for _ in 0..served {
+        drop(admitted(ctl.admit(&req(Sheddable))));
+    }
+    for _ in 0..refusals {
+        let _ = ctl
+            .inner
+            .refuse(RefusalReason::QueueFull, Sheddable, ctl.now());
+        clock.advance(10 * MS);
+    }
+}
+
+#[test]
+fn a_level_refused_more_often_than_admitted_is_a_step_not_a_burst() {
+    let (ctl, clock) = controller(config(100, 10));
+    refuse_sheddable(&ctl, &clock, 0, BURST_REFUSALS as usize - 1);
+    let now = ctl.now();
+    assert!(
+        ctl.inner
+            .episode
+            .is_burst(Sheddable, now, &ctl.inner.counters),
+        "a handful"
+    );
+    let _ = ctl.inner.refuse(RefusalReason::QueueFull, Sheddable, now);
+    assert!(
+        !ctl.inner
+            .episode
+            .is_burst(Sheddable, now, &ctl.inner.counters),
+        "{BURST_REFUSALS} refused, none admitted, {:?} into the episode",
+        70 * MS
+    );
+    assert!(
+        !ctl.inner.episode.is_sustained(Sheddable, now),
+        "not sustained yet"
+    );
+    assert_eq!(ctl.inner.burst_levels(now), 1 << SheddablePlus.index());
+    // The episode over, the level's next refusals are counted afresh.
+    clock.advance(1100 * MS);
+    let now = ctl.now();
+    assert!(ctl
+        .inner
+        .episode
+        .is_burst(Sheddable, now, &ctl.inner.counters));
+    let _ = ctl.inner.refuse(RefusalReason::QueueFull, Sheddable, now);
+    assert!(ctl
+        .inner
+        .episode
+        .is_burst(Sheddable, now, &ctl.inner.counters));
+}
+
+#[test]
+fn a_level_mostly_admitted_stays_a_burst_through_its_refusals() {
+    let (ctl, clock) = controller(config(100, 10));
+    // Admissions before the episode do not count towards it.
+    refuse_sheddable(&ctl, &clock, 20, 1);
+    refuse_sheddable(&ctl, &clock, 0, 10);
+    assert!(!ctl
+        .inner
+        .episode
+        .is_burst(Sheddable, ctl.now(), &ctl.inner.counters));
+    clock.advance(1100 * MS);
+    refuse_sheddable(&ctl, &clock, 0, 1);
+    refuse_sheddable(&ctl, &clock, 30, 20);
+    let now = ctl.now();
+    assert!(
+        ctl.inner
+            .episode
+            .is_burst(Sheddable, now, &ctl.inner.counters),
+        "20 refused, 30 admitted"
+    );
+    // Refused for over a second on end: sustained, however much was admitted.
+    refuse_sheddable(&ctl, &clock, 0, 90);
+    assert!(ctl.inner.episode.is_sustained(Sheddable, ctl.now()));
+    assert!(!ctl
+        .inner
+        .episode
+        .is_burst(Sheddable, ctl.now(), &ctl.inner.counters));
 }
