@@ -259,3 +259,34 @@ fn variants_at_once_give_the_json_of_variants_in_turn() {
     assert_eq!(in_turn, json(3), "three at once");
     assert_eq!(in_turn, json(2), "two threads for three variants");
 }
+
+#[test]
+fn the_demo_scenario_keeps_critical_whole_behind_the_proxy_admission() {
+    let sc = shipped("demo");
+    let runs = run(&sc);
+    for name in ["spillway", "spillway+throttle"] {
+        let r = &variant(&runs, name).report;
+        let crit = window(r, 0, 34, |s| s.by_criticality.get("CRITICAL").copied());
+        let noisy = window(r, 0, 34, |s| s.by_customer.get("noisy").copied());
+        println!(
+            "{name}: CRITICAL {:.2}% of {}, noisy {:.1}%",
+            success(&crit) * 100.0,
+            crit.offered,
+            success(&noisy) * 100.0
+        );
+        // CRITICAL peaks at half of capacity: requirement 2 of issue 28 asks ≥ 99.9 %.
+        assert!(success(&crit) >= 0.999, "{name}");
+        assert!(
+            success(&noisy) < 0.3,
+            "{name}: the surge is what is refused"
+        );
+    }
+    let unprotected = &variant(&runs, "unprotected").report;
+    let crit = window(unprotected, 0, 34, |s| {
+        s.by_criticality.get("CRITICAL").copied()
+    });
+    assert!(
+        success(&crit) < 0.2,
+        "unprotected, CRITICAL drowns with the rest"
+    );
+}
