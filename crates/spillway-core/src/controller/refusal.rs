@@ -184,13 +184,18 @@ impl Episode {
     /// Whether level `c`'s overload is sustained at `now` — as [`refused`](Self::refused)
     /// would answer for a refusal now, without noting one.
     pub(crate) fn is_sustained(&self, c: Criticality, now: Instant) -> bool {
+        self.age(c, now)
+            .is_some_and(|age| age >= crate::clock::saturating_nanos(SUSTAINED_AFTER))
+    }
+
+    /// How long (ns) level `c`'s episode has lasted at `now`; `None` outside one.
+    fn age(&self, c: Criticality, now: Instant) -> Option<u64> {
         let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
         let last = self.last[c.index()].load(Ordering::Relaxed);
         if last == 0 || t.saturating_sub(last) > crate::clock::saturating_nanos(EPISODE_GAP) {
-            return false;
+            return None;
         }
-        let start = self.start[c.index()].load(Ordering::Relaxed);
-        t.saturating_sub(start) >= crate::clock::saturating_nanos(SUSTAINED_AFTER)
+        Some(t.saturating_sub(self.start[c.index()].load(Ordering::Relaxed)))
     }
 
     /// Whether level `c`'s overload is a burst at `now`: an episode neither sustained nor
@@ -200,16 +205,12 @@ impl Episode {
     /// served — a step in load, not a burst — and waiting for a second to call it sustained
     /// only holds work that will be refused anyway.
     pub(crate) fn is_burst(&self, c: Criticality, now: Instant, counters: &Counters) -> bool {
+        match self.age(c, now) {
+            None => return true,
+            Some(age) if age >= crate::clock::saturating_nanos(SUSTAINED_AFTER) => return false,
+            Some(_) => {}
+        }
         let i = c.index();
-        let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
-        let last = self.last[i].load(Ordering::Relaxed);
-        if last == 0 || t.saturating_sub(last) > crate::clock::saturating_nanos(EPISODE_GAP) {
-            return true;
-        }
-        let start = self.start[i].load(Ordering::Relaxed);
-        if t.saturating_sub(start) >= crate::clock::saturating_nanos(SUSTAINED_AFTER) {
-            return false;
-        }
         let refused = counters
             .overload_refusals(c)
             .saturating_sub(self.refused_before[i].load(Ordering::Relaxed));
