@@ -81,9 +81,10 @@ impl Inner {
     /// The utilisation level `c` is shed on. In flight above the limit (a reading past 1)
     /// is what a cut of the limit leaves behind, not by itself overload: it counts as 1
     /// while `c`'s overload is a burst (`Episode::is_burst`), and the queue, in criticality
-    /// order, holds the excess meanwhile. Shed on it, a 4-worker service at 0.9 × its capacity, whose limit the latency gradient cuts
-    /// now and then, refused SHEDDABLE work its callers would have had served in time
-    /// (issue 28's sweep, R1: 22 of 67 refusals in `c=4 50ms exp 20x 0.9x`).
+    /// order, holds the excess meanwhile. Shed on it, a 4-worker service at 0.9 × its
+    /// capacity, whose limit the latency gradient cuts now and then, refused SHEDDABLE work
+    /// its callers would have had served in time (issue 28's sweep, R1: 22 of 67 refusals in
+    /// `c=4 50ms exp 20x 0.9x`).
     #[inline]
     pub(super) fn shed_utilisation(
         &self,

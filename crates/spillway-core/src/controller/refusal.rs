@@ -161,24 +161,23 @@ impl Episode {
     /// Notes an overload refusal of level `c` at `now`; whether that level's overload is
     /// sustained. A new episode notes `counters`' figures for [`is_burst`](Self::is_burst).
     pub(crate) fn refused(&self, c: Criticality, now: Instant, counters: &Counters) -> bool {
-        let (start_cell, last_cell) = (&self.start[c.index()], &self.last[c.index()]);
+        let i = c.index();
         let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
-        let last = last_cell.load(Ordering::Relaxed);
-        let gap = crate::clock::saturating_nanos(EPISODE_GAP);
-        if last == 0 || t.saturating_sub(last) > gap {
-            start_cell.store(t, Ordering::Relaxed);
-            last_cell.store(t, Ordering::Relaxed);
-            let i = c.index();
+        let Some(age) = self.age(c, now) else {
+            self.start[i].store(t, Ordering::Relaxed);
+            self.last[i].store(t, Ordering::Relaxed);
             self.refused_before[i].store(counters.overload_refusals(c), Ordering::Relaxed);
             let admitted = counters.admitted[i].load(Ordering::Relaxed);
             self.admitted_before[i].store(admitted, Ordering::Relaxed);
             return SUSTAINED_AFTER.is_zero();
+        };
+        if t > self.last[i]
+            .load(Ordering::Relaxed)
+            .saturating_add(1_000_000)
+        {
+            self.last[i].store(t, Ordering::Relaxed);
         }
-        if t > last.saturating_add(1_000_000) {
-            last_cell.store(t, Ordering::Relaxed);
-        }
-        let start = start_cell.load(Ordering::Relaxed);
-        t.saturating_sub(start) >= crate::clock::saturating_nanos(SUSTAINED_AFTER)
+        age >= crate::clock::saturating_nanos(SUSTAINED_AFTER)
     }
 
     /// Whether level `c`'s overload is sustained at `now` — as [`refused`](Self::refused)

@@ -18,8 +18,9 @@ impl<T> AdmissionQueue<T> {
     /// `enqueued_at + max_wait`, unless its level's overload is a burst (below); without a
     /// deadline, `enqueued_at + max_wait`.
     ///
-    /// Sheddable work whose level's overload is a burst ([`set_burst_levels`](Self::set_burst_levels))
-    /// waits until `deadline - 2 × expected` (never less than it would otherwise). At 0.9 × a
+    /// Sheddable work whose level's overload is a burst
+    /// ([`set_burst_levels`](Self::set_burst_levels)) waits until `deadline - 2 × expected`
+    /// (never less than it would otherwise). At 0.9 × a
     /// 4-worker service's capacity an M/M/4 queue's wait passes 100 ms for about a third of
     /// requests (Erlang C), and the lowest level, served last, waits longer still: refused at
     /// the max wait, SHEDDABLE lost 4.9 % of what the unprotected service served in time
@@ -34,7 +35,8 @@ impl<T> AdmissionQueue<T> {
     /// waiting up to the deadline throughout kept abandoned attempts queued and goodput fell
     /// to 24 % of capacity at 5× in one run; and in front of a 4-worker service closed-loop
     /// callers kept in the queue longer instead of being refused lost 12 % of the goodput
-    /// (issue 28's sweep). A burst's patience lasts until a second of refusals.
+    /// (issue 28's sweep). A burst's patience lasts until the level has been refused for a
+    /// second on end, or more often than admitted.
     ///
     /// Why not for CRITICAL (and CRITICAL_PLUS): it is served before everything less
     /// critical, so it waits only while the limit is full of work at least as critical or a
@@ -86,7 +88,8 @@ impl<T> AdmissionQueue<T> {
         self.burst_levels = levels;
     }
 
-    /// Whether sheddable level `c`'s overload is held to be a burst ([`set_burst_levels`](Self::set_burst_levels)).
+    /// Whether sheddable level `c`'s overload is held to be a burst
+    /// ([`set_burst_levels`](Self::set_burst_levels)).
     pub fn in_burst(&self, c: Criticality) -> bool {
         c < Criticality::Critical && self.burst_levels & (1 << c.index()) != 0
     }

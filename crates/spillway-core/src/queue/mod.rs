@@ -14,11 +14,11 @@
 //!   by the max wait too once it is sustained ([`AdmissionQueue::sustained`]: a queue
 //!   standing at the deadline adds latency, not goodput). Sheddable work with a deadline
 //!   likewise waits past the max wait while the controller holds its level's overload to be a
-//!   burst ([`AdmissionQueue::set_burst_levels`]). Past that it is dropped rather than served, because its caller has given up or
-//!   will have by the time the answer is ready. The controller refuses on arrival a request
-//!   whose expected wait ([`AdmissionQueue::expected_wait`]: those ahead of it, drained at
-//!   its level's share of the slots — what the levels above it leave) already exceeds that
-//!   budget, and drops entries a more critical arrival pushed past theirs
+//!   burst ([`AdmissionQueue::set_burst_levels`]). Past that it is dropped rather than served,
+//!   because its caller has given up or will have by the time the answer is ready. The
+//!   controller refuses on arrival a request whose expected wait
+//!   ([`AdmissionQueue::expected_wait`]: those ahead of it, drained at its level's share of the
+//!   slots — what the levels above it leave) already exceeds that budget, and drops entries a more critical arrival pushed past theirs
 //!   ([`AdmissionQueue::drop_pushed_back`]): a refusal that comes at once costs the caller
 //!   nothing and leaves it time to try elsewhere.
 //! - **Strict criticality order.** Nothing less critical keeps waiting once a more critical
