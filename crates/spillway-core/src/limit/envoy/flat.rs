@@ -26,12 +26,21 @@
 //!   queue no longer counted in flight (a 1-worker, 1 ms upstream at 2× read flat over levels
 //!   5–14 with latencies 4–10 ms, and the raise took its CRITICAL success from 94 % to 40 %);
 //! - in a window that mostly timed out: its latencies are where callers gave up;
-//! - on a provisional minRTT (`live.rs`), a few answers' median that the first measurement
-//!   corrects;
 //! - at an upstream whose low levels may already queue (Kendall's `z` of 2 or more among the
-//!   live measurement's samples at up to `min_concurrency` in flight, or too few of them to
-//!   tell): fewer free workers than the window's levels span. Without this a 1-worker,
-//!   0.1 ms upstream at 2× read flat now and then and lost half its goodput.
+//!   live measurement's samples at up to `min_concurrency` in flight, or, once a
+//!   measurement has completed, too few of them to tell): fewer free workers than the
+//!   window's levels span. Without this a 1-worker, 0.1 ms upstream at 2× read flat now and
+//!   then and lost half its goodput.
+//!
+//! It does run on a provisional minRTT (`live.rs`: no measurement of `request_count`
+//! low-concurrency answers has completed), with too few of those answers to test the low
+//! levels: that is an upstream whose load kept more than `min_concurrency` in flight from
+//! its first seconds on — 20 workers at their capacity's load — and there a slower upstream
+//! had its limit cut one window at a time. A 20-worker, 50 ms upstream at half speed under
+//! its full capacity's load went from a limit of 72 to 8 in 2.5 s with every window's
+//! median at 105 ms at every level, the rule never consulted (issue 28's sweep; with it,
+//! failing cells R1 95 → 92, R2 634 → 631, R3 596 → 581). The raise is bounded as ever (at
+//! most doubled, once), and a queue of ours still shows in the window's own levels.
 
 use super::levels::LevelFit;
 

@@ -175,9 +175,15 @@ impl LiveMinRtt {
 
     /// Whether the low-concurrency samples may hold a queue in the upstream (`flat.rs`):
     /// latency shows a sign of rising with the level among them (Kendall's `z` of 2, where
-    /// `levels.rs` asks 4 before it fits), or too few say.
+    /// `levels.rs` asks 4 before it fits), or too few say — unless no measurement has
+    /// completed yet: then the load never let the in-flight count fall to `min_concurrency`
+    /// long enough for one (20 workers at their capacity's load), and a queue of ours would
+    /// show in the window's own levels. Once one has, too few samples means they were dropped
+    /// (the upstream changed, or the limit sat at its floor), not that the upstream is large.
     pub(super) fn small_upstream(&mut self) -> bool {
-        self.levels.rise_z().map_or(true, |z| z >= SMALL_UPSTREAM_Z)
+        self.levels
+            .rise_z()
+            .map_or(!self.provisional, |z| z >= SMALL_UPSTREAM_Z)
     }
 
     /// Whether no measurement has completed yet (minRTT is the provisional one, from fewer

@@ -170,10 +170,9 @@ impl EnvoyGradientLimit {
                 }
             }
         }
-        // Not on a provisional minRTT (live.rs): a few answers' median, whose errors slow
-        // start and the first measurement correct.
-        let measured = self.live.as_ref().is_some_and(|l| !l.provisional());
-        if let (Some(f), true) = (self.flat.as_mut(), measured) {
+        // On a provisional minRTT too (flat.rs): an upstream kept busy from its start never
+        // completes a measurement.
+        if let Some(f) = self.flat.as_mut() {
             if sample <= tolerated || self.censored {
                 // The rule judges a latency rise, from the samples since it began.
                 f.clear();

@@ -91,3 +91,48 @@ fn an_upstream_whose_low_levels_queue_is_not_rebaselined() {
         l.measured_min_rtt_nanos()
     );
 }
+
+#[test]
+fn an_upstream_busy_from_its_start_is_rebaselined_on_a_provisional_min_rtt() {
+    let t0 = Instant::now();
+    let mut l = zero_config(t0);
+    // Three answers at one to three in flight, then never fewer than six: the live minRTT
+    // stays the provisional one of those three (it completes at 25), and no answer at a low
+    // level says whether the low levels queue.
+    let mut t = 0;
+    for level in 1..=3 {
+        t += 2;
+        l.on_sample(&sample(at(t0, t), noisy(level), level as usize, false));
+    }
+    let mut i = 0;
+    let mut phase = |l: &mut EnvoyGradientLimit, ms: u64, rtt: &dyn Fn(u64) -> Duration| {
+        let mut lowest = usize::MAX;
+        for _ in 0..ms / 5 {
+            t += 5;
+            i += 1;
+            let level = 6 + i % 13;
+            l.on_sample(&sample(at(t0, t), rtt(i), level as usize, false));
+            lowest = lowest.min(l.limit());
+        }
+        lowest
+    };
+    // A second at the upstream's own speed, then the slowdown's onset (a queue built while
+    // it set in: twice the tolerance, which ends slow start), then the upstream at half speed
+    // at every level.
+    phase(&mut l, 1000, &noisy);
+    phase(&mut l, 150, &|i| noisy(i) * 7 / 2);
+    let lowest = phase(&mut l, 3000, &|i| 2 * noisy(i));
+    assert!(
+        l.measured_min_rtt_nanos() < 60e6,
+        "still the provisional minRTT"
+    );
+    // Doubled: the most one raise moves it.
+    assert!(
+        l.min_rtt_nanos() >= 1.9 * l.measured_min_rtt_nanos(),
+        "baseline {} from {}",
+        l.min_rtt_nanos(),
+        l.measured_min_rtt_nanos()
+    );
+    assert!(lowest >= 12, "lowest {lowest}");
+    assert!(l.limit() >= 18, "final {}", l.limit());
+}
