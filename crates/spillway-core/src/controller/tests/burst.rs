@@ -114,22 +114,22 @@ fn refuse_sheddable(
     }
 }
 
+/// Whether SHEDDABLE's overload is a burst at `now`.
+fn burst(ctl: &AdmissionController, now: Instant) -> bool {
+    ctl.inner
+        .episode
+        .is_burst(Sheddable, now, &ctl.inner.counters)
+}
+
 #[test]
 fn a_level_refused_more_often_than_admitted_is_a_step_not_a_burst() {
     let (ctl, clock) = controller(config(100, 10));
     refuse_sheddable(&ctl, &clock, 0, BURST_REFUSALS as usize - 1);
     let now = ctl.now();
-    assert!(
-        ctl.inner
-            .episode
-            .is_burst(Sheddable, now, &ctl.inner.counters),
-        "a handful"
-    );
+    assert!(burst(&ctl, now), "a handful");
     let _ = ctl.inner.refuse(RefusalReason::QueueFull, Sheddable, now);
     assert!(
-        !ctl.inner
-            .episode
-            .is_burst(Sheddable, now, &ctl.inner.counters),
+        !burst(&ctl, now),
         "{BURST_REFUSALS} refused, none admitted, {:?} into the episode",
         70 * MS
     );
@@ -141,15 +141,9 @@ fn a_level_refused_more_often_than_admitted_is_a_step_not_a_burst() {
     // The episode over, the level's next refusals are counted afresh.
     clock.advance(1100 * MS);
     let now = ctl.now();
-    assert!(ctl
-        .inner
-        .episode
-        .is_burst(Sheddable, now, &ctl.inner.counters));
+    assert!(burst(&ctl, now));
     let _ = ctl.inner.refuse(RefusalReason::QueueFull, Sheddable, now);
-    assert!(ctl
-        .inner
-        .episode
-        .is_burst(Sheddable, now, &ctl.inner.counters));
+    assert!(burst(&ctl, now));
 }
 
 #[test]
@@ -158,25 +152,14 @@ fn a_level_mostly_admitted_stays_a_burst_through_its_refusals() {
     // Admissions before the episode do not count towards it.
     refuse_sheddable(&ctl, &clock, 20, 1);
     refuse_sheddable(&ctl, &clock, 0, 10);
-    assert!(!ctl
-        .inner
-        .episode
-        .is_burst(Sheddable, ctl.now(), &ctl.inner.counters));
+    assert!(!burst(&ctl, ctl.now()));
     clock.advance(1100 * MS);
     refuse_sheddable(&ctl, &clock, 0, 1);
     refuse_sheddable(&ctl, &clock, 30, 20);
     let now = ctl.now();
-    assert!(
-        ctl.inner
-            .episode
-            .is_burst(Sheddable, now, &ctl.inner.counters),
-        "20 refused, 30 admitted"
-    );
+    assert!(burst(&ctl, now), "20 refused, 30 admitted");
     // Refused for over a second on end: sustained, however much was admitted.
     refuse_sheddable(&ctl, &clock, 0, 90);
     assert!(ctl.inner.episode.is_sustained(Sheddable, ctl.now()));
-    assert!(!ctl
-        .inner
-        .episode
-        .is_burst(Sheddable, ctl.now(), &ctl.inner.counters));
+    assert!(!burst(&ctl, ctl.now()));
 }
