@@ -90,8 +90,16 @@ impl AdmissionController {
         // is not expected to start within it (the estimate is no longer a guess about a
         // burst: CRITICAL has been refused for a second on end).
         let mut sustained = q.sustained();
-        if !sustained && c >= Criticality::Critical && inner.episode.is_sustained(c, now) {
-            // Refused for overload for a second on end: the same overload seen at the door.
+        if !sustained
+            && c >= Criticality::Critical
+            && inner.episode.is_sustained(c, now)
+            && inner.episode.refuses_steadily(c, &inner.counters)
+        {
+            // Refused for overload for a second on end, steadily: the same overload seen at
+            // the door. Not on a trickle of refusals among work served in full: the latch
+            // holds until the queue drains, which a closed loop's never does, and each refusal
+            // under it sends its client straight back (`bench/results/closed64-issue28.md`:
+            // 64 closed-loop clients, CRITICAL 48 % after a cold start's few queue timeouts).
             q.mark_sustained();
             sustained = true;
         }

@@ -209,6 +209,21 @@ impl Episode {
             Some(age) if age >= crate::clock::saturating_nanos(SUSTAINED_AFTER) => return false,
             Some(_) => {}
         }
+        let (refused, admitted) = self.counts_since_start(c, counters);
+        refused < BURST_REFUSALS || refused <= admitted
+    }
+
+    /// Whether level `c`'s episode refuses it steadily: at least one overload refusal for
+    /// every [`STEADY_ADMISSIONS`] admissions since the episode began. Overload that outruns
+    /// the service refuses a steady share of what arrives; a trickle of refusals among a level
+    /// served in full (a cold start's wait estimates, a cluster of long requests) is not it.
+    pub(crate) fn refuses_steadily(&self, c: Criticality, counters: &Counters) -> bool {
+        let (refused, admitted) = self.counts_since_start(c, counters);
+        refused.saturating_mul(STEADY_ADMISSIONS) >= admitted
+    }
+
+    /// Level `c`'s overload refusals and admissions since its episode began.
+    fn counts_since_start(&self, c: Criticality, counters: &Counters) -> (u64, u64) {
         let i = c.index();
         let refused = counters
             .overload_refusals(c)
@@ -216,13 +231,18 @@ impl Episode {
         let admitted = counters.admitted[i]
             .load(Ordering::Relaxed)
             .saturating_sub(self.admitted_before[i].load(Ordering::Relaxed));
-        refused < BURST_REFUSALS || refused <= admitted
+        (refused, admitted)
     }
 }
 
 /// The fewest refusals of a level in one episode that can tell a step in load from a burst
 /// ([`Episode::is_burst`]): fewer are a handful of unlucky arrivals.
 pub(crate) const BURST_REFUSALS: u64 = 8;
+
+/// Admissions per overload refusal above which an episode is a trickle, not steady refusal
+/// ([`Episode::refuses_steadily`]): one refusal in nine arrivals. Issue 28's sweep gives the
+/// same failing cells at 4, 8 and 16 (`bench/results/closed64-issue28.md`).
+pub(crate) const STEADY_ADMISSIONS: u64 = 8;
 
 /// When each criticality was last refused for this task's overload: which level is being shed
 /// now. A request more critical than a level shed within its own wait is not refused on an

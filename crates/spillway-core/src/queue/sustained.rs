@@ -23,6 +23,14 @@
 //! at the next dequeue. Under sustained overload the queue never drains; when the overload
 //! ends it does, and the next burst is absorbed again.
 //!
+//! The second of refusals must also be steady — at least one refusal per eight admissions
+//! since they began (`Episode::refuses_steadily`) — because nothing but a drained queue lifts
+//! the latch, and a closed loop's queue never drains: its population less what runs stands
+//! there whatever the policy, and each refusal sends its client straight back. A cold start's
+//! handful of queue timeouts (the service estimate still high) latched 64 closed-loop clients
+//! in front of 4 workers, whose CRITICAL queue fit their 200 ms deadlines, into refusing half
+//! of their CRITICAL requests for the rest of the run (`bench/results/closed64-issue28.md`).
+//!
 //! Why not the queue's own delay (the oldest CRITICAL waiter past the max wait for a second):
 //! tried first, it also fired where CRITICAL is served in time from a longer queue — slow
 //! services (500 ms: a slot frees less often than the max wait) and long on/off bursts at 1.2×

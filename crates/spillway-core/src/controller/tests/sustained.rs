@@ -186,3 +186,77 @@ fn the_measured_drain_sets_the_estimate_when_slots_free_slower_than_littles_law_
     assert!(tally.waits.len() >= 38, "{tally:?}");
     assert!(tally.after_wait <= 6, "{tally:?}");
 }
+
+/// Limit 2 with both slots held (`saturated`), `served` CRITICAL requests admitted and
+/// released inside one CRITICAL overload episode that refuses `refusals` of them for overload
+/// over 1.1 s, then four CRITICAL waiters with a far deadline.
+/// Returns the controller, the held slots and the waiters (dropping a waiter leaves the queue).
+fn episode_then_queue(
+    served: usize,
+    refusals: usize,
+) -> (AdmissionController, Vec<Permit>, Vec<QueuedAdmission>) {
+    let (ctl, clock, running) = saturated();
+    drop(running);
+    let refuse = |ctl: &AdmissionController| {
+        let _ = ctl
+            .inner
+            .refuse(RefusalReason::QueueTimeout, Critical, ctl.now());
+    };
+    refuse(&ctl);
+    for _ in 0..served {
+        drop(admitted(ctl.admit(&req(Critical))));
+    }
+    for _ in 1..refusals {
+        clock.advance(1100 * MS / u32::try_from(refusals - 1).unwrap());
+        refuse(&ctl);
+    }
+    assert!(ctl.inner.episode.is_sustained(Critical, ctl.now()));
+    let held = vec![
+        admitted(ctl.admit(&req(Critical))),
+        admitted(ctl.admit(&req(Critical))),
+    ];
+    let far = ctl.now() + Duration::from_secs(1);
+    let waiting = (0..4)
+        .map(|_| {
+            queued(ctl.admit(&AdmissionRequest {
+                deadline: Some(far),
+                ..req(Critical)
+            }))
+        })
+        .collect();
+    (ctl, held, waiting)
+}
+
+#[test]
+fn a_trickle_of_critical_refusals_does_not_latch_sustained_overload() {
+    // 6 refusals among 200 admissions over a second: CRITICAL still waits for its deadline,
+    // as in a burst.
+    let (ctl, _held, _waiting) = episode_then_queue(200, 6);
+    let now = ctl.now();
+    let q = queued(ctl.admit(&AdmissionRequest {
+        deadline: Some(now + Duration::from_secs(1)),
+        ..req(Critical)
+    }));
+    assert!(
+        q.give_up_at() > now + MAX_WAIT,
+        "{:?}",
+        q.give_up_at() - now
+    );
+}
+
+#[test]
+fn steady_critical_refusals_latch_sustained_overload() {
+    // 30 refusals among 200 admissions (one in eight at least): sustained, CRITICAL waits at
+    // most the max wait.
+    let (ctl, _held, _waiting) = episode_then_queue(200, 30);
+    let now = ctl.now();
+    let q = queued(ctl.admit(&AdmissionRequest {
+        deadline: Some(now + Duration::from_secs(1)),
+        ..req(Critical)
+    }));
+    assert!(
+        q.give_up_at() <= now + MAX_WAIT,
+        "{:?}",
+        q.give_up_at() - now
+    );
+}
