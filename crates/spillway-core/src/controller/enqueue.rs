@@ -95,11 +95,8 @@ impl AdmissionController {
             && inner.episode.is_sustained(c, now)
             && inner.episode.refuses_steadily(c, &inner.counters)
         {
-            // Refused for overload for a second on end, steadily: the same overload seen at
-            // the door. Not on a trickle of refusals among work served in full: the latch
-            // holds until the queue drains, which a closed loop's never does, and each refusal
-            // under it sends its client straight back (`bench/results/closed64-issue28.md`:
-            // 64 closed-loop clients, CRITICAL 48 % after a cold start's few queue timeouts).
+            // Refused for overload for a second on end, steadily (not a trickle among work
+            // served in full: `queue/sustained.rs`): the same overload seen at the door.
             q.mark_sustained();
             sustained = true;
         }

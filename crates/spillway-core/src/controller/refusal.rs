@@ -240,8 +240,8 @@ impl Episode {
 pub(crate) const BURST_REFUSALS: u64 = 8;
 
 /// Admissions per overload refusal above which an episode is a trickle, not steady refusal
-/// ([`Episode::refuses_steadily`]): one refusal in nine arrivals. Issue 28's sweep gives the
-/// same failing cells at 4, 8 and 16 (`bench/results/closed64-issue28.md`).
+/// ([`Episode::refuses_steadily`]): one refusal in nine arrivals. Not a fine setting: 4 and 16
+/// judge the sweep's cells alike (`bench/results/closed64-issue28.md`).
 pub(crate) const STEADY_ADMISSIONS: u64 = 8;
 
 /// When each criticality was last refused for this task's overload: which level is being shed

@@ -35,12 +35,10 @@
 //! It does run on a provisional minRTT (`live.rs`: no measurement of `request_count`
 //! low-concurrency answers has completed), with too few of those answers to test the low
 //! levels: that is an upstream whose load kept more than `min_concurrency` in flight from
-//! its first seconds on — 20 workers at their capacity's load — and there a slower upstream
-//! had its limit cut one window at a time. A 20-worker, 50 ms upstream at half speed under
-//! its full capacity's load went from a limit of 72 to 8 in 2.5 s with every window's
-//! median at 105 ms at every level, the rule never consulted (issue 28's sweep; with it,
-//! failing cells R1 95 → 92, R2 634 → 631, R3 596 → 581). The raise is bounded as ever (at
-//! most doubled, once), and a queue of ours still shows in the window's own levels.
+//! its first seconds on — 20 workers at their capacity's load — where, without the rule, a
+//! slower upstream has its limit cut one window at a time though latency is the same at every
+//! level (`bench/results/history-issue28.md`). The raise is bounded as ever (at most doubled,
+//! once), and a queue of ours still shows in the window's own levels.
 
 use super::levels::LevelFit;
 
