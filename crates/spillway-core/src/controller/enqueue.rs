@@ -148,6 +148,9 @@ impl AdmissionController {
             drop(q);
             return refuse(RefusalReason::QueueFull);
         }
+        waiter.set_give_up(crate::clock::saturating_nanos(
+            give_up_at.saturating_duration_since(now),
+        ));
         let pushed = match q.push(
             now,
             Arc::clone(&waiter),
@@ -207,7 +210,6 @@ impl AdmissionController {
             waiter,
             ticket: pushed.ticket,
             enqueued_at: now,
-            give_up_at,
             deadline: req.deadline,
             done: false,
         })

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::clock::saturating_nanos;
 use crate::criticality::Criticality;
 use crate::limit::Sample;
 use crate::limiter::Limiter;
@@ -205,6 +206,7 @@ impl Inner {
         // Whether a waiter can still finish in time is judged on the cautious figure
         // (`ServiceBudget`): the EWMA is below a skewed mean most of the time.
         let expected = self.service_budget.get(self.service.get());
+        self.revise_give_ups(q, expected);
         // CoDel spares the levels above the one being shed (`queue/dequeue.rs`).
         q.set_shed_level(self.shedding.lowest_within(now, self.queue_cfg.max_wait));
         q.set_burst_levels(self.burst_levels(now));
@@ -222,6 +224,40 @@ impl Inner {
             }
         }
         self.publish(q);
+    }
+
+    /// Brings forward the give-up time of every waiter whose deadline no longer leaves room for
+    /// `budget`, the cautious service time, now that it has grown: a waiter's timer was armed
+    /// with the budget of its arrival, and at a cold start (no answer yet, budget zero) or
+    /// after a skewed service's slow answers that let it wait until its deadline less too
+    /// little — then it left the queue later than its deadline allows, or was served too late
+    /// to count (issue 28, requirement 4: a 1-worker service behind 256 closed-loop clients
+    /// had 232 waiters leave up to a service time late at its start).
+    ///
+    /// Waiters are armed with at least `revised_budget_ns` (it only rises with a sweep, and
+    /// falls with the budget), so a sweep is needed only when the budget rose past it — by a
+    /// sixteenth, so that the noise of an average does not walk the whole queue on every
+    /// release. Called with the queue locked, as dispatch is.
+    fn revise_give_ups(&self, q: &AdmissionQueue<Arc<Waiter>>, budget: Duration) {
+        let b = saturating_nanos(budget);
+        let armed = self.revised_budget_ns.load(Ordering::Relaxed);
+        if b <= armed || q.is_empty() {
+            if b != armed {
+                self.revised_budget_ns.store(b, Ordering::Relaxed);
+            }
+            return;
+        }
+        if b - armed <= armed / 16 {
+            return;
+        }
+        self.revised_budget_ns.store(b, Ordering::Relaxed);
+        for e in q.iter() {
+            let Some(d) = e.deadline else { continue };
+            let at = d.checked_sub(budget).unwrap_or(e.enqueued_at);
+            e.item.bring_forward(saturating_nanos(
+                at.saturating_duration_since(e.enqueued_at),
+            ));
+        }
     }
 
     /// Folds a caller's remaining time into the latency budget the limit algorithm sees

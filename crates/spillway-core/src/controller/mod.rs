@@ -149,6 +149,9 @@ pub(crate) struct Inner {
     shedding: refusal::Shedding,
     /// The cautious service time deadlines are budgeted with (`queue::service`).
     pub(crate) service_budget: ServiceBudget,
+    /// The budget (ns) every waiter's give-up time allows for at least
+    /// ([`Inner::revise_give_ups`]).
+    revised_budget_ns: AtomicU64,
 }
 
 /// How many bytes at the start of [`Inner`] (counted from its `Arc` allocation, counts
@@ -232,6 +235,7 @@ impl AdmissionController {
                 episode: refusal::Episode::new(origin),
                 shedding: refusal::Shedding::new(origin),
                 service_budget: ServiceBudget::new(),
+                revised_budget_ns: AtomicU64::new(0),
                 counters: Counters::default(),
             }),
         })

@@ -7,7 +7,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -221,6 +221,9 @@ pub(crate) struct Waiter {
     pub(crate) criticality: Criticality,
     pub(crate) charge: QuotaCharge,
     state: Mutex<WaiterState>,
+    /// When it gives up waiting, in nanoseconds after it was enqueued: set on enqueue, brought
+    /// forward when the cautious service time grows ([`Waiter::bring_forward`]).
+    give_up_ns: AtomicU64,
 }
 
 impl Waiter {
@@ -229,6 +232,32 @@ impl Waiter {
             criticality,
             charge,
             state: Mutex::new(WaiterState::Waiting(None)),
+            give_up_ns: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// Sets when it gives up, `ns` after it was enqueued (before it is queued).
+    pub(crate) fn set_give_up(&self, ns: u64) {
+        self.give_up_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// When it gives up, in nanoseconds after it was enqueued.
+    pub(crate) fn give_up_ns(&self) -> u64 {
+        self.give_up_ns.load(Ordering::Relaxed)
+    }
+
+    /// Moves its give-up time to `ns` after it was enqueued if that is earlier, and wakes its
+    /// future so that the caller re-arms its timer (`QueuedAdmission::give_up_at`).
+    pub(crate) fn bring_forward(&self, ns: u64) {
+        if self.give_up_ns.fetch_min(ns, Ordering::Relaxed) <= ns {
+            return;
+        }
+        let waker = match &*self.lock() {
+            WaiterState::Waiting(Some(w)) => Some(w.clone()),
+            _ => None,
+        };
+        if let Some(w) = waker {
+            w.wake();
         }
     }
 
@@ -268,8 +297,9 @@ impl Waiter {
 /// A request waiting in the admission queue: a future of its permit.
 ///
 /// Uses only `std::task` (no runtime). The caller should also arm a timer for
-/// [`give_up_at`](Self::give_up_at) and call [`expire`](Self::expire) when it fires; a poll at
-/// or after that instant expires it too. Dropping it cancels: it leaves the queue, and a slot
+/// [`give_up_at`](Self::give_up_at), re-arm it when a `Pending` poll finds that instant moved
+/// earlier, and call [`expire`](Self::expire) when it fires; a poll at or after that instant
+/// expires it too. Dropping it cancels: it leaves the queue, and a slot
 /// granted meanwhile is released so it is not lost. Polling again after it has completed
 /// returns a `QueueTimeout` (or `DeadlineExceeded`) refusal rather than panicking.
 #[derive(Debug)]
@@ -279,7 +309,6 @@ pub struct QueuedAdmission {
     pub(crate) waiter: Arc<Waiter>,
     pub(crate) ticket: Ticket,
     pub(crate) enqueued_at: Instant,
-    pub(crate) give_up_at: Instant,
     pub(crate) deadline: Option<Instant>,
     pub(crate) done: bool,
 }
@@ -287,8 +316,17 @@ pub struct QueuedAdmission {
 impl QueuedAdmission {
     /// When the caller should give up waiting: `enqueued + max wait`, or earlier its deadline
     /// less the expected service time.
+    ///
+    /// It can move earlier while the request waits: the expected service time is a cautious
+    /// estimate that grows as slow answers come in (at a cold start it is not known at all),
+    /// and a request must leave as soon as its deadline no longer leaves room for it. The
+    /// future is woken when that happens; a caller whose poll returns `Pending` should re-read
+    /// this and re-arm its timer if it is earlier.
     pub fn give_up_at(&self) -> Instant {
-        self.give_up_at
+        let ns = self.waiter.give_up_ns();
+        self.enqueued_at
+            .checked_add(Duration::from_nanos(ns))
+            .unwrap_or(self.enqueued_at + self.inner.queue_cfg.max_wait)
     }
 
     /// When it joined the queue.
@@ -313,7 +351,7 @@ impl QueuedAdmission {
     fn timeout_refusal(&self) -> Refusal {
         let by_wait = self.enqueued_at + self.inner.queue_cfg.max_wait;
         let reason = match self.deadline {
-            Some(_) if self.give_up_at < by_wait => RefusalReason::DeadlineExceeded,
+            Some(_) if self.give_up_at() < by_wait => RefusalReason::DeadlineExceeded,
             _ => RefusalReason::QueueTimeout,
         };
         self.inner
@@ -365,7 +403,7 @@ impl Future for QueuedAdmission {
             let mut s = this.waiter.lock();
             match &mut *s {
                 WaiterState::Waiting(w) => {
-                    if this.inner.clock.now() < this.give_up_at {
+                    if this.inner.clock.now() < this.give_up_at() {
                         match w {
                             Some(old) if old.will_wake(cx.waker()) => {}
                             _ => *w = Some(cx.waker().clone()),

@@ -66,7 +66,8 @@ impl Default for AdmissionRequest<'_> {
 pub enum Admission {
     /// Run it now; hold the permit until the response is complete.
     Admitted(Permit),
-    /// Wait: await the future (with a timer at [`QueuedAdmission::give_up_at`]).
+    /// Wait: await the future (with a timer at [`QueuedAdmission::give_up_at`], re-read after
+    /// each `Pending` poll: it can move earlier).
     Queued(QueuedAdmission),
     /// Refused, with the reason.
     Refused(Refusal),

@@ -237,6 +237,11 @@ impl<T> AdmissionQueue<T> {
         self.len == 0
     }
 
+    /// Every waiting entry, lowest class first, each class in arrival order.
+    pub fn iter(&self) -> impl Iterator<Item = &QueueEntry<T>> {
+        self.classes.iter().flatten()
+    }
+
     /// Entries waiting, per criticality.
     pub fn len_by_criticality(&self) -> [usize; Criticality::COUNT] {
         let mut out = [0; Criticality::COUNT];

@@ -244,3 +244,52 @@ fn critical_waits_for_its_deadline_only_when_expected_to_start_in_time() {
     let late = queued(ctl.admit(&with_deadline()));
     assert_eq!(late.give_up_at(), ctl.now() + 100 * MS);
 }
+
+/// At a cold start no service time is known, so a waiter with a deadline is armed to wait
+/// until it. Once an answer shows the service takes 50 ms, its give-up time moves to its
+/// deadline less that and its future is woken, so that the caller re-arms its timer; a waiter
+/// without a deadline keeps the max wait.
+#[test]
+fn a_waiters_give_up_time_is_brought_forward_when_the_service_time_grows() {
+    let mut cfg = config(2, 10);
+    cfg.headroom = PerCriticality([1.0; Criticality::COUNT]);
+    let (ctl, clock) = controller(cfg);
+    let start = ctl.now();
+    let mut running = vec![
+        admitted(ctl.admit(&req(Critical))),
+        admitted(ctl.admit(&req(Critical))),
+    ];
+    // Served first when a slot frees, so the waiter below stays queued.
+    let mut first = queued(ctl.admit(&req(CriticalPlus)));
+    let deadline = start + 200 * MS;
+    let mut q = queued(ctl.admit(&AdmissionRequest {
+        deadline: Some(deadline),
+        ..req(Critical)
+    }));
+    let patient = queued(ctl.admit(&req(Sheddable)));
+    assert_eq!(q.give_up_at(), deadline, "no service time known yet");
+    let wakes = Arc::new(CountingWaker::default());
+    assert!(poll(&mut q, &Waker::from(Arc::clone(&wakes))).is_pending());
+
+    clock.advance(50 * MS);
+    drop(running.pop());
+    let _served = match poll(&mut first, &noop()) {
+        Poll::Ready(Ok(p)) => p,
+        other => panic!("expected a grant, got {other:?}"),
+    };
+    assert_eq!(ctl.snapshot().expected_service_time, 50 * MS);
+    assert_eq!(q.give_up_at(), deadline - 50 * MS);
+    assert_eq!(
+        wakes.0.load(Ordering::SeqCst),
+        1,
+        "woken to re-arm its timer"
+    );
+    assert_eq!(patient.give_up_at(), start + Duration::from_secs(1));
+    assert!(poll(&mut q, &noop()).is_pending(), "100 ms still to wait");
+
+    clock.advance(100 * MS);
+    match poll(&mut q, &noop()) {
+        Poll::Ready(Err(r)) => assert_eq!(r.reason, RefusalReason::DeadlineExceeded),
+        other => panic!("expected a deadline refusal, got {other:?}"),
+    }
+}
