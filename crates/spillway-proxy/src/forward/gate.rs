@@ -11,12 +11,15 @@
 // allocation to every refusal, the path an overloaded proxy takes most (tests/refusal_allocs.rs).
 #![allow(clippy::result_large_err)]
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use http::header::HeaderValue;
 use http::Response;
-use spillway_core::controller::{Admission, AdmissionRequest, Permit, Refusal};
+use spillway_core::controller::{Admission, AdmissionRequest, Permit, QueuedAdmission, Refusal};
 use spillway_tower::context::RequestContext;
 use spillway_tower::metrics::{self as tower_metrics, RequestLabels};
 use spillway_tower::wire::Protocol;
@@ -225,14 +228,34 @@ pub(super) async fn admit(
     match rt.controller.admit_at(&admission, now) {
         Admission::Admitted(p) => Ok(p),
         Admission::Refused(r) => Err(refused(r, now)),
-        Admission::Queued(mut q) => {
-            let give_up = tokio::time::Instant::from_std(q.give_up_at());
-            let res = tokio::select! {
-                r = &mut q => r,
-                _ = tokio::time::sleep_until(give_up) => Err(q.expire()),
-            };
-            res.map_err(|r| refused(r, Instant::now()))
+        Admission::Queued(q) => wait_in_queue(q)
+            .await
+            .map_err(|r| refused(r, Instant::now())),
+    }
+}
+
+/// Waits for a queued admission, or until its give-up time — re-read after every wake, since
+/// the controller brings it forward when the expected service time grows
+/// ([`QueuedAdmission::give_up_at`]).
+async fn wait_in_queue(mut q: QueuedAdmission) -> Result<Permit, Refusal> {
+    let mut armed = q.give_up_at();
+    let timer = tokio::time::sleep_until(tokio::time::Instant::from_std(armed));
+    tokio::pin!(timer);
+    let expired = std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = Pin::new(&mut q).poll(cx) {
+            return Poll::Ready(Some(r));
         }
+        let at = q.give_up_at();
+        if at < armed {
+            armed = at;
+            timer.as_mut().reset(tokio::time::Instant::from_std(at));
+        }
+        timer.as_mut().poll(cx).map(|()| None)
+    })
+    .await;
+    match expired {
+        Some(r) => r,
+        None => Err(q.expire()),
     }
 }
 

@@ -665,10 +665,16 @@ impl Engine {
         let mut polled = Pin::new(&mut *q).poll(&mut Context::from_waker(&self.unnamed));
         if polled.is_pending() {
             let waker = self.woken.waker(id, gen);
-            polled = Pin::new(q).poll(&mut Context::from_waker(&waker));
+            polled = Pin::new(&mut *q).poll(&mut Context::from_waker(&waker));
         }
+        let give_up = q.give_up_at();
         match polled {
-            Poll::Pending => {}
+            Poll::Pending => {
+                // Woken without an outcome: its give-up time was brought forward
+                // (`QueuedAdmission::give_up_at`); an expiry at the old time finds it gone.
+                let at = self.nanos_of(give_up);
+                self.push(at, Kind::QueueGiveUp, id, gen);
+            }
             Poll::Ready(Ok(permit)) => {
                 *self.slab.held_mut(id) = Held::Permit(permit);
                 self.start_work(id);

@@ -315,15 +315,20 @@ where
                 }
                 StateProj::Queued {
                     queued,
-                    timer,
+                    mut timer,
                     pending,
                 } => {
                     let Some(q) = queued.as_mut() else {
                         panic!("ResponseFuture polled after completion");
                     };
-                    let result = match Pin::new(q).poll(cx) {
+                    let result = match Pin::new(&mut *q).poll(cx) {
                         Poll::Ready(r) => r,
                         Poll::Pending => {
+                            // Brought forward while it waits (`QueuedAdmission::give_up_at`).
+                            let at = tokio::time::Instant::from_std(q.give_up_at());
+                            if at < timer.deadline() {
+                                timer.as_mut().reset(at);
+                            }
                             ready!(timer.poll(cx));
                             // The timer fired first: count it as a queue timeout / deadline.
                             match queued.take() {

@@ -1,5 +1,5 @@
 //! The proxy's queued admissions in a cell: polled when a release (or the queue) wakes them,
-//! expired when the core's give-up time comes.
+//! expired when the core's give-up time comes (re-armed when the core brings it forward).
 //!
 //! Why apart: these are the two places the simulation hands control to the core's
 //! `QueuedAdmission` future, exactly as the proxy's request task does when it awaits it.
@@ -50,7 +50,14 @@ impl Sim<'_> {
                         self.reqs[id as usize].held = Held::None;
                         self.refuse(id, r);
                     }
-                    Poll::Pending => self.reqs[id as usize].held = Held::Queued(q),
+                    Poll::Pending => {
+                        // Woken without an outcome: its give-up time was brought forward
+                        // (`QueuedAdmission::give_up_at`); an expiry at the old time finds it
+                        // gone.
+                        let at = self.nanos(q.give_up_at());
+                        self.reqs[id as usize].held = Held::Queued(q);
+                        self.push(at, GIVE_UP, id, gen);
+                    }
                 }
             }
         }
