@@ -231,8 +231,7 @@ impl Inner {
     /// with the budget of its arrival, and at a cold start (no answer yet, budget zero) or
     /// after a skewed service's slow answers that let it wait until its deadline less too
     /// little — then it left the queue later than its deadline allows, or was served too late
-    /// to count (issue 28, requirement 4: a 1-worker service behind 256 closed-loop clients
-    /// had 232 waiters leave up to a service time late at its start).
+    /// to count (`bench/results/giveup-issue28.md`).
     ///
     /// Waiters are armed with at least `revised_budget_ns` (it only rises with a sweep, and
     /// falls with the budget), so a sweep is needed only when the budget rose past it — by a
