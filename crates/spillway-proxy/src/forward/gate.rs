@@ -302,3 +302,6 @@ pub(super) fn forwarded_headers(
     }
     added
 }
+
+#[cfg(test)]
+mod tests;
