@@ -10,7 +10,9 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::BodyExt;
-use spillway_core::controller::{AdmissionConfig, AdmissionController};
+use spillway_core::controller::{
+    Admission, AdmissionConfig, AdmissionController, AdmissionRequest,
+};
 use spillway_core::limit::{FixedConfig, LimitConfig};
 use spillway_core::quota::{CustomerQuota, QuotaConfig, QuotaEnforcement};
 use spillway_core::signal::ManualSignal;
@@ -571,4 +573,43 @@ async fn no_trust_configured_gives_no_warning() {
         .unwrap();
     assert_eq!(res.status(), 200);
     assert!(!layer.classifier().warned_no_peer());
+}
+
+/// A request queued before any service time is known waits, at most, until its deadline. The
+/// first answer shows the service takes 50 ms: its give-up time moves to the deadline less
+/// that, and the layer's timer follows (the core wakes the future; the future re-arms).
+#[tokio::test(start_paused = true)]
+async fn a_queued_request_leaves_at_a_give_up_time_brought_forward() {
+    const MS: std::time::Duration = std::time::Duration::from_millis(1);
+    let mut cfg = config(1, Some(8));
+    cfg.queue.max_wait = std::time::Duration::from_secs(1);
+    cfg.shed.thresholds = PerCriticality([None; 4]);
+    let clock = ManualClock::new();
+    let c = AdmissionController::new(cfg, Arc::new(clock.clone())).unwrap();
+    let Admission::Admitted(running) = c.admit(&AdmissionRequest::new("a", Criticality::Critical))
+    else {
+        panic!("the first request takes the slot");
+    };
+    // Served first when the slot frees, so the layer's request stays queued.
+    let Admission::Queued(first) = c.admit(&AdmissionRequest::new("a", Criticality::CriticalPlus))
+    else {
+        panic!("queued behind the first");
+    };
+    let svc = layered(&SpillwayLayer::new(c.clone()), echo());
+    let waiting = tokio::spawn(svc.oneshot(req("/", &[("x-spillway-deadline-ms", "200")])));
+    tokio::task::yield_now().await;
+    assert_eq!(c.snapshot().queued, 2);
+
+    clock.advance(50 * MS);
+    drop(running);
+    let _served = first.await.expect("granted the freed slot");
+    // Past the deadline less 50 ms, before the deadline itself.
+    tokio::time::advance(160 * MS).await;
+    let r = tokio::time::timeout(10 * MS, waiting)
+        .await
+        .expect("the wait ended at the brought-forward time, not at the deadline")
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()[super::reject::REASON], "deadline_exceeded");
 }
