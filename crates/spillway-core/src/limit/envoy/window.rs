@@ -176,12 +176,20 @@ impl EnvoyGradientLimit {
             if sample <= tolerated || self.censored {
                 // The rule judges a latency rise, from the samples since it began.
                 f.clear();
+                // A step is judged against windows like this one (flat.rs): calm while the
+                // limit was not the constraint.
+                if sample <= tolerated && !self.censored && peak * 2 <= self.limit {
+                    f.calm_window(now_ns, sample, peak_counted);
+                } else {
+                    f.end_calm();
+                }
             } else if self.min_rtt_ns <= self.measured_min_rtt_ns
-                && f.flat()
+                && (f.flat() || f.stepped(now_ns, sample, peak_counted, 1.0 + self.buffer))
                 && !self.live.as_mut().is_some_and(LiveMinRtt::small_upstream)
             {
                 // flat.rs: the upstream's latency, not a queue of ours.
                 f.clear();
+                f.end_calm();
                 self.min_rtt_ns = sample
                     .min(self.min_rtt_ns * futile::MAX_STEP)
                     .max(self.min_rtt_ns);

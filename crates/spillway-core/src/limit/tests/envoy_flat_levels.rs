@@ -136,3 +136,56 @@ fn an_upstream_busy_from_its_start_is_rebaselined_on_a_provisional_min_rtt() {
     assert!(lowest >= 12, "lowest {lowest}");
     assert!(l.limit() >= 18, "final {}", l.limit());
 }
+
+/// A measured minRTT of about 50 ms, two seconds of answers at levels `12..=18` taking
+/// 40–60 ms (the limit not the constraint), then a second of answers at `levels` taking
+/// `rtt(level, i)`, one every 5 ms. Returns the limit's lowest value over that second.
+fn calm_then(
+    l: &mut EnvoyGradientLimit,
+    t0: Instant,
+    levels: std::ops::RangeInclusive<u64>,
+    rtt: impl Fn(u64, u64) -> Duration,
+) -> usize {
+    let mut t = 0;
+    for i in 0..40 {
+        t += 2;
+        let level = 1 + i % 5;
+        l.on_sample(&sample(at(t0, t), noisy(i), level as usize, false));
+    }
+    for i in 0..400 {
+        t += 5;
+        l.on_sample(&sample(at(t0, t), noisy(i), (12 + i % 7) as usize, false));
+    }
+    let (lo, n) = (*levels.start(), levels.end() - levels.start() + 1);
+    let mut lowest = usize::MAX;
+    for i in 0..200 {
+        t += 5;
+        let level = lo + i % n;
+        l.on_sample(&sample(at(t0, t), rtt(level, i), level as usize, false));
+        lowest = lowest.min(l.limit());
+    }
+    lowest
+}
+
+#[test]
+fn a_step_at_levels_that_ran_calm_raises_the_baseline_at_once() {
+    let t0 = Instant::now();
+    let mut l = zero_config(t0);
+    // The upstream at half speed at the same levels (12–18: too narrow a span for the rank
+    // test), as when it loses half its capacity at half its load.
+    let lowest = calm_then(&mut l, t0, 12..=18, |_, i| 2 * noisy(i));
+    assert!(l.min_rtt_nanos() >= 90e6, "{}", l.min_rtt_nanos());
+    assert!(l.measured_min_rtt_nanos() < 60e6, "measured at about 50 ms");
+    // Raised on the first window past tolerance: never cut below what was in use.
+    assert!(lowest >= 18, "lowest {lowest}");
+}
+
+#[test]
+fn a_rise_past_the_calm_levels_is_still_cut() {
+    let t0 = Instant::now();
+    let mut l = zero_config(t0);
+    // Latency past tolerance only at levels above those that ran calm, rising with them: a
+    // 12-worker upstream's queue of ours.
+    calm_then(&mut l, t0, 24..=36, |k, i| noisy(i) * (k as u32) / 12);
+    assert!(l.min_rtt_nanos() < 60e6, "{}", l.min_rtt_nanos());
+}

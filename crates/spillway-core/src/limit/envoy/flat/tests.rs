@@ -63,3 +63,54 @@ fn clear_forgets_the_samples() {
     w.clear();
     assert!(!w.flat());
 }
+
+/// `n` calm windows of 50 ms at levels up to `peak`, one every 100 ms from 0.
+fn calm(n: u32, peak: usize) -> WindowLevels {
+    let mut w = WindowLevels::default();
+    for k in 0..n {
+        w.count(u64::from(k) * 100 * MS, false);
+        w.calm_window(u64::from(k) * 100 * MS, (50 * MS) as f64, peak);
+    }
+    w
+}
+
+#[test]
+fn a_step_at_calm_levels_is_the_upstreams() {
+    let w = calm(5, 18);
+    // Twice the calm latency at no higher a level: a queue of ours cannot have made it.
+    assert!(w.stepped(500 * MS, (100 * MS) as f64, 18, 1.5));
+    // Within the buffer of the calm latency, it is not a step.
+    assert!(!w.stepped(500 * MS, (70 * MS) as f64, 18, 1.5));
+}
+
+#[test]
+fn a_step_at_higher_levels_may_be_our_queue() {
+    let w = calm(5, 18);
+    assert!(!w.stepped(500 * MS, (100 * MS) as f64, 19, 1.5));
+}
+
+#[test]
+fn a_short_calm_says_nothing() {
+    // Two windows: too few.
+    assert!(!calm(2, 18).stepped(500 * MS, (100 * MS) as f64, 18, 1.5));
+    // Three, but spanning less than four times their latency (200 ms < 4 × 50 ms is not
+    // reached until 200 ms after the first).
+    assert!(!calm(3, 18).stepped(150 * MS, (100 * MS) as f64, 18, 1.5));
+    assert!(calm(3, 18).stepped(200 * MS, (100 * MS) as f64, 18, 1.5));
+}
+
+#[test]
+fn the_calm_ends_with_a_window_that_was_not() {
+    let mut w = calm(5, 18);
+    w.end_calm();
+    assert!(!w.stepped(500 * MS, (100 * MS) as f64, 18, 1.5));
+}
+
+#[test]
+fn many_dropped_requests_turn_the_step_off() {
+    let mut w = calm(5, 18);
+    for _ in 0..5 {
+        w.dropped(400 * MS);
+    }
+    assert!(!w.stepped(500 * MS, (100 * MS) as f64, 18, 1.5));
+}
