@@ -109,7 +109,11 @@ impl AdmissionConfig {
     ///   A 20-worker service at half speed for 12 s, at half its capacity's load, had its limit
     ///   cut one by one to 1 and refused what the unprotected service served (issue 28's
     ///   sweep, R1 −10.0 → −1.8 pp; failing cells R1 109 → 105, R2 635 unchanged, R3
-    ///   662 → 664).
+    ///   662 → 664). So is latency past tolerance at levels that ran within it just before,
+    ///   while at most half the limit was in use (a step, judged on the first window past
+    ///   tolerance; the rank test needs a 2× span of levels, and the gradient cut a slower
+    ///   upstream below its workers while it waited for one: sweep R1 90 → 84, none newly
+    ///   failing).
     /// - not `knee_cap` (`limit/envoy/knee.rs`, BBR's bandwidth × `RTprop` by Little's law):
     ///   it holds a 1000-worker upstream near its workers in a model, but over issue 28's full
     ///   sweep it did more harm than good (R1 failing cells 120 → 206, R3 683 → 748, R4b
