@@ -33,17 +33,26 @@ fn run_from(
     rtt: impl Fn(u64, u64) -> Duration,
 ) -> usize {
     let mut t = 0;
-    for i in 0..40 {
-        t += 2;
-        let level = 1 + i % 5;
-        l.on_sample(&sample(at(t0, t), low(level, i), level as usize, false));
-    }
+    answers(l, t0, &mut t, (40, 2), |i| 1 + i % 5, low);
     assert!(l.min_rtt_nanos() > 0.0);
+    answers(l, t0, &mut t, (600, 5), |i| 6 + i % 13, rtt)
+}
+
+/// `count` answers `every` ms apart from `*t` ms on, the `i`th admitted at `level(i)` and
+/// taking `rtt(level, i)`. Advances `*t`; returns the limit's lowest value meanwhile.
+fn answers(
+    l: &mut EnvoyGradientLimit,
+    t0: Instant,
+    t: &mut u64,
+    (count, every): (u64, u64),
+    level: impl Fn(u64) -> u64,
+    rtt: impl Fn(u64, u64) -> Duration,
+) -> usize {
     let mut lowest = usize::MAX;
-    for i in 0..600 {
-        t += 5;
-        let level = 6 + i % 13;
-        l.on_sample(&sample(at(t0, t), rtt(level, i), level as usize, false));
+    for i in 0..count {
+        *t += every;
+        let k = level(i);
+        l.on_sample(&sample(at(t0, *t), rtt(k, i), k as usize, false));
         lowest = lowest.min(l.limit());
     }
     lowest
@@ -147,24 +156,10 @@ fn calm_then(
     rtt: impl Fn(u64, u64) -> Duration,
 ) -> usize {
     let mut t = 0;
-    for i in 0..40 {
-        t += 2;
-        let level = 1 + i % 5;
-        l.on_sample(&sample(at(t0, t), noisy(i), level as usize, false));
-    }
-    for i in 0..400 {
-        t += 5;
-        l.on_sample(&sample(at(t0, t), noisy(i), (12 + i % 7) as usize, false));
-    }
+    answers(l, t0, &mut t, (40, 2), |i| 1 + i % 5, |_, i| noisy(i));
+    answers(l, t0, &mut t, (400, 5), |i| 12 + i % 7, |_, i| noisy(i));
     let (lo, n) = (*levels.start(), levels.end() - levels.start() + 1);
-    let mut lowest = usize::MAX;
-    for i in 0..200 {
-        t += 5;
-        let level = lo + i % n;
-        l.on_sample(&sample(at(t0, t), rtt(level, i), level as usize, false));
-        lowest = lowest.min(l.limit());
-    }
-    lowest
+    answers(l, t0, &mut t, (200, 5), |i| lo + i % n, rtt)
 }
 
 #[test]
