@@ -37,8 +37,9 @@
 //! median latency and the highest in-flight peak they showed are kept. When a window then
 //! leaves tolerance — its median past that calm latency by more than the buffer — at levels
 //! no higher than the calm peak, the latency is the upstream's: our own requests ran at those
-//! levels within tolerance just before, and a queue of ours grows only with the level. The
-//! baseline is raised as above. A 20-worker, constant 50 ms upstream at half its capacity's
+//! levels within tolerance in the latest calm run, and a queue of ours grows only with the
+//! level. The baseline is raised as above. The run is kept through windows above tolerance,
+//! and ends with a window within tolerance that was not calm, or with a raise. A 20-worker, constant 50 ms upstream at half its capacity's
 //! load that dropped to half speed answered in 105 ms at levels 20–27, levels its calm windows
 //! had reached, and too narrow a span for the rank test: the gradient cut the limit one window
 //! at a time from 47 to 10, below the 20 workers the slower upstream needed, for 2.7 s before
@@ -157,8 +158,8 @@ impl WindowLevels {
         c.windows = c.windows.saturating_add(1);
     }
 
-    /// A window within tolerance that was not calm (censored, or the limit in use): the
-    /// calm run, if any, is over.
+    /// A window within tolerance that was not calm (censored, or the limit in use), or a
+    /// raise that used the run: the calm run, if any, is over.
     pub(super) fn end_calm(&mut self) {
         self.calm = None;
     }
