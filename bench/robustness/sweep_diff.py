@@ -5,9 +5,11 @@ Why: a policy change is good when the failing cells go down across R1-R4 without
 elsewhere; the sweep's own summary gives one worst cell per requirement, not what moved. This
 prints, per requirement, failing / applicable and the classes (infeasible / behind_tuned /
 fails_like_tuned) before and after, the cells fixed and newly failing, the worst failing cell
-of each class after, and the cells that moved most (both ways).
+of each class after, and the cells that moved most (both ways). With `--flips`, every cell
+whose verdict changed, and the mean figure of R2 and R3 before and after (a change can move
+many cells a little without flipping one).
 
-    python3 bench/robustness/sweep_diff.py before.json after.json [TOP]
+    python3 bench/robustness/sweep_diff.py before.json after.json [TOP] [--flips]
 """
 import json
 import sys
@@ -47,9 +49,30 @@ def fmt(cnt):
     return f"{f}/{a} ({'/'.join(str(b[x]) for x in CLASSES)})"
 
 
+def mean_figure(cells, k):
+    figs = [v[1] for v in (verdict(c, k) for c in cells.values()) if v and v[1] is not None]
+    return sum(figs) / len(figs) if figs else None
+
+
+def flips(before, after, common):
+    print("\n### Verdicts that changed\n")
+    for k, req in enumerate(CHECKS):
+        for label in common:
+            b, a = verdict(before[label], k), verdict(after[label], k)
+            if b is None or a is None or b[0] == a[0]:
+                continue
+            what = "fixed" if a[0] else "newly failing"
+            print(f"- {req} {what}: `{label}` {b[1]:.4f} → {a[1]:.4f}")
+    for k in (CHECKS.index("R2"), CHECKS.index("R3")):
+        mb, ma = mean_figure(before, k), mean_figure(after, k)
+        if mb is not None and ma is not None:
+            print(f"\nmean {CHECKS[k]} figure: {mb:.4f} → {ma:.4f}")
+
+
 def main():
-    before, after = load(sys.argv[1]), load(sys.argv[2])
-    top = int(sys.argv[3]) if len(sys.argv) > 3 else 8
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    before, after = load(args[0]), load(args[1])
+    top = int(args[2]) if len(args) > 2 else 8
     common = sorted(set(before) & set(after))
     print("| req | before | after | fixed | newly failing |")
     print("|---|---|---|---:|---:|")
@@ -100,6 +123,8 @@ def main():
             if sign * d <= 0:
                 break
             print(f"- `{label}` {b[1]:.4f} ({b[0]}) → {a[1]:.4f} ({a[0]})")
+    if "--flips" in sys.argv:
+        flips(before, after, common)
 
 
 if __name__ == "__main__":
