@@ -38,6 +38,15 @@
 //!   by itself where latency starts to rise (past the knee few requests are that fast). The
 //!   first window whose latency leaves that tolerance ends slow start; from then on only the
 //!   gradient moves the limit;
+//! - slow start grows only while the limit is below twice the highest in-flight level an
+//!   answer came back from within an eighth of minRTT (HyStart's delay threshold). Requests
+//!   admitted just past an upstream's workers still come back within the gradient's 1.5 ×
+//!   when a worker frees soon after they arrive, and fast answers from levels 21–39 took a
+//!   20-worker, 50 ms service's limit past 60 within a window, before any window was slow: an
+//!   upstream that slows with what it holds then held 84 and served almost nothing for ten
+//!   seconds (issue 28's sweep, R2: CRITICAL 84 % at 1×). A larger upstream answers within the
+//!   eighth at every level it has workers for, so its ramp is as fast as before. Over three
+//!   seeds of the sweep: mean R2 +0.0028, R3 +0.0023 (`bench/results/seeds-issue28.md`);
 //! - the limit is never pinned: a load that never goes light keeps the last minRTT, which is
 //!   what pinning would re-measure too unless the upstream changed — and if it got slower the
 //!   gradient cuts to the floor, whose samples then measure it.

@@ -160,6 +160,11 @@ const GRADIENT_MIN: f64 = 0.5;
 const GRADIENT_MAX: f64 = 2.0;
 /// Sampling windows at the minimum limit that trigger a minRTT re-measurement (Envoy: 5).
 const STALE_MIN_RTT_WINDOWS: u32 = 5;
+/// How far past minRTT an answer may come back and still show its level ran without a queue,
+/// for slow start's ceiling (`live.rs`): an eighth, HyStart's delay threshold (Ha & Rhee,
+/// "Taming the elephants: New TCP slow start", Computer Networks 55(9), 2011, §3.2: leave slow
+/// start once the round's delay passes the minimum by `RTT/8`).
+const SLOW_START_KNEE: f64 = 0.125;
 
 /// Envoy's gradient controller as a [`Limit`].
 #[derive(Debug)]
@@ -202,6 +207,9 @@ pub struct EnvoyGradientLimit {
     slow_start_gain: f64,
     /// Fractional slots slow start has earned but not yet added.
     slow_start_credit: f64,
+    /// The highest in-flight level an answer was admitted at and came back from within
+    /// `1 + SLOW_START_KNEE` × minRTT: slow start grows to at most twice it (`live.rs`).
+    slow_start_level: usize,
     // State.
     limit: usize,
     deferred_limit: usize,
@@ -304,6 +312,7 @@ impl EnvoyGradientLimit {
             slow_start: cfg.live_min_rtt && fixed.is_none(),
             slow_start_gain: finite_or(cfg.slow_start_gain, 1.0, 8.0, 1.0),
             slow_start_credit: 0.0,
+            slow_start_level: 0,
             limit: cfg
                 .initial_limit
                 .unwrap_or(min_concurrency)
@@ -455,11 +464,21 @@ impl Limit for EnvoyGradientLimit {
             // per round trip, as TCP's slow start grows its window by one per
             // acknowledgement; above 1 the limit reaches twice the level in use after fewer
             // fast answers, never further.
+            // Slow start's ceiling (live.rs): twice the highest level an answer came back
+            // from at minRTT itself, give or take HyStart's eighth.
+            if self.slow_start
+                && !s.dropped
+                && self.measured_min_rtt_ns > 0.0
+                && (rtt_ns as f64) <= self.min_rtt_ns * (1.0 + SLOW_START_KNEE)
+            {
+                self.slow_start_level = self.slow_start_level.max(s.in_flight);
+            }
             if self.slow_start
                 && !s.dropped
                 && self.measured_min_rtt_ns > 0.0
                 && (rtt_ns as f64) <= self.min_rtt_ns * (1.0 + self.buffer)
                 && s.in_flight.saturating_mul(2) >= self.limit
+                && self.limit < self.slow_start_level.saturating_mul(2)
                 && self.limit < self.max
             {
                 self.slow_start_credit += self.slow_start_gain;

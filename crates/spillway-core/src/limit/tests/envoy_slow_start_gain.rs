@@ -97,11 +97,42 @@ fn slow_answers_grow_nothing_whatever_the_gain() {
     }
     assert_eq!(l.limit(), 20);
     // Nor do fast answers of requests admitted when less than half the limit was in use: the
-    // limit passes twice their level by one step of the gain at most.
+    // limit is already twice their level.
     for i in 0..40 {
         l.on_sample(&sample(at(t0, 80 + i), 10 * MS, 10, false));
     }
-    assert_eq!(l.limit(), 23);
+    assert_eq!(l.limit(), 20);
+}
+
+#[test]
+fn slow_start_stops_at_twice_the_last_level_answered_at_min_rtt() {
+    // A 20-worker upstream: requests admitted past 20 in flight wait for a worker, and those
+    // that find one freeing soon still come back within the gradient's tolerance (10 ms ×
+    // 1.5) but past minRTT's eighth (11.25 ms). Without the ceiling, each round's fast answers
+    // took the limit to twice their level, 335 after four rounds.
+    let t0 = Instant::now();
+    let mut l = limit(3.0, t0);
+    l.on_sample(&sample(at(t0, 10), 10 * MS, 1, false));
+    for round in 1..=4u64 {
+        let level = l.limit();
+        let rtt = if level <= 20 { 10 * MS } else { 13 * MS };
+        for _ in 0..level {
+            l.on_sample(&sample(at(t0, 10 * (round + 1)), rtt, level, false));
+        }
+    }
+    // Twice 20, passed by the one step of the gain that reached it.
+    assert_eq!(l.limit(), 41);
+    // Where answers stay at minRTT at every level, the same rounds double as before (and as
+    // the knee's did without the ceiling): 20 → 41 → 83 → 167 → 335.
+    let mut large = limit(3.0, t0);
+    large.on_sample(&sample(at(t0, 10), 10 * MS, 1, false));
+    for round in 1..=4u64 {
+        let level = large.limit();
+        for _ in 0..level {
+            large.on_sample(&sample(at(t0, 10 * (round + 1)), 10 * MS, level, false));
+        }
+    }
+    assert_eq!(large.limit(), 335);
 }
 
 #[test]
