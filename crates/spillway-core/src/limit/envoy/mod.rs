@@ -459,11 +459,6 @@ impl Limit for EnvoyGradientLimit {
                     t.forget();
                 }
             }
-            // Slow start (live.rs): `slow_start_gain` more slots per request answered within
-            // minRTT's tolerance while at least half the limit was in use — at gain 1 doubling
-            // per round trip, as TCP's slow start grows its window by one per
-            // acknowledgement; above 1 the limit reaches twice the level in use after fewer
-            // fast answers, never further.
             // Slow start's ceiling (live.rs): twice the highest level an answer came back
             // from at minRTT itself, give or take HyStart's eighth.
             if self.slow_start
@@ -473,6 +468,11 @@ impl Limit for EnvoyGradientLimit {
             {
                 self.slow_start_level = self.slow_start_level.max(s.in_flight);
             }
+            // Slow start (live.rs): `slow_start_gain` more slots per request answered within
+            // minRTT's tolerance while at least half the limit was in use — at gain 1 doubling
+            // per round trip, as TCP's slow start grows its window by one per
+            // acknowledgement; above 1 the limit reaches twice the level in use after fewer
+            // fast answers, never further, nor past the ceiling above.
             if self.slow_start
                 && !s.dropped
                 && self.measured_min_rtt_ns > 0.0
