@@ -104,6 +104,23 @@ fn slow_answers_grow_nothing_whatever_the_gain() {
     assert_eq!(l.limit(), 20);
 }
 
+/// A start's lone first request (the provisional minRTT, 10 ms), then `rounds` round trips of
+/// 10 ms, each answering every slot of the limit it started with after `rtt(level)`.
+fn answer_rounds(
+    l: &mut EnvoyGradientLimit,
+    t0: Instant,
+    rounds: u64,
+    rtt: impl Fn(usize) -> Duration,
+) {
+    l.on_sample(&sample(at(t0, 10), 10 * MS, 1, false));
+    for round in 1..=rounds {
+        let level = l.limit();
+        for _ in 0..level {
+            l.on_sample(&sample(at(t0, 10 * (round + 1)), rtt(level), level, false));
+        }
+    }
+}
+
 #[test]
 fn slow_start_stops_at_twice_the_last_level_answered_at_min_rtt() {
     // A 20-worker upstream: requests admitted past 20 in flight wait for a worker, and those
@@ -111,27 +128,20 @@ fn slow_start_stops_at_twice_the_last_level_answered_at_min_rtt() {
     // 1.5) but past minRTT's eighth (11.25 ms). Without the ceiling, each round's fast answers
     // took the limit to twice their level, 335 after four rounds.
     let t0 = Instant::now();
-    let mut l = limit(3.0, t0);
-    l.on_sample(&sample(at(t0, 10), 10 * MS, 1, false));
-    for round in 1..=4u64 {
-        let level = l.limit();
-        let rtt = if level <= 20 { 10 * MS } else { 13 * MS };
-        for _ in 0..level {
-            l.on_sample(&sample(at(t0, 10 * (round + 1)), rtt, level, false));
+    let mut knee = limit(3.0, t0);
+    answer_rounds(&mut knee, t0, 4, |level| {
+        if level <= 20 {
+            10 * MS
+        } else {
+            13 * MS
         }
-    }
+    });
     // Twice 20, passed by the one step of the gain that reached it.
-    assert_eq!(l.limit(), 41);
+    assert_eq!(knee.limit(), 41);
     // Where answers stay at minRTT at every level, the same rounds double as before (and as
     // the knee's did without the ceiling): 20 → 41 → 83 → 167 → 335.
     let mut large = limit(3.0, t0);
-    large.on_sample(&sample(at(t0, 10), 10 * MS, 1, false));
-    for round in 1..=4u64 {
-        let level = large.limit();
-        for _ in 0..level {
-            large.on_sample(&sample(at(t0, 10 * (round + 1)), 10 * MS, level, false));
-        }
-    }
+    answer_rounds(&mut large, t0, 4, |_| 10 * MS);
     assert_eq!(large.limit(), 335);
 }
 
