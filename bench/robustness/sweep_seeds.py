@@ -17,25 +17,17 @@ across seeds:
 
     python3 bench/robustness/sweep_seeds.py BEFORE_1 AFTER_1 [BEFORE_2 AFTER_2 ...] [--min N]
 """
-import json
 import statistics
 import sys
 from collections import Counter
+
+from sweep_diff import load, verdict
 
 CHECKS = ["R1", "R2", "R3", "R4a", "R4b"]
 # Each requirement's figure in its own unit. R1's is percentage points for open-loop cells and
 # percent of the limit-off goodput for closed loops, where a collapse without the limit reads
 # as thousands of percent: its changes are summed apart, and the median says more than the mean.
 UNITS = ["pp", "fraction", "fraction", "ms", "late exits"]
-
-
-def load(path):
-    return {c["label"]: c for c in json.load(open(path))["cells"]}
-
-
-def verdict(cell, k):
-    v = cell["verdicts"][k]
-    return None if v is None else (v["pass"], v["figure"])
 
 
 def describe(deltas):

@@ -39,8 +39,8 @@
 //! no higher than the calm peak, the latency is the upstream's: our own requests ran at those
 //! levels within tolerance in the latest calm run, and a queue of ours grows only with the
 //! level. The baseline is raised as above. The run is kept through windows above tolerance,
-//! and ends with a window within tolerance that was not calm, or with a raise. A 20-worker, constant 50 ms upstream at half its capacity's
-//! load that dropped to half speed answered in 105 ms at levels 20–27, levels its calm windows
+//! and ends with a window within tolerance that was not calm, or with a raise. A 20-worker,
+//! constant 50 ms upstream at half its capacity's load that dropped to half speed answered in 105 ms at levels 20–27, levels its calm windows
 //! had reached, and too narrow a span for the rank test: the gradient cut the limit one window
 //! at a time from 47 to 10, below the 20 workers the slower upstream needed, for 2.7 s before
 //! the rank test had its spread, and refused what the unprotected service served (issue 28's

@@ -387,6 +387,30 @@ impl EnvoyGradientLimit {
     }
 }
 
+impl EnvoyGradientLimit {
+    /// Slow start (live.rs), for a completed answer that took `rtt_ns` and was admitted at
+    /// `in_flight`: the ceiling is twice the highest level an answer came back from at minRTT
+    /// itself, give or take HyStart's eighth; below it, `slow_start_gain` more slots per answer
+    /// within minRTT's tolerance while at least half the limit was in use — at gain 1 doubling
+    /// per round trip, as TCP's slow start grows its window by one per acknowledgement; above 1
+    /// the limit reaches twice the level in use after fewer fast answers, never further.
+    fn grow_in_slow_start(&mut self, rtt_ns: f64, in_flight: usize) {
+        if rtt_ns <= self.min_rtt_ns * (1.0 + SLOW_START_KNEE) {
+            self.slow_start_level = self.slow_start_level.max(in_flight);
+        }
+        if rtt_ns <= self.min_rtt_ns * (1.0 + self.buffer)
+            && in_flight.saturating_mul(2) >= self.limit
+            && self.limit < self.slow_start_level.saturating_mul(2)
+            && self.limit < self.max
+        {
+            self.slow_start_credit += self.slow_start_gain;
+            let add = self.slow_start_credit.floor();
+            self.slow_start_credit -= add;
+            self.limit = self.limit.saturating_add(add as usize).min(self.max);
+        }
+    }
+}
+
 impl Limit for EnvoyGradientLimit {
     fn name(&self) -> &'static str {
         NAME
@@ -459,32 +483,8 @@ impl Limit for EnvoyGradientLimit {
                     t.forget();
                 }
             }
-            // Slow start's ceiling (live.rs): twice the highest level an answer came back
-            // from at minRTT itself, give or take HyStart's eighth.
-            if self.slow_start
-                && !s.dropped
-                && self.measured_min_rtt_ns > 0.0
-                && (rtt_ns as f64) <= self.min_rtt_ns * (1.0 + SLOW_START_KNEE)
-            {
-                self.slow_start_level = self.slow_start_level.max(s.in_flight);
-            }
-            // Slow start (live.rs): `slow_start_gain` more slots per request answered within
-            // minRTT's tolerance while at least half the limit was in use — at gain 1 doubling
-            // per round trip, as TCP's slow start grows its window by one per
-            // acknowledgement; above 1 the limit reaches twice the level in use after fewer
-            // fast answers, never further, nor past the ceiling above.
-            if self.slow_start
-                && !s.dropped
-                && self.measured_min_rtt_ns > 0.0
-                && (rtt_ns as f64) <= self.min_rtt_ns * (1.0 + self.buffer)
-                && s.in_flight.saturating_mul(2) >= self.limit
-                && self.limit < self.slow_start_level.saturating_mul(2)
-                && self.limit < self.max
-            {
-                self.slow_start_credit += self.slow_start_gain;
-                let add = self.slow_start_credit.floor();
-                self.slow_start_credit -= add;
-                self.limit = self.limit.saturating_add(add as usize).min(self.max);
+            if self.slow_start && !s.dropped && self.measured_min_rtt_ns > 0.0 {
+                self.grow_in_slow_start(rtt_ns as f64, s.in_flight);
             }
         }
 
