@@ -24,13 +24,17 @@
 //!   measurement whose first sample is older than `interval` starts again (an old trough says
 //!   little about the upstream now);
 //! - until the first measurement completes, the percentile of the low-concurrency samples seen
-//!   so far stands in (the very first request of a start qualifies), and the limit does not
+//!   so far stands in (the very first request of a start qualifies) — or, once the whole
+//!   first round (every request admitted up to the initial limit) is in, its percentile where
+//!   that is lower: four times the answers, where the start's first five alone read a
+//!   variable service's median at up to twice what it is
+//!   ([`LiveMinRtt::provisional_estimate`]) — and the limit does not
 //!   move before there is one; slow start neither ends nor cuts on it unless a window is
-//!   clearly past it (twice its tolerance) or most of it timed out: the median of the first few requests of an exponential service lies
-//!   anywhere in 0.3–1.3 × the mean, and read as minRTT a low one ended slow start at once
-//!   and held a 100-worker service's cold start at 20–25 for a quarter of a second (issue
-//!   28's sweep: 547 refused at 0.9×). Growth on fast answers only still stops slow start
-//!   where the queue starts;
+//!   clearly past it (twice its tolerance) or most of it timed out: the median of the first
+//!   few requests of an exponential service lies anywhere in 0.3–1.3 × the mean, and read as
+//!   minRTT a low one ended slow start at once and held a 100-worker service's cold start at
+//!   20–25 for a quarter of a second (issue 28's sweep: 547 refused at 0.9×). Growth on fast
+//!   answers only still stops slow start where the queue starts;
 //! - from the start the limit grows in slow start: by one per request answered within
 //!   `minRTT·(1 + buffer)` while at least half of it was in use — doubling per round trip, as
 //!   TCP's window grows by one per acknowledgement (RFC 5681 §3.1) — so a cold start reaches
@@ -84,6 +88,21 @@ pub(super) struct LiveMinRtt {
     tolerance: f64,
     /// The callers' latency budget (ns; 0 unknown): see [`LiveMinRtt::estimate`].
     budget_ns: f64,
+    /// Until a measurement completes: the answers of the first round, the requests admitted
+    /// before any answer came back (see [`LiveMinRtt::provisional_estimate`]).
+    first_round: LatencyHistogram,
+    /// When the first answer came back (ns since the origin; `None` before).
+    first_answer_ns: Option<u64>,
+    /// The highest in-flight level among the first round's answers: the round was admitted
+    /// at levels 1, 2, … (nothing left before its first answer), so it is all in once it
+    /// holds that many.
+    first_round_top: usize,
+    /// One of the first round's requests timed out: its percentile is unknown.
+    first_round_spoiled: bool,
+    /// The provisional minRTT of the low-concurrency samples alone.
+    low_estimate: Option<f64>,
+    /// The provisional minRTT last reported (ns; 0 before any).
+    reported_ns: f64,
 }
 
 impl LiveMinRtt {
@@ -106,6 +125,12 @@ impl LiveMinRtt {
             levels: LevelFit::default(),
             tolerance,
             budget_ns: 0.0,
+            first_round: LatencyHistogram::new(),
+            first_answer_ns: None,
+            first_round_top: 0,
+            first_round_spoiled: false,
+            low_estimate: None,
+            reported_ns: 0.0,
         }
     }
 
@@ -119,8 +144,25 @@ impl LiveMinRtt {
         in_flight: usize,
         dropped: bool,
     ) -> Option<f64> {
-        if in_flight > self.low || dropped {
+        let first_answer_ns = *self.first_answer_ns.get_or_insert(now_ns);
+        let first_round = self.provisional && now_ns.saturating_sub(rtt_ns) < first_answer_ns;
+        if dropped {
+            // The round's percentile without its slowest answers would be too low.
+            self.first_round_spoiled |= first_round;
             return None;
+        }
+        if first_round {
+            self.first_round.record(rtt_ns);
+            self.first_round_top = self.first_round_top.max(in_flight);
+        }
+        if in_flight > self.low {
+            // Reported only when it moves: each report resets minRTT, and a re-baseline above
+            // it (`flat.rs`) must stand between the first round's answers.
+            let before = self.reported_ns;
+            return first_round
+                .then(|| self.provisional_estimate())
+                .flatten()
+                .filter(|&m| m != before);
         }
         if self.hist.count() > 0
             && !self.provisional
@@ -147,10 +189,45 @@ impl LiveMinRtt {
             return q;
         }
         if self.provisional {
-            self.estimate()
+            self.low_estimate = self.estimate();
+            self.provisional_estimate()
         } else {
             None
         }
+    }
+
+    /// Until a measurement completes, minRTT is the low-concurrency samples' estimate — or the
+    /// first round's percentile where that is lower, once all its answers are in.
+    ///
+    /// Why: under a load that never lets the in-flight count fall to `low`, the only
+    /// low-concurrency samples are the start's first few requests, and a percentile of five
+    /// answers of a variable service lies anywhere in half to twice the service's own (its
+    /// log spreads by 1.25 σ / √5): a 100-worker lognormal (σ = 1) service with a 303 ms
+    /// median read 685 ms. The gradient's tolerance above that is a queue in the upstream, and
+    /// slow start counted queued answers as fast: the limit reached 546 and the upstream held
+    /// 1.7 s of queue for 3.5 s (`bench/robustness.sh`'s `w100-500ms-lognormal-t5-2x-c0.6`,
+    /// simulated: CRITICAL 85 % served in time at 2×, at some seeds). The requests admitted
+    /// before any answer came back — up to the initial limit, 20 in the zero-config preset,
+    /// four times the low levels' five — ran in the same conditions; at an upstream with
+    /// workers for them it is the same latency, its spread halved. At a smaller one its upper
+    /// levels queued and its percentile is the higher of the two, so the low levels' estimate
+    /// (and its fit at one in flight) stands. Only the round, and only once all of it is in
+    /// (at least twice the low levels' count): answers come back in order of latency, and
+    /// the first few back — or the round's with later requests' short answers among them —
+    /// are the fast ones (the round then read a 10 ms exponential service's 6.9 ms median as
+    /// 3.7 ms). A round one of whose requests timed out never completes: the low levels'
+    /// estimate stands.
+    fn provisional_estimate(&mut self) -> Option<f64> {
+        let n = self.first_round.count() as usize;
+        let round = (n == self.first_round_top && n >= 2 * self.low && !self.first_round_spoiled)
+            .then(|| self.first_round.quantile(self.percentile))
+            .flatten();
+        // No low-concurrency answer at all (a load heavy from its first request on): nothing
+        // to lower; the limit measures at low concurrency first (`window.rs`).
+        let low = self.low_estimate?;
+        let m = round.map_or(low, |round| low.min(round));
+        self.reported_ns = m;
+        Some(m)
     }
 
     /// The measurement's percentile — or, where latency rises with the in-flight level among

@@ -189,6 +189,86 @@ fn latency_within_the_slack_of_the_budget_is_not_cut() {
     assert!(l.limit() < 10, "60 ms > 26 ms tolerated: {}", l.limit());
 }
 
+/// Answers `(level, ms)` in the order given, the first at 101 ms and one a millisecond after
+/// the other: each admitted at that in-flight level, `ms` before it came back. Returns minRTT
+/// (ms) after each.
+fn answers(l: &mut EnvoyGradientLimit, t0: Instant, seq: &[(usize, u32)]) -> Vec<f64> {
+    (101..)
+        .zip(seq)
+        .map(|(t, &(level, ms))| {
+            l.on_sample(&sample(at(t0, t), ms * MS, level, false));
+            l.min_rtt_nanos() / 1e6
+        })
+        .collect()
+}
+
+/// The start's first round, admitted at levels 1..=20 (the initial limit) before any answer
+/// came back, in the order a variable service answers: level 1 in `low_ms`, levels 20 down to
+/// 4 in `round_ms`, levels 2 and 3 in `low_ms`.
+fn first_round(low_ms: u32, round_ms: u32) -> Vec<(usize, u32)> {
+    let mut seq = vec![(1, low_ms)];
+    seq.extend((4..=20).rev().map(|level| (level, round_ms)));
+    seq.extend([(2, low_ms), (3, low_ms)]);
+    seq
+}
+
+#[test]
+fn a_faster_first_round_lowers_the_provisional_min_rtt_once_it_is_all_in() {
+    let t0 = Instant::now();
+    // Three requests at up to 3 in flight (fewer than request_count: no measurement) drew
+    // 60 ms; the seventeen admitted after them, up to the initial limit and before any
+    // answer, 20 ms.
+    let round = first_round(60, 20);
+    let mut l = live(&live_cfg(), t0);
+    let seen = answers(&mut l, t0, &round);
+    assert!(
+        seen[..19].iter().all(|&m| (m - 60.0).abs() <= 3.0),
+        "the low levels' median until the round is all in: {seen:?}"
+    );
+    assert!(
+        (seen[19] - 20.0).abs() <= 1.0,
+        "the round's median: {seen:?}"
+    );
+    // Requests admitted after the first answer came back are no part of it, however short:
+    // with nineteen of the round in, ten more 5 ms answers change nothing; the round's last
+    // answer still completes it.
+    let mut later = live(&live_cfg(), t0);
+    answers(&mut later, t0, &round[..19]);
+    for i in 0..10u64 {
+        later.on_sample(&sample(at(t0, 130 + i), 5 * MS, 8, false));
+    }
+    assert!((later.min_rtt_nanos() / 1e6 - 60.0).abs() <= 3.0);
+    later.on_sample(&sample(at(t0, 140), 60 * MS, 3, false));
+    assert!((later.min_rtt_nanos() / 1e6 - 20.0).abs() <= 1.0);
+    // One of the round timed out (level 20, its caller gone after 100 ms): the rest would be
+    // its fast part; the low levels' median stands.
+    let mut spoiled = live(&live_cfg(), t0);
+    answers(&mut spoiled, t0, &round[..1]);
+    spoiled.on_sample(&sample(at(t0, 102), 100 * MS, 20, true));
+    let seen = answers(&mut spoiled, t0, &round[2..]);
+    assert!(seen.iter().all(|&m| (m - 60.0).abs() <= 3.0), "{seen:?}");
+}
+
+#[test]
+fn a_slower_first_round_leaves_the_low_levels_estimate() {
+    // An upstream with fewer workers than the initial limit queued the round's upper levels:
+    // the low levels' 10 ms stands.
+    let t0 = Instant::now();
+    let mut l = live(&live_cfg(), t0);
+    let seen = answers(&mut l, t0, &first_round(10, 50));
+    assert!(seen.iter().all(|&m| (m - 10.0).abs() <= 0.5), "{seen:?}");
+    // Once a measurement has completed the round plays no part: a faster answer at level 10
+    // moves nothing.
+    let mut done = live(&live_cfg(), t0);
+    for i in 0..5u64 {
+        done.on_sample(&sample(at(t0, 10 + i), 30 * MS, 2, false));
+    }
+    for i in 0..40u64 {
+        done.on_sample(&sample(at(t0, 20 + i), 5 * MS, 10, false));
+    }
+    assert!((done.min_rtt_nanos() / 1e6 - 30.0).abs() <= 1.5);
+}
+
 #[test]
 fn new_fields_validate() {
     let bad = |cfg: EnvoyGradientConfig| cfg.validate().expect_err("invalid").field;
