@@ -612,14 +612,26 @@ pub(super) fn saturated_upstream(
     l: &mut EnvoyGradientLimit,
     t0: Instant,
     workers: usize,
+    mean_ms: impl FnMut(u64, usize) -> f64,
+    until_ms: f64,
+) -> Vec<usize> {
+    saturated_upstream_seeded(l, t0, workers, mean_ms, until_ms, 28)
+}
+
+/// [`saturated_upstream`] with its service times drawn from `seed`.
+pub(super) fn saturated_upstream_seeded(
+    l: &mut EnvoyGradientLimit,
+    t0: Instant,
+    workers: usize,
     mut mean_ms: impl FnMut(u64, usize) -> f64,
     until_ms: f64,
+    seed: u64,
 ) -> Vec<usize> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     // Times in nanoseconds; `free`: when each worker is next free; `done`: (completion, sent,
     // in flight when sent).
-    let mut rng = fastrand::Rng::with_seed(28);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut free: BinaryHeap<Reverse<u64>> = (0..workers).map(|_| Reverse(0)).collect();
     let mut done: BinaryHeap<Reverse<(u64, u64, usize)>> = BinaryHeap::new();
     let (mut now, mut path, mut next_report) = (0u64, Vec::new(), 0u64);

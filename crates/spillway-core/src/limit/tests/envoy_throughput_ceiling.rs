@@ -1,6 +1,6 @@
 //! `throughput_ceiling`: an upstream that delivers less when given more than its workers is
 //! held near its workers; a plain FIFO upstream, which delivers the same past its knee, is
-//! never capped.
+//! left to the gradient.
 
 use super::*;
 use crate::controller::AdmissionConfig;
@@ -28,6 +28,7 @@ fn saturated(
     mean_ms: f64,
     thrash: bool,
     until_ms: f64,
+    seed: u64,
 ) -> Vec<usize> {
     let mean = |_sent_ns, held: usize| {
         if thrash {
@@ -36,7 +37,7 @@ fn saturated(
             mean_ms
         }
     };
-    super::saturated_upstream(l, t0, workers, mean, until_ms)
+    super::saturated_upstream_seeded(l, t0, workers, mean, until_ms, seed)
 }
 
 /// The median of the last 20 limits of `path`.
@@ -47,12 +48,16 @@ fn settled(path: &[usize]) -> usize {
 }
 
 fn run(ceiling: bool, thrash: bool) -> (Vec<usize>, u64) {
+    run_seeded(ceiling, thrash, 28)
+}
+
+fn run_seeded(ceiling: bool, thrash: bool, seed: u64) -> (Vec<usize>, u64) {
     let t0 = Instant::now();
     let mut l =
         EnvoyGradientLimit::new(&preset(ceiling), t0, Box::new(FixedRandom(0.0))).expect("valid");
     // A first request alone measures minRTT, as at any start.
     l.on_sample(&sample(t0, 40 * MS, 1, false));
-    let path = saturated(&mut l, t0, 20, 50.0, thrash, 8000.0);
+    let path = saturated(&mut l, t0, 20, 50.0, thrash, 8000.0, seed);
     (path, l.throughput_caps())
 }
 
@@ -75,10 +80,28 @@ fn a_thrashing_upstream_is_held_near_its_workers() {
 }
 
 #[test]
-fn a_plain_fifo_upstream_is_never_capped() {
+fn a_plain_fifo_upstream_is_left_to_the_gradient() {
+    // Delivery is flat past the knee: no level falls below another beyond the noise, and the
+    // gradient decides. At this seed not one window is capped.
     let (with, caps) = run(true, false);
     let (without, _) = run(false, false);
-    // Delivery is flat past the knee: no level falls below another, the gradient decides.
     assert_eq!(caps, 0, "with: {with:?}");
     assert_eq!(with, without);
+    // Over others a window now and then is, by chance (every pool above the best is judged
+    // at two standard errors, window after window): one to three single windows in a third
+    // of the runs, never the streak of four that is remembered and probed above gently, and
+    // the limit settles where the gradient alone puts it, give or take the path taken.
+    let mut capped = 0;
+    for seed in 1..=10 {
+        let (with, caps) = run_seeded(true, false, seed);
+        let (without, _) = run_seeded(false, false, seed);
+        assert!(caps < 4, "seed {seed}: {caps} caps, with: {with:?}");
+        capped += usize::from(caps > 0);
+        let (w, wo) = (settled(&with) as f64, settled(&without) as f64);
+        assert!(
+            (0.8..=1.25).contains(&(w / wo)),
+            "seed {seed}: settled {w} with, {wo} without"
+        );
+    }
+    assert!(capped <= 5, "{capped} of 10 runs capped at least once");
 }
