@@ -99,7 +99,6 @@ pub(super) struct LiveMinRtt {
     first_round_top: usize,
     /// One of the first round's requests timed out: its percentile is unknown.
     first_round_spoiled: bool,
-    round_levels: LevelFit,
     /// The provisional minRTT of the low-concurrency samples alone.
     low_estimate: Option<f64>,
     /// The provisional minRTT last reported (ns; 0 before any).
@@ -130,7 +129,6 @@ impl LiveMinRtt {
             first_answer_ns: None,
             first_round_top: 0,
             first_round_spoiled: false,
-            round_levels: LevelFit::default(),
             low_estimate: None,
             reported_ns: 0.0,
         }
@@ -156,7 +154,6 @@ impl LiveMinRtt {
         if first_round {
             self.first_round.record(rtt_ns);
             self.first_round_top = self.first_round_top.max(in_flight);
-            self.round_levels.record(in_flight, rtt_ns);
         }
         if in_flight > self.low {
             // Reported only when it moves: each report resets minRTT, and a re-baseline above
@@ -228,13 +225,7 @@ impl LiveMinRtt {
         // No low-concurrency answer at all (a load heavy from its first request on): nothing
         // to lower; the limit measures at low concurrency first (`window.rs`).
         let low = self.low_estimate?;
-        let flat = round.is_some()
-            && std::env::var_os("SS_RANK").is_some()
-            && self.round_levels.rise_z().is_some_and(|z| z < SMALL_UPSTREAM_Z);
-        let m = if flat { round.unwrap_or(low) } else { round.map_or(low, |round| low.min(round)) };
-        if std::env::var_os("SS_DBG").is_some() && m != self.reported_ns {
-            eprintln!("P low={:.1} round={:?} z={:?} -> {:.1}", low/1e6, round.map(|r| r/1e6), self.round_levels.rise_z(), m/1e6);
-        }
+        let m = round.map_or(low, |round| low.min(round));
         self.reported_ns = m;
         Some(m)
     }
