@@ -25,16 +25,16 @@
 //!   little about the upstream now);
 //! - until the first measurement completes, the percentile of the low-concurrency samples seen
 //!   so far stands in (the very first request of a start qualifies) — or, once the whole
-//!   first round (every request admitted up to the initial limit) is in, its percentile where
-//!   that is lower: four times the answers, where the start's first five alone read a
+//!   first round (every request admitted before any answer came back) is in, its percentile
+//!   where that is lower: four times the answers, where the start's first five alone read a
 //!   variable service's median at up to twice what it is
-//!   ([`LiveMinRtt::provisional_estimate`]) — and the limit does not
-//!   move before there is one; slow start neither ends nor cuts on it unless a window is
-//!   clearly past it (twice its tolerance) or most of it timed out: the median of the first
-//!   few requests of an exponential service lies anywhere in 0.3–1.3 × the mean, and read as
-//!   minRTT a low one ended slow start at once and held a 100-worker service's cold start at
-//!   20–25 for a quarter of a second (issue 28's sweep: 547 refused at 0.9×). Growth on fast
-//!   answers only still stops slow start where the queue starts;
+//!   ([`LiveMinRtt::provisional_estimate`]) — and the limit does not move before there is one;
+//!   slow start neither ends nor cuts on it unless a window is clearly past it (twice its
+//!   tolerance) or most of it timed out: the median of the first few requests of an
+//!   exponential service lies anywhere in 0.3–1.3 × the mean, and read as minRTT a low one
+//!   ended slow start at once and held a 100-worker service's cold start at 20–25 for a
+//!   quarter of a second (issue 28's sweep: 547 refused at 0.9×). Growth on fast answers only
+//!   still stops slow start where the queue starts;
 //! - from the start the limit grows in slow start: by one per request answered within
 //!   `minRTT·(1 + buffer)` while at least half of it was in use — doubling per round trip, as
 //!   TCP's window grows by one per acknowledgement (RFC 5681 §3.1) — so a cold start reaches
@@ -214,7 +214,7 @@ impl LiveMinRtt {
     /// (and its fit at one in flight) stands. Only the round, and only once all of it is in
     /// (at least twice the low levels' count): answers come back in order of latency, and
     /// the first few back — or the round's with later requests' short answers among them —
-    /// are the fast ones (the round then read a 10 ms exponential service's 6.9 ms median as
+    /// are the fast ones (counting those, a 10 ms exponential service's 6.9 ms median read
     /// 3.7 ms). A round one of whose requests timed out never completes: the low levels'
     /// estimate stands.
     fn provisional_estimate(&mut self) -> Option<f64> {

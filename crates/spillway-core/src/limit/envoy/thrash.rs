@@ -28,8 +28,8 @@
 //! the best beyond the noise and the gradient decides alone, as before — but for chance: every
 //! pool above the best is judged at two standard errors, window after window, and 10 of 30
 //! seeded 8-second runs at a 20-worker FIFO saw one to three single-window caps, none the
-//! [`CONFIRMED`] streak that is remembered; the gradient undoes them. Unlike `knee_cap` (which caps every
-//! upstream at its knee, and moved plain upstreams' queues into the proxy's, where
+//! [`CONFIRMED`] streak that is remembered; the gradient undoes them. Unlike `knee_cap` (which
+//! caps every upstream at its knee, and moved plain upstreams' queues into the proxy's, where
 //! sheddable work waits at most 100 ms), this cap exists only while delivery is seen to fall.
 //!
 //! The groups halve every [`HALF_LIFE_NS`], so that evidence about levels no longer visited
