@@ -116,7 +116,8 @@ pub(crate) struct Inner {
     queued: AtomicUsize,
     /// Where a release's dispatch reads first in the queue — the highest non-empty class's
     /// deque and its front entry — published with `queued`, for
-    /// [`AdmissionController::queue_hints`] only (addresses, never dereferenced).
+    /// `AdmissionController::queue_hints` only (with the `hints` feature; addresses, never
+    /// dereferenced).
     queue_next: [AtomicUsize; 2],
     pub(crate) service: ServiceTimeEstimate,
     overloaded_at: f64,

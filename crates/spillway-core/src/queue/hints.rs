@@ -1,8 +1,8 @@
 //! Prefetch hints: where a dequeue reads first, for the controller's
-//! [`queue_hints`](crate::controller::AdmissionController::queue_hints).
+//! `AdmissionController::queue_hints` (the `hints` feature).
 //!
 //! Why apart from the queue's logic: nothing here is read by a decision, and the addresses are
-//! never dereferenced (see [`crate::hint`]).
+//! never dereferenced (see the `hint` module).
 
 use std::collections::VecDeque;
 
