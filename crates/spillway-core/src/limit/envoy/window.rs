@@ -146,11 +146,14 @@ impl EnvoyGradientLimit {
         }
         // A provisional minRTT (live.rs) is the median of a handful of requests: too noisy
         // to end slow start or cut on, unless the window is clearly past it (twice the
-        // tolerance, where the gradient's clamp bottoms out) or most of it timed out.
+        // tolerance, where the gradient's clamp bottoms out) or most of it timed out — and
+        // not even then while it rests on the first answers back alone, the fastest ones
+        // (`LiveMinRtt::partial`).
+        let partial = self.live.as_ref().is_some_and(LiveMinRtt::partial);
         let provisional = self.slow_start
             && self.live.as_ref().is_some_and(LiveMinRtt::provisional)
             && !(self.exact_cuts && self.censored)
-            && sample <= 2.0 * self.tolerated_ns();
+            && (partial || sample <= 2.0 * self.tolerated_ns());
         if self.slow_start
             && !provisional
             && (sample > self.min_rtt_ns * (1.0 + self.buffer) || self.censored)

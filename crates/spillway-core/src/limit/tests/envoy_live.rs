@@ -270,6 +270,37 @@ fn a_slower_first_round_leaves_the_low_levels_estimate() {
 }
 
 #[test]
+fn a_start_does_not_end_on_its_first_answers_back() {
+    let cfg = match crate::controller::AdmissionConfig::zero_config().limit {
+        LimitConfig::EnvoyGradient(c) => c,
+        other => panic!("zero_config is the Envoy gradient, not {other:?}"),
+    };
+    let t0 = Instant::now();
+    let mut l = live(&cfg, t0);
+    // The first two answers back of the five requests a start admits at up to 5 in flight:
+    // 10 ms each, the fastest of a variable service's five.
+    l.on_sample(&sample(at(t0, 10), 10 * MS, 1, false));
+    l.on_sample(&sample(at(t0, 11), 10 * MS, 2, false));
+    assert!((l.min_rtt_nanos() / 1e6 - 10.0).abs() <= 0.5);
+    // A window of the service's typical 48 ms, admitted at 16 in flight: past twice the
+    // tolerance of a 10 ms minRTT. Its first eight were admitted before the first answer came
+    // back, in the start's first round, which is not all in (eight and two of sixteen).
+    let window = |l: &mut EnvoyGradientLimit, from: u64| {
+        for i in 0..30u64 {
+            l.on_sample(&sample(at(t0, from + i), 48 * MS, 16, false));
+        }
+    };
+    window(&mut l, 50);
+    assert_eq!(l.limit(), 20, "no cut on the first two answers back alone");
+    // With a third of the five in, the median rests on more than the fastest: the same window
+    // ends slow start and cuts, as before.
+    l.on_sample(&sample(at(t0, 95), 30 * MS, 3, false));
+    assert!((l.min_rtt_nanos() / 1e6 - 10.0).abs() <= 0.5);
+    window(&mut l, 100);
+    assert!(l.limit() < 20, "limit {}", l.limit());
+}
+
+#[test]
 fn new_fields_validate() {
     let bad = |cfg: EnvoyGradientConfig| cfg.validate().expect_err("invalid").field;
     assert_eq!(
