@@ -277,6 +277,7 @@ impl LiveMinRtt {
     /// back in order of latency, so the first few back are the fastest of them, and their
     /// median is a lower bound of the five's. Once the round is all in (or one of it timed
     /// out) the low levels' requests, admitted in it, have ended too.
+    ///
     /// A 1000-worker, 500 ms exponential service (median 347 ms) read 9.8 ms from its first
     /// answers back, and a window at 47.5 ms, past twice that tolerance, ended slow start and
     /// cut the limit from 20 to 13, where the service needed 900 in flight (issue 28's sweep

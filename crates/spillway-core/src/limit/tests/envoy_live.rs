@@ -284,7 +284,7 @@ fn a_start_does_not_end_on_its_first_answers_back() {
     assert!((l.min_rtt_nanos() / 1e6 - 10.0).abs() <= 0.5);
     // A window of the service's typical 48 ms, admitted at 16 in flight: past twice the
     // tolerance of a 10 ms minRTT. Its first eight were admitted before the first answer came
-    // back, in the start's first round, which is not all in (eight and two of sixteen).
+    // back, in the start's first round, which is not all in (ten of its sixteen answered).
     let window = |l: &mut EnvoyGradientLimit, from: u64| {
         for i in 0..30u64 {
             l.on_sample(&sample(at(t0, from + i), 48 * MS, 16, false));
@@ -292,8 +292,8 @@ fn a_start_does_not_end_on_its_first_answers_back() {
     };
     window(&mut l, 50);
     assert_eq!(l.limit(), 20, "no cut on the first two answers back alone");
-    // With a third of the five in, the median rests on more than the fastest: the same window
-    // ends slow start and cuts, as before.
+    // With three of the five in, the median rests on more than the fastest two: the same
+    // window ends slow start and cuts, as before.
     l.on_sample(&sample(at(t0, 95), 30 * MS, 3, false));
     assert!((l.min_rtt_nanos() / 1e6 - 10.0).abs() <= 0.5);
     window(&mut l, 100);
