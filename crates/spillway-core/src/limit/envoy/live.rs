@@ -30,7 +30,8 @@
 //!   variable service's median at up to twice what it is
 //!   ([`LiveMinRtt::provisional_estimate`]) — and the limit does not move before there is one;
 //!   slow start neither ends nor cuts on it unless a window is clearly past it (twice its
-//!   tolerance) or most of it timed out: the median of the first few requests of an
+//!   tolerance) or most of it timed out — and not even then while it rests on at most half of
+//!   the low levels' answers with the first round still out ([`LiveMinRtt::partial`]): the median of the first few requests of an
 //!   exponential service lies anywhere in 0.3–1.3 × the mean, and read as minRTT a low one
 //!   ended slow start at once and held a 100-worker service's cold start at 20–25 for a
 //!   quarter of a second (issue 28's sweep: 547 refused at 0.9×). Growth on fast answers only
@@ -219,7 +220,7 @@ impl LiveMinRtt {
     /// estimate stands.
     fn provisional_estimate(&mut self) -> Option<f64> {
         let n = self.first_round.count() as usize;
-        let round = (n == self.first_round_top && n >= 2 * self.low && !self.first_round_spoiled)
+        let round = (self.first_round_all_in() && n >= 2 * self.low && !self.first_round_spoiled)
             .then(|| self.first_round.quantile(self.percentile))
             .flatten();
         // No low-concurrency answer at all (a load heavy from its first request on): nothing
@@ -284,10 +285,16 @@ impl LiveMinRtt {
     /// at 0.9 × its capacity, seed 31: 547 of 60,019 requests refused; 5 once slow start
     /// waits for the median).
     pub(super) fn partial(&self) -> bool {
-        let round_in = self.first_round_spoiled
-            || (self.first_round_top > 0
-                && self.first_round.count() as usize >= self.first_round_top);
-        self.provisional && !round_in && (self.hist.count() as usize).saturating_mul(2) <= self.low
+        let round_ended = self.first_round_spoiled || self.first_round_all_in();
+        self.provisional
+            && !round_ended
+            && (self.hist.count() as usize).saturating_mul(2) <= self.low
+    }
+
+    /// Whether every request of the first round has answered: it was admitted at levels
+    /// 1, 2, … up to its highest, so it holds that many answers.
+    fn first_round_all_in(&self) -> bool {
+        self.first_round_top > 0 && self.first_round.count() as usize >= self.first_round_top
     }
 
     /// Whether no measurement has completed yet (minRTT is the provisional one, from fewer
