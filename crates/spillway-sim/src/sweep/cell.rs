@@ -34,6 +34,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 pub use super::figures::RunFigures;
+use super::figures::SLICES;
 pub use super::spec::{cell_seed, duration_s};
 use super::state::{End, Held, Phase, Req, Wakeup};
 use std::future::Future;
@@ -97,6 +98,8 @@ struct Sim<'a> {
     /// The window's middle: requests offered from here are also counted as "late".
     half: u64,
     hard_cap: u64,
+    /// `RunFigures::ok_slices`' slice of the planned window, ns.
+    slice: u64,
     seq: u64,
     events: BinaryHeap<Reverse<Event>>,
     origin: Instant,
@@ -254,7 +257,12 @@ pub fn run_mode(
         think: ms_to_nanos(m.closed_think_ms),
         timeout,
         allowed_wait: timeout.saturating_sub(ms_to_nanos(spec.mean_ms)),
-        figures: RunFigures::empty(),
+        slice: (end / SLICES as u64).max(1),
+        figures: RunFigures {
+            ok_slices: vec![0; SLICES],
+            slice_s: (end / SLICES as u64).max(1) as f64 / 1e9,
+            ..RunFigures::empty()
+        },
         refusal_ns: Vec::new(),
         next_trace: 0,
         trace: std::env::var_os("SWEEP_TRACE").is_some(),
@@ -577,6 +585,8 @@ impl Sim<'_> {
         match end {
             End::Ok => {
                 f.ok += 1;
+                let i = (self.now / self.slice) as usize;
+                f.ok_slices[i.min(SLICES - 1)] += 1;
                 f.window_ok += u64::from(in_window);
                 f.late_ok += u64::from(late);
                 f.critical_ok += u64::from(critical);

@@ -63,7 +63,18 @@ pub struct RunFigures {
     pub truncated: bool,
     /// Events processed.
     pub events: u64,
+    /// Successes by the time they were answered, in [`SLICES`] equal slices of the planned
+    /// window (answers after it in the last): what R1's closed loops compare when a run
+    /// stopped early.
+    #[serde(skip)]
+    pub ok_slices: Vec<u32>,
+    /// One slice's length, s.
+    #[serde(skip)]
+    pub slice_s: f64,
 }
+
+/// How many slices [`RunFigures::ok_slices`] cuts the planned window into.
+pub const SLICES: usize = 200;
 
 impl RunFigures {
     /// Share of offered requests served in time.
@@ -89,6 +100,50 @@ impl RunFigures {
         } else {
             1.0
         }
+    }
+}
+
+impl RunFigures {
+    /// Successes per second of this run and of `other`, over the span both offered in.
+    ///
+    /// Why: a closed loop spinning on instant refusals stops at the request cap (`truncated`),
+    /// seconds into a window the other run offered in to its end. Rates over the two whole
+    /// runs compare this run's first seconds — a start, the early part of a capacity drop —
+    /// with the other's whole window: a protected run stopped at 25 s had 37 % of its window
+    /// in a 16–28 s capacity drop where the other had 30 %, and trailed it by 6 % on that
+    /// alone. Untruncated runs keep their whole-window rates.
+    pub fn goodput_over_common_span(&self, other: &RunFigures) -> (f64, f64) {
+        match self.common_slices(other) {
+            Some(k) => {
+                let rate = |f: &RunFigures| {
+                    let ok: f64 = f.ok_slices[..k].iter().map(|&n| f64::from(n)).sum();
+                    ok / (k as f64 * f.slice_s)
+                };
+                (rate(self), rate(other))
+            }
+            None => (self.goodput_rps, other.goodput_rps),
+        }
+    }
+
+    /// The span [`goodput_over_common_span`](Self::goodput_over_common_span) compares over,
+    /// s (`None`: the whole runs).
+    pub fn common_span_s(&self, other: &RunFigures) -> Option<f64> {
+        self.common_slices(other).map(|k| k as f64 * self.slice_s)
+    }
+
+    /// Whole slices both runs offered in, when one stopped early.
+    fn common_slices(&self, other: &RunFigures) -> Option<usize> {
+        if !(self.truncated || other.truncated)
+            || self.slice_s <= 0.0
+            || self.slice_s != other.slice_s
+        {
+            return None;
+        }
+        let span = self.duration_s.min(other.duration_s);
+        let k = ((span / self.slice_s) as usize)
+            .min(self.ok_slices.len())
+            .min(other.ok_slices.len());
+        (k > 0).then_some(k)
     }
 }
 
@@ -128,6 +183,8 @@ impl RunFigures {
             backend_wait_mean_ms: 0.0,
             truncated: false,
             events: 0,
+            ok_slices: Vec::new(),
+            slice_s: 0.0,
         }
     }
 }

@@ -5,7 +5,8 @@
 //! - R1 do no harm: Poisson cells offered at most 0.9 × capacity — protected success within the
 //!   timeout at least the unprotected's minus 0.1 percentage point — and closed-loop cells —
 //!   protected goodput at least the unprotected's (the same proxy with the limit off: the
-//!   simulated proxy adds nothing else) minus 0.1 %.
+//!   simulated proxy adds nothing else) minus 0.1 %, over the span both runs offered in
+//!   when one stopped early at the request cap (`RunFigures::goodput_over_common_span`).
 //! - R2 CRITICAL: open-loop cells offered 1×–10× with CRITICAL traffic at most 0.8 of the
 //!   lowest capacity of the run (a capacity drop lowers it) — CRITICAL success ≥ 99.9 %.
 //! - R3 goodput: open-loop cells offered 1×–10× — goodput ≥ 95 % of ∫ min(offered, capacity),
@@ -121,11 +122,8 @@ pub fn judge(
                     figure: pp,
                 })
             } else {
-                let pct = if unprotected.goodput_rps > 0.0 {
-                    (protected.goodput_rps / unprotected.goodput_rps - 1.0) * 100.0
-                } else {
-                    0.0
-                };
+                let (p, u) = protected.goodput_over_common_span(unprotected);
+                let pct = if u > 0.0 { (p / u - 1.0) * 100.0 } else { 0.0 };
                 Some(Verdict {
                     pass: pct >= -t.do_no_harm_pp - 1e-9,
                     figure: pct,
@@ -203,25 +201,36 @@ pub fn describe(check: Check, spec: &CellSpec, p: &RunFigures, u: &RunFigures) -
             p.refused,
             reasons(p)
         ),
-        Check::DoNoHarm => format!(
-            "goodput protected {:.0}/s vs limit off {:.0}/s ({:+.2}%) = {:.3}x capacity; \
-             refused {} ({}){}",
-            p.goodput_rps,
-            u.goodput_rps,
-            if u.goodput_rps > 0.0 {
-                (p.goodput_rps / u.goodput_rps - 1.0) * 100.0
-            } else {
-                0.0
-            },
-            p.goodput_rps / cap,
-            p.refused,
-            reasons(p),
-            if p.truncated {
-                format!("; stopped at {:.3} s (the request cap)", p.duration_s)
-            } else {
-                String::new()
-            }
-        ),
+        Check::DoNoHarm => {
+            let (pg, ug) = p.goodput_over_common_span(u);
+            format!(
+                "goodput protected {:.0}/s vs limit off {:.0}/s ({:+.2}%) = {:.3}x capacity; \
+                 refused {} ({}){}",
+                pg,
+                ug,
+                if ug > 0.0 {
+                    (pg / ug - 1.0) * 100.0
+                } else {
+                    0.0
+                },
+                pg / cap,
+                p.refused,
+                reasons(p),
+                match p.common_span_s(u) {
+                    Some(span) => format!(
+                        "; stopped at {:.3} s (the request cap): both over their first {span:.3} \
+                         s (whole runs: {:.0}/s vs {:.0}/s)",
+                        p.duration_s.min(u.duration_s),
+                        p.goodput_rps,
+                        u.goodput_rps
+                    ),
+                    None if p.truncated => {
+                        format!("; stopped at {:.3} s (the request cap)", p.duration_s)
+                    }
+                    None => String::new(),
+                }
+            )
+        }
         Check::Critical => format!(
             "CRITICAL success {} ({} of {} served in time; unprotected {}; CRITICAL refused {}, \
              timed out {}); all refused {} ({}), timed out {}",

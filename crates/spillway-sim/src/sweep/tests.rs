@@ -373,6 +373,70 @@ fn requirements_are_judged_as_stated() {
     assert!(judge::judge(Check::QueueWait, &spec, &sw, &r, &base).is_some_and(|v| !v.pass));
 }
 
+/// A closed loop stopped early at the request cap is compared with the limit-off run over the
+/// seconds both offered in, not with the other's whole run.
+#[test]
+fn a_truncated_closed_loop_is_judged_over_the_common_span() {
+    let sw = sweep("");
+    let mut spec = cell(20, 1.0, 1000.0);
+    spec.arrivals = ArrivalKind::Closed(64);
+    // 10 s planned in 200 slices of 50 ms; the limit-off run serves 20 per slice for 4 s,
+    // then 10 (a capacity drop) to the end: 280/s over its whole run.
+    let run = |slices: usize, drop_from: usize, truncated: bool| {
+        let mut f = figures(0, 0, (0, 0));
+        f.slice_s = 0.05;
+        f.ok_slices = (0..super::figures::SLICES)
+            .map(|i| match i {
+                _ if i >= slices => 0,
+                _ if i >= drop_from => 10,
+                _ => 20,
+            })
+            .collect();
+        f.ok = f.ok_slices.iter().map(|&n| u64::from(n)).sum();
+        f.duration_s = slices as f64 * 0.05;
+        f.goodput_rps = f.ok as f64 / f.duration_s;
+        f.truncated = truncated;
+        f
+    };
+    let off = run(200, 80, false);
+    assert!((off.goodput_rps - 280.0).abs() < 1e-9);
+    // Stopped at 3 s, before the drop, serving what the limit-off run served then: whole runs
+    // would read +43 %; it is level.
+    let early = run(60, 80, true);
+    let v = judge::judge(Check::DoNoHarm, &spec, &sw, &early, &off).expect("applies");
+    assert!(v.pass && v.figure.abs() < 1e-9, "{v:?}");
+    // The same run with its first slice lost: 1.7 % behind over the common span, a fail that
+    // the whole runs' +40 % hid.
+    let mut short = run(60, 80, true);
+    short.ok_slices[0] = 0;
+    short.ok -= 20;
+    short.goodput_rps = short.ok as f64 / short.duration_s;
+    assert!(short.goodput_rps > off.goodput_rps);
+    let v = judge::judge(Check::DoNoHarm, &spec, &sw, &short, &off).expect("applies");
+    assert!(!v.pass && (v.figure + 100.0 / 60.0).abs() < 1e-9, "{v:?}");
+    assert_eq!(short.common_span_s(&off), Some(3.0));
+    // Untruncated runs keep their whole-run rates.
+    let whole = run(200, 200, false);
+    assert_eq!(whole.common_span_s(&off), None);
+    let v = judge::judge(Check::DoNoHarm, &spec, &sw, &whole, &off).expect("applies");
+    assert!(
+        (v.figure - (400.0 / 280.0 - 1.0) * 100.0).abs() < 1e-9,
+        "{v:?}"
+    );
+}
+
+/// A run records its successes by the slice they were answered in, every one of them.
+#[test]
+fn successes_are_recorded_by_slice() {
+    let sw = sweep("");
+    let f = run_cell(&cell(4, 0.9, 2_000.0), &sw, false).expect("cell runs");
+    assert_eq!(f.ok_slices.len(), super::figures::SLICES);
+    assert_eq!(f.ok_slices.iter().map(|&n| u64::from(n)).sum::<u64>(), f.ok);
+    assert!((f.slice_s * super::figures::SLICES as f64 - f.duration_s).abs() < 1e-6);
+    // Spread over the window, not piled in one slice.
+    assert!(f.ok_slices.iter().filter(|&&n| n > 0).count() > super::figures::SLICES / 2);
+}
+
 #[test]
 fn shipped_sweep_files_parse() {
     let quick = SweepConfig::from_toml(QUICK, "robustness-quick.toml").expect("quick parses");
