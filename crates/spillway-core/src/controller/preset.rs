@@ -39,10 +39,11 @@ impl AdmissionConfig {
     ///   tolerance re-measure it at once: the upstream itself got slower (a 20-worker service
     ///   at half speed was otherwise held at limit 1 for two seconds).
     ///   Where latency rises with the in-flight level among those low samples (an upstream
-    ///   with fewer than 5 workers, whose "low" levels are a queue in it) and the callers'
-    ///   budget cannot afford that queue, minRTT is the latency at one in flight
-    ///   (`envoy/levels.rs`): from the plain median, a 1-worker service's limit held 5–10
-    ///   requests past its callers' deadlines (CRITICAL 4 % served at 2×; 97 % now).
+    ///   with fewer than 5 workers, whose "low" levels are a queue in it), minRTT is the
+    ///   latency at one in flight (`envoy/levels.rs`), whatever the callers' budget: from the
+    ///   plain median, a 1-worker service's limit held 5–10 requests past its callers'
+    ///   deadlines (CRITICAL 4 % served at 2×; 97 % now), and callers with room for that
+    ///   queue still had their CRITICAL work wait in the upstream behind SHEDDABLE work.
     /// - `latency_slack = 0.1`: latency up to minRTT + 10 % of the callers' budget (their
     ///   deadlines capped at the queue's 100 ms max wait, which stands in when they send none:
     ///   at most 10 ms) is never cut. A fast

@@ -422,9 +422,6 @@ impl Limit for EnvoyGradientLimit {
 
     fn set_latency_budget(&mut self, budget: Duration) {
         self.budget_ns = saturating_nanos(budget) as f64;
-        if let Some(live) = self.live.as_mut() {
-            live.set_budget(self.budget_ns);
-        }
     }
 
     /// A request whose caller gave up while it ran (right-censored: its latency is at least
