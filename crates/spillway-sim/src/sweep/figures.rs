@@ -63,7 +63,7 @@ pub struct RunFigures {
     pub truncated: bool,
     /// Events processed.
     pub events: u64,
-    /// Successes by the time they were answered, in [`SLICES`] equal slices of the planned
+    /// Successes by the time they were answered, in 200 (`SLICES`) equal slices of the planned
     /// window (answers after it in the last): what R1's closed loops compare when a run
     /// stopped early.
     #[serde(skip)]
