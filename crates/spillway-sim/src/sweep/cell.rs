@@ -191,6 +191,7 @@ pub fn run_mode(
         None
     };
     let end = ms_to_nanos(duration * 1e3);
+    let slice = (end / SLICES as u64).max(1);
     let m = &sweep.model;
     let capacity = spec.capacity();
     let rate = spec.offered * capacity;
@@ -257,10 +258,10 @@ pub fn run_mode(
         think: ms_to_nanos(m.closed_think_ms),
         timeout,
         allowed_wait: timeout.saturating_sub(ms_to_nanos(spec.mean_ms)),
-        slice: (end / SLICES as u64).max(1),
+        slice,
         figures: RunFigures {
             ok_slices: vec![0; SLICES],
-            slice_s: (end / SLICES as u64).max(1) as f64 / 1e9,
+            slice_s: slice as f64 / 1e9,
             ..RunFigures::empty()
         },
         refusal_ns: Vec::new(),

@@ -122,8 +122,7 @@ pub fn judge(
                     figure: pp,
                 })
             } else {
-                let (p, u) = protected.goodput_over_common_span(unprotected);
-                let pct = if u > 0.0 { (p / u - 1.0) * 100.0 } else { 0.0 };
+                let pct = closed_loop_change_pct(protected, unprotected);
                 Some(Verdict {
                     pass: pct >= -t.do_no_harm_pp - 1e-9,
                     figure: pct,
@@ -208,11 +207,7 @@ pub fn describe(check: Check, spec: &CellSpec, p: &RunFigures, u: &RunFigures) -
                  refused {} ({}){}",
                 pg,
                 ug,
-                if ug > 0.0 {
-                    (pg / ug - 1.0) * 100.0
-                } else {
-                    0.0
-                },
+                closed_loop_change_pct(p, u),
                 pg / cap,
                 p.refused,
                 reasons(p),
@@ -270,6 +265,17 @@ pub fn describe(check: Check, spec: &CellSpec, p: &RunFigures, u: &RunFigures) -
             p.late_queue_worst_ms,
             spec.timeout_ms()
         ),
+    }
+}
+
+/// R1's closed-loop figure: the protected goodput's change from the limit-off run's, %, over
+/// the span both offered in (`RunFigures::goodput_over_common_span`).
+fn closed_loop_change_pct(protected: &RunFigures, unprotected: &RunFigures) -> f64 {
+    let (p, u) = protected.goodput_over_common_span(unprotected);
+    if u > 0.0 {
+        (p / u - 1.0) * 100.0
+    } else {
+        0.0
     }
 }
 

@@ -31,7 +31,8 @@
 //!   ([`LiveMinRtt::provisional_estimate`]) — and the limit does not move before there is one;
 //!   slow start neither ends nor cuts on it unless a window is clearly past it (twice its
 //!   tolerance) or most of it timed out — and not even then while it rests on at most half of
-//!   the low levels' answers with the first round still out ([`LiveMinRtt::partial`]): the median of the first few requests of an
+//!   the low levels' answers with the first round still out ([`LiveMinRtt::partial`]): the
+//!   median of the first few requests of an
 //!   exponential service lies anywhere in 0.3–1.3 × the mean, and read as minRTT a low one
 //!   ended slow start at once and held a 100-worker service's cold start at 20–25 for a
 //!   quarter of a second (issue 28's sweep: 547 refused at 0.9×). Growth on fast answers only
