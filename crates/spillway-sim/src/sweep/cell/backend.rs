@@ -102,6 +102,11 @@ impl Sim<'_> {
                 self.figures.backend_waited += 1;
                 self.wait_sum += self.now - enqueued;
             }
+            let base = if self.service_at_start {
+                self.draw_service()
+            } else {
+                base
+            };
             let factor = self.slowdown(self.fifo.len() as u64 + u64::from(self.busy));
             let service = self.on_timer(((base as f64 * factor) as u64).max(1));
             self.push(self.now + service, DONE, id, gen);
