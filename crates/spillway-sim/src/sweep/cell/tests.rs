@@ -1,6 +1,7 @@
 //! The backend model's timer, wake delay and overhead (`ModelConfig`'s
 //! `backend_timer_tick_ms`, `backend_wake_ms`, `overhead_ms`): what `bench/robustness.sh`
-//! sets to simulate its real backend on a shared host, against the exact model.
+//! sets to simulate its real backend on a shared host, against the exact model; and when a
+//! closed loop's service times are drawn.
 
 use super::super::tests::sweep;
 use super::*;
