@@ -97,6 +97,26 @@ fn a_sweep_prints_each_requirement_and_writes_its_cells() {
     assert!(std::fs::read_to_string(&html)
         .expect("HTML written")
         .contains("<table>"));
+    // --cell runs the cells whose label contains it; one that names none is a usage error
+    // that shows what a label looks like; without --sweep it is refused, not ignored.
+    let path = file.to_str().expect("utf-8 path");
+    let o = sim(&["--sweep", path, "--cell", "offered=2x"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("1 cells") && out.contains("offered=2x"),
+        "{out}"
+    );
+    let o = sim(&["--sweep", path, "--cell", "offered=3x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no cell's label contains it") && stderr(&o).contains("c=4 mean=5ms"),
+        "{}",
+        stderr(&o)
+    );
+    let o = sim(&["metastable", "--cell", "offered=2x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--sweep"), "{}", stderr(&o));
     std::fs::write(&file, "name = \"bad\"\nmatrix = []\n").expect("write");
     let o = sim(&["--sweep", file.to_str().expect("utf-8 path")]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

@@ -49,7 +49,16 @@ pub struct SweepConfig {
     /// The sub-matrices; a cell appearing in several runs once, with the budget of the first.
     #[serde(rename = "matrix")]
     pub matrices: Vec<Matrix>,
+    /// Run only the cells whose label contains one of these (`spillway sim --sweep --cell`);
+    /// all when empty. Not a file key: the file says what the matrix is, the command line
+    /// which part of it to run now. A cell's result does not depend on the others run with it
+    /// (its seed comes from its label).
+    #[serde(skip)]
+    pub only: Vec<String>,
 }
+
+/// The longest `--cell` pattern accepted: a full label is under 100 characters.
+pub const MAX_CELL_PATTERN: usize = 200;
 
 /// The shapes' parameters.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -376,7 +385,39 @@ impl SweepConfig {
                 }
             }
         }
-        Ok(cells)
+        self.select(cells)
+    }
+
+    /// The cells [`only`](Self::only) names, or all of them; an error for a pattern that is
+    /// empty, too long or names no cell (with a label to show what they look like).
+    fn select(&self, cells: Vec<CellSpec>) -> Result<Vec<CellSpec>, ConfigError> {
+        if self.only.is_empty() {
+            return Ok(cells);
+        }
+        let example = cells.first().map(CellSpec::label).unwrap_or_default();
+        for p in &self.only {
+            let expected = format!(
+                "a part of a cell's label, 1 to {MAX_CELL_PATTERN} characters, \
+                 e.g. \"{example}\" (labels are in the --json output)"
+            );
+            if p.is_empty() || p.chars().count() > MAX_CELL_PATTERN {
+                return Err(self.invalid("--cell".into(), format!("{p:?}"), &expected));
+            }
+            if !cells.iter().any(|c| c.label().contains(p.as_str())) {
+                return Err(self.invalid(
+                    "--cell".into(),
+                    format!("{p:?} (no cell's label contains it)"),
+                    &expected,
+                ));
+            }
+        }
+        Ok(cells
+            .into_iter()
+            .filter(|c| {
+                let label = c.label();
+                self.only.iter().any(|p| label.contains(p.as_str()))
+            })
+            .collect())
     }
 
     fn check_budget(

@@ -511,6 +511,38 @@ fn bad_sweep_files_name_the_key() {
     assert!(e.contains("bogus"), "{e}");
 }
 
+/// `--cell` runs the cells whose label contains one of its patterns, each with the result it
+/// has in the whole sweep (its seed comes from its label); a pattern that names no cell, or an
+/// empty one, is refused with a label to show what labels look like.
+#[test]
+fn a_cell_filter_runs_the_named_cells_alone() {
+    let mut sw = SweepConfig::from_toml(QUICK, "robustness-quick.toml").expect("quick parses");
+    let all = sw.cells().expect("cells");
+    let spec = all[all.len() / 2];
+    let label = spec.label();
+    sw.only = vec![label.clone()];
+    let picked = sw.cells().expect("cells");
+    assert!(
+        !picked.is_empty() && picked.iter().all(|c| c.label().contains(&label)),
+        "{label}: {picked:?}"
+    );
+    let alone = run_sweep(&sw, 1, &|_, _| {}).expect("runs");
+    let in_whole = run_one(&spec, &sw).expect("runs");
+    let json = |c: &CellResult| serde_json::to_string(c).expect("json");
+    assert_eq!(json(&alone.cells[0]), json(&in_whole));
+    for bad in ["no such cell", ""] {
+        sw.only = vec![bad.to_owned()];
+        let e = sw.cells().unwrap_err().to_string();
+        assert!(e.contains("--cell") && e.contains("c="), "{bad:?}: {e}");
+    }
+    sw.only = vec!["c=".repeat(101)];
+    let e = sw.cells().unwrap_err().to_string();
+    assert!(
+        e.contains("1 to 200 characters") && !e.contains("no cell's label"),
+        "refused for its length: {e}"
+    );
+}
+
 /// The quick matrix's report, run once for the requirement tests below.
 fn quick_report() -> &'static SweepReport {
     static REPORT: std::sync::OnceLock<SweepReport> = std::sync::OnceLock::new();
