@@ -69,6 +69,12 @@ impl Sim<'_> {
                 continue;
             }
             if clairvoyant {
+                // Oracles run only for open-loop cells (R2/R3), whose service times are drawn
+                // on arrival; a closed loop's are drawn at the worker (`cell.rs`).
+                debug_assert!(
+                    !self.service_at_start,
+                    "an oracle needs service times up front"
+                );
                 let r = &self.reqs[id as usize];
                 let (service, deadline) = (r.service, r.deadline);
                 // The backend's FIFO is empty here (the oracle's work always ends in time, so
