@@ -40,3 +40,35 @@ fn failing_cells_are_classified_as_stated() {
         Some(Class::Infeasible)
     );
 }
+
+/// R1's reference is the tuned baseline's own harm: a strict priority queue in front of a FIFO
+/// backend delays the lowest level too, and where it harms as much the cell fails like it.
+#[test]
+fn do_no_harm_is_classified_against_the_tuned_baselines_harm() {
+    let sw = sweep("");
+    let spec = cell(4, 0.9, 100.0);
+    let unprotected = figures(10_000, 9_990, (5_000, 5_000));
+    let class = |spillway: u64, tuned: u64| {
+        let (p, t) = (
+            figures(10_000, spillway, (5_000, 5_000)),
+            figures(10_000, tuned, (5_000, 5_000)),
+        );
+        let v = judge(Check::DoNoHarm, &spec, &sw, &p, &unprotected).expect("judged");
+        let refs = References {
+            unprotected: &unprotected,
+            tuned: &t,
+            oracle_critical: None,
+            oracle_goodput: None,
+        };
+        classify(Check::DoNoHarm, &v, &spec, &sw, refs)
+    };
+    assert_eq!(class(9_980, 9_900), None, "0.1 pp of harm passes");
+    assert_eq!(class(9_900, 9_990), Some(Class::BehindTuned));
+    assert_eq!(
+        class(9_900, 9_950),
+        Some(Class::BehindTuned),
+        "0.4 pp behind"
+    );
+    assert_eq!(class(9_900, 9_905), Some(Class::FailsLikeTuned));
+    assert_eq!(class(9_900, 9_800), Some(Class::FailsLikeTuned));
+}
