@@ -394,7 +394,8 @@ impl SweepConfig {
         if self.only.is_empty() {
             return Ok(cells);
         }
-        let example = cells.first().map(CellSpec::label).unwrap_or_default();
+        let labels: Vec<String> = cells.iter().map(CellSpec::label).collect();
+        let example = labels.first().cloned().unwrap_or_default();
         for p in &self.only {
             let expected = format!(
                 "a part of a cell's label, 1 to {MAX_CELL_PATTERN} characters, \
@@ -403,7 +404,7 @@ impl SweepConfig {
             if p.is_empty() || p.chars().count() > MAX_CELL_PATTERN {
                 return Err(self.invalid("--cell".into(), format!("{p:?}"), &expected));
             }
-            if !cells.iter().any(|c| c.label().contains(p.as_str())) {
+            if !labels.iter().any(|l| l.contains(p.as_str())) {
                 return Err(self.invalid(
                     "--cell".into(),
                     format!("{p:?} (no cell's label contains it)"),
@@ -413,10 +414,9 @@ impl SweepConfig {
         }
         Ok(cells
             .into_iter()
-            .filter(|c| {
-                let label = c.label();
-                self.only.iter().any(|p| label.contains(p.as_str()))
-            })
+            .zip(labels)
+            .filter(|(_, label)| self.only.iter().any(|p| label.contains(p.as_str())))
+            .map(|(c, _)| c)
             .collect())
     }
 
