@@ -115,6 +115,13 @@ impl AdmissionConfig {
     ///   tolerance; the rank test needs a 2× span of levels, and the gradient cut a slower
     ///   upstream below its workers while it waited for one: sweep R1 90 → 84, none newly
     ///   failing).
+    /// - not `unqueued_floor` (`limit/envoy/floor.rs`: a cut does not take the limit below the
+    ///   in-flight level `throughput_ceiling`'s levels show running unqueued). Over issue 28's
+    ///   sweep, five seeds, it fixed 10–17 failing R1 cells per seed (20 workers behind
+    ///   closed-loop clients, whose limit the gradient cut below the workers on chance
+    ///   medians) and raised R2's figure by 0.0016 on average, but failed 0–12 more R3 cells
+    ///   per seed (bimodal services in a capacity drop), and held a thrashing upstream at
+    ///   21–33 where the ceiling alone holds 19–24 (`bench/results/floor-issue28.md`).
     /// - not `knee_cap` (`limit/envoy/knee.rs`, BBR's bandwidth × `RTprop` by Little's law):
     ///   it holds a 1000-worker upstream near its workers in a model, but over issue 28's full
     ///   sweep it did more harm than good (R1 failing cells 120 → 206, R3 683 → 748, R4b

@@ -685,3 +685,5 @@ mod envoy_small_limits;
 mod envoy_throughput_ceiling;
 #[path = "tests/envoy_unanswered.rs"]
 mod envoy_unanswered;
+#[path = "tests/envoy_unqueued_floor.rs"]
+mod envoy_unqueued_floor;

@@ -86,6 +86,14 @@ pub struct EnvoyGradientConfig {
     /// limit is held where in flight stays at the level that delivered most. Default false
     /// (Envoy: the gradient alone).
     pub throughput_ceiling: bool,
+    /// With `throughput_ceiling` (whose levels it reads): a cut does not take the limit below
+    /// the highest in-flight level whose mean latency was within a tenth of the lowest
+    /// level's — the upstream ran it unqueued — divided by the share of the limit the window
+    /// used; at most what the best level delivers × that latency (Little's law), not below 10,
+    /// and not in a window with a tenth of its requests dropped (see `floor.rs`). Only a floor
+    /// under cuts: the limit never grows by it, and `throughput_ceiling` may still cap below
+    /// it. Default false (Envoy: the gradient alone).
+    pub unqueued_floor: bool,
     /// With `live_min_rtt`: when latency above tolerance does not rise with the in-flight level
     /// requests were admitted at (Kendall's test over at least 40 of them spanning 2×), the
     /// upstream got slower: the baseline is raised to that latency (at most doubled, once until
@@ -127,6 +135,7 @@ impl Default for EnvoyGradientConfig {
             rtt_windows: false,
             knee_cap: false,
             throughput_ceiling: false,
+            unqueued_floor: false,
             rebaseline_on_flat_levels: false,
             slow_start_gain: 1.0,
             fixed_min_rtt: None,

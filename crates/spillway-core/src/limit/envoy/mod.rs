@@ -115,6 +115,11 @@
 //! dropped to half speed at half its capacity's load was otherwise cut one by one to a limit
 //! of 1.
 //!
+//! A ninth addition, off by default: `unqueued_floor` (needs `throughput_ceiling`;
+//! `floor.rs`). A cut does not take the limit below the in-flight level `thrash.rs`'s levels
+//! show running unqueued: an exponential service's window medians otherwise swung a 20-worker
+//! upstream's limit below its workers, idling them while requests waited in the proxy.
+//!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
 //! [`Sample::now`]. Percentiles come from a fixed log-linear histogram (two significant digits,
@@ -143,6 +148,7 @@ use crate::random::RandomSource;
 mod by_level;
 mod config;
 mod flat;
+mod floor;
 mod futile;
 mod knee;
 mod levels;
@@ -196,6 +202,10 @@ pub struct EnvoyGradientLimit {
     knee: Option<KneeCap>,
     /// `throughput_ceiling` (`thrash.rs`).
     thrash: Option<ThroughputCeiling>,
+    /// `unqueued_floor` (`floor.rs`; only with `throughput_ceiling`, whose levels it reads).
+    unqueued_floor: bool,
+    /// Cuts the floor raised.
+    floor_holds: u64,
     /// `rebaseline_on_flat_levels`: samples by level since latency left tolerance (`flat.rs`).
     flat: Option<WindowLevels>,
     /// The callers' latency budget in nanoseconds (0 = unknown).
@@ -306,6 +316,8 @@ impl EnvoyGradientLimit {
             rtt_windows: cfg.rtt_windows,
             knee: cfg.knee_cap.then(|| KneeCap::new(interval_ns)),
             thrash: cfg.throughput_ceiling.then(ThroughputCeiling::new),
+            unqueued_floor: cfg.unqueued_floor && cfg.throughput_ceiling,
+            floor_holds: 0,
             flat: (cfg.rebaseline_on_flat_levels && cfg.live_min_rtt && fixed.is_none())
                 .then(WindowLevels::default),
             budget_ns: 0.0,
@@ -369,6 +381,11 @@ impl EnvoyGradientLimit {
     /// How many times `throughput_ceiling` lowered the limit.
     pub fn throughput_caps(&self) -> u64 {
         self.thrash.as_ref().map_or(0, ThroughputCeiling::caps)
+    }
+
+    /// How many cuts `unqueued_floor` held above where the gradient would have put them.
+    pub fn floor_holds(&self) -> u64 {
+        self.floor_holds
     }
 
     /// `knee_cap`'s unqueued mean latency `R₀` (nanoseconds); 0 while unknown or off.

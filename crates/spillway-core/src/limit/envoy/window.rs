@@ -6,9 +6,11 @@
 //! described in the module docs of `envoy`), while `mod.rs` holds the state, its construction
 //! and the per-sample entry points that feed it.
 
+use super::floor;
 use super::futile;
 use super::knee::Verdict;
 use super::live::LiveMinRtt;
+use super::thrash::ThroughputCeiling;
 use super::{EnvoyGradientLimit, GRADIENT_MAX, GRADIENT_MIN, STALE_MIN_RTT_WINDOWS};
 use crate::limit::clamp_limit;
 
@@ -226,6 +228,16 @@ impl EnvoyGradientLimit {
                 old
             };
             new_limit = new_limit.min(cap.max(old));
+        }
+        if new_limit < old && self.unqueued_floor {
+            // floor.rs: not below the level the upstream was just seen to run unqueued (before
+            // the throughput ceiling, which may cap below it).
+            let unqueued = self.thrash.as_ref().and_then(ThroughputCeiling::unqueued);
+            let floor = floor::floor(unqueued, old, peak_counted, answered, dropped, self.max);
+            if floor > new_limit {
+                new_limit = floor;
+                self.floor_holds += 1;
+            }
         }
         match knee {
             // knee.rs: past the knee by Little's law, whatever the median's tolerance says.
