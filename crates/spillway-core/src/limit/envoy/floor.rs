@@ -46,7 +46,7 @@
 //! while the limit never went below the knee is itself queued: in front of a saturated
 //! thrashing upstream the floor held the limit at 21–33 for 20 workers where the ceiling alone
 //! holds 19–24 (`bench/results/floor-issue28.md`).
-//!
+
 use super::thrash::MIN_LEVEL;
 
 /// How much slower than the lowest pool's a level's mean latency may be and still count as
