@@ -199,6 +199,14 @@ fn gradient2_long_rtt_decays_toward_short_after_overload() {
 
 // ---------------------------------------------------------------- envoy gradient
 
+/// The Envoy gradient of the zero-config policy (`AdmissionConfig::zero_config`).
+fn zero_config_envoy() -> EnvoyGradientConfig {
+    match crate::controller::AdmissionConfig::zero_config().limit {
+        LimitConfig::EnvoyGradient(c) => c,
+        other => panic!("zero_config is the Envoy gradient, not {other:?}"),
+    }
+}
+
 fn envoy_cfg() -> EnvoyGradientConfig {
     EnvoyGradientConfig {
         interval: Duration::from_secs(1),

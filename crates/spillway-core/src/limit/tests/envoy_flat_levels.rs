@@ -3,13 +3,9 @@
 //! with the level, is cut as before.
 
 use super::*;
-use crate::controller::AdmissionConfig;
 
 fn zero_config(t0: Instant) -> EnvoyGradientLimit {
-    let cfg = match AdmissionConfig::zero_config().limit {
-        LimitConfig::EnvoyGradient(c) => c,
-        other => panic!("zero_config is the Envoy gradient, not {other:?}"),
-    };
+    let cfg = zero_config_envoy();
     EnvoyGradientLimit::new(&cfg, t0, Box::new(FixedRandom(0.0))).expect("valid")
 }
 

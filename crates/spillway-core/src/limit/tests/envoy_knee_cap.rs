@@ -3,13 +3,12 @@
 //! that a cut does not bring down is taken as the upstream's and left to the gradient.
 
 use super::*;
-use crate::controller::AdmissionConfig;
 
 /// The zero-config gradient with `knee_cap` as given.
 fn preset(knee_cap: bool) -> EnvoyGradientConfig {
-    match AdmissionConfig::zero_config().limit {
-        LimitConfig::EnvoyGradient(c) => EnvoyGradientConfig { knee_cap, ..c },
-        other => panic!("zero_config is the Envoy gradient, not {other:?}"),
+    EnvoyGradientConfig {
+        knee_cap,
+        ..zero_config_envoy()
     }
 }
 

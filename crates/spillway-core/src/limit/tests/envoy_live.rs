@@ -271,10 +271,7 @@ fn a_slower_first_round_leaves_the_low_levels_estimate() {
 
 #[test]
 fn a_start_does_not_end_on_its_first_answers_back() {
-    let cfg = match crate::controller::AdmissionConfig::zero_config().limit {
-        LimitConfig::EnvoyGradient(c) => c,
-        other => panic!("zero_config is the Envoy gradient, not {other:?}"),
-    };
+    let cfg = zero_config_envoy();
     let t0 = Instant::now();
     let mut l = live(&cfg, t0);
     // The first two answers back of the five requests a start admits at up to 5 in flight:

@@ -3,16 +3,12 @@
 //! left to the gradient.
 
 use super::*;
-use crate::controller::AdmissionConfig;
 
 /// The zero-config gradient with `throughput_ceiling` as given.
 fn preset(throughput_ceiling: bool) -> EnvoyGradientConfig {
-    match AdmissionConfig::zero_config().limit {
-        LimitConfig::EnvoyGradient(c) => EnvoyGradientConfig {
-            throughput_ceiling,
-            ..c
-        },
-        other => panic!("zero_config is the Envoy gradient, not {other:?}"),
+    EnvoyGradientConfig {
+        throughput_ceiling,
+        ..zero_config_envoy()
     }
 }
 

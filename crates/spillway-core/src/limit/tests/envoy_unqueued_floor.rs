@@ -3,16 +3,12 @@
 //! held near its workers by the throughput ceiling, applied after the floor.
 
 use super::*;
-use crate::controller::AdmissionConfig;
 
 /// The zero-config gradient with `unqueued_floor` as given.
 fn preset(unqueued_floor: bool) -> EnvoyGradientConfig {
-    match AdmissionConfig::zero_config().limit {
-        LimitConfig::EnvoyGradient(c) => EnvoyGradientConfig {
-            unqueued_floor,
-            ..c
-        },
-        other => panic!("zero_config is the Envoy gradient, not {other:?}"),
+    EnvoyGradientConfig {
+        unqueued_floor,
+        ..zero_config_envoy()
     }
 }
 
