@@ -53,6 +53,18 @@ pub(super) struct Pool {
     pub(super) level: f64,
 }
 
+/// The run of pools, from the lowest up, whose mean latency is within a share of the lowest
+/// pool's (beyond two standard errors of each): the levels seen running unqueued.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct UnqueuedRun {
+    /// The lowest pool's mean latency plus two standard errors (ns): the unqueued latency.
+    pub(super) base_ns: f64,
+    /// The mean level of the run's highest pool.
+    pub(super) level: f64,
+    /// The first pool past the run, if any.
+    pub(super) past: Option<Pool>,
+}
+
 /// Latencies grouped by in-flight level, `PER_DOUBLING` groups per doubling, `GROUPS` groups
 /// (levels beyond the last share it), halved every `half_life_ns`.
 #[derive(Debug)]
@@ -100,6 +112,32 @@ impl<const GROUPS: usize, const PER_DOUBLING: usize> LatencyByLevel<GROUPS, PER_
     /// Forgets every level.
     pub(super) fn clear(&mut self) {
         self.groups.fill(Group::default());
+    }
+
+    /// The pools from the lowest level up (`pools(0, min_samples)`) whose mean, less two
+    /// standard errors, is within `1 + delay` × the lowest's mean plus two standard errors;
+    /// `None` before a pool holds `min_samples`.
+    pub(super) fn unqueued_run(&self, min_samples: f64, delay: f64) -> Option<UnqueuedRun> {
+        let mut pools = self.pools(0, min_samples);
+        let first = pools.next()?;
+        let base_ns = first.mean + 2.0 * first.se;
+        let threshold = base_ns * (1.0 + delay);
+        let mut level = first.level;
+        for p in pools {
+            if p.mean - 2.0 * p.se > threshold {
+                return Some(UnqueuedRun {
+                    base_ns,
+                    level,
+                    past: Some(p),
+                });
+            }
+            level = p.level;
+        }
+        Some(UnqueuedRun {
+            base_ns,
+            level,
+            past: None,
+        })
     }
 
     /// From group `first` up, lowest first, neighbouring groups pooled until each pool holds

@@ -47,11 +47,8 @@
 //! thrashing upstream the floor held the limit at 21–33 for 20 workers where the ceiling alone
 //! holds 19–24 (`bench/results/floor-issue28.md`).
 
+use super::knee::DELAY_SHARE;
 use super::thrash::MIN_LEVEL;
-
-/// How much slower than the lowest pool's a level's mean latency may be and still count as
-/// unqueued: a tenth (`knee.rs`'s threshold).
-pub(super) const UNQUEUED_DELAY: f64 = 0.1;
 
 /// Windows with at least this share of their requests dropped hold no floor.
 const DROPPED_SHARE: f64 = 0.1;
@@ -59,7 +56,7 @@ const DROPPED_SHARE: f64 = 0.1;
 /// What the levels say about running unqueued (`ThroughputCeiling::unqueued`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Unqueued {
-    /// The highest mean in-flight level of a pool within [`UNQUEUED_DELAY`] of the lowest.
+    /// The highest mean in-flight level of a pool within [`DELAY_SHARE`] of the lowest.
     pub level: f64,
     /// The lowest pool's mean latency plus two standard errors (ns): the unqueued latency.
     pub base_ns: f64,
@@ -82,7 +79,7 @@ pub(super) fn floor(
         return 0;
     };
     // Little's law: what the best level delivers, held for the unqueued latency (and a tenth).
-    let bdp = (u.best_rate * u.base_ns * (1.0 + UNQUEUED_DELAY)).ceil();
+    let bdp = (u.best_rate * u.base_ns * (1.0 + DELAY_SHARE)).ceil();
     if !bdp.is_finite() || !u.level.is_finite() {
         return 0;
     }

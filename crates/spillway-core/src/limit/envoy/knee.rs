@@ -100,36 +100,24 @@ impl KneeCap {
         // Neighbouring levels pooled, lowest first, until each pool holds enough requests:
         // slow start passes each level below the knee only once or twice, so the unqueued
         // evidence is thin per level and plentiful together.
-        let mut pools = self.levels.pools(0, MIN_SAMPLES as f64);
-        let Some(Pool {
-            mean: mean0,
-            se: se0,
-            level: level0,
-        }) = pools.next()
-        else {
+        let Some(run) = self.levels.unqueued_run(MIN_SAMPLES as f64, DELAY_SHARE) else {
             return Verdict::Free;
         };
-        let base = mean0 + 2.0 * se0;
+        let base = run.base_ns;
         self.base_ns = base;
-        let threshold = base * (1.0 + DELAY_SHARE);
-        // The highest level seen running unqueued so far.
-        let mut unqueued = level0;
-        for Pool { mean, se, level } in pools {
-            if mean - 2.0 * se <= threshold {
-                unqueued = level;
-                continue;
-            }
-            let runs = level * base / mean;
-            if runs * (1.0 + DELAY_SHARE) < unqueued {
-                // Fewer than already ran unqueued: not our queue (module docs).
-                return Verdict::Free;
-            }
-            let cap = (runs * (1.0 + DELAY_SHARE)).max(limit as f64 / 2.0).floor();
-            if cap < limit as f64 {
-                self.caps += 1;
-            }
-            return Verdict::Cap(if cap >= 1.0 { cap as usize } else { 1 });
+        // The first pool past the levels seen running unqueued.
+        let Some(Pool { mean, level, .. }) = run.past else {
+            return Verdict::Free;
+        };
+        let runs = level * base / mean;
+        if runs * (1.0 + DELAY_SHARE) < run.level {
+            // Fewer than already ran unqueued: not our queue (module docs).
+            return Verdict::Free;
         }
-        Verdict::Free
+        let cap = (runs * (1.0 + DELAY_SHARE)).max(limit as f64 / 2.0).floor();
+        if cap < limit as f64 {
+            self.caps += 1;
+        }
+        Verdict::Cap(if cap >= 1.0 { cap as usize } else { 1 })
     }
 }

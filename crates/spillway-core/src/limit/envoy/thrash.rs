@@ -54,7 +54,8 @@
 //! limit, at least one half).
 
 use super::by_level::LatencyByLevel;
-use super::floor::{Unqueued, UNQUEUED_DELAY};
+use super::floor::Unqueued;
+use super::knee::DELAY_SHARE;
 
 /// Pools with fewer completed requests are not judged (two standard errors of a mean of 100
 /// exponential latencies are ±20 %; a level's queueing makes its latencies less variable).
@@ -122,28 +123,19 @@ impl ThroughputCeiling {
     }
 
     /// What the levels say about running unqueued (`floor.rs`): the highest level of a pool
-    /// whose mean latency is within [`UNQUEUED_DELAY`] of the lowest pool's (beyond two
+    /// whose mean latency is within [`DELAY_SHARE`] of the lowest pool's (beyond two
     /// standard errors of each), pooled from the lowest level up; `None` before a pool holds
     /// [`MIN_SAMPLES`].
     pub(super) fn unqueued(&self) -> Option<Unqueued> {
-        let mut pools = self.levels.pools(0, MIN_SAMPLES);
-        let first = pools.next()?;
-        let base_ns = first.mean + 2.0 * first.se;
-        let threshold = base_ns * (1.0 + UNQUEUED_DELAY);
-        let mut level = first.level;
-        let mut best_rate = first.level / first.mean;
-        let mut unqueued = true;
-        for p in pools {
-            best_rate = best_rate.max(p.level / p.mean);
-            // Only the run of pools from the lowest up: a level past a queued one is queued.
-            unqueued &= p.mean - 2.0 * p.se <= threshold;
-            if unqueued {
-                level = p.level;
-            }
-        }
+        let run = self.levels.unqueued_run(MIN_SAMPLES, DELAY_SHARE)?;
+        let best_rate = self
+            .levels
+            .pools(0, MIN_SAMPLES)
+            .map(|p| p.level / p.mean)
+            .fold(0.0, f64::max);
         Some(Unqueued {
-            level,
-            base_ns,
+            level: run.level,
+            base_ns: run.base_ns,
             best_rate,
         })
     }
