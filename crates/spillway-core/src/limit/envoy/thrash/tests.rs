@@ -1,6 +1,7 @@
-//! The ceiling's memory of a cap: a confirmed cap is probed above by an eighth a window, a cap
-//! seen once is not remembered, and the memory ends at twice the cap or when the upstream is
-//! re-measured.
+//! The ceiling's memory of a cap: a confirmed cap is probed above by an eighth a step, each
+//! step once the last has its answers, a failed probe backs off, a cap seen once is not
+//! remembered, and the memory ends at twice the cap, when the upstream is re-measured, or when
+//! the fall is refuted.
 
 use super::*;
 
@@ -36,15 +37,66 @@ fn capped(windows: u32) -> (ThroughputCeiling, u64) {
     (c, now)
 }
 
+/// `n` answers, 50 ms each, from requests admitted at `level` in flight.
+fn answers(c: &mut ThroughputCeiling, now_ns: u64, level: usize, n: usize) {
+    for _ in 0..n {
+        c.record(now_ns, level, 50 * MS);
+    }
+}
+
 #[test]
-fn a_confirmed_cap_is_probed_above_by_an_eighth_a_window() {
-    let (mut c, _) = capped(CONFIRMED);
+fn a_confirmed_cap_is_probed_above_by_an_eighth_a_step() {
+    let (mut c, now) = capped(CONFIRMED);
     // The evidence has aged out: no fall is seen, yet the limit may not leap.
     assert_eq!(c.ceiling(20, 20, false), Some(22));
+    answers(&mut c, now, 21, MIN_SAMPLES as usize);
     assert_eq!(c.ceiling(22, 22, false), Some(24));
+    answers(&mut c, now, 23, MIN_SAMPLES as usize);
     assert_eq!(c.ceiling(24, 24, true), Some(27));
-    // Below the cap the bound is the cap's own next step: a cut is never undone at once.
-    assert_eq!(c.ceiling(10, 10, false), Some(22));
+}
+
+#[test]
+fn each_step_waits_for_answers_from_above_the_last_steps_peak() {
+    let (mut c, now) = capped(CONFIRMED);
+    assert_eq!(c.ceiling(20, 20, false), Some(22));
+    // Answers at the level the step was taken from do not judge the one it opened.
+    answers(&mut c, now, 20, 3 * MIN_SAMPLES as usize);
+    answers(&mut c, now, 21, MIN_SAMPLES as usize - 1);
+    assert_eq!(c.ceiling(22, 22, false), Some(22));
+    assert_eq!(c.ceiling(22, 22, false), Some(22));
+    answers(&mut c, now, 22, 1);
+    assert_eq!(c.ceiling(22, 22, false), Some(24));
+}
+
+#[test]
+fn after_a_cut_below_the_step_the_peak_since_judges_it() {
+    let (mut c, now) = capped(CONFIRMED);
+    assert_eq!(c.ceiling(20, 20, false), Some(22));
+    // The gradient cut below the step: the bound is the cap, never undone at once, and in
+    // flight no longer reaches the level the step opened (21) — answers from the peak since
+    // judge it, or the probe would wait for ever.
+    assert_eq!(c.ceiling(18, 17, false), Some(20));
+    answers(&mut c, now, 17, MIN_SAMPLES as usize - 1);
+    assert_eq!(c.ceiling(20, 17, false), Some(20));
+    answers(&mut c, now, 17, 1);
+    assert_eq!(c.ceiling(20, 17, false), Some(22));
+}
+
+#[test]
+fn a_probe_that_finds_the_fall_again_waits_twice_as_long_for_its_next_step() {
+    let (mut c, now) = capped(CONFIRMED);
+    assert_eq!(c.ceiling(20, 20, false), Some(22));
+    thrashing(&mut c, now);
+    for _ in 0..CONFIRMED {
+        assert_eq!(c.ceiling(22, 22, false), Some(20));
+    }
+    let now = age_out(&mut c, now);
+    // Re-confirmed: no step at once this time; twice [`MIN_SAMPLES`] answers first.
+    assert_eq!(c.ceiling(20, 20, false), Some(20));
+    answers(&mut c, now, 20, 2 * MIN_SAMPLES as usize - 9);
+    assert_eq!(c.ceiling(20, 20, false), Some(20));
+    answers(&mut c, now, 20, 1);
+    assert_eq!(c.ceiling(20, 20, false), Some(22));
 }
 
 #[test]
@@ -75,4 +127,31 @@ fn a_fall_seen_again_caps_again() {
     assert_eq!(c.ceiling(20, 20, false), Some(22));
     thrashing(&mut c, now);
     assert_eq!(c.ceiling(22, 22, true), Some(20));
+}
+
+#[test]
+fn during_a_probe_a_fall_caps_in_a_window_not_read_as_queued() {
+    let (mut c, now) = capped(CONFIRMED);
+    assert_eq!(c.ceiling(20, 20, false), Some(22));
+    thrashing(&mut c, now);
+    assert_eq!(c.ceiling(22, 22, false), Some(20));
+    // Without a remembered cap the same window is left to the gradient.
+    let mut fresh = ThroughputCeiling::new();
+    thrashing(&mut fresh, now);
+    assert_eq!(fresh.ceiling(40, 40, false), None);
+}
+
+#[test]
+fn a_fall_refuted_at_its_own_level_forgets_the_cap() {
+    let (mut c, now) = capped(CONFIRMED);
+    // The level that fell (40) delivers as much as the cap's level again: 20 in flight now
+    // answer in 100 ms, 40 in 200 ms (200/s each) — the upstream got slower, not thrashed.
+    for _ in 0..MIN_SAMPLES as usize {
+        c.record(now, 20, 100 * MS);
+        c.record(now, 40, 200 * MS);
+    }
+    assert_eq!(c.ceiling(20, 20, false), None);
+    // And stays gone: a remembered cap would bound a limit of 25 (evidence that only faded is
+    // probed, the first test).
+    assert_eq!(c.ceiling(25, 25, false), None);
 }
