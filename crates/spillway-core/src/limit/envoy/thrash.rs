@@ -206,22 +206,26 @@ impl ThroughputCeiling {
         })
     }
 
-    /// The best pool — (rate, standard error, level) — if a higher level is seen delivering
-    /// clearly less (module docs); `None` while delivery is not seen to fall.
-    fn fall(&self) -> Option<(f64, f64, f64)> {
+    /// The best pool — (rate, standard error, level) — and the lowest higher level seen
+    /// delivering clearly less (module docs); `None` while delivery is not seen to fall.
+    fn fall(&self) -> Option<((f64, f64, f64), f64)> {
         let mut best: Option<(f64, f64, f64)> = None;
-        let mut fell = false;
+        let mut fell: Option<f64> = None;
         for (rate, se, level) in self.pools() {
             match best {
-                Some(b) if rate < b.0 => fell |= falls_below((rate, se), b),
+                Some(b) if rate < b.0 => {
+                    if fell.is_none() && falls_below((rate, se), b) {
+                        fell = Some(level);
+                    }
+                }
                 _ => {
                     // Falls so far were below this level: not "more in flight, less delivered".
                     best = Some((rate, se, level));
-                    fell = false;
+                    fell = None;
                 }
             }
         }
-        best.filter(|_| fell)
+        best.zip(fell)
     }
 
     /// Whether the fall that set the cap is refuted: a pool at or above the level that fell
@@ -243,7 +247,7 @@ impl ThroughputCeiling {
     /// any more); then the limit probes above it, or the gradient does if the cap was not
     /// remembered or its evidence was refuted.
     pub(super) fn ceiling(&mut self, limit: usize, peak: usize, queued: bool) -> Option<usize> {
-        let Some(best) = self.fall() else {
+        let Some((best, fell_at)) = self.fall() else {
             if self.known > 0 && self.refuted() {
                 self.forget_cap();
             }
@@ -264,11 +268,7 @@ impl ThroughputCeiling {
         if cap < limit {
             self.caps += 1;
         }
-        self.fell_at = self
-            .pools()
-            .filter(|&(rate, se, level)| level > best.2 && falls_below((rate, se), best))
-            .map(|p| p.2)
-            .fold(f64::INFINITY, f64::min);
+        self.fell_at = fell_at;
         if self.known > 0 && !self.held {
             // The probe found the fall again: the next one waits for twice as many answers.
             self.step_need = (self.step_need * 2.0).min(MIN_SAMPLES * MAX_BACKOFF);
