@@ -5,6 +5,7 @@ use super::*;
 
 const QUICK: &str = include_str!("../../../../examples/sim/robustness-quick.toml");
 const FULL: &str = include_str!("../../../../examples/sim/robustness.toml");
+const SMALL: &str = include_str!("../../../../examples/sim/robustness-small.toml");
 
 pub(super) fn sweep(extra: &str) -> SweepConfig {
     SweepConfig::from_toml(
@@ -475,6 +476,19 @@ fn shipped_sweep_files_parse() {
         .iter()
         .filter(|c| !c.arrivals.is_open())
         .all(|c| c.offered == 0.0));
+    // The small-upstream file: 1 and 4 workers, each with a plain and a thrashing backend.
+    let small = SweepConfig::from_toml(SMALL, "robustness-small.toml").expect("small parses");
+    let cells = small.cells().expect("cells");
+    assert_eq!(cells.len(), 864);
+    for w in [1, 4] {
+        for b in [BackendKind::Plain, BackendKind::Slowdown] {
+            let n = cells
+                .iter()
+                .filter(|c| c.workers == w && c.backend == b)
+                .count();
+            assert_eq!(n, 216, "workers {w}, {b:?}");
+        }
+    }
 }
 
 #[test]
