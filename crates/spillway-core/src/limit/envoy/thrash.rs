@@ -231,9 +231,18 @@ impl ThroughputCeiling {
     /// Whether the fall that set the cap is refuted: a pool at or above the level that fell
     /// delivers within half of [`FALL`] of the best pool (module docs).
     fn refuted(&self) -> bool {
-        let best = self.pools().map(|p| p.0).fold(0.0, f64::max);
-        self.pools()
-            .any(|(rate, _, level)| level >= self.fell_at && rate >= best * (1.0 - FALL / 2.0))
+        // One walk: the best rate of all pools, and the best of those at or above `fell_at`.
+        let (best, above) = self
+            .pools()
+            .fold((0.0, 0.0), |(best, above), (rate, _, level)| {
+                let above = if level >= self.fell_at {
+                    f64::max(above, rate)
+                } else {
+                    above
+                };
+                (f64::max(best, rate), above)
+            });
+        above > 0.0 && above >= best * (1.0 - FALL / 2.0)
     }
 
     /// The limit's ceiling for a window that closed at `limit`, with `peak` in flight at most
