@@ -136,6 +136,26 @@ impl Permit {
             self.outcome = o;
         }
     }
+
+    /// Moves the slot, with everything the release will use, into the returned permit, and
+    /// leaves this one released (its drop does nothing). For a holder that can only lend the
+    /// permit (`&mut`) to the code that learns the slot must outlive it: a proxy whose caller
+    /// went away while the upstream still works on the request keeps the slot until the
+    /// upstream answers, not until the caller's future is dropped.
+    pub fn hand_over(&mut self) -> Permit {
+        let released = std::mem::replace(&mut self.released, true);
+        Permit {
+            inner: Arc::clone(&self.inner),
+            criticality: self.criticality,
+            started: self.started,
+            queue_time: self.queue_time,
+            in_flight: self.in_flight,
+            charge: self.charge,
+            actual_cost: self.actual_cost,
+            outcome: self.outcome,
+            released,
+        }
+    }
 }
 
 impl Permit {

@@ -410,6 +410,33 @@ fn cancelled_waiter_leaves_the_queue() {
 }
 
 #[test]
+fn a_handed_over_permit_holds_the_slot_until_it_is_released() {
+    let (ctl, clock) = controller(config(1, 4));
+    let mut lent = admitted(ctl.admit(&req(Critical)));
+    lent.set_outcome(Outcome::Abandoned);
+    let held = lent.hand_over();
+    drop(lent);
+    assert_eq!(
+        ctl.snapshot().in_flight,
+        1,
+        "the lender's drop released nothing"
+    );
+    let w = queued(ctl.admit(&req(Critical)));
+    clock.advance(10 * MS);
+    drop(held);
+    assert_eq!(ctl.snapshot().in_flight, 1, "the slot went to the waiter");
+    drop(w);
+    assert_eq!(ctl.snapshot().in_flight, 0);
+    // Handed over after its release, nothing is held twice.
+    let mut p = admitted(ctl.admit(&req(Critical)));
+    p.release_at(clock.now());
+    drop(p.hand_over());
+    let snap = ctl.snapshot();
+    assert_eq!(snap.in_flight, 0);
+    assert_eq!(snap.in_flight_by_criticality[Critical], 0);
+}
+
+#[test]
 fn cancelled_waiters_granted_permit_is_released() {
     let (ctl, _clock) = controller(config(1, 4));
     let p = admitted(ctl.admit(&req(Critical)));
