@@ -178,6 +178,12 @@ pub struct UpstreamConfig {
     pub max_requests_per_task: usize,
     /// Longest wait for one of those slots before answering 503. Default 1 000 ms.
     pub pool_wait_timeout_ms: u64,
+    /// A request whose caller went away (or whose deadline ran out) while its task worked on
+    /// it keeps its admission slot and its request slot until the task answers, within
+    /// `request_timeout_ms`: the task is still doing the work, and the limit must count it.
+    /// `false` cuts the exchange at once (HTTP/2: RST_STREAM; HTTP/1.1: the connection is
+    /// closed) and frees both, for upstreams that stop their work when told. Default true.
+    pub hold_abandoned: bool,
     /// Idle upstream connections kept per task on each data-plane thread. Default 256, as
     /// `max_requests_per_task`: a connection the proxy was allowed to use is kept until
     /// `idle_timeout_ms` instead of being closed after a burst and opened again at the next one
@@ -223,6 +229,7 @@ impl Default for UpstreamConfig {
             response_body_timeout_ms: 60_000,
             max_requests_per_task: 256,
             pool_wait_timeout_ms: 1_000,
+            hold_abandoned: true,
             max_idle_per_task: 256,
             idle_timeout_ms: 60_000,
             retry_buffer_bytes: 65_536,

@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, Version};
-use spillway_core::controller::{NoAnswer, Outcome};
+use spillway_core::controller::{NoAnswer, Outcome, Permit};
 use spillway_core::throttle::AdaptiveThrottle;
 use spillway_tower::wire::{self, Protocol};
 
+use super::abandoned::InExchange;
 use super::body::ReqBody;
 use super::send::Forward;
 use crate::body::ResponseBody;
@@ -89,8 +90,9 @@ pub(super) enum Attempt {
 pub(super) struct Sent {
     /// The task it went to.
     pub(super) task: Arc<Task>,
-    /// Its in-flight count and request slot, held until the response body ends.
-    pub(super) inflight: InSlot,
+    /// Its in-flight count and request slot, held until the response body ends (`None`: the
+    /// caller's deadline ran out and they went on with the exchange, `abandoned`).
+    pub(super) inflight: Option<InSlot>,
     /// The answer, a failure, or the wait's end.
     pub(super) result: SendResult,
     /// How long it waited for the response head.
@@ -104,6 +106,7 @@ pub(super) struct Sent {
 pub(super) fn attempt<'a, 'f>(
     fw: &'a mut Forward<'f>,
     tries: &'a mut Tries,
+    permit: &'a mut Permit,
     now: Instant,
 ) -> impl Future<Output = Attempt> + use<'a, 'f> {
     async move {
@@ -157,18 +160,36 @@ pub(super) fn attempt<'a, 'f>(
         };
         // The configured timeout or, when shorter, what is left of the caller's deadline; and
         // what its firing means (one decision with the sweep's model of the proxy, `sim::sweep`).
+        let upstream_timeout = Duration::from_millis(cfg.request_timeout_ms);
         let (timeout, bound) = NoAnswer::wait_bound(
-            Duration::from_millis(cfg.request_timeout_ms),
+            upstream_timeout,
             fw.class.deadline.map(|d| d.saturating_duration_since(now)),
         );
-        let result = tokio::time::timeout(
-            timeout,
-            pool.conns
-                .send(task_index, req, http2, fw.raw_fields, fw.added),
-        )
-        .await;
+        let exchange = Arc::clone(&pool.conns).send_owned(
+            task_index,
+            req,
+            http2,
+            fw.raw_fields,
+            fw.added.clone(),
+        );
+        let mut exchange = InExchange::new(
+            Box::pin(exchange),
+            inflight,
+            permit,
+            now,
+            upstream_timeout,
+            cfg.hold_abandoned,
+        );
+        let result = exchange.answer(timeout).await;
         unanswered.settled();
         drop(unanswered);
+        let inflight = if result.is_err() && bound == NoAnswer::CallersDeadline {
+            // The caller's time ran out, not the task's: it is still working on the request.
+            exchange.abandon(bound.outcome());
+            None
+        } else {
+            exchange.into_slot()
+        };
         Attempt::Sent(Sent {
             task,
             inflight,

@@ -10,6 +10,7 @@
 //! response counts as in flight for as long as it really occupies the upstream — and an upgraded
 //! tunnel until both its directions close.
 
+mod abandoned;
 mod attempt;
 mod body;
 mod gate;
@@ -38,6 +39,8 @@ use crate::respond;
 use crate::state::ThreadSnapshot;
 
 use crate::http1::strip_hop_by_hop;
+/// The values of `end` on `metrics::ABANDONED_HOLDS`.
+pub(crate) use abandoned::ENDS as ABANDONED_ENDS;
 use headers::is_upgrade;
 pub use headers::Peer;
 

@@ -110,7 +110,7 @@ pub(super) fn forward<'a>(
         let mut first_attempt = Some(start);
         loop {
             let now = first_attempt.take().unwrap_or_else(Instant::now);
-            let (ended, sent) = match attempt(&mut fw, &mut tries, now).await {
+            let (ended, sent) = match attempt(&mut fw, &mut tries, &mut permit, now).await {
                 Attempt::NotSent(res, outcome) => {
                     permit.set_outcome(outcome);
                     return (res, None);
@@ -302,7 +302,7 @@ impl Forward<'_> {
     ) -> (Response<ResponseBody>, Option<Upgrade>) {
         let Sent {
             task,
-            inflight,
+            inflight: Some(inflight),
             result: Ok(Ok(mut res)),
             ..
         } = sent

@@ -37,6 +37,12 @@ pub const EJECTIONS: &str = "spillway_proxy_ejections_total";
 /// connections longer than the upstream does: lower `upstream.idle_timeout_ms` below the
 /// upstream's own keep-alive timeout.
 pub const KEEPALIVE_RACES: &str = "spillway_proxy_upstream_keepalive_races_total";
+/// Requests whose caller went away while their task worked on them, held (their admission and
+/// request slots) until the task answers (`upstream.hold_abandoned`).
+pub const ABANDONED_HELD: &str = "spillway_proxy_abandoned_held_requests";
+/// Holds of abandoned requests ended, by how (label `end`: `answered`, `failed`, `timed_out` —
+/// no answer within `upstream.request_timeout_ms` of the send).
+pub const ABANDONED_HOLDS: &str = "spillway_proxy_abandoned_holds_total";
 /// Open client connections.
 pub const CONNECTIONS: &str = "spillway_proxy_client_connections";
 /// Request header fields whose names contain `_`, by what was done with them (label `action`:
@@ -52,6 +58,8 @@ pub const ADMIN_UNAUTHORIZED: &str = "spillway_admin_unauthorized_total";
 pub const ADMIN_FORBIDDEN: &str = "spillway_admin_forbidden_total";
 /// Label: what was done (`UNDERSCORE_HEADERS`).
 pub const L_ACTION: &str = "action";
+/// Label: how a hold ended (`ABANDONED_HOLDS`).
+pub const L_END: &str = "end";
 /// Label: fault kind.
 pub const L_KIND: &str = "kind";
 /// Label: upstream task address.
@@ -190,6 +198,19 @@ pub fn describe() {
         "Requests sent again because the upstream closed the reused connection as they went out."
     );
     metrics::describe_gauge!(CONNECTIONS, "Open client connections.");
+    metrics::describe_gauge!(
+        ABANDONED_HELD,
+        "Requests whose caller went away, held until their upstream task answers."
+    );
+    metrics::describe_counter!(
+        ABANDONED_HOLDS,
+        "Holds of requests whose caller went away, ended, by how."
+    );
+    // Registered, not set: a hold may be under way already.
+    metrics::gauge!(ABANDONED_HELD).increment(0.0);
+    for end in crate::forward::ABANDONED_ENDS {
+        metrics::counter!(ABANDONED_HOLDS, L_END => end).absolute(0);
+    }
     metrics::describe_counter!(
         UNDERSCORE_HEADERS,
         "Request header fields with '_' in their names, by what was done with them."

@@ -353,6 +353,19 @@ impl Connections {
         }
     }
 
+    /// [`send`](Self::send), owning what it uses: a future that may outlive the request that
+    /// made it (`forward::abandoned`: the exchange goes on after its caller went away).
+    pub fn send_owned(
+        self: Arc<Self>,
+        task: usize,
+        req: Request<RequestBody>,
+        http2: bool,
+        raw_fields: bool,
+        added: AddedHeaders,
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send + 'static {
+        async move { self.send(task, req, http2, raw_fields, &added).await }
+    }
+
     /// Sends once more, on a new connection, a request whose reused connection the upstream
     /// closed as it went out.
     async fn replay_after_race(&self, task: usize, r: Replay) -> Result<Exchanged, UpstreamError> {
