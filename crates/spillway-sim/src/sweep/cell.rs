@@ -11,11 +11,13 @@
 //! future (polled with a waker that names the request) and its `Permit`'s release.
 //!
 //! The pieces map as `sim::demo` maps `spillway demo`: the proxy does no work of its own; it
-//! releases its permit when the backend answers (`Success`), when its own upstream timeout
-//! fires first (`Dropped`), or when the client gives up — gone, or its propagated deadline run
-//! out — (`Ignore`: a caller's deadline is no sample), as the proxy's `forward::send` does, by
-//! the same decision (core's `NoAnswer`). The backend is a plain one — its workers, an
-//! unbounded FIFO, and work for callers who left still done (it is never told).
+//! releases its permit when the backend answers (`Success`) or when its own upstream timeout
+//! fires first (`Dropped`). When the client gives up — gone, or its propagated deadline run
+//! out — the permit's outcome is `Abandoned` (a caller's deadline is no failure and no sample;
+//! core's `NoAnswer` decides, as for the proxy's `forward::send`), and the proxy holds it until
+//! the backend answers, within the upstream timeout (`upstream.hold_abandoned`, its default;
+//! `forward::abandoned`). The backend is a plain one — its workers, an unbounded FIFO, and
+//! work for callers who left still done (it is never told).
 //! Protected and unprotected runs of a cell draw the same arrival times, criticalities and
 //! service times (common random numbers), so their difference is the policy's, not noise.
 //! With open-loop arrivals a request's service time is drawn when it arrives, so that the
@@ -41,7 +43,7 @@ mod tests;
 mod tuned;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 pub use super::figures::RunFigures;
 use super::figures::SLICES;
@@ -54,7 +56,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use spillway_core::controller::{
-    Admission, AdmissionController, AdmissionRequest, NoAnswer, Outcome, Refusal,
+    Admission, AdmissionController, AdmissionRequest, NoAnswer, Outcome, Permit, Refusal,
 };
 use spillway_core::{Clock, Criticality};
 
@@ -70,6 +72,8 @@ const GIVE_UP: u8 = 3;
 const DONE: u8 = 4;
 /// The proxy's own upstream timeout, when it fires before the client's deadline.
 const UPSTREAM_TIMEOUT: u8 = 5;
+/// The proxy's upstream timeout ends its hold of a request whose caller left.
+const HOLD_TIMEOUT: u8 = 6;
 
 /// What stands in front of the backend in one run of a cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +133,9 @@ struct Sim<'a> {
     /// Service times are drawn when a worker starts the request (closed loops), not on
     /// arrival (module docs).
     service_at_start: bool,
+    /// Permits of requests whose client left while the backend had them, by (id, generation):
+    /// the proxy holds each until the backend answers (`upstream.hold_abandoned`).
+    held_abandoned: HashMap<(u32, u32), Permit>,
     // Backend.
     busy: u32,
     fifo: VecDeque<(u32, u32, u64, u64)>,
@@ -244,6 +251,7 @@ pub fn run_mode(
         arrivals_rng: fastrand::Rng::with_seed(seed ^ 0x5151),
         service_rng: fastrand::Rng::with_seed(seed ^ 0xa5a5),
         service_at_start: !spec.arrivals.is_open(),
+        held_abandoned: HashMap::new(),
         busy: 0,
         fifo: VecDeque::new(),
         tick: backend::nanos_or_none(m.backend_timer_tick_ms),
@@ -366,6 +374,11 @@ impl Sim<'_> {
                 GIVE_UP => self.queue_give_up(id, gen),
                 DONE => self.backend_done(id, gen),
                 UPSTREAM_TIMEOUT => self.upstream_timeout(id, gen),
+                HOLD_TIMEOUT => {
+                    if let Some(mut p) = self.held_abandoned.remove(&(id, gen)) {
+                        p.release_at(self.clock.at(self.now));
+                    }
+                }
                 _ => unreachable!("only the kinds above are pushed"),
             }
             self.drain_woken();
@@ -568,18 +581,29 @@ impl Sim<'_> {
                 self.refusal_ns
                     .push(self.now - self.reqs[id as usize].arrival);
             }
-            Held::Permit(p) => {
-                // The proxy lets go when its client does; the backend is not told. With the
-                // deadline propagated, the proxy's own timer fires at this same instant (unless
-                // its configured timeout was no longer, which `wait_bound` says); without, the
-                // client is simply gone. Either way, as `forward::send` releases it.
+            Held::Permit(mut p) => {
+                // The client left; the backend is not told. With the deadline propagated, the
+                // proxy's own timer fires at this same instant (unless its configured timeout
+                // was no longer, which `wait_bound` says); without, the client is simply gone.
+                let started = self.nanos(p.started_at());
                 let why = if self.propagate_deadline {
-                    self.wait_bound(self.nanos(p.started_at()), self.now)
+                    self.wait_bound(started, self.now)
                 } else {
                     NoAnswer::CallerGone
                 };
-                self.reqs[id as usize].held = Held::Permit(p);
-                self.release(id, why.outcome());
+                p.set_outcome(why.outcome());
+                if why == NoAnswer::UpstreamTimeout {
+                    // The proxy's own timeout: it lets go of the exchange and the slot.
+                    drop(p);
+                } else {
+                    // As `forward::abandoned` does: the exchange goes on without its caller and
+                    // the slot is held until the backend answers (its DONE), or until the
+                    // proxy's upstream timeout from the grant.
+                    let gen = self.reqs[id as usize].gen;
+                    let until = started.saturating_add(self.upstream_timeout.as_nanos() as u64);
+                    self.held_abandoned.insert((id, gen), p);
+                    self.push(until.max(self.now), HOLD_TIMEOUT, id, gen);
+                }
             }
             // HAProxy with `option abortonclose` lets go of the server connection, and of its
             // slot, when the client does; the backend is not told.

@@ -168,7 +168,10 @@ impl Sim<'_> {
             self.idle_owed.push_back(owed);
         }
         self.start_work();
-        if self.live(id, gen) && self.reqs[id as usize].phase == Phase::Backend {
+        if let Some(mut p) = self.held_abandoned.remove(&(id, gen)) {
+            // Its client left; the slot it held is free now (its outcome set then).
+            p.release_at(self.clock.at(self.now));
+        } else if self.live(id, gen) && self.reqs[id as usize].phase == Phase::Backend {
             self.release(id, Outcome::Success);
             self.end_request(id, End::Ok);
         }
