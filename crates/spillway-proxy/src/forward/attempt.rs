@@ -165,13 +165,14 @@ pub(super) fn attempt<'a, 'f>(
             upstream_timeout,
             fw.class.deadline.map(|d| d.saturating_duration_since(now)),
         );
-        let exchange = Arc::clone(&pool.conns).send_owned(
-            task_index,
-            req,
-            http2,
-            fw.raw_fields,
-            fw.added.clone(),
-        );
+        // Moved on the last attempt, as the headers are (`request_for_attempt`).
+        let added = if pool.tasks().len() <= 1 {
+            std::mem::take(&mut fw.added)
+        } else {
+            fw.added.clone()
+        };
+        let exchange =
+            Arc::clone(&pool.conns).send_owned(task_index, req, http2, fw.raw_fields, added);
         let mut exchange = InExchange::new(
             Box::pin(exchange),
             inflight,

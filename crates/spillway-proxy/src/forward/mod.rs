@@ -39,8 +39,6 @@ use crate::respond;
 use crate::state::ThreadSnapshot;
 
 use crate::http1::strip_hop_by_hop;
-/// The values of `end` on `metrics::ABANDONED_HOLDS`.
-pub(crate) use abandoned::ENDS as ABANDONED_ENDS;
 use headers::is_upgrade;
 pub use headers::Peer;
 
@@ -108,7 +106,7 @@ pub fn handle(
                 state,
                 rt,
                 parts: &mut parts,
-                added: &added,
+                added,
                 protocol,
                 class,
                 labels,

@@ -45,8 +45,9 @@ pub(super) struct Forward<'a> {
     pub(super) rt: &'a Arc<Runtime>,
     /// The request's head, borrowed from `handle`'s future, which holds it anyway.
     pub(super) parts: &'a mut http::request::Parts,
-    /// The fields written beside the map (`http1::AddedHeaders`).
-    pub(super) added: &'a AddedHeaders,
+    /// The fields written beside the map (`http1::AddedHeaders`), moved into the last
+    /// attempt's exchange as the headers are.
+    pub(super) added: AddedHeaders,
     /// HTTP or gRPC, for the proxy's own answers.
     pub(super) protocol: Protocol,
     /// Its classification: criticality, deadline, attempt.

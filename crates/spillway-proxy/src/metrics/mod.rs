@@ -43,6 +43,12 @@ pub const ABANDONED_HELD: &str = "spillway_proxy_abandoned_held_requests";
 /// Holds of abandoned requests ended, by how (label `end`: `answered`, `failed`, `timed_out` —
 /// no answer within `upstream.request_timeout_ms` of the send).
 pub const ABANDONED_HOLDS: &str = "spillway_proxy_abandoned_holds_total";
+/// How a hold ended (label `end` on [`ABANDONED_HOLDS`]): the answer was read to its end.
+pub const HOLD_ANSWERED: &str = "answered";
+/// The exchange failed.
+pub const HOLD_FAILED: &str = "failed";
+/// No end within the upstream timeout.
+pub const HOLD_TIMED_OUT: &str = "timed_out";
 /// Open client connections.
 pub const CONNECTIONS: &str = "spillway_proxy_client_connections";
 /// Request header fields whose names contain `_`, by what was done with them (label `action`:
@@ -208,7 +214,7 @@ pub fn describe() {
     );
     // Registered, not set: a hold may be under way already.
     metrics::gauge!(ABANDONED_HELD).increment(0.0);
-    for end in crate::forward::ABANDONED_ENDS {
+    for end in [HOLD_ANSWERED, HOLD_FAILED, HOLD_TIMED_OUT] {
         metrics::counter!(ABANDONED_HOLDS, L_END => end).absolute(0);
     }
     metrics::describe_counter!(

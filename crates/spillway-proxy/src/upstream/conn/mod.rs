@@ -355,6 +355,7 @@ impl Connections {
 
     /// [`send`](Self::send), owning what it uses: a future that may outlive the request that
     /// made it (`forward::abandoned`: the exchange goes on after its caller went away).
+    #[allow(clippy::manual_async_fn)] // an `async` block, as `send`'s: arguments stay put
     pub fn send_owned(
         self: Arc<Self>,
         task: usize,
