@@ -37,6 +37,13 @@ async fn give_up_on(p: &Running, path: &str) {
     assert!(gone.is_err(), "{path} answered within 100 ms");
 }
 
+/// A caller whose 50 ms deadline runs out on `/slow` (0.8 s): answered 504 at once.
+async fn deadline_runs_out_on_slow(p: &Running) {
+    let deadline = [("x-spillway-deadline-ms", "50")];
+    let (s, _, body) = get(&client(), p.addr, "/slow", &deadline).await;
+    assert_eq!(s, 504, "{body}");
+}
+
 fn config(backend: std::net::SocketAddr, extra: &str) -> String {
     format!("[upstream]\naddresses = [\"{backend}\"]\nrequest_timeout_ms = 2000\n{extra}")
 }
@@ -69,14 +76,7 @@ async fn a_caller_that_goes_away_leaves_its_slots_held_until_the_task_answers() 
 async fn a_callers_deadline_running_out_leaves_the_slots_held_until_the_task_answers() {
     let b = backend("b").await;
     let p = proxy_toml(&config(b.addr, "")).await;
-    let (s, _, body) = get(
-        &client(),
-        p.addr,
-        "/slow",
-        &[("x-spillway-deadline-ms", "50")],
-    )
-    .await;
-    assert_eq!(s, 504, "{body}");
+    deadline_runs_out_on_slow(&p).await;
     // Answered at ~50 ms; the task works until ~0.8 s.
     assert_eq!(held(&p), (1, 1), "held after the caller's 504");
     until_nothing_held(&p, Duration::from_secs(10)).await;
@@ -93,14 +93,7 @@ async fn switched_off_the_slots_are_freed_when_the_caller_goes() {
     // Freed when the reset arrives, long before the 2 s upstream timeout.
     let took = until_nothing_held(&p, Duration::from_millis(1500)).await;
     eprintln!("freed {took:?} after the caller left");
-    let (s, _, body) = get(
-        &client(),
-        p.addr,
-        "/slow",
-        &[("x-spillway-deadline-ms", "50")],
-    )
-    .await;
-    assert_eq!(s, 504, "{body}");
+    deadline_runs_out_on_slow(&p).await;
     assert_eq!(held(&p), (0, 0), "freed with the 504");
     p.shutdown().await;
 }
