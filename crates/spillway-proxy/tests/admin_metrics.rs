@@ -4,7 +4,7 @@
 
 mod admin_support;
 
-use admin_support::{sample, stack, upstream};
+use admin_support::{metrics, sample, stack, upstream};
 use http::StatusCode;
 use spillway_proxy::admin::AdminConfig;
 
@@ -208,5 +208,76 @@ async fn keep_alive_races_are_counted_per_upstream() {
     .unwrap_or(0.0);
     // Every GET after the first on a thread's connection met the race and was sent again.
     assert!(races >= 1.0, "races {races}\n{}", m.text);
+    s.shutdown().await;
+}
+
+/// A loopback upstream that answers `200 ok` to each request `after` it arrives.
+async fn answers_after(after: std::time::Duration) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                loop {
+                    let Ok(n) = s.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        buf.clear();
+                        tokio::time::sleep(after).await;
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if s.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_of_abandoned_requests_are_counted() {
+    let up = answers_after(std::time::Duration::from_millis(300)).await;
+    let s = stack(
+        &format!("[upstream]\naddresses = [\"{up}\"]\n"),
+        AdminConfig::default(),
+    )
+    .await;
+    let held = |m: &str| sample(m, "spillway_proxy_abandoned_held_requests", &[]);
+    let ended =
+        |m: &str, end: &str| sample(m, "spillway_proxy_abandoned_holds_total", &[("end", end)]);
+    let m = metrics(&s).await;
+    assert_eq!(held(&m), Some(0.0), "{m}");
+    for end in ["answered", "failed", "timed_out"] {
+        assert_eq!(ended(&m, end), Some(0.0), "{end}: {m}");
+    }
+    // The caller's 50 ms run out: answered 504 at once, the hold counted while the upstream works.
+    let r = s.get_proxy("/", &[("x-spillway-deadline-ms", "50")]).await;
+    assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT, "{}", r.text);
+    assert_eq!(held(&metrics(&s).await), Some(1.0));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let m = metrics(&s).await;
+        if ended(&m, "answered") == Some(1.0) {
+            assert_eq!(held(&m), Some(0.0), "{m}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the hold never ended: {m}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     s.shutdown().await;
 }

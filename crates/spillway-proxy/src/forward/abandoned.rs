@@ -119,6 +119,8 @@ impl Drop for InExchange<'_> {
             _permit: self.permit.hand_over(),
             _inflight: self.inflight.take(),
         };
+        // Counted here, not in the task: a caller answered 504 sees the hold already counted.
+        metrics::gauge!(ABANDONED_HELD).increment(1.0);
         rt.spawn(hold_until_answered(exchange, held, self.until));
     }
 }
@@ -130,15 +132,13 @@ struct Held {
 }
 
 async fn hold_until_answered(exchange: Exchange, held: Held, until: Instant) {
-    let gauge = metrics::gauge!(ABANDONED_HELD);
-    gauge.increment(1.0);
     let end = match tokio::time::timeout_at(until, read_to_end(exchange)).await {
         Ok(true) => HOLD_ANSWERED,
         Ok(false) => HOLD_FAILED,
         Err(_) => HOLD_TIMED_OUT,
     };
     drop(held);
-    gauge.decrement(1.0);
+    metrics::gauge!(ABANDONED_HELD).decrement(1.0);
     metrics::counter!(ABANDONED_HOLDS, L_END => end).increment(1);
 }
 
