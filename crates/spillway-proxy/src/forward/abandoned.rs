@@ -9,19 +9,22 @@
 //! old one: it runs more than the limit allows, slows down if its service time grows with what
 //! it holds, more callers give up, and it collapses — behind a cap tuned to its workers too. In
 //! the sweep's small upstreams (`examples/sim/robustness-small.toml`, one worker that slows
-//! with what it holds) goodput past capacity was 0–1 % of capacity with the slot freed and ~30 %
-//! held (bench/results/small-upstreams-issue28.md). Held, the limit counts what the upstream
-//! really holds.
+//! with what it holds) goodput past capacity was 0–1 % of capacity with the slot freed and
+//! 27–31 % held (bench/results/hold-abandoned-issue28.md). Held, the limit counts what the
+//! upstream really holds.
 //!
 //! The hold ends when the response has been read to its end (and discarded; an HTTP/1.1
 //! connection goes back to the pool), when the exchange fails, or at the upstream timeout
-//! counted from the attempt (`upstream.request_timeout_ms`), whichever is first. The permit
-//! keeps the outcome it had when the caller left (`Outcome::Abandoned`: the task failed
-//! nothing, and the limit reads the latency only as a lower bound) and is released with the
-//! whole time the task took, which the deadline budget learns: released with only what the caller waited (the
-//! slot held, the sample taken when the caller left), the budget saw a slow mode only cut short
-//! while waiters queued behind the held slots, and the sweep's late queue exits (R4b) went from
-//! 4 to 62 cells of 2,288 at seed 28 (bench/results/hold-abandoned-issue28.md).
+//! counted from the attempt (`upstream.request_timeout_ms`), whichever is first. Each hold
+//! keeps a task's request slot, so `max_requests_per_task` bounds how many there are.
+//!
+//! The permit keeps the outcome it had when the caller left (`Outcome::Abandoned`: the task
+//! failed nothing, and the limit reads the latency only as a lower bound) and is released with
+//! the whole time the task took, which the deadline budget learns. Released with only what the
+//! caller waited (the slot held, the sample taken when the caller left), the budget saw a slow
+//! mode only cut short while waiters queued behind the held slots, and the sweep's late queue
+//! exits (R4b) went from 4 to 62 cells of 2,288 at seed 28.
+//!
 //! `upstream.hold_abandoned = false` cuts the exchange instead (HTTP/2: RST_STREAM; HTTP/1.1:
 //! the connection is closed) and frees both slots at once, for upstreams that stop their work
 //! when told.
@@ -56,14 +59,14 @@ pub(super) struct InExchange<'p> {
     over: bool,
     inflight: Option<InSlot>,
     permit: &'p mut Permit,
-    /// The hold's end: the send plus the upstream timeout.
+    /// The hold's end: the attempt's start plus the upstream timeout.
     until: Instant,
     /// `upstream.hold_abandoned`.
     hold: bool,
 }
 
 impl<'p> InExchange<'p> {
-    /// `exchange` sent at `sent` on `inflight`'s slot, admitted with `permit`.
+    /// `exchange`, its attempt started at `sent`, on `inflight`'s slot, admitted with `permit`.
     pub(super) fn new(
         exchange: Exchange,
         inflight: InSlot,

@@ -91,7 +91,7 @@ pub(super) struct Sent {
     /// The task it went to.
     pub(super) task: Arc<Task>,
     /// Its in-flight count and request slot, held until the response body ends (`None`: the
-    /// caller's deadline ran out and they went on with the exchange, `abandoned`).
+    /// caller's deadline ran out, and the slot went on with the exchange, `abandoned`).
     pub(super) inflight: Option<InSlot>,
     /// The answer, a failure, or the wait's end.
     pub(super) result: SendResult,
