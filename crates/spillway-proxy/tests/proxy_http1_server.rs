@@ -352,9 +352,9 @@ async fn an_upgrade_after_plain_requests_is_still_tunnelled() {
     assert_eq!(&back, b"ping through the tunnel");
 }
 
-#[tokio::test]
-async fn a_client_that_leaves_while_its_request_runs_cancels_it_upstream() {
-    // An upstream that never answers and reports when the proxy closes its connection.
+/// An upstream that never answers, counting the requests that reached it and the connections
+/// the proxy closed.
+async fn silent_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let up = l.local_addr().unwrap();
     let (seen, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -379,12 +379,20 @@ async fn a_client_that_leaves_while_its_request_runs_cancels_it_upstream() {
             });
         }
     });
-    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{up}\"]\n")).await;
+    (up, seen, closed)
+}
+
+/// A client sends a request to a silent upstream through a proxy with `upstream` keys added,
+/// then leaves once the request has reached the upstream; how long (bounded by 10 s) until the
+/// proxy closed the upstream connection.
+async fn upstream_closed_after_the_client_left(upstream: &str) -> Duration {
+    let (up, seen, closed) = silent_upstream().await;
+    let p = proxy_toml(&format!("[upstream]\naddresses = [\"{up}\"]\n{upstream}")).await;
     let mut s = TcpStream::connect(p.addr).await.unwrap();
     s.write_all(b"GET /never HTTP/1.1\r\nhost: x\r\n\r\n")
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while seen.load(Ordering::SeqCst) == 0 {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -393,14 +401,42 @@ async fn a_client_that_leaves_while_its_request_runs_cancels_it_upstream() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(closed.load(Ordering::SeqCst), 0);
+    let left = tokio::time::Instant::now();
     drop(s);
     while closed.load(Ordering::SeqCst) == 0 {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the upstream request outlived its client"
+            "the upstream request outlived its client and the upstream timeout"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    assert_eq!(
+        p.state.status().admission.in_flight,
+        0,
+        "its slot was freed"
+    );
+    left.elapsed()
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_while_its_request_runs_cancels_it_upstream_when_told_to() {
+    // `hold_abandoned = false`: the upstream exchange is cut when the client leaves.
+    let took = upstream_closed_after_the_client_left("hold_abandoned = false\n").await;
+    assert!(
+        took < Duration::from_millis(1500),
+        "cut {took:?} after the client left"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_while_its_request_runs_leaves_it_held_until_the_upstream_timeout() {
+    // The default: the upstream still works on the request, so it keeps its slots until it
+    // answers — this one never does, so until the upstream timeout (2 s here).
+    let took = upstream_closed_after_the_client_left("request_timeout_ms = 2000\n").await;
+    assert!(
+        took >= Duration::from_millis(1500),
+        "cut {took:?} after the client left"
+    );
 }
 
 #[tokio::test]
