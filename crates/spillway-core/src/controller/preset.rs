@@ -142,9 +142,10 @@ impl AdmissionConfig {
     /// `AdmissionQueue::set_burst_levels`), 100 ms
     /// without a deadline —
     /// and is refused on arrival when it could not start in time. The cautious
-    /// figure is an upper bound of the mean that counts timed-out requests too
-    /// (`queue::service`): the plain average of the requests that finished sat below a skewed
-    /// service's mean, and waiters left later than their deadline less the mean allows.
+    /// figure is an upper bound of the mean that counts timed-out requests too, its first
+    /// answers averaged plainly (`queue::service`): the plain average of the requests that
+    /// finished sat below a skewed service's mean, a cold start's first answer weighed on it
+    /// for dozens more, and waiters left later than their deadline less the mean allows.
     ///
     /// **Shedding:** SHEDDABLE at utilisation 1.0 (ramp 0.03; in flight above a limit just
     /// cut reads as 1.0 until SHEDDABLE's overload is sustained), nothing else: the limit already

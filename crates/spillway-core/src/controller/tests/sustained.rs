@@ -121,7 +121,8 @@ fn a_critical_burst_waits_for_its_deadline_and_sustained_overload_keeps_no_stand
         "no standing queue: {steady:?}"
     );
     // The overload ends and the queue drains; a window later, a burst waits for its deadline
-    // again (the deadline less the cautious service time, about 50 ms), past the max wait.
+    // again (the deadline less the cautious service time: its requests held their slots
+    // 37.5 or 50 ms), past the max wait.
     let _drain = d.steps(steps + 10, 0, deadline);
     assert_eq!(d.ctl.snapshot().queued, 0);
     let _ahead = d.steps(4, 3, deadline);
@@ -131,7 +132,7 @@ fn a_critical_burst_waits_for_its_deadline_and_sustained_overload_keeps_no_stand
         ..req(Critical)
     }));
     let budget = q.give_up_at() - now;
-    assert!(budget > 900 * MS && budget <= 950 * MS, "{budget:?}");
+    assert!(budget > 900 * MS && budget <= 962 * MS, "{budget:?}");
 }
 
 #[test]
