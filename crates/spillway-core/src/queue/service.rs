@@ -20,8 +20,9 @@
 //! their service, where leaving them out budgets only the requests fast enough to finish.
 //!
 //! The first 64 samples are averaged with gain 1/n (their plain mean, and the same for the
-//! deviations), and the margin is the larger of half the deviation and `deviation / √n`, about
-//! a standard error of n samples' mean. Seeded with the first sample and averaged at 1/64 from
+//! deviations), and the margin is the larger of half the deviation and `deviation / √n`, near
+//! a standard error of n samples' mean (σ is 1.25–1.7 times the mean absolute deviation for
+//! the shapes seen). Seeded with the first sample and averaged at 1/64 from
 //! there, the budget stayed near that sample for dozens of answers: a cold start whose first
 //! answers came from a skewed service's fast mode budgeted its waiters at that, and they left
 //! the queue up to half the mean past `deadline − mean` (issue 28's small-upstream sweep, R4b:
@@ -138,7 +139,9 @@ impl ServiceBudget {
             // No deviation from a lone first sample.
             return;
         }
-        let (d, k) = (x.abs_diff(slow), i128::from((n - 1).min(SLOW_SAMPLES)));
+        // At least 1: a concurrent first sample may have set `slow` after this one counted
+        // itself the first.
+        let (d, k) = (x.abs_diff(slow), i128::from((n - 1).clamp(1, SLOW_SAMPLES)));
         let _ = self
             .dev
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
