@@ -117,8 +117,7 @@ impl ServiceBudget {
     }
 
     /// Folds one time a request held its slot into the averages: with gain 1/n for the n-th
-    /// of the first [`SLOW_SAMPLES`], 1/64 after (the first sample is taken as is, with no
-    /// deviation yet).
+    /// of the first 64, 1/64 after (the first sample is taken as is, with no deviation yet).
     pub fn record(&self, service: Duration) {
         let x = saturating_nanos(service);
         // fetch_update retries on a concurrent update; the closures never fail.
