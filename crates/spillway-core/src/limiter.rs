@@ -14,19 +14,16 @@
 //!   criticality scheme, ch. 21) a burst of sheddable traffic can never fill the task, and 5% of
 //!   it is kept for CRITICAL_PLUS. The `max(1, …)` keeps every level able to run one request
 //!   when the limit is at least 1, so no level starves outright on a tiny limit.
-//! - **A reserved slot at small limits.** Fractions alone reserve nothing when the limit is
-//!   small: at a limit of 5 the floors are 4 / 4 / 4 / 5, so SHEDDABLE could take every slot
-//!   CRITICAL may use, and a CRITICAL arrival waited in the queue behind a full limiter (where
-//!   CoDel or the queue's max wait could drop it) — measured with `spillway demo`, whose
-//!   adaptive limit sits at 5–15 for a 4-worker backend. So, from the top down, a level with a
-//!   smaller fraction than the level above it gets at most that level's allowance minus one:
-//!   every higher level keeps at least one slot the lower cannot take ([`allowed_ladder`]; at 5:
-//!   3 / 3 / 4 / 5, at 10: 7 / 8 / 9 / 10, from about 20 on the fractions alone decide). The
-//!   reserve never pushes a level below half the limit (rounded up) or below 1: a level that
-//!   could use less than half could not show the limit algorithm that the limit is in use (the
-//!   app-limited rule of `limit::aimd`, `limit::gradient2` and the Envoy controller's
-//!   `app_limited_growth` grows the limit only while at least half of it is used), and the limit
-//!   would never grow to make room for it.
+//! - **No slot held back beyond the fractions.** At small limits the fractions leave the
+//!   higher levels little (at 5: 4 / 4 / 4 / 5), and the ladder used to lower each level to one
+//!   slot below the level above it (3 / 3 / 4 / 5) so that a CRITICAL arrival never found a
+//!   limiter full of sheddable work. Now the queue serves CRITICAL first and lets it wait for
+//!   its deadline, so such an arrival waits one slot's turnover; and once the limit holds to
+//!   what the upstream can run (the Envoy gradient's `knee_cap`, at 4 for 4 workers) the
+//!   reserve idled a quarter to a half of the workers: SHEDDABLE 2 of 4 slots, its queue
+//!   refused at 0.9 × capacity (issue 28's sweep, `c=4 mean=10ms exp 20x 0.9x crit=0.6`:
+//!   −23.55 pp against the unprotected service; `bench/results/knee-ladder-issue28.md`). Each
+//!   level's allowance is its own share, capped by the level above ([`allowed_ladder`]).
 //!
 //! [`Limiter::try_acquire`] / [`Limiter::release`] are the raw operations the admission
 //! controller uses; [`Limiter::acquire`] wraps them in an RAII [`LimiterPermit`] for direct use.
@@ -88,11 +85,8 @@ pub fn allowed_for(limit: usize, fraction: f64) -> usize {
 }
 
 /// How many requests in flight each level may start below, at `limit`, given the per-level
-/// `headroom` fractions (indexed by [`Criticality::index`]): each level's
-/// [`allowed_for`] share, lowered from the top down so that a level with a smaller fraction
-/// than the one above it stays at least one slot below it — but never below
-/// `min(share, ⌈limit / 2⌉)` (see the module docs). Non-decreasing with criticality whenever the
-/// fractions are.
+/// `headroom` fractions (indexed by [`Criticality::index`]): each level's [`allowed_for`]
+/// share, capped by the level above's (module docs), so non-decreasing with criticality.
 pub fn allowed_ladder(
     limit: usize,
     headroom: &[f64; Criticality::COUNT],
@@ -101,18 +95,10 @@ pub fn allowed_ladder(
     if limit == 0 {
         return out;
     }
-    let half = limit.div_ceil(2);
     let top = Criticality::COUNT - 1;
     out[top] = allowed_for(limit, headroom[top]);
     for i in (0..top).rev() {
-        let own = allowed_for(limit, headroom[i]);
-        let above = out[i + 1];
-        let reserved = if headroom[i] < headroom[i + 1] {
-            own.min(above.saturating_sub(1))
-        } else {
-            own.min(above)
-        };
-        out[i] = reserved.max(own.min(half)).max(1);
+        out[i] = allowed_for(limit, headroom[i]).min(out[i + 1]);
     }
     out
 }
@@ -152,10 +138,11 @@ impl fmt::Debug for Limiter {
 impl Limiter {
     /// A limiter driven by `algorithm`, with per-level `headroom` fractions.
     pub fn new(
-        algorithm: Box<dyn Limit>,
+        mut algorithm: Box<dyn Limit>,
         headroom: PerCriticality<f64>,
     ) -> Result<Self, ConfigError> {
         validate_headroom(&headroom)?;
+        algorithm.set_lowest_share(headroom.0[0]);
         let ladder = allowed_ladder(algorithm.limit(), &headroom.0);
         // The data pointer of the boxed algorithm (a thin cast of the fat pointer).
         let algorithm_at = &*algorithm as *const dyn Limit as *const u8 as usize;
@@ -265,6 +252,17 @@ impl Limiter {
         self.feed(budget, |algo| algo.on_abandoned(sample));
         self.by_criticality[c.index()].fetch_sub(1, Ordering::Relaxed);
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Tells the algorithm whether some level's overload is sustained
+    /// ([`Limit::set_overloaded`]); takes the algorithm's lock, so callers say it when it
+    /// changes.
+    pub fn set_overloaded(&self, overloaded: bool) {
+        let mut algo = match self.algorithm.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        algo.set_overloaded(overloaded);
     }
 
     /// Feeds one sample to the algorithm and mirrors its limit (the only lock in the limiter).
@@ -392,59 +390,56 @@ mod tests {
     }
 
     #[test]
-    fn ladder_reserves_a_slot_per_level_at_small_limits() {
+    fn ladder_is_each_levels_share_capped_by_the_level_above() {
         let h = DEFAULT_HEADROOM.0;
-        // Fractions alone: 4 / 4 / 4 / 5 at a limit of 5 (no slot reserved for CRITICAL).
-        assert_eq!(allowed_ladder(5, &h), [3, 3, 4, 5], "S kept at ⌈5/2⌉");
-        assert_eq!(allowed_ladder(6, &h), [3, 4, 5, 6]);
-        assert_eq!(allowed_ladder(10, &h), [7, 8, 9, 10]);
-        // From about 20 on the fractions alone decide (16 / 18 / 19 / 20).
+        // At a limit of 4 (a 4-worker upstream's knee) SHEDDABLE may use 3, not 2.
+        assert_eq!(allowed_ladder(4, &h), [3, 3, 3, 4]);
+        assert_eq!(allowed_ladder(5, &h), [4, 4, 4, 5]);
+        assert_eq!(allowed_ladder(10, &h), [8, 9, 9, 10]);
         assert_eq!(allowed_ladder(20, &h), [16, 18, 19, 20]);
         assert_eq!(allowed_ladder(100, &h), [80, 90, 95, 100]);
-        assert_eq!(allowed_ladder(3, &h), [2, 2, 2, 3]);
         assert_eq!(allowed_ladder(1, &h), [1, 1, 1, 1]);
         assert_eq!(allowed_ladder(0, &h), [0, 0, 0, 0]);
-        // Equal fractions reserve nothing.
-        assert_eq!(allowed_ladder(5, &[1.0; 4]), [5, 5, 5, 5]);
+        // Fractions that fall with criticality (not valid headroom) are capped from above.
+        assert_eq!(allowed_ladder(10, &[1.0, 0.5, 1.0, 1.0]), [5, 5, 10, 10]);
         for limit in 0..300 {
             let a = allowed_ladder(limit, &h);
             assert!(a.windows(2).all(|w| w[0] <= w[1]), "{limit}: {a:?}");
             for (i, &x) in a.iter().enumerate() {
-                assert!(x <= allowed_for(limit, h[i]), "never above its share");
-                assert!(limit == 0 || x >= limit.div_ceil(2).min(allowed_for(limit, h[i])));
-            }
-            if limit >= 7 {
-                assert!(a.windows(2).all(|w| w[0] < w[1]), "{limit}: {a:?}");
+                assert_eq!(x, allowed_for(limit, h[i]), "{limit}: its own share");
             }
         }
     }
 
     #[test]
     fn headroom_refuses_sheddable_before_critical() {
-        // At a limit of 10 each level keeps one slot the level below cannot take:
-        // SHEDDABLE 7, SHEDDABLE_PLUS 8, CRITICAL 9, CRITICAL_PLUS 10.
-        let l = fixed(10);
-        let permits: Vec<_> = (0..7)
-            .map(|_| l.try_acquire(Criticality::Sheddable).expect("below 7"))
+        // At a limit of 20 the shares are SHEDDABLE 16, SHEDDABLE_PLUS 18, CRITICAL 19,
+        // CRITICAL_PLUS 20.
+        let l = fixed(20);
+        let permits: Vec<_> = (0..16)
+            .map(|_| l.try_acquire(Criticality::Sheddable).expect("below 16"))
             .collect();
-        assert_eq!(permits.len(), 7);
+        assert_eq!(permits.len(), 16);
         assert_eq!(l.try_acquire(Criticality::Sheddable), None);
-        assert_eq!(l.try_acquire(Criticality::SheddablePlus), Some(8));
+        assert_eq!(l.try_acquire(Criticality::SheddablePlus), Some(17));
+        assert_eq!(l.try_acquire(Criticality::SheddablePlus), Some(18));
         assert_eq!(l.try_acquire(Criticality::SheddablePlus), None);
-        assert_eq!(l.try_acquire(Criticality::Critical), Some(9));
+        assert_eq!(l.try_acquire(Criticality::Critical), Some(19));
         assert_eq!(
             l.try_acquire(Criticality::Critical),
             None,
-            "critical stops at 9"
+            "critical stops at 19"
         );
-        assert_eq!(l.try_acquire(Criticality::CriticalPlus), Some(10));
+        assert_eq!(l.try_acquire(Criticality::CriticalPlus), Some(20));
         assert!(l.is_full());
         assert_eq!(l.try_acquire(Criticality::CriticalPlus), None);
-        assert_eq!(l.in_flight_of(Criticality::Sheddable), 7);
-        for _ in 0..7 {
+        assert_eq!(l.in_flight_of(Criticality::Sheddable), 16);
+        for _ in 0..16 {
             l.release(Criticality::Sheddable, None);
         }
-        l.release(Criticality::SheddablePlus, None);
+        for _ in 0..2 {
+            l.release(Criticality::SheddablePlus, None);
+        }
         l.release(Criticality::Critical, None);
         l.release(Criticality::CriticalPlus, None);
         assert_eq!(l.in_flight(), 0);

@@ -115,19 +115,22 @@ impl AdmissionConfig {
     ///   tolerance; the rank test needs a 2× span of levels, and the gradient cut a slower
     ///   upstream below its workers while it waited for one: sweep R1 90 → 84, none newly
     ///   failing).
-    /// - not `unqueued_floor` (`limit/envoy/floor.rs`: a cut does not take the limit below the
-    ///   in-flight level `throughput_ceiling`'s levels show running unqueued). Over issue 28's
-    ///   sweep, five seeds, it fixed 10–17 failing R1 cells per seed (20 workers behind
-    ///   closed-loop clients, whose limit the gradient cut below the workers on chance
-    ///   medians) and raised R2's figure by 0.0016 on average, but failed 0–12 more R3 cells
-    ///   per seed (bimodal services in a capacity drop), and held a thrashing upstream at
-    ///   21–33 where the ceiling alone holds 19–24 (`bench/results/floor-issue28.md`).
-    /// - not `knee_cap` (`limit/envoy/knee.rs`, BBR's bandwidth × `RTprop` by Little's law):
-    ///   it holds a 1000-worker upstream near its workers in a model, but over issue 28's full
-    ///   sweep it did more harm than good (R1 failing cells 120 → 206, R3 683 → 748, R4b
-    ///   18 → 162; R2 661 → 652): small upstreams' pools of in-flight levels mix queued and
-    ///   unqueued requests, and a slow service's pools are read before their long requests
-    ///   have finished (`bench/results/policy3-issue28.md`).
+    /// - `knee_cap` (`limit/envoy/knee.rs`, BBR's bandwidth × `RTprop` by Little's law),
+    ///   **only while some level's overload is sustained** (refused for a second on end) and
+    ///   **as the lowest level's share** of the limit (the knee ÷ 0.8: the levels above keep
+    ///   their headroom on top), with `unqueued_floor` (`limit/envoy/floor.rs`: a cut does
+    ///   not take the limit below the level the upstream was seen to run unqueued) and a
+    ///   headroom ladder that holds no slot back beyond the fractions (`limiter`). Under
+    ///   sustained overload the gradient's tolerance is a queue in the upstream's own FIFO,
+    ///   where CRITICAL waits behind SHEDDABLE the proxy would have held back: a 1-worker
+    ///   upstream at 2 × held 3–24 in flight, CRITICAL 90.9 % where HAProxy with a cap of one
+    ///   keeps 100 %. Below sustained overload the cap stays off: the proxy's queue, with its
+    ///   deadlines and criticality order, refused there what the upstream's FIFO served
+    ///   (capped always, seeds 28–29 of issue 28's sweep failed 6–14 more R1 cells). Over five seeds
+    ///   of the sweep, with the budget's slower average (`queue::service`): see BENCHMARKS.md
+    ///   (`bench/results/knee-ladder-issue28.md`). Always on, without the share and the
+    ///   ladder, it did more harm than good (R1 120 → 206, R4b 18 → 162 at the time;
+    ///   `bench/results/policy3-issue28.md`).
     ///
     /// **Queue:** bounded in time, not by a count: 1024 entries is only a backstop (half the
     /// limit refused bursts of a lightly loaded service; 64 refused a 100-worker 1 ms
@@ -173,6 +176,8 @@ impl AdmissionConfig {
                 slow_start_gain: 3.0,
                 throughput_ceiling: true,
                 rebaseline_on_flat_levels: true,
+                knee_cap: true,
+                unqueued_floor: true,
                 ..EnvoyGradientConfig::default()
             }),
             headroom: DEFAULT_HEADROOM,

@@ -201,19 +201,18 @@ fn shed_on_a_signal_lowest_criticality_first_and_refunds_quota() {
 
 #[test]
 fn headroom_refuses_sheddable_while_critical_is_admitted() {
-    // At a limit of 10 SHEDDABLE may hold 7 (limiter::allowed_ladder: one slot reserved for
-    // each level above it).
+    // At a limit of 10 SHEDDABLE may hold 8 (its share, limiter::allowed_ladder).
     let (ctl, _clock) = controller(config(10, 0));
-    let held: Vec<Permit> = (0..7)
+    let held: Vec<Permit> = (0..8)
         .map(|_| admitted(ctl.admit(&req(Sheddable))))
         .collect();
     let r = refused(ctl.admit(&req(Sheddable)));
     assert_eq!(r.reason, RefusalReason::ConcurrencyLimit);
     let c = admitted(ctl.admit(&req(Critical)));
-    assert_eq!(c.in_flight_at_start(), 8);
+    assert_eq!(c.in_flight_at_start(), 9);
     let snap = ctl.snapshot();
-    assert_eq!(snap.in_flight, 8);
-    assert_eq!(snap.in_flight_by_criticality[Sheddable], 7);
+    assert_eq!(snap.in_flight, 9);
+    assert_eq!(snap.in_flight_by_criticality[Sheddable], 8);
     assert_eq!(snap.in_flight_by_criticality[Critical], 1);
     drop(held);
     drop(c);

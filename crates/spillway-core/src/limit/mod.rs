@@ -88,6 +88,14 @@ pub trait Limit: Send + std::fmt::Debug {
     /// and its end is not the upstream's failure. The default learns nothing from it (a loss-
     /// or drift-based algorithm would read it as a failure or a biased sample).
     fn on_abandoned(&mut self, _s: &Sample) {}
+    /// Whether the admission controller holds some level's overload to be sustained (refused
+    /// for overload for a second on end), set before each sample. An algorithm may hold the
+    /// limit tighter then (the Envoy gradient's `knee_cap`); the default ignores it.
+    fn set_overloaded(&mut self, _overloaded: bool) {}
+    /// The share of the limit the lowest criticality may fill (the limiter's headroom, 0.8 by
+    /// default), set once: a cap meant for what the upstream can run is a cap on that share
+    /// (the Envoy gradient's `knee_cap`); the default ignores it.
+    fn set_lowest_share(&mut self, _share: f64) {}
 }
 
 /// Which algorithm to run, with its parameters.

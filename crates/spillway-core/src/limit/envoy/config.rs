@@ -78,7 +78,9 @@ pub struct EnvoyGradientConfig {
     /// docs and `knee.rs`): requests are grouped by the in-flight count they were admitted
     /// at; the first group (of at least 100) whose mean latency is confidently more than a
     /// tenth above the lowest group's caps the limit, by Little's law, at 1.1 × what the
-    /// upstream runs at once. Default false (Envoy: the gradient alone).
+    /// upstream runs at once, divided by the lowest level's share of the limit — and only
+    /// while the admission controller reports some level's overload sustained (see `knee.rs`).
+    /// Default false (Envoy: the gradient alone).
     pub knee_cap: bool,
     /// Cap the limit where more in flight made the upstream deliver less (see `thrash.rs`):
     /// requests are grouped by the in-flight count they were admitted at, and when a level

@@ -32,6 +32,16 @@
 //!
 //! The groups halve their counts every `interval` (30 s in the default policy), so old levels
 //! fade, and are cleared when the live minRTT finds the upstream itself slower (`live.rs`).
+//!
+//! When it applies (`window.rs`): only while the admission controller reports some level's
+//! overload sustained (`Limit::set_overloaded`), and as the lowest level's share of the limit
+//! (`Limit::set_lowest_share`): the limit is the cap ÷ that share, so the lowest level may run what the upstream runs at
+//! once and the levels above it keep their headroom on top. Under sustained overload the
+//! upstream's FIFO is where CRITICAL would wait behind work the proxy holds back; below it, a
+//! queue moved from the upstream into the proxy meets the proxy's deadlines and criticality
+//! order, and refused work the upstream's FIFO would have served (issue 28's sweep, capped
+//! always: 6–14 more R1 cells failing at seeds 28–29; `bench/results/knee-ladder-issue28.md`).
+//! A limiter used without a controller is never told of overload: the cap stays off.
 
 use super::by_level::{LatencyByLevel, Pool};
 

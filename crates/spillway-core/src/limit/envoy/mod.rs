@@ -210,6 +210,10 @@ pub struct EnvoyGradientLimit {
     flat: Option<WindowLevels>,
     /// The callers' latency budget in nanoseconds (0 = unknown).
     budget_ns: f64,
+    /// The controller holds some level's overload sustained ([`Limit::set_overloaded`]).
+    overloaded: bool,
+    /// The share of the limit the lowest level may fill ([`Limit::set_lowest_share`]).
+    lowest_share: f64,
     /// With `live_min_rtt`: growing by one per fast sample until a window is slow (see
     /// `live.rs`).
     slow_start: bool,
@@ -321,6 +325,8 @@ impl EnvoyGradientLimit {
             flat: (cfg.rebaseline_on_flat_levels && cfg.live_min_rtt && fixed.is_none())
                 .then(WindowLevels::default),
             budget_ns: 0.0,
+            overloaded: false,
+            lowest_share: 1.0,
             slow_start: cfg.live_min_rtt && fixed.is_none(),
             slow_start_gain: finite_or(cfg.slow_start_gain, 1.0, 8.0, 1.0),
             slow_start_credit: 0.0,
@@ -439,6 +445,19 @@ impl Limit for EnvoyGradientLimit {
 
     fn set_latency_budget(&mut self, budget: Duration) {
         self.budget_ns = saturating_nanos(budget) as f64;
+    }
+
+    fn set_overloaded(&mut self, overloaded: bool) {
+        self.overloaded = overloaded;
+    }
+
+    fn set_lowest_share(&mut self, share: f64) {
+        // Validated by the limiter to (0, 1]; anything else leaves the cap as computed.
+        self.lowest_share = if share > 0.0 && share <= 1.0 {
+            share
+        } else {
+            1.0
+        };
     }
 
     /// A request whose caller gave up while it ran (right-censored: its latency is at least

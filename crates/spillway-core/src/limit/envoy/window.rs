@@ -240,9 +240,14 @@ impl EnvoyGradientLimit {
             }
         }
         match knee {
-            // knee.rs: past the knee by Little's law, whatever the median's tolerance says.
-            Some(Verdict::Cap(c)) => new_limit = new_limit.min(c.clamp(self.floor, self.max)),
-            Some(Verdict::Free) | None => {}
+            // knee.rs: past the knee by Little's law, whatever the median's tolerance says —
+            // while some level's overload is sustained, and as the lowest level's share of the
+            // limit: the levels above it keep their headroom on top.
+            Some(Verdict::Cap(c)) if self.overloaded => {
+                let c = (c as f64 / self.lowest_share).ceil() as usize;
+                new_limit = new_limit.min(c.clamp(self.floor, self.max));
+            }
+            Some(_) | None => {}
         }
         let queued = sample > tolerated;
         if let Some(c) = self

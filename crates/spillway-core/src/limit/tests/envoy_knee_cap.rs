@@ -1,6 +1,8 @@
-//! `knee_cap`: on a large upstream kept saturated, the limit stays near what its workers can
-//! run (Little's law) instead of where the median reaches the gradient's tolerance; latency
-//! that a cut does not bring down is taken as the upstream's and left to the gradient.
+//! `knee_cap`: on a large upstream kept saturated (and the overload sustained, as the
+//! controller would report it), the limit stays near what its workers can run (Little's law)
+//! instead of where the median reaches the gradient's tolerance; latency that a cut does not
+//! bring down is taken as the upstream's and left to the gradient. Without sustained overload
+//! the cap does not apply.
 
 use super::*;
 
@@ -40,6 +42,8 @@ fn a_thousand_workers_kept_busy_are_not_given_a_queue() {
     let run = |knee: bool| {
         let mut l =
             EnvoyGradientLimit::new(&preset(knee), t0, Box::new(FixedRandom(0.0))).expect("valid");
+        // The cap holds while the controller reports sustained overload (a saturated caller).
+        l.set_overloaded(true);
         // A first request alone measures minRTT, as at any start.
         l.on_sample(&sample(t0, 7 * MS, 1, false));
         let path = saturated(&mut l, t0, 1000, 10.0, (1.0, f64::INFINITY), 3000.0);
@@ -60,11 +64,33 @@ fn a_thousand_workers_kept_busy_are_not_given_a_queue() {
 }
 
 #[test]
+fn the_cap_waits_for_sustained_overload_and_caps_the_lowest_share() {
+    let t0 = Instant::now();
+    let run = |knee: bool, overloaded: bool, share: f64| {
+        let mut l =
+            EnvoyGradientLimit::new(&preset(knee), t0, Box::new(FixedRandom(0.0))).expect("valid");
+        l.set_overloaded(overloaded);
+        l.set_lowest_share(share);
+        l.on_sample(&sample(t0, 7 * MS, 1, false));
+        saturated(&mut l, t0, 1000, 10.0, (1.0, f64::INFINITY), 3000.0)
+    };
+    // Until the controller reports sustained overload the gradient alone decides.
+    assert_eq!(run(true, false, 0.8), run(false, false, 0.8));
+    // Then the cap is on the lowest level's share of the limit: the limit sits higher by
+    // the headroom the levels above it keep.
+    let tail = |p: &[usize]| p[p.len() - 10..].iter().sum::<usize>();
+    let (full, share) = (run(true, true, 1.0), run(true, true, 0.8));
+    assert!(tail(&share) > tail(&full), "{share:?} vs {full:?}");
+}
+
+#[test]
 fn an_upstream_that_got_slower_is_not_cut_to_nothing() {
     let t0 = Instant::now();
     let run = |knee: bool| {
         let mut l =
             EnvoyGradientLimit::new(&preset(knee), t0, Box::new(FixedRandom(0.0))).expect("valid");
+        // The cap holds while the controller reports sustained overload (a saturated caller).
+        l.set_overloaded(true);
         l.on_sample(&sample(t0, 7 * MS, 1, false));
         // At 1.5 s every request takes twice as long, queued or not: slower, not queueing.
         saturated(&mut l, t0, 1000, 10.0, (2.0, 1500.0), 4000.0)

@@ -8,6 +8,9 @@ use super::*;
 fn preset(throughput_ceiling: bool) -> EnvoyGradientConfig {
     EnvoyGradientConfig {
         throughput_ceiling,
+        // The ceiling alone: the preset's `unqueued_floor` reads the ceiling's levels, so with
+        // it the paths with and without the ceiling would differ by the floor too.
+        unqueued_floor: false,
         ..zero_config_envoy()
     }
 }
