@@ -559,10 +559,10 @@ async fn large_body_streamed_and_not_retried() {
 
 #[tokio::test]
 async fn overload_sheds_lowest_criticality_first() {
-    // Limit fixed at 10, no queue; 7 slow CRITICAL requests hold 7 slots (utilisation 0.7).
+    // Limit fixed at 10, no queue; 8 slow CRITICAL requests hold 8 slots (utilisation 0.8).
     // At a limit of 10 the headroom ladder (spillway-core `limiter::allowed_ladder`) lets
-    // SHEDDABLE hold 7, SHEDDABLE_PLUS 8, CRITICAL 9 and CRITICAL_PLUS 10: SHEDDABLE is
-    // refused, SHEDDABLE_PLUS and CRITICAL_PLUS still get in.
+    // SHEDDABLE hold 8, SHEDDABLE_PLUS 9, CRITICAL 9 and CRITICAL_PLUS 10: with 8 CRITICAL
+    // held, SHEDDABLE is refused, SHEDDABLE_PLUS and CRITICAL_PLUS still get in.
     let b = backend("b").await;
     let p = proxy_toml(&format!(
         r#"
@@ -581,7 +581,7 @@ max_len = 0
     .await;
     let c = client();
     let mut slow = Vec::new();
-    for _ in 0..7 {
+    for _ in 0..8 {
         let (c, addr) = (c.clone(), p.addr);
         slow.push(tokio::spawn(async move {
             let (s, h, b) = get(&c, addr, "/slow", &[("x-spillway-criticality", "CRITICAL")]).await;
@@ -592,7 +592,7 @@ max_len = 0
         }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(p.state.status().admission.in_flight, 7);
+    assert_eq!(p.state.status().admission.in_flight, 8);
     for _ in 0..5 {
         let (s, h, _) = get(&c, p.addr, "/", &[("x-spillway-criticality", "SHEDDABLE")]).await;
         assert_eq!(s, 503);
