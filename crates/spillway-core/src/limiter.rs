@@ -249,20 +249,32 @@ impl Limiter {
     /// Releases a slot whose caller gave up while it ran ([`crate::controller::Outcome::Abandoned`]):
     /// its latency goes to [`Limit::on_abandoned`] as a lower bound, not as a sample.
     pub fn release_abandoned(&self, c: Criticality, sample: &Sample, budget: Option<Duration>) {
-        self.feed(budget, |algo| algo.on_abandoned(sample));
+        self.feed(budget, None, |algo| algo.on_abandoned(sample));
         self.by_criticality[c.index()].fetch_sub(1, Ordering::Relaxed);
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Tells the algorithm whether some level's overload is sustained
-    /// ([`Limit::set_overloaded`]); takes the algorithm's lock, so callers say it when it
-    /// changes.
-    pub fn set_overloaded(&self, overloaded: bool) {
-        let mut algo = match self.algorithm.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        algo.set_overloaded(overloaded);
+    /// The admission controller's release: [`release_with_budget`](Self::release_with_budget)
+    /// or, for a request whose caller left, [`release_abandoned`](Self::release_abandoned),
+    /// telling the algorithm under the same lock whether some level's overload is sustained
+    /// ([`Limit::set_overloaded`]).
+    pub(crate) fn release_from_controller(
+        &self,
+        c: Criticality,
+        sample: Option<&Sample>,
+        abandoned: bool,
+        budget: Option<Duration>,
+        overloaded: bool,
+    ) {
+        match sample {
+            Some(s) if abandoned => {
+                self.feed(budget, Some(overloaded), |algo| algo.on_abandoned(s));
+            }
+            Some(s) => self.feed(budget, Some(overloaded), |algo| algo.on_sample(s)),
+            None => {}
+        }
+        self.by_criticality[c.index()].fetch_sub(1, Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Feeds one sample to the algorithm and mirrors its limit (the only lock in the limiter).
@@ -273,11 +285,17 @@ impl Limiter {
     /// [`record`](Self::record), first telling the algorithm the callers' latency `budget`
     /// ([`Limit::set_latency_budget`]).
     pub fn record_with_budget(&self, sample: &Sample, budget: Option<Duration>) {
-        self.feed(budget, |algo| algo.on_sample(sample));
+        self.feed(budget, None, |algo| algo.on_sample(sample));
     }
 
-    /// Runs `f` on the algorithm under its lock, then mirrors its limit into the atomics.
-    fn feed(&self, budget: Option<Duration>, f: impl FnOnce(&mut dyn Limit)) {
+    /// Runs `f` on the algorithm under its lock (first telling it the callers' budget and the
+    /// overload, where known), then mirrors its limit into the atomics.
+    fn feed(
+        &self,
+        budget: Option<Duration>,
+        overloaded: Option<bool>,
+        f: impl FnOnce(&mut dyn Limit),
+    ) {
         // A panic inside an algorithm poisons the mutex; the algorithm state is still the best
         // estimate there is, so keep using it rather than failing every later release.
         let mut algo = match self.algorithm.lock() {
@@ -286,6 +304,9 @@ impl Limiter {
         };
         if let Some(b) = budget {
             algo.set_latency_budget(b);
+        }
+        if let Some(o) = overloaded {
+            algo.set_overloaded(o);
         }
         f(&mut **algo);
         let limit = algo.limit();

@@ -153,20 +153,15 @@ impl Inner {
     /// Returns a slot, then dispatches to waiters if any (see the module docs for the order).
     pub(crate) fn release_slot(&self, c: Criticality, sample: Option<&Sample>, abandoned: bool) {
         let budget = sample.map(|_| Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed)));
-        if let Some(s) = sample {
-            // The limit may hold to the upstream's knee while overload is sustained
-            // (`limit/envoy/knee.rs`).
-            let sustained = Criticality::ALL
+        // The limit may hold to the upstream's knee while overload is sustained
+        // (`limit/envoy/knee.rs`); judged at the sample's time.
+        let overloaded = sample.is_some_and(|s| {
+            Criticality::ALL
                 .iter()
-                .any(|&c| self.episode.is_sustained(c, s.now));
-            if self.overloaded.swap(sustained, Ordering::Relaxed) != sustained {
-                self.limiter.set_overloaded(sustained);
-            }
-        }
-        match sample {
-            Some(s) if abandoned => self.limiter.release_abandoned(c, s, budget),
-            _ => self.limiter.release_with_budget(c, sample, budget),
-        }
+                .any(|&c| self.episode.is_sustained(c, s.now))
+        });
+        self.limiter
+            .release_from_controller(c, sample, abandoned, budget, overloaded);
         if self.queued.load(Ordering::SeqCst) > 0 {
             let mut q = self.lock_queue();
             self.dispatch(&mut q, self.clock.now());

@@ -153,9 +153,6 @@ pub(crate) struct Inner {
     /// The budget (ns) every waiter's give-up time allows for at least
     /// ([`Inner::revise_give_ups`]).
     revised_budget_ns: AtomicU64,
-    /// Whether some level's overload was sustained at the last release with a sample, as the
-    /// limit algorithm was last told ([`crate::limit::Limit::set_overloaded`]).
-    overloaded: AtomicBool,
 }
 
 /// How many bytes at the start of [`Inner`] (counted from its `Arc` allocation, counts
@@ -240,7 +237,6 @@ impl AdmissionController {
                 shedding: refusal::Shedding::new(origin),
                 service_budget: ServiceBudget::new(),
                 revised_budget_ns: AtomicU64::new(0),
-                overloaded: AtomicBool::new(false),
                 counters: Counters::default(),
             }),
         })

@@ -89,8 +89,8 @@ pub trait Limit: Send + std::fmt::Debug {
     /// or drift-based algorithm would read it as a failure or a biased sample).
     fn on_abandoned(&mut self, _s: &Sample) {}
     /// Whether the admission controller holds some level's overload to be sustained (refused
-    /// for overload for a second on end), set before each sample. An algorithm may hold the
-    /// limit tighter then (the Envoy gradient's `knee_cap`); the default ignores it.
+    /// for overload for a second on end), set before each sample it feeds. An algorithm may
+    /// hold the limit tighter then (the Envoy gradient's `knee_cap`); the default ignores it.
     fn set_overloaded(&mut self, _overloaded: bool) {}
     /// The share of the limit the lowest criticality may fill (the limiter's headroom, 0.8 by
     /// default), set once: a cap meant for what the upstream can run is a cap on that share
