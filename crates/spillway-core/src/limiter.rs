@@ -239,22 +239,16 @@ impl Limiter {
         sample: Option<&Sample>,
         budget: Option<Duration>,
     ) {
-        if let Some(s) = sample {
-            self.record_with_budget(s, budget);
-        }
-        self.by_criticality[c.index()].fetch_sub(1, Ordering::Relaxed);
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.release_fed(c, sample, false, budget, None);
     }
 
     /// Releases a slot whose caller gave up while it ran ([`crate::controller::Outcome::Abandoned`]):
     /// its latency goes to [`Limit::on_abandoned`] as a lower bound, not as a sample.
     pub fn release_abandoned(&self, c: Criticality, sample: &Sample, budget: Option<Duration>) {
-        self.feed(budget, None, |algo| algo.on_abandoned(sample));
-        self.by_criticality[c.index()].fetch_sub(1, Ordering::Relaxed);
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.release_fed(c, Some(sample), true, budget, None);
     }
 
-    /// The admission controller's release: [`release_with_budget`](Self::release_with_budget)
+    /// The admission controller's release: as [`release_with_budget`](Self::release_with_budget)
     /// or, for a request whose caller left, [`release_abandoned`](Self::release_abandoned),
     /// telling the algorithm under the same lock whether some level's overload is sustained
     /// ([`Limit::set_overloaded`]).
@@ -266,11 +260,21 @@ impl Limiter {
         budget: Option<Duration>,
         overloaded: bool,
     ) {
+        self.release_fed(c, sample, abandoned, budget, Some(overloaded));
+    }
+
+    /// Feeds `sample` (if any; to [`Limit::on_abandoned`] when `abandoned`), then returns the slot.
+    fn release_fed(
+        &self,
+        c: Criticality,
+        sample: Option<&Sample>,
+        abandoned: bool,
+        budget: Option<Duration>,
+        overloaded: Option<bool>,
+    ) {
         match sample {
-            Some(s) if abandoned => {
-                self.feed(budget, Some(overloaded), |algo| algo.on_abandoned(s));
-            }
-            Some(s) => self.feed(budget, Some(overloaded), |algo| algo.on_sample(s)),
+            Some(s) if abandoned => self.feed(budget, overloaded, |algo| algo.on_abandoned(s)),
+            Some(s) => self.feed(budget, overloaded, |algo| algo.on_sample(s)),
             None => {}
         }
         self.by_criticality[c.index()].fetch_sub(1, Ordering::Relaxed);
