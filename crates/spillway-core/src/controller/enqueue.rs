@@ -112,8 +112,10 @@ impl AdmissionController {
         let blocked = (inner.limiter.in_flight() + 1).saturating_sub(inner.limiter.allowed(c));
         let ahead = q.ahead_of(c, req.continuation) + blocked;
         // While a level is being shed, drained at the share of the slots the levels above it
-        // leave (`queue/served.rs`).
-        let wait = q.expected_wait(c, ahead, wait_slot, shed_level.is_some());
+        // leave — as far as that share is known (`queue/served.rs`): a level with nothing
+        // waiting and no slot seen lately has one arrival judged on the plain estimate.
+        let shared = shed_level.is_some() && q.share_is_current(c, now);
+        let wait = q.expected_wait(c, ahead, wait_slot, shared);
         if give_up_at > by_wait && now.checked_add(wait).map_or(true, |t| t > give_up_at) {
             // CRITICAL work may wait past the max wait for its deadline (`give_up_at`) only
             // when it is expected to start in time: a CRITICAL queue that outgrew its callers'

@@ -114,7 +114,7 @@ impl<T> AdmissionQueue<T> {
             if !slots.take_slot(c) {
                 return None;
             }
-            self.note_served(c);
+            self.note_served(now, c);
             let e = self.take(now, class, pos);
             self.sustained.on_dispatch(now, self.len);
             return e;

@@ -155,8 +155,11 @@ pub struct AdmissionQueue<T> {
     codel: Option<Codel>,
     /// Since when the queue has held more than the adaptive-LIFO depth.
     building_since: Option<Instant>,
-    /// Recent dequeues per criticality, in 1/65536ths of the whole (see `served.rs`).
+    /// Per level, the share of the slots it contested (had work waiting when they went) that
+    /// went to levels above it, in 1/65536ths (see `served.rs`).
     served: [u32; Criticality::COUNT],
+    /// When each level last saw a slot go (to it or above it) while it had work waiting.
+    contested_at: [Option<Instant>; Criticality::COUNT],
     /// Burst or sustained overload of the deadline-bound levels, and the measured drain.
     sustained: sustained::Sustained,
     /// The lowest level being refused for overload, as the controller last said
@@ -215,6 +218,7 @@ impl<T> AdmissionQueue<T> {
             next_seq: 0,
             building_since: None,
             served: [0; Criticality::COUNT],
+            contested_at: [None; Criticality::COUNT],
             sustained: sustained::Sustained::default(),
             shed_level: None,
             burst_levels: 0,

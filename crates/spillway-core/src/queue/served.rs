@@ -16,11 +16,23 @@
 //! each priority gets is what the ones above leave) applied per request: instead of a level
 //! threshold moved in steps, each arrival's expected wait is judged against its own budget.
 //!
-//! The shares are an exponentially weighted record of which level each dequeue served (gain
-//! 1/16: the last few dozen dispatches), in fixed point, kept under the queue's lock. Only
-//! dispatches from the queue count: while nobody waits, admissions take the fast path and the
-//! estimate is not needed. Before the first dispatch every share is zero: no level is assumed
-//! to take anything (the estimate is the plain one).
+//! The shares are an exponentially weighted record, per level, of where the slots went while
+//! that level had work waiting: to a level above it or to itself (gain 1/16: the last few dozen
+//! such dispatches), in fixed point, kept under the queue's lock. Only slots the level
+//! contested count. Counting every dispatch made the estimate fulfil itself: a level refused at
+//! the door has nothing queued, every dispatch then goes to the levels above, its share falls
+//! to nothing, and it is refused at the door again (`spillway demo` with throttling clients:
+//! SHEDDABLE, owed 30 % of a 4-worker backend, refused with none of it queued while the backend
+//! idled, goodput 89–95 % of capacity at the 10 × jump where 95 % is the target). Before a
+//! level's first contested slot its share above is zero (the estimate is the plain one).
+//!
+//! A record goes stale while its level has nothing waiting: nothing updates it, and if it says
+//! the level is starved the level is refused at the door and never waits to update it. So a
+//! level with nothing waiting that has seen no contested slot for [`FRESH`] has its arrival
+//! judged on the plain estimate: one waits, and what it sees renews the record. Once a second
+//! at most — a probe that cannot start waits out its budget, and as a standing rule (one probe
+//! whenever nothing waits) that cost slow services their quick refusals (20 workers × 500 ms
+//! at 2 ×: the median arrival→refusal 0 → 100 ms, a probe timing out every max wait).
 //!
 //! Only while a level is being shed (refused for overload within one max wait): the record
 //! counts dispatches, and a short burst's queue is served highest level first, so below
@@ -29,6 +41,8 @@
 //! served (issue 28's sweep, R1: 18 cells newly failing, e.g. 100 workers × 1 ms at 0.9 ×,
 //! 0 → −0.27 pp). Under sustained overload a level is refused all along, and the share is
 //! what it drains at.
+
+use std::time::{Duration, Instant};
 
 use super::AdmissionQueue;
 use crate::criticality::Criticality;
@@ -41,19 +55,46 @@ const GAIN_SHIFT: u32 = 4;
 /// seen none for a while is still served when the levels above it leave a slot, and its
 /// estimate stays finite (at most 16 × the plain one).
 const MIN_LEFT: u32 = ONE >> 4;
+/// A level's two classes (plain and continuation) in the queue's `nonempty` bits.
+const LEVEL_CLASSES: u32 = 0b11;
+/// How long a level's record is trusted after the last slot it contested (module docs).
+const FRESH: Duration = Duration::from_secs(1);
 
 impl<T> AdmissionQueue<T> {
-    /// Records that a request of criticality `c` was dispatched.
-    pub(super) fn note_served(&mut self, c: Criticality) {
-        for s in &mut self.served {
-            *s -= *s >> GAIN_SHIFT;
+    /// Records that a request of criticality `c` is being dispatched, before it leaves the
+    /// queue: for every level with work waiting, whether this slot went above it.
+    pub(super) fn note_served(&mut self, now: Instant, c: Criticality) {
+        for level in Criticality::ALL {
+            if level > c || !self.has_waiting(level) {
+                continue;
+            }
+            self.contested_at[level.index()] = Some(now);
+            let above = &mut self.served[level.index()];
+            if level < c {
+                *above += (ONE - *above) >> GAIN_SHIFT;
+            } else {
+                *above -= *above >> GAIN_SHIFT;
+            }
         }
-        self.served[c.index()] += ONE >> GAIN_SHIFT;
     }
 
-    /// The share of recent dispatches that went to levels above `c`, in `ONE`ths.
+    /// Whether level `c`'s share of the slots is known now: it has work waiting, or saw a slot
+    /// go while it had within `FRESH` (1 s). Otherwise an arrival of it is judged on the plain
+    /// estimate (module docs).
+    pub fn share_is_current(&self, c: Criticality, now: Instant) -> bool {
+        self.has_waiting(c)
+            || self.contested_at[c.index()]
+                .is_some_and(|t| now.saturating_duration_since(t) < FRESH)
+    }
+
+    fn has_waiting(&self, c: Criticality) -> bool {
+        self.nonempty & LEVEL_CLASSES << (2 * c.index()) != 0
+    }
+
+    /// The share of the slots that went to levels above `c` while `c` had work waiting, in
+    /// `ONE`ths.
     pub(super) fn share_above(&self, c: Criticality) -> u32 {
-        self.served[c.index() + 1..].iter().sum::<u32>().min(ONE)
+        self.served[c.index()].min(ONE)
     }
 
     /// The expected wait of a request of criticality `c` with `ahead` entries to be served
@@ -65,9 +106,9 @@ impl<T> AdmissionQueue<T> {
         &self,
         c: Criticality,
         ahead: usize,
-        per_slot: std::time::Duration,
+        per_slot: Duration,
         shedding: bool,
-    ) -> std::time::Duration {
+    ) -> Duration {
         let left = if shedding {
             (ONE - self.share_above(c)).max(MIN_LEFT)
         } else {
@@ -76,6 +117,6 @@ impl<T> AdmissionQueue<T> {
         let plain = per_slot.saturating_mul(u32::try_from(ahead).unwrap_or(u32::MAX));
         // plain × ONE / left, in nanoseconds (u128: no overflow for any Duration).
         let nanos = plain.as_nanos() * u128::from(ONE) / u128::from(left);
-        std::time::Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 }
