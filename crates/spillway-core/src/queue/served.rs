@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use super::AdmissionQueue;
 use crate::criticality::Criticality;
 
-/// Fixed-point one: the shares sum to about this once dispatches have filled the record.
+/// Fixed-point one: all of the slots a level contested.
 pub(super) const ONE: u32 = 1 << 16;
 /// log2 of the inverse gain: each dispatch moves the record by 1/16.
 const GAIN_SHIFT: u32 = 4;
