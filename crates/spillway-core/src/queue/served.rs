@@ -44,7 +44,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::AdmissionQueue;
+use super::{class_of, AdmissionQueue};
 use crate::criticality::Criticality;
 
 /// Fixed-point one: all of the slots a level contested.
@@ -55,8 +55,6 @@ const GAIN_SHIFT: u32 = 4;
 /// seen none for a while is still served when the levels above it leave a slot, and its
 /// estimate stays finite (at most 16 × the plain one).
 const MIN_LEFT: u32 = ONE >> 4;
-/// A level's two classes (plain and continuation) in the queue's `nonempty` bits.
-const LEVEL_CLASSES: u32 = 0b11;
 /// How long a level's record is trusted after the last slot it contested (module docs).
 const FRESH: Duration = Duration::from_secs(1);
 
@@ -88,13 +86,14 @@ impl<T> AdmissionQueue<T> {
     }
 
     fn has_waiting(&self, c: Criticality) -> bool {
-        self.nonempty & LEVEL_CLASSES << (2 * c.index()) != 0
+        let level = 1 << class_of(c, false) | 1 << class_of(c, true);
+        self.nonempty & level != 0
     }
 
     /// The share of the slots that went to levels above `c` while `c` had work waiting, in
     /// `ONE`ths.
     pub(super) fn share_above(&self, c: Criticality) -> u32 {
-        self.served[c.index()].min(ONE)
+        self.served[c.index()]
     }
 
     /// The expected wait of a request of criticality `c` with `ahead` entries to be served
