@@ -143,8 +143,19 @@ impl<const GROUPS: usize, const PER_DOUBLING: usize> LatencyByLevel<GROUPS, PER_
     /// From group `first` up, lowest first, neighbouring groups pooled until each pool holds
     /// `min_samples` requests; a pool left short at the top is not given.
     pub(super) fn pools(&self, first: usize, min_samples: f64) -> impl Iterator<Item = Pool> + '_ {
+        self.pools_in(first, GROUPS, min_samples)
+    }
+
+    /// [`pools`](Self::pools) of groups `first..end` only.
+    pub(super) fn pools_in(
+        &self,
+        first: usize,
+        end: usize,
+        min_samples: f64,
+    ) -> impl Iterator<Item = Pool> + '_ {
         self.groups
             .iter()
+            .take(end)
             .skip(first)
             .scan(Group::default(), move |pool, g| {
                 pool.add(g);

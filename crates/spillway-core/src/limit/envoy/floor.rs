@@ -22,7 +22,8 @@
 //! - At most Little's law's bandwidth-delay product, the best pool's delivery (level / mean
 //!   latency) × the unqueued latency × 1.1: a small upstream's pools mix queued and unqueued
 //!   requests, and a floor read from them alone held a 1-worker service at 13.
-//! - Not below [`MIN_LEVEL`] (`thrash.rs`'s lowest judged level, for the same reason).
+//! - Not below [`CONFOUNDED_BELOW`] (where `thrash.rs` reads level and latency as
+//!   confounded, for the same reason).
 //! - Not in a window where a tenth or more of the requests were dropped: the callers are
 //!   giving up, and the gradient's cut is the way out.
 //! - Applied before `throughput_ceiling`, which may always cap below it: a floor that overrode
@@ -48,7 +49,7 @@
 //! holds 19–24 (`bench/results/floor-issue28.md`).
 
 use super::knee::DELAY_SHARE;
-use super::thrash::MIN_LEVEL;
+use super::thrash::CONFOUNDED_BELOW;
 
 /// Windows with at least this share of their requests dropped hold no floor.
 const DROPPED_SHARE: f64 = 0.1;
@@ -86,7 +87,7 @@ pub(super) fn floor(
     // Both finite and non-negative here; `as` saturates.
     let level = (u.level.floor() as usize).min(bdp as usize).min(max);
     let counted = f64::from(answered) + f64::from(dropped);
-    if level < MIN_LEVEL || f64::from(dropped) >= DROPPED_SHARE * counted.max(1.0) {
+    if level < CONFOUNDED_BELOW || f64::from(dropped) >= DROPPED_SHARE * counted.max(1.0) {
         return 0;
     }
     if old == 0 {

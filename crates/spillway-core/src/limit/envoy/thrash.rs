@@ -20,8 +20,10 @@
 //! ([`Sample::in_flight`](crate::limit::Sample)), [`PER_DOUBLING`] groups per doubling;
 //! neighbouring groups are pooled, lowest first, until each pool holds [`MIN_SAMPLES`]. The
 //! pool that delivers most is the best level; when a pool *above* it delivers clearly less —
-//! by [`FALL`] of the best's rate beyond two standard errors of both — more in flight
-//! destroyed throughput, and the limit is capped where in flight stays at the best level.
+//! by [`FALL`] of the best's rate beyond two standard errors of both (by [`STEEP_FALL`] below
+//! [`CONFOUNDED_BELOW`] in flight, where long requests move level and latency together) —
+//! more in flight destroyed throughput, and the limit is capped where in flight stays at the
+//! best level.
 //!
 //! What it leaves alone: below the knee delivery rises with the level; past the knee of a
 //! plain FIFO it is flat (latency grows in proportion to the level), so no pool falls below
@@ -91,12 +93,20 @@ pub(super) const FALL: f64 = 0.1;
 /// Groups halve this often (ns): a few seconds of a busy service's requests judge a level, and
 /// a level left for longer is judged again.
 pub(super) const HALF_LIFE_NS: u64 = 2_000_000_000;
-/// The lowest in-flight level judged. At a handful in flight, one long request raises both
-/// the in-flight count (arrivals pile up behind it) and the latency of what is admitted then,
-/// so level and latency move together without the level causing it: 1- and 4-worker services
-/// with 5 % of requests 20× slower looked like thrashing and were capped below their workers
-/// (issue 28's sweep: R1 −0.3 to −1 pp, late queue exits in 40 cells).
-pub(super) const MIN_LEVEL: usize = 10;
+/// The lowest in-flight level judged: one in flight contends with nothing.
+const FIRST_LEVEL: usize = 2;
+/// Below this in-flight level a fall counts only when steeper than [`STEEP_FALL`]. At a
+/// handful in flight, one long request raises both the in-flight count (arrivals pile up
+/// behind it) and the latency of what is admitted then, so level and latency move together
+/// without the level causing it: 1- and 4-worker services with 5 % of requests 20× slower,
+/// judged on [`FALL`], looked like thrashing and were capped below their workers (issue 28's
+/// sweep: R1 −0.3 to −1 pp, late queue exits in 40 cells). Never judged there, a 4-worker
+/// upstream that thrashes past its workers was held at 6–24 in flight.
+pub(super) const CONFOUNDED_BELOW: usize = 10;
+/// The fall that counts below [`CONFOUNDED_BELOW`]: more than a long request holding one of
+/// four workers takes from delivery (a quarter), less than what a 4-worker upstream that
+/// slows with what it holds loses at 8 in flight (half).
+const STEEP_FALL: f64 = 0.4;
 /// Consecutive capped windows after which the cap is remembered and probed above gently: a
 /// fall seen once may be a burst of long requests at a plain upstream (at 100 workers with 5 %
 /// of requests 20× slower, a cap remembered from single verdicts held the limit below the
@@ -194,12 +204,15 @@ impl ThroughputCeiling {
         self.caps
     }
 
-    /// The pools from [`MIN_LEVEL`] up, lowest first, each once it holds [`MIN_SAMPLES`]:
-    /// (rate, standard error, mean level).
+    /// The pools from [`FIRST_LEVEL`] up, lowest first, each once it holds [`MIN_SAMPLES`]:
+    /// (rate, standard error, mean level). Those below [`CONFOUNDED_BELOW`] are pooled apart
+    /// from those above, so that the levels judged on [`FALL`] are pooled as if the low ones
+    /// were not there.
     fn pools(&self) -> impl Iterator<Item = (f64, f64, f64)> + '_ {
-        // Levels below MIN_LEVEL are not judged (see there).
-        let first = LatencyByLevel::<GROUPS, PER_DOUBLING>::group_of(MIN_LEVEL);
-        self.levels.pools(first, MIN_SAMPLES).map(|p| {
+        let first = LatencyByLevel::<GROUPS, PER_DOUBLING>::group_of(FIRST_LEVEL);
+        let split = LatencyByLevel::<GROUPS, PER_DOUBLING>::group_of(CONFOUNDED_BELOW);
+        let low = self.levels.pools_in(first, split, MIN_SAMPLES);
+        low.chain(self.levels.pools(split, MIN_SAMPLES)).map(|p| {
             let rate = p.level / p.mean;
             // The rate's relative error is the mean's.
             (rate, rate * p.se / p.mean, p.level)
@@ -214,7 +227,12 @@ impl ThroughputCeiling {
         for (rate, se, level) in self.pools() {
             match best {
                 Some(b) if rate < b.0 => {
-                    if fell.is_none() && falls_below((rate, se), b) {
+                    let fall = if level < CONFOUNDED_BELOW as f64 {
+                        STEEP_FALL
+                    } else {
+                        FALL
+                    };
+                    if fell.is_none() && falls_below((rate, se), b, fall) {
                         fell = Some(level);
                     }
                 }
@@ -322,10 +340,10 @@ impl ThroughputCeiling {
     }
 }
 
-/// Whether a pool's rate `(rate, se)` is clearly below the best's: by [`FALL`] of it beyond two
+/// Whether a pool's rate `(rate, se)` is clearly below the best's: by `fall` of it beyond two
 /// standard errors of the difference.
-fn falls_below((rate, se): (f64, f64), (b, b_se, _): (f64, f64, f64)) -> bool {
-    b - rate > FALL * b + 2.0 * (se * se + b_se * b_se).sqrt()
+fn falls_below((rate, se): (f64, f64), (b, b_se, _): (f64, f64, f64), fall: f64) -> bool {
+    b - rate > fall * b + 2.0 * (se * se + b_se * b_se).sqrt()
 }
 
 #[cfg(test)]

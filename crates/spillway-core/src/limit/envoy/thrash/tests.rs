@@ -155,3 +155,35 @@ fn a_fall_refuted_at_its_own_level_forgets_the_cap() {
     // probed, the first test).
     assert_eq!(c.ceiling(25, 25, false), None);
 }
+
+/// A 4-worker upstream's evidence: 4 in flight answer in `fast_ms`, 8 in `slow_ms`.
+fn small(c: &mut ThroughputCeiling, fast_ms: u64, slow_ms: u64) {
+    for _ in 0..MIN_SAMPLES as usize {
+        c.record(0, 4, fast_ms * MS);
+        c.record(0, 8, slow_ms * MS);
+    }
+}
+
+#[test]
+fn a_small_upstream_that_thrashes_past_its_workers_is_capped_at_them() {
+    // 400/s at 4 in flight, 200/s at 8: past its workers it delivers half.
+    let mut c = ThroughputCeiling::new();
+    small(&mut c, 10, 40);
+    assert_eq!(c.ceiling(8, 8, true), Some(4));
+}
+
+#[test]
+fn below_ten_in_flight_a_fall_a_long_request_explains_is_not_thrashing() {
+    // 400/s at 4 in flight, 300/s at 8: a long request holding one worker of four takes as
+    // much, and moves level and latency together (`CONFOUNDED_BELOW`).
+    let mut c = ThroughputCeiling::new();
+    small(&mut c, 10, 27);
+    assert_eq!(c.ceiling(8, 8, true), None);
+    // The same fall at 20 and 40 in flight is thrashing.
+    let mut c = ThroughputCeiling::new();
+    for _ in 0..MIN_SAMPLES as usize {
+        c.record(0, 20, 50 * MS);
+        c.record(0, 40, 135 * MS);
+    }
+    assert_eq!(c.ceiling(40, 40, true), Some(20));
+}
