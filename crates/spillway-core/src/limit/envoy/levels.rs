@@ -93,6 +93,16 @@ impl LevelFit {
         if n < MIN_POINTS || kendall_z(&self.points, &mut self.scratch) < Z {
             return None;
         }
+        self.fit_at_one()
+    }
+
+    /// The best fit's median latency at one request in flight (ns), whatever the rank test
+    /// says; `None` with fewer than [`MIN_POINTS`] samples or no rising fit. Never below the
+    /// fastest sample. Callers ask the test first ([`at_one`](Self::at_one) at `z ≥ 4`).
+    pub(super) fn fit_at_one(&mut self) -> Option<f64> {
+        if self.points.len() < MIN_POINTS {
+            return None;
+        }
         let top = self.points.iter().map(|p| p.0).max()?.min(MAX_FREE + 1);
         let mut best: Option<(f64, f64)> = None;
         // `free`: the highest level that ran without a queue; 1 is the straight line.

@@ -55,7 +55,26 @@
 //!   seeds of the sweep: mean R2 +0.0028, R3 +0.0023 (`bench/results/seeds-issue28.md`);
 //! - the limit is never pinned: a load that never goes light keeps the last minRTT, which is
 //!   what pinning would re-measure too unless the upstream changed — and if it got slower the
-//!   gradient cuts to the floor, whose samples then measure it.
+//!   gradient cuts to the floor, whose samples then measure it;
+//! - but at an upstream smaller than the low levels a load that never goes light keeps a
+//!   minRTT read across the upstream's own queue: a 1-worker, 10 ms exponential service under
+//!   2× overload had 22–24 low-level answers, all queued at the worker, a rank test below the
+//!   `z` of 4 the fit at one in flight asks (`levels.rs`), and minRTT 54–58 ms; the gradient
+//!   held 6–11 in flight and CRITICAL waited behind SHEDDABLE in the upstream's FIFO (100 ms
+//!   on average; HAProxy with a cap of one, 2.3 ms). So while the controller reports some
+//!   level's overload sustained ([`Limit::set_overloaded`](crate::limit::Limit)), at most
+//!   once per `interval`, a fit at one in flight below minRTT by more than the buffer, from
+//!   low levels whose latency shows a sign of rising (`z` ≥ 2), becomes minRTT
+//!   ([`LiveMinRtt::queued_min_rtt`]). The gradient then cuts as from any lower minRTT, step
+//!   by step, and the low levels it reaches measure minRTT again: a fit that was wrong is
+//!   replaced by the next measurement. Without overload the `z` of 4 stands (at 3 a 20-worker
+//!   lognormal service at half its capacity read a slope into its troughs and was cut from
+//!   42 to 8, `levels.rs`). Over issue 28's sweep (seeds 28–32): failing R2 cells −1, −1,
+//!   0, 0, −1 and R3 −4, −3, −2, −2, +1, R1 unchanged (`c=1 mean=10ms exp timeout=20x
+//!   offered=2x crit=0.8`: CRITICAL 76.4 → 90.6 % served in time). Pinning the limit to one
+//!   to measure the answers alone, tried instead, measured right but refused CRITICAL work
+//!   while the upstream drained the requests admitted before
+//!   (`bench/results/unqueued-latency-issue28.md` §3–4).
 
 use super::super::histogram::LatencyHistogram;
 use super::levels::LevelFit;
@@ -260,6 +279,19 @@ impl LiveMinRtt {
         self.levels
             .rise_z()
             .map_or(!self.provisional, |z| z >= SMALL_UPSTREAM_Z)
+    }
+
+    /// Under sustained overload: the latency at one in flight, where the low levels show a
+    /// sign of a queue (Kendall's `z` of 2, as [`small_upstream`](Self::small_upstream)) and
+    /// the fit puts it below `min_rtt_ns` by more than the buffer; `None` otherwise, and
+    /// before a measurement has completed. See the module docs for why the weaker test.
+    pub(super) fn queued_min_rtt(&mut self, min_rtt_ns: f64) -> Option<f64> {
+        if self.provisional || !self.levels.rise_z().is_some_and(|z| z >= SMALL_UPSTREAM_Z) {
+            return None;
+        }
+        self.levels
+            .fit_at_one()
+            .filter(|&one| one * self.tolerance < min_rtt_ns)
     }
 
     /// Whether the provisional minRTT rests on no more than half of the low levels' requests

@@ -206,6 +206,9 @@ pub struct EnvoyGradientLimit {
     unqueued_floor: bool,
     /// Cuts the floor raised.
     floor_holds: u64,
+    /// When the live minRTT last took the latency at one in flight under sustained overload
+    /// (`live.rs`; ns since the origin), if ever: at most once per `interval`.
+    overload_fit_ns: Option<u64>,
     /// `rebaseline_on_flat_levels`: samples by level since latency left tolerance (`flat.rs`).
     flat: Option<WindowLevels>,
     /// The callers' latency budget in nanoseconds (0 = unknown).
@@ -322,6 +325,7 @@ impl EnvoyGradientLimit {
             thrash: cfg.throughput_ceiling.then(ThroughputCeiling::new),
             unqueued_floor: cfg.unqueued_floor && cfg.throughput_ceiling,
             floor_holds: 0,
+            overload_fit_ns: None,
             flat: (cfg.rebaseline_on_flat_levels && cfg.live_min_rtt && fixed.is_none())
                 .then(WindowLevels::default),
             budget_ns: 0.0,

@@ -229,6 +229,20 @@ impl EnvoyGradientLimit {
             };
             new_limit = new_limit.min(cap.max(old));
         }
+        if self.overloaded
+            && self
+                .overload_fit_ns
+                .map_or(true, |t| now_ns.saturating_sub(t) >= self.interval_ns)
+        {
+            // live.rs: a minRTT read across a small upstream's queue, which a load that never
+            // goes light does not replace; from the next window on.
+            let measured = self.measured_min_rtt_ns;
+            if let Some(one) = self.live.as_mut().and_then(|l| l.queued_min_rtt(measured)) {
+                self.overload_fit_ns = Some(now_ns);
+                self.min_rtt_ns = one;
+                self.measured_min_rtt_ns = one;
+            }
+        }
         if new_limit < old && self.unqueued_floor {
             // floor.rs: not below the level the upstream was just seen to run unqueued (before
             // the throughput ceiling, which may cap below it).

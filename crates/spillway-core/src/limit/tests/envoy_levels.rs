@@ -102,3 +102,49 @@ fn callers_with_room_for_the_queue_still_get_one_in_flight() {
         );
     }
 }
+
+/// One worker taking 10 ms with a spread of 0.3–1.9 × its mean: the low levels' latency rises
+/// with the level (Kendall's `z` about 3.7), too noisily for the fit at one in flight that a
+/// measurement takes (`z` ≥ 4). Returns minRTT after the measurement and after two seconds of
+/// windows at 6 in flight (above the low levels), overloaded or not.
+fn noisy_one_worker(overloaded: bool) -> (f64, f64) {
+    let t0 = Instant::now();
+    let mut l = EnvoyGradientLimit::new(&cfg(), t0, Box::new(FixedRandom(0.0))).expect("valid");
+    for i in 0..25u64 {
+        let k = 1 + i % 5;
+        let spread = 0.3 + 1.6 * ((i as f64 * 0.618_033_988_7) % 1.0);
+        let rtt = Duration::from_micros((10_000.0 * k as f64 * spread) as u64);
+        l.on_sample(&sample(at(t0, 10 * (i + 1)), rtt, k as usize, false));
+    }
+    let measured = l.min_rtt_nanos();
+    l.set_overloaded(overloaded);
+    for i in 0..200u64 {
+        l.on_sample(&sample(
+            at(t0, 300 + 10 * i),
+            Duration::from_millis(60),
+            6,
+            false,
+        ));
+    }
+    (measured, l.min_rtt_nanos())
+}
+
+#[test]
+fn under_sustained_overload_a_noisy_queue_at_the_low_levels_gives_way_to_the_fit_at_one() {
+    // The measurement's median is a queue at the worker (about 29 ms against 10 ms alone).
+    let (measured, after) = noisy_one_worker(true);
+    assert!(measured > 20e6, "measured minRTT {measured}");
+    // Overloaded, the fit at one in flight (about 7 ms: the line's intercept, noisy) replaces
+    // it, once.
+    assert!(after < measured / 1.5, "minRTT {after} after {measured}");
+    assert!(after > 2e6, "minRTT {after}");
+}
+
+#[test]
+fn without_overload_the_noisy_queue_keeps_the_median() {
+    // A rank test at `z` 3.7 is not enough to replace a measurement while no level's overload
+    // is sustained: at 3, a 20-worker service's troughs read as a slope (`levels.rs`).
+    let (measured, after) = noisy_one_worker(false);
+    assert!(measured > 20e6, "measured minRTT {measured}");
+    assert_eq!(after, measured);
+}
