@@ -74,7 +74,7 @@
 //!   offered=2x crit=0.8`: CRITICAL 76.4 → 90.6 % served in time). Pinning the limit to one
 //!   to measure the answers alone, tried instead, measured right but refused CRITICAL work
 //!   while the upstream drained the requests admitted before
-//!   (`bench/results/unqueued-latency-issue28.md` §3–4).
+//!   (`bench/results/unqueued-latency-issue28.md` §3).
 
 use super::super::histogram::LatencyHistogram;
 use super::levels::LevelFit;
