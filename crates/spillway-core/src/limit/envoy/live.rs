@@ -61,7 +61,7 @@
 //!   2× overload had 22–24 low-level answers, all queued at the worker, a rank test below the
 //!   `z` of 4 the fit at one in flight asks (`levels.rs`), and minRTT 54–58 ms; the gradient
 //!   held 6–11 in flight and CRITICAL waited behind SHEDDABLE in the upstream's FIFO (100 ms
-//!   on average; HAProxy with a cap of one, 2.3 ms). So while the controller reports some
+//!   on average; the sweep's HAProxy-tuned model, capped at one, 2.3 ms). So while the controller reports some
 //!   level's overload sustained ([`Limit::set_overloaded`](crate::limit::Limit)), at most
 //!   once per `interval`, a fit at one in flight below minRTT by more than the buffer, from
 //!   low levels whose latency shows a sign of rising (`z` ≥ 2), becomes minRTT

@@ -135,7 +135,7 @@ fn under_sustained_overload_a_noisy_queue_at_the_low_levels_gives_way_to_the_fit
     let (measured, after) = noisy_one_worker(true);
     assert!(measured > 20e6, "measured minRTT {measured}");
     // Overloaded, the fit at one in flight (about 7 ms: the line's intercept, noisy) replaces
-    // it, once.
+    // it.
     assert!(after < measured / 1.5, "minRTT {after} after {measured}");
     assert!(after > 2e6, "minRTT {after}");
 }
