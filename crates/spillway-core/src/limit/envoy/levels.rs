@@ -89,8 +89,7 @@ impl LevelFit {
     /// in-flight level beyond chance; `None` when it does not (or too few samples say).
     /// Never below the fastest sample.
     pub(super) fn at_one(&mut self) -> Option<f64> {
-        let n = self.points.len();
-        if n < MIN_POINTS || kendall_z(&self.points, &mut self.scratch) < Z {
+        if self.rise_z()? < Z {
             return None;
         }
         self.fit_at_one()

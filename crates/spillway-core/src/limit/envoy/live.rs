@@ -122,6 +122,9 @@ pub(super) struct LiveMinRtt {
     low_estimate: Option<f64>,
     /// The provisional minRTT last reported (ns; 0 before any).
     reported_ns: f64,
+    /// The level fit has new samples since [`LiveMinRtt::queued_min_rtt`] last looked: the
+    /// fit is quadratic in them and its answer cannot change without them.
+    fit_unchecked: bool,
 }
 
 impl LiveMinRtt {
@@ -149,6 +152,7 @@ impl LiveMinRtt {
             first_round_spoiled: false,
             low_estimate: None,
             reported_ns: 0.0,
+            fit_unchecked: false,
         }
     }
 
@@ -195,6 +199,7 @@ impl LiveMinRtt {
         }
         self.hist.record(rtt_ns);
         self.levels.record(in_flight, rtt_ns);
+        self.fit_unchecked = true;
         if in_flight <= 1 {
             self.alone.record(rtt_ns);
         }
@@ -282,11 +287,13 @@ impl LiveMinRtt {
     }
 
     /// Under sustained overload: the latency at one in flight, where the low levels show a
-    /// sign of a queue (Kendall's `z` of 2, as [`small_upstream`](Self::small_upstream)) and
-    /// the fit puts it below `min_rtt_ns` by more than the buffer; `None` otherwise, and
-    /// before a measurement has completed. See the module docs for why the weaker test.
+    /// sign of a queue ([`small_upstream`](Self::small_upstream)) and the fit puts it below
+    /// `min_rtt_ns` by more than the buffer; `None` otherwise, before a measurement has
+    /// completed, and when no low-level answer came since the last call (the same samples
+    /// give the same answer, and this runs at every window's close). See the module docs for
+    /// why the weaker test.
     pub(super) fn queued_min_rtt(&mut self, min_rtt_ns: f64) -> Option<f64> {
-        if self.provisional || !self.levels.rise_z().is_some_and(|z| z >= SMALL_UPSTREAM_Z) {
+        if !std::mem::take(&mut self.fit_unchecked) || self.provisional || !self.small_upstream() {
             return None;
         }
         self.levels
