@@ -29,7 +29,7 @@
 //! controller uses; [`Limiter::acquire`] wraps them in an RAII [`LimiterPermit`] for direct use.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -115,19 +115,24 @@ pub struct Limiter {
     /// lock) so that admission reads one atomic instead of redoing the ladder's arithmetic.
     allowed: [AtomicUsize; Criticality::COUNT],
     by_criticality: [AtomicUsize; Criticality::COUNT],
+    /// [`Limit::probing`], mirrored after every sample as the limit is.
+    probing: AtomicBool,
     algorithm: Mutex<Box<dyn Limit>>,
     /// Where the algorithm's state lives (its box never moves), for prefetch hints: an
     /// address, never dereferenced.
     #[cfg_attr(not(feature = "hints"), allow(dead_code))]
     algorithm_at: usize,
     headroom: [f64; Criticality::COUNT],
-    name: &'static str,
 }
 
 impl fmt::Debug for Limiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limiter")
-            .field("algorithm", &self.name)
+            .field(
+                "algorithm",
+                // Never blocks: formatting while the algorithm runs must not deadlock.
+                &self.algorithm.try_lock().map_or("(busy)", |g| g.name()),
+            )
             .field("limit", &self.limit())
             .field("in_flight", &self.in_flight())
             .field("headroom", &self.headroom)
@@ -152,8 +157,8 @@ impl Limiter {
             allowed: ladder.map(AtomicUsize::new),
             in_flight: AtomicUsize::new(0),
             by_criticality: std::array::from_fn(|_| AtomicUsize::new(0)),
+            probing: AtomicBool::new(algorithm.probing()),
             headroom: headroom.0,
-            name: algorithm.name(),
             algorithm: Mutex::new(algorithm),
         })
     }
@@ -167,7 +172,12 @@ impl Limiter {
 
     /// The algorithm's name (`"gradient2"`, …).
     pub fn algorithm_name(&self) -> &'static str {
-        self.name
+        // Read under the algorithm's lock (snapshots only): the limiter's own fields sit on
+        // the controller's hot cache lines.
+        match self.algorithm.lock() {
+            Ok(g) => g.name(),
+            Err(poisoned) => poisoned.into_inner().name(),
+        }
     }
 
     /// The current limit.
@@ -180,6 +190,13 @@ impl Limiter {
     #[inline]
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Whether the algorithm's limit is still growing from a start that knew nothing of the
+    /// upstream ([`Limit::probing`]).
+    #[inline]
+    pub fn probing(&self) -> bool {
+        self.probing.load(Ordering::Relaxed)
     }
 
     /// Requests of level `c` holding a slot.
@@ -313,6 +330,10 @@ impl Limiter {
             algo.set_overloaded(o);
         }
         f(&mut **algo);
+        let probing = algo.probing();
+        if probing != self.probing.load(Ordering::Relaxed) {
+            self.probing.store(probing, Ordering::Relaxed);
+        }
         let limit = algo.limit();
         if limit != self.limit.load(Ordering::Relaxed) {
             // Still under the lock: writers are serialised, so the ladder matches the limit.

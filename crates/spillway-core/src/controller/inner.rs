@@ -106,6 +106,12 @@ impl Inner {
     /// a second on end nor more often than admitted (`Episode::is_burst`; bit per level, see
     /// `AdmissionQueue::set_burst_levels`).
     pub(super) fn burst_levels(&self, now: Instant) -> u8 {
+        if self.limiter.probing() {
+            // The limit is still growing from a start that knew nothing of the upstream
+            // (`Limit::probing`): a queue now is the limit's, not an overload's. Before the
+            // first answer no service time is known and such work waits for its deadline.
+            return 1 << Criticality::Sheddable.index() | 1 << Criticality::SheddablePlus.index();
+        }
         [Criticality::Sheddable, Criticality::SheddablePlus]
             .into_iter()
             .filter(|&c| self.episode.is_burst(c, now, &self.counters))

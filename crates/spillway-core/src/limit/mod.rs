@@ -96,6 +96,13 @@ pub trait Limit: Send + std::fmt::Debug {
     /// default), set once: a cap meant for what the upstream can run is a cap on that share
     /// (the Envoy gradient's `knee_cap`); the default ignores it.
     fn set_lowest_share(&mut self, _share: f64) {}
+    /// Whether the limit is still growing from a start that knew nothing of the upstream (the
+    /// Envoy gradient's slow start): it is then a floor of what the upstream runs, not an
+    /// estimate of it, and the admission controller refuses no one on a wait estimate made
+    /// from it. The default: never (a fixed or configured limit is what it says).
+    fn probing(&self) -> bool {
+        false
+    }
 }
 
 /// Which algorithm to run, with its parameters.

@@ -337,3 +337,54 @@ fn a_waiters_give_up_time_is_brought_forward_when_the_service_time_grows() {
         other => panic!("expected a deadline refusal, got {other:?}"),
     }
 }
+
+/// `saturated()`'s steps behind `limit`: two 50 ms answers that ran together, every slot of
+/// the limit then taken, then as many SHEDDABLE arrivals as the wait estimate (a slot every
+/// 50 ms ÷ limit) admits within the 100 ms max wait, and one more. Returns how many were
+/// refused, and the limit.
+fn one_past_the_estimate_behind(limit: LimitConfig) -> (u64, usize) {
+    let mut cfg = config(2, 100);
+    cfg.limit = limit;
+    cfg.queue.max_wait = 100 * MS;
+    cfg.headroom = PerCriticality([1.0; Criticality::COUNT]);
+    let (ctl, clock) = controller(cfg);
+    let warm = [
+        admitted(ctl.admit(&req(Critical))),
+        admitted(ctl.admit(&req(Critical))),
+    ];
+    clock.advance(50 * MS);
+    drop(warm);
+    let limit = ctl.snapshot().limit;
+    let _held: Vec<_> = (0..limit)
+        .map(|_| admitted(ctl.admit(&req(Sheddable))))
+        .collect();
+    let arrivals: Vec<_> = (0..=2 * limit)
+        .map(|_| ctl.admit(&req(Sheddable)))
+        .collect();
+    let snap = ctl.snapshot();
+    drop(arrivals);
+    (snap.refused.get(RefusalReason::QueueFull, Sheddable), limit)
+}
+
+/// A cold limit (`Limit::probing`: the Envoy gradient's slow start, its answers still at
+/// minRTT and the limit below twice the level they came back from) is a floor of what the
+/// upstream runs, so the wait estimate divided by it refuses no one: the arrival that the
+/// same limit, known, refuses at the door waits instead.
+#[test]
+fn a_cold_limit_refuses_no_one_on_the_wait_estimate() {
+    let cold = crate::limit::EnvoyGradientConfig {
+        live_min_rtt: true,
+        initial_limit: Some(2),
+        min_concurrency: 2,
+        request_count: 5,
+        jitter: 0.0,
+        interval: Duration::from_secs(60),
+        update_interval: Duration::from_secs(600),
+        ..Default::default()
+    };
+    let (refused, limit) = one_past_the_estimate_behind(LimitConfig::EnvoyGradient(cold));
+    assert!(limit > 2 && limit < 4, "slow start grew the limit: {limit}");
+    assert_eq!(refused, 0);
+    let known = one_past_the_estimate_behind(LimitConfig::Fixed(FixedConfig { limit }));
+    assert_eq!(known, (1, limit));
+}

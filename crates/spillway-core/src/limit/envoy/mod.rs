@@ -227,6 +227,9 @@ pub struct EnvoyGradientLimit {
     /// The highest in-flight level an answer was admitted at and came back from within
     /// `1 + SLOW_START_KNEE` × minRTT: slow start grows to at most twice it (`live.rs`).
     slow_start_level: usize,
+    /// In slow start, the share of recent answers back within minRTT's tolerance (gain 1/8,
+    /// from 1): [`Limit::probing`] while at least a third.
+    fast_share: f64,
     // State.
     limit: usize,
     deferred_limit: usize,
@@ -335,6 +338,7 @@ impl EnvoyGradientLimit {
             slow_start_gain: finite_or(cfg.slow_start_gain, 1.0, 8.0, 1.0),
             slow_start_credit: 0.0,
             slow_start_level: 0,
+            fast_share: 1.0,
             limit: cfg
                 .initial_limit
                 .unwrap_or(min_concurrency)
@@ -436,6 +440,14 @@ impl EnvoyGradientLimit {
             self.limit = self.limit.saturating_add(add as usize).min(self.max);
         }
     }
+
+    /// Where slow start stops growing: twice the highest level answered at minRTT, passed by
+    /// at most the one step of the gain that reached it (`grow_in_slow_start`).
+    fn slow_start_ceiling(&self) -> usize {
+        self.slow_start_level
+            .saturating_mul(2)
+            .saturating_add(self.slow_start_gain.ceil() as usize)
+    }
 }
 
 impl Limit for EnvoyGradientLimit {
@@ -453,6 +465,24 @@ impl Limit for EnvoyGradientLimit {
 
     fn set_overloaded(&mut self, overloaded: bool) {
         self.overloaded = overloaded;
+    }
+
+    fn probing(&self) -> bool {
+        // Two conditions beside slow start, which alone outlasts a queue up to twice a
+        // provisional minRTT (`window.rs`: a 20-worker service at 10 × its capacity, refused
+        // nothing at the door, was refused at the max wait instead, R4a median 0 → 100 ms):
+        // - at least a third of recent answers within minRTT's tolerance: an exponential or
+        //   lognormal (σ = 1) service answers within 1.5 × its median about two times in
+        //   three, a constant or bimodal one nearly always; behind a queue in the upstream
+        //   nearly every answer is past it;
+        // - the limit no further than slow start grows it (twice the highest level answered
+        //   at minRTT): past that it is not a floor. A 1- or 4-worker upstream answers the
+        //   first round at minRTT from as many levels as it has workers, so the initial 20 is
+        //   past it at once; without this its first round's arrivals all queued, and small
+        //   upstreams lost goodput (issue 28's small sweep, R3 −0.0009 over five seeds).
+        self.slow_start
+            && self.fast_share * 3.0 >= 1.0
+            && (self.measured_min_rtt_ns <= 0.0 || self.limit <= self.slow_start_ceiling())
     }
 
     fn set_lowest_share(&mut self, share: f64) {
@@ -483,6 +513,10 @@ impl Limit for EnvoyGradientLimit {
             return;
         }
         let now_ns = nanos_since(self.origin, s.now);
+        if self.slow_start && self.measured_min_rtt_ns <= 0.0 {
+            // Callers giving up before any answer came: the limit is no floor (`probing`).
+            self.fast_share -= self.fast_share / 8.0;
+        }
         if let Some(f) = self.flat.as_mut() {
             // flat.rs: counted as dropped all the same (`on_sample` counts the others).
             f.dropped(now_ns);
@@ -520,7 +554,16 @@ impl Limit for EnvoyGradientLimit {
                     t.forget();
                 }
             }
-            if self.slow_start && !s.dropped && self.measured_min_rtt_ns > 0.0 {
+            let measured = self.measured_min_rtt_ns > 0.0;
+            // Not on a minRTT from the first answers back alone: they are the fastest, and
+            // every later answer is past their tolerance (`LiveMinRtt::partial`). Before any
+            // minRTT, a request that failed is a slow answer all the same.
+            if self.slow_start && (s.dropped || measured) && !live.partial() {
+                let tolerated = self.min_rtt_ns * (1.0 + self.buffer);
+                let fast = !s.dropped && rtt_ns as f64 <= tolerated;
+                self.fast_share += (f64::from(u8::from(fast)) - self.fast_share) / 8.0;
+            }
+            if self.slow_start && !s.dropped && measured {
                 self.grow_in_slow_start(rtt_ns as f64, s.in_flight);
             }
         }

@@ -151,3 +151,93 @@ fn the_gain_is_checked() {
         assert!(cfg(bad).validate().is_err(), "{bad}");
     }
 }
+
+/// `Limit::probing`: a cold limit is a floor of what the upstream runs while its answers come
+/// back at minRTT from every level it lets in flight (the admission controller then refuses no
+/// one on a wait estimate made from it), and stops being one once most of them queue or time
+/// out, or once it is twice the highest level answered at minRTT (where slow start stops).
+#[test]
+fn a_cold_limit_probes_while_its_answers_stay_at_min_rtt() {
+    let t0 = Instant::now();
+    let mut l = limit(3.0, t0);
+    assert!(
+        l.probing(),
+        "before any answer the limit is the initial guess"
+    );
+    // The first round's low levels: minRTT no longer rests on the first answer alone.
+    for level in 1..=3 {
+        l.on_sample(&sample(at(t0, 10), 10 * MS, level, false));
+    }
+    // Every slot in use; an exponential service's answers, two in three within minRTT's
+    // tolerance.
+    let answer = |l: &mut EnvoyGradientLimit, ms: u64, rtt: Duration, dropped: bool| {
+        let level = l.limit();
+        l.on_sample(&sample(at(t0, ms), rtt, level, dropped));
+    };
+    for i in 0..30 {
+        let rtt = if i % 3 == 0 { 20 * MS } else { 10 * MS };
+        answer(&mut l, 20, rtt, false);
+    }
+    assert!(l.probing(), "limit {}", l.limit());
+    // The upstream queues: every answer past the tolerance. Within ten answers, no longer.
+    for _ in 0..10 {
+        answer(&mut l, 40, 20 * MS, false);
+    }
+    assert!(!l.probing());
+    // Answers fast again (the queue was a moment's): the limit is a floor again.
+    for _ in 0..10 {
+        answer(&mut l, 50, 10 * MS, false);
+    }
+    assert!(l.probing());
+    // Timed-out answers count as slow ones.
+    for _ in 0..10 {
+        answer(&mut l, 60, 10 * MS, true);
+    }
+    assert!(!l.probing());
+}
+
+/// A small upstream: the first round's answers come back at minRTT from as many levels as it
+/// has workers, and the limit of 20 is past twice that at once.
+#[test]
+fn a_limit_past_twice_the_level_answered_at_min_rtt_is_no_floor() {
+    let t0 = Instant::now();
+    let mut l = limit(3.0, t0);
+    for level in 1..=4 {
+        l.on_sample(&sample(at(t0, 10), 10 * MS, level, false));
+    }
+    assert_eq!(l.limit(), 20);
+    assert!(!l.probing());
+    // A large one: answers at minRTT from 20 in flight; the limit grows, and is a floor.
+    let mut large = limit(3.0, t0);
+    for level in 1..=20 {
+        large.on_sample(&sample(at(t0, 10), 10 * MS, level, false));
+    }
+    assert!(large.limit() > 20 && large.probing(), "{}", large.limit());
+}
+
+#[test]
+fn a_limit_without_slow_start_never_probes() {
+    let t0 = Instant::now();
+    let warm = EnvoyGradientConfig {
+        live_min_rtt: false,
+        ..cfg(3.0)
+    };
+    let mut l = EnvoyGradientLimit::new(&warm, t0, Box::new(FixedRandom(0.0))).expect("valid");
+    assert!(!l.probing());
+    l.on_sample(&sample(at(t0, 10), 10 * MS, 1, false));
+    assert!(!l.probing());
+    let fixed = crate::limit::FixedLimit::new(&crate::limit::FixedConfig { limit: 10 });
+    assert!(!fixed.expect("valid").probing());
+}
+
+/// Callers giving up before any answer came (a slow or overloaded upstream): nothing says the
+/// initial limit is a floor.
+#[test]
+fn give_ups_before_any_answer_end_probing() {
+    let t0 = Instant::now();
+    let mut l = limit(3.0, t0);
+    for i in 0..10 {
+        l.on_abandoned(&sample(at(t0, 250 + i), 250 * MS, 20, false));
+    }
+    assert!(!l.probing());
+}
