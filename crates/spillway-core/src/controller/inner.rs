@@ -109,7 +109,8 @@ impl Inner {
         if self.limiter.probing() {
             // The limit is still growing from a start that knew nothing of the upstream
             // (`Limit::probing`): a queue now is the limit's, not an overload's. Before the
-            // first answer no service time is known and such work waits for its deadline.
+            // first answer no service time is known, and the max wait still bounds such work
+            // (`AdmissionQueue::give_up_at`).
             return 1 << Criticality::Sheddable.index() | 1 << Criticality::SheddablePlus.index();
         }
         [Criticality::Sheddable, Criticality::SheddablePlus]
