@@ -174,7 +174,10 @@ pub struct UpstreamConfig {
     /// `upstream_timeout`). Default 60 000 ms.
     pub response_body_timeout_ms: u64,
     /// Requests in flight to one task at most (HTTP/1.1: connections; HTTP/2: streams).
-    /// Default 256.
+    /// Default 4 096, as `listen.max_requests_in_progress`: a backstop, not the capacity the
+    /// admission limit finds. At 256, one task with 1,000 workers × 500 ms offered 0.9 × its
+    /// capacity ran at most 256 at once, and the zero-config proxy served 27 % of what the
+    /// unprotected task served (`bench/results/cold-start-issue28.md`).
     pub max_requests_per_task: usize,
     /// Longest wait for one of those slots before answering 503. Default 1 000 ms.
     pub pool_wait_timeout_ms: u64,
@@ -184,8 +187,8 @@ pub struct UpstreamConfig {
     /// `false` cuts the exchange at once (HTTP/2: RST_STREAM; HTTP/1.1: the connection is
     /// closed) and frees both, for upstreams that stop their work when told. Default true.
     pub hold_abandoned: bool,
-    /// Idle upstream connections kept per task on each data-plane thread. Default 256, as
-    /// `max_requests_per_task`: a connection the proxy was allowed to use is kept until
+    /// Idle upstream connections kept per task on each data-plane thread. Default 256: a
+    /// connection the proxy was allowed to use is kept until
     /// `idle_timeout_ms` instead of being closed after a burst and opened again at the next one
     /// (at 32, 7,400 req/s, whose bursts reach 40–120 in flight, opened 328–998 connections per
     /// 6 s instead of 121–232, and the zero-config proxy's p99 was 29.8–113.9 ms with 2,000–5,450
@@ -227,7 +230,7 @@ impl Default for UpstreamConfig {
             )
             .unwrap_or(u64::MAX),
             response_body_timeout_ms: 60_000,
-            max_requests_per_task: 256,
+            max_requests_per_task: 4_096,
             pool_wait_timeout_ms: 1_000,
             hold_abandoned: true,
             max_idle_per_task: 256,

@@ -37,3 +37,13 @@ fn origin_form_paths_are_visible_ascii_without_fragments() {
         assert!(message.ends_with("and no \"?\" query"), "{message}");
     }
 }
+
+/// The per-task cap is a backstop behind the admission limit, not a second, lower limit: by
+/// default one task may run as many requests as the proxy holds at all (at 256, a task with
+/// 1,000 workers was held to a quarter of its capacity).
+#[test]
+fn the_default_per_task_cap_does_not_bind_before_the_requests_in_progress() {
+    let cfg = crate::config::ProxyConfig::default();
+    assert!(cfg.upstream.max_requests_per_task >= cfg.listen.max_requests_in_progress);
+    assert!(super::validate(&cfg).is_ok());
+}
