@@ -54,9 +54,21 @@ impl AdmissionController {
         }
         // A slot frees about every `expected / in flight` while the limiter is full (Little's
         // law; the limit when fewer run): the wait ahead of this request is that times the
-        // slots to free before one is its own. Zero until the first service time is known.
+        // slots to free before one is its own. Zero — no estimate, so no one is refused or
+        // dropped on one — until the first service time is known, and while the limit is still
+        // growing from a start that knew nothing of the upstream (`Limit::probing`: slow
+        // start, answers still at minRTT): it is then a floor of what the upstream runs, and
+        // slots free faster than the estimate divided by it says. Refused on it, a 1000-worker
+        // service's cold start at 0.9 × its capacity lost 0.5–1.9 % of what the unprotected
+        // service served (issue 28's sweep, R1: 1,110 of 60,000 requests refused in the first
+        // 27 ms while the limit grew from 20 to 1,178). Sheddable work waits as in a burst
+        // meanwhile (`Inner::burst_levels`).
         let running = limit.max(inner.limiter.in_flight()).max(1);
-        let per_slot = expected / u32::try_from(running).unwrap_or(u32::MAX);
+        let per_slot = if inner.limiter.probing() {
+            Duration::ZERO
+        } else {
+            expected / u32::try_from(running).unwrap_or(u32::MAX)
+        };
         let waiter = Arc::new(Waiter::new(c, charge));
         // The lowest level refused for overload within one max wait: the level being shed.
         // Work above it is first in line for the slots it gives up, so it is not refused on a
@@ -68,15 +80,6 @@ impl AdmissionController {
         // burst (`AdmissionQueue::set_burst_levels`), and no standing queue refuses it at the
         // door.
         q.set_burst_levels(inner.burst_levels(now));
-        // While the limit is still growing from a start that knew nothing of the upstream
-        // (`Limit::probing`: slow start, answers still at minRTT), it is a floor of what the
-        // upstream runs, and slots free faster than a wait estimate divided by it says: no one
-        // is refused or dropped on that estimate, and every entry waits out its own give-up
-        // time (sheddable levels as in a burst, `Inner::burst_levels`). Refused on it, a
-        // 1000-worker service's cold start at 0.9 × its capacity lost 0.5–1.9 % of what the
-        // unprotected service served (issue 28's sweep, R1: 1,110 of 60,000 requests refused
-        // in the first 27 ms while the limit grew from 20 to 1,178).
-        let probing = inner.limiter.probing();
         let patient = req.deadline.is_some() && q.in_burst(c);
         if !above_shed && !patient && q.standing().is_some_and(|lowest| c <= lowest) {
             // A standing queue CoDel is dropping from, holding work at least as critical:
@@ -125,10 +128,7 @@ impl AdmissionController {
         // waiting and no slot seen lately has one arrival judged on the plain estimate.
         let shared = shed_level.is_some() && q.share_is_current(c, now);
         let wait = q.expected_wait(c, ahead, wait_slot, shared);
-        if !probing
-            && give_up_at > by_wait
-            && now.checked_add(wait).map_or(true, |t| t > give_up_at)
-        {
+        if give_up_at > by_wait && now.checked_add(wait).map_or(true, |t| t > give_up_at) {
             // CRITICAL work may wait past the max wait for its deadline (`give_up_at`) only
             // when it is expected to start in time: a CRITICAL queue that outgrew its callers'
             // deadlines, held until they ran out, served each request too late to count and
@@ -136,7 +136,7 @@ impl AdmissionController {
             // capacity, 0.96 -> 0.23 of capacity). It waits out the max wait as before.
             give_up_at = by_wait;
         }
-        let late = !probing && now.checked_add(wait).map_or(true, |t| t > give_up_at);
+        let late = now.checked_add(wait).map_or(true, |t| t > give_up_at);
         // Its deadline, not the max wait, set the budget: retrying cannot help.
         let deadline_bound = give_up_at < now + inner.queue_cfg.max_wait;
         if late && (deadline_bound || (c < Criticality::Critical && !above_shed) || sustained) {
@@ -183,11 +183,9 @@ impl AdmissionController {
         for e in pushed.evicted {
             inner.drop_waiter(e, DropReason::Evicted, now);
         }
-        if !probing {
-            q.drop_pushed_back(now, c, shed_level, per_slot, budget, |e, why| {
-                inner.drop_waiter(e, why, now)
-            });
-        }
+        q.drop_pushed_back(now, c, shed_level, per_slot, budget, |e, why| {
+            inner.drop_waiter(e, why, now)
+        });
         // Publish the length, then dispatch: a release that decremented in-flight before this
         // store is caught by this dispatch; one after it sees `queued > 0` and dispatches.
         inner.publish(&q);
