@@ -19,7 +19,8 @@ fn main() {
     divan::main();
 }
 
-/// One client-side throttle decision: count the request, draw against P, count the accept.
+/// One client-side throttle decision: count the request, draw against P, count the accept and
+/// settle it.
 #[divan::bench(threads = [1, 2])]
 fn throttle_decision(bencher: Bencher) {
     let t = AdaptiveThrottle::new(ThrottleConfig::default(), Instant::now()).expect("valid");
@@ -27,6 +28,7 @@ fn throttle_decision(bencher: Bencher) {
         let now = Instant::now();
         if t.try_acquire(now).is_ok() {
             t.record_accept(now);
+            t.settle();
         }
     });
 }

@@ -33,6 +33,7 @@ fn run_throttle(t: &AdaptiveThrottle, n: u64) -> u64 {
         let now = Instant::now();
         if t.try_acquire(now).is_ok() {
             t.record_accept(now);
+            t.settle();
             sent += 1;
         }
     }

@@ -1,7 +1,8 @@
 //! The proxy's client throttle is kept per upstream task *and criticality* (SRE ch. 21:
 //! adaptive throttling keeps separate statistics per criticality): a task that refuses
 //! SHEDDABLE work gets SHEDDABLE requests refused locally, while its CRITICAL requests, which
-//! it accepts, are not throttled.
+//! it accepts, are not throttled. And requests still in flight are neither refused nor
+//! accepted: a fresh proxy's burst of slow requests is not refused before any answer.
 
 mod proxy_support;
 
@@ -58,4 +59,35 @@ trusted = ["127.0.0.0/8"]
         let (status, _, body) = get(&c, p.addr, "/", &crit).await;
         assert_eq!(status, 200, "CRITICAL request {i} was refused: {body}");
     }
+}
+
+#[tokio::test]
+async fn a_burst_of_slow_requests_on_a_fresh_proxy_is_not_throttled() {
+    let b = backend("b").await; // `/slow` answers 200 after 0.8 s
+                                // Without the proxy's floor of 1 request/s, so the rule itself is what is tested.
+    let p = proxy_toml(&format!(
+        r#"
+[upstream]
+addresses = ["{}"]
+[upstream.throttle]
+min_requests_per_sec = 0.0
+"#,
+        b.addr
+    ))
+    .await;
+    let c = client();
+    // Eight at once: each is sent while the others are in flight, none answered yet. Counted
+    // as refusals until answered, six of eight were refused locally.
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (c, addr) = (c.clone(), p.addr);
+        burst.spawn(async move { get(&c, addr, "/slow", &[]).await });
+    }
+    while let Some(done) = burst.join_next().await {
+        let (status, _, body) = done.expect("request task");
+        assert_eq!(status, 200, "{body}");
+    }
+    let status = &p.state.status().upstreams[0];
+    assert_eq!((status.throttle_requests, status.throttle_accepts), (8, 8));
+    assert_eq!(status.throttle_probability, 0.0);
 }

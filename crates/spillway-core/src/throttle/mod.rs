@@ -24,6 +24,18 @@
 //! which the formula alone would throttle (`n` unanswered requests give `P = n / (n + 1)`). It is
 //! off by default, as the formula is specified; setting ~1 request/s is a sensible guard.
 //!
+//! **Unanswered is not refused.** A request sent is *outstanding* until its caller
+//! [`settle`](AdaptiveThrottle::settle)s it (its answer, refusal, failure or timeout is known),
+//! and outstanding requests are left out of `requests`: the formula compares requests the
+//! backend has answered for with those it accepted, and a request still on its way has done
+//! neither. Counted at once, every request in flight reads as a refusal, and a client whose
+//! rate rises faster than answers come back throttles a healthy backend: a proxy starting in
+//! front of a 1000-worker, 500 ms service at 1,800 requests/s had sent twice what had come
+//! back within its first second, refused ~120 requests locally, and fed them to its
+//! concurrency limit as failures, which halved it (issue 28's robustness matrix,
+//! `w1000-500ms-exp-t5-0.9x-c0.6`). The SRE book's window of two minutes hides this at
+//! steady state; a cold start, or a service slower than its rate's ramp, does not.
+//!
 //! **After a surge.** The window remembers a surge's requests long after the client stopped
 //! sending them: after 5 s at 10× capacity, a client back at its usual rate is still refused
 //! ~90% of that rate locally until the surge's seconds leave the window (`spillway demo`'s
@@ -40,13 +52,15 @@
 //! The hot path ([`AdaptiveThrottle::try_acquire`]) takes no lock and allocates nothing, and its
 //! cost does not grow with the number of buckets: both counts are running totals
 //! ([`Windowed`]), corrected once per bucket as it leaves the window, so a decision is a
-//! few atomic loads, a draw only when `P > 0`, and one compare-exchange plus one atomic add.
+//! few atomic loads, a draw only when `P > 0`, and one compare-exchange plus one atomic add
+//! (and one more of each for the outstanding count, sent and settled).
 //! (Summing the 120 buckets of both counters on every decision was most of its cost.) Both
 //! counts of a slice share one 8-byte word (960 bytes per throttle at the defaults, half of
 //! what two words a slice took); each saturates at [`Windowed::MAX_SLICE_COUNT`] events per
 //! slice.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{check_range, ConfigError};
@@ -152,16 +166,20 @@ pub struct Throttled {
 
 /// Adaptive client-side throttle for one backend (SRE ch. 21). `Send + Sync`; share it by `Arc`.
 ///
-/// Use: call [`try_acquire`](Self::try_acquire) before sending; if it returns `Ok`, send, and call
-/// [`record_accept`](Self::record_accept) when the backend did not refuse for overload (any answer
-/// but an overload refusal counts as accepted — even an application error shows the backend is
-/// taking work).
+/// Use: call [`try_acquire`](Self::try_acquire) before sending; if it returns `Ok`, send, and
+/// when the outcome is known call [`record_accept`](Self::record_accept) if the backend did not
+/// refuse for overload (any answer but an overload refusal counts as accepted — even an
+/// application error shows the backend is taking work), then [`settle`](Self::settle) whatever
+/// the outcome (module docs: "Unanswered is not refused"). A request let through and never
+/// settled stays outstanding, left out of the formula for good.
 pub struct AdaptiveThrottle<R: RandomSource = ThreadRandom> {
     /// Count [`REQUESTS`] and count [`ACCEPTS`], over one window.
     counts: Windowed<2>,
     k: f64,
     /// `min_requests_per_sec × window` in requests: below it the throttle stays open.
     min_requests: f64,
+    /// Requests let through by [`try_acquire`](Self::try_acquire) and not yet settled.
+    outstanding: AtomicU64,
     rng: R,
 }
 
@@ -180,6 +198,7 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
             counts: Windowed::new(cfg.window, cfg.buckets, origin),
             k: cfg.k,
             min_requests: cfg.min_requests_per_sec * cfg.window.as_secs_f64(),
+            outstanding: AtomicU64::new(0),
             rng,
         })
     }
@@ -198,15 +217,18 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
     /// what the backend accepted per unit of time over the window (module docs, "After a
     /// surge").
     pub fn probability(&self, now: Instant) -> f64 {
+        // Outstanding requests have been neither refused nor accepted (module docs): left out.
+        // Most were sent recently, so they come out of the recent count as well.
+        let outstanding = self.outstanding();
         let (requests, accepts) = self.counts(now);
-        let p = self.probability_for(requests, accepts);
+        let p = self.probability_for(requests.saturating_sub(outstanding), accepts);
         if p == 0.0 {
             return 0.0;
         }
         let ([recent, _], span) = self.counts.recent(now);
         let window = self.counts.window().as_secs_f64();
         let share = span.as_secs_f64() / window;
-        let recent = recent as f64;
+        let recent = recent.saturating_sub(outstanding) as f64;
         // The window's accepts scaled to the recent span: the backend's accept rate.
         let now_p = (recent - self.k * accepts as f64 * share) / (recent + 1.0);
         if now_p < p {
@@ -216,7 +238,8 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
         }
     }
 
-    /// Decides whether a request may be sent at `now`. Counts it as a request either way.
+    /// Decides whether a request may be sent at `now`. Counts it as a request either way; one
+    /// let through (`Ok`) is outstanding until [`settle`](Self::settle)d.
     pub fn try_acquire(&self, now: Instant) -> Result<(), Throttled> {
         // P is taken from the history *before* this request: counting it first would refuse a
         // brand-new client's first request half the time (1 / (1 + 1)).
@@ -226,8 +249,26 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
         if probability > 0.0 && self.rng.uniform() < probability {
             Err(Throttled { probability })
         } else {
+            self.outstanding.fetch_add(1, Ordering::Relaxed);
             Ok(())
         }
+    }
+
+    /// A request [`try_acquire`](Self::try_acquire) let through has its outcome: answered,
+    /// refused, failed or timed out (an accept is recorded first, with
+    /// [`record_accept`](Self::record_accept)). Call it once per request let through; from
+    /// here on the request counts in the formula. More calls than requests let through are
+    /// ignored.
+    pub fn settle(&self) {
+        // Saturating: a stray call must not wrap the count and freeze the formula.
+        let _ = self
+            .outstanding
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Requests let through and not yet settled.
+    pub fn outstanding(&self) -> u64 {
+        self.outstanding.load(Ordering::Relaxed)
     }
 
     /// The backend accepted a request sent earlier (anything but an overload refusal).
@@ -235,9 +276,10 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
         self.counts.add(now, ACCEPTS, 1);
     }
 
-    /// `(requests, accepts)` over the window ending at `now`. O(1): running totals. Time is
-    /// expected to move forward; a `now` behind the newest one seen reads the newest window
-    /// (see [`Windowed`]).
+    /// `(requests, accepts)` over the window ending at `now`, outstanding requests included
+    /// (the formula leaves them out: [`outstanding`](Self::outstanding)). O(1): running
+    /// totals. Time is expected to move forward; a `now` behind the newest one seen reads the
+    /// newest window (see [`Windowed`]).
     pub fn counts(&self, now: Instant) -> (u64, u64) {
         let [requests, accepts] = self.counts.sums(now);
         (requests, accepts)
@@ -268,6 +310,7 @@ impl<R: RandomSource> fmt::Debug for AdaptiveThrottle<R> {
             .field("buckets", &self.counts.buckets())
             .field("k", &self.k)
             .field("min_requests", &self.min_requests)
+            .field("outstanding", &self.outstanding())
             .finish_non_exhaustive()
     }
 }

@@ -83,6 +83,48 @@ fn throttled_requests_still_count_as_requests() {
 }
 
 #[test]
+fn requests_in_flight_are_neither_refused_nor_accepted() {
+    // A cold client whose rate rises faster than answers come back: 100 sent, 30 answered and
+    // accepted, 70 still in flight. Counted as sent, they read as 70 refusals: P = 40/101.
+    let (t, clock) = throttle_with(ThrottleConfig::default(), 0.0);
+    let now = clock.now();
+    for i in 0..100 {
+        assert_eq!(
+            t.try_acquire(now),
+            Ok(()),
+            "request {i}: nothing was refused"
+        );
+    }
+    for _ in 0..30 {
+        t.record_accept(now);
+        t.settle();
+    }
+    assert_eq!(t.outstanding(), 70);
+    assert_eq!(t.counts(now), (100, 30));
+    assert_eq!(t.probability(now), 0.0);
+    assert_eq!(t.try_acquire(now), Ok(()));
+    // Their outcome is in: 40 of the 71 timed out or were refused (settled, no accept), the
+    // other 31 accepted. Now they count: (101 − 2 · 61) / 102 < 0, still open.
+    for _ in 0..31 {
+        t.record_accept(now);
+        t.settle();
+    }
+    for _ in 0..40 {
+        t.settle();
+    }
+    assert_eq!(t.outstanding(), 0);
+    assert_eq!(t.probability(now), 0.0);
+    // Thirty more sent and refused: (131 − 2 · 61) / 132.
+    for _ in 0..30 {
+        t.counts.add(now, REQUESTS, 1);
+    }
+    assert!((t.probability(now) - 9.0 / 132.0).abs() < 1e-15);
+    // A stray settle does not wrap the count.
+    t.settle();
+    assert_eq!(t.outstanding(), 0);
+}
+
+#[test]
 fn first_request_of_a_new_client_is_never_throttled() {
     let (t, clock) = throttle_with(ThrottleConfig::default(), 0.0);
     assert_eq!(t.try_acquire(clock.now()), Ok(()));
@@ -100,6 +142,10 @@ fn minimum_request_rate_keeps_a_quiet_client_open() {
     feed(&t, now, 119, 0);
     assert_eq!(t.probability(now), 0.0);
     assert_eq!(t.try_acquire(now), Ok(())); // the 120th request, judged on 119
+                                            // Outstanding, it is left out (119 known: still below the minimum); once its refusal is
+                                            // in (settled, no accept), it counts.
+    assert_eq!(t.probability(now), 0.0);
+    t.settle();
     assert!((t.probability(now) - 120.0 / 121.0).abs() < 1e-15);
     assert!(t.try_acquire(now).is_err());
 }
@@ -201,6 +247,7 @@ fn throttle_releases_itself_as_accepts_return() {
         clock.advance(Duration::from_millis(100));
         if t.try_acquire(clock.now()).is_ok() {
             t.record_accept(clock.now());
+            t.settle();
             sent += 1;
         }
         if released_at.is_none() && t.probability(clock.now()) == 0.0 {
@@ -295,6 +342,7 @@ fn concurrent_counts_are_exact() {
                             t.record_accept(at);
                             accepted += 1;
                         }
+                        t.settle();
                     }
                 }
                 (sent, accepted)
@@ -310,6 +358,7 @@ fn concurrent_counts_are_exact() {
     }
     let at = now + S * 31;
     assert_eq!(t.counts(at), (THREADS * OPS, accepted));
+    assert_eq!(t.outstanding(), 0, "every request let through was settled");
     assert!(sent < THREADS * OPS, "the throttle must have refused some");
     assert!(sent > accepted);
 }

@@ -116,6 +116,9 @@ pub(crate) async fn execute(
             done.outcome = Outcome::Throttled;
             return done;
         }
+        // Let through: outstanding in the throttle until this attempt ends (after its accept).
+        let _outstanding =
+            Outstanding((policies.behaviour == Behaviour::Throttled).then_some(throttle));
         done.attempts += 1;
         live.sent.fetch_add(1, Ordering::Relaxed);
         let allowed = attempt_timeout.min(deadline - now);
@@ -214,6 +217,18 @@ pub(crate) async fn execute(
         };
         if !retry {
             return done;
+        }
+    }
+}
+
+/// A request the throttle let through: settled there when the attempt ends, however it ends
+/// (dropped after the accept, if any, is recorded).
+struct Outstanding<'a>(Option<&'a AdaptiveThrottle>);
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.0 {
+            t.settle();
         }
     }
 }

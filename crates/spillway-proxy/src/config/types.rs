@@ -249,10 +249,12 @@ impl Default for UpstreamConfig {
 /// The per-task client throttle's default: spillway-core's (K = 2 over 120 s, SRE ch. 21) with
 /// a floor of 1 request/s (120 requests in the window) below which it never refuses.
 ///
-/// Why the floor: the throttle counts a request when it is sent and an accept when its answer
-/// arrives, so on a fresh proxy a burst of slow requests has many requests and no accepts yet
-/// and would be refused locally although the upstream refused nothing (measured in
-/// `tests/proxy_faults.rs`: 8 concurrent 0.8 s requests, 6 throttled with the floor at 0).
+/// Why the floor: a task that has answered for only a handful of requests has too little
+/// history to judge (two refusals of three read as P = 1/2). Requests still in flight no
+/// longer count against it either way (spillway-core's throttle leaves outstanding requests
+/// out); before they did, a fresh proxy's burst of slow requests, with many requests and no
+/// answers yet, was refused locally although the upstream refused nothing
+/// (`tests/proxy_throttle.rs`: 8 concurrent 0.8 s requests, 6 throttled without the floor).
 pub fn default_throttle() -> ThrottleConfig {
     ThrottleConfig {
         min_requests_per_sec: 1.0,

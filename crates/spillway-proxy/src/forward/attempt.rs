@@ -30,23 +30,28 @@ use crate::upstream::{InSlot, Task, Tried, UpstreamBody, UpstreamError};
 pub(super) type SendResult =
     Result<Result<Response<UpstreamBody>, UpstreamError>, tokio::time::error::Elapsed>;
 
-/// A request the task's client throttle counted as sent, not yet answered. Dropped unsettled
-/// — the request's future dropped because its caller went away before the task answered — it
-/// records an accept: the task refused nothing, and callers' short deadlines must not raise
-/// the throttle on a healthy task (issue 28).
+/// A request the task's client throttle let through, outstanding there until its outcome is
+/// known (while outstanding it is neither refused nor accepted: a cold start's requests in
+/// flight read as refusals otherwise). Dropped unsettled — the request's future dropped
+/// because its caller went away before the task answered — it records an accept: the task
+/// refused nothing, and callers' short deadlines must not raise the throttle on a healthy task
+/// (issue 28).
 struct Unanswered<'a>(Option<&'a AdaptiveThrottle>);
 
 impl Unanswered<'_> {
-    /// The outcome is known (and recorded, or deliberately not, by the caller).
+    /// The outcome is known (and its accept recorded, or deliberately not, by the caller).
     fn settled(&mut self) {
-        self.0 = None;
+        if let Some(t) = self.0.take() {
+            t.settle();
+        }
     }
 }
 
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
-        if let Some(t) = self.0 {
+        if let Some(t) = self.0.take() {
             t.record_accept(Instant::now());
+            t.settle();
         }
     }
 }

@@ -403,13 +403,19 @@ impl Engine {
         let (last_task, local, carried, deadline, gen) =
             (n.last_task, n.local, n.attempt_in, n.deadline, n.gen);
         let set = *self.caller_of(pid).0;
+        if res != Res::Throttled {
+            // The throttle let this attempt through: its outcome is in (after the accept).
+            if let Some(t) = &self.caller_of(pid).1.throttle {
+                if res == Res::Ok {
+                    t.record_accept(now_i);
+                }
+                t.settle();
+            }
+        }
         if res == Res::Ok {
             let caller = self.caller_of(pid).1;
             if let Some(p) = &caller.policy {
                 p.record_outcome(now_i, u64::from(last_task), false);
-            }
-            if let Some(t) = &caller.throttle {
-                t.record_accept(now_i);
             }
             let n = self.node_mut(pid);
             n.calls_left -= 1;
@@ -554,6 +560,12 @@ impl Engine {
             Phase::Working => n.cancelled = true,
             Phase::Calling => {
                 let (c, cg) = (n.child, n.child_gen);
+                if c != NONE {
+                    // Its attempt ends unanswered: settled in the throttle that let it through.
+                    if let Some(t) = &self.caller_of(id).1.throttle {
+                        t.settle();
+                    }
+                }
                 if c != NONE && self.slab.is(c, cg) {
                     self.leave(c);
                 }

@@ -393,3 +393,44 @@ fn client_error_sorts_the_boxed_causes() {
     assert_eq!(e.to_string(), "connection refused");
     assert_eq!(e.to_response::<String>().status(), 502);
 }
+
+#[tokio::test]
+async fn requests_in_flight_are_not_refusals_until_they_end_unanswered() {
+    // A backend that answers only when the test lets it: a cold client's first requests are
+    // all in flight at once.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let g = Arc::clone(&gate);
+    let backend = tower::service_fn(move |_req: Request<Full<Bytes>>| {
+        let g = Arc::clone(&g);
+        async move {
+            let _answer = g.acquire().await?;
+            Ok::<_, tokio::sync::AcquireError>(Response::new(Full::new(Bytes::new())))
+        }
+    });
+    let layer = ThrottleLayer::new(spillway_core::throttle::ThrottleConfig::default())
+        .expect("valid config");
+    let mut svc = layer.layer(backend);
+    let dest: http::uri::Authority = "backend.test".parse().expect("authority");
+    let req = || {
+        Request::get("http://backend.test/")
+            .body(Full::new(Bytes::new()))
+            .expect("request")
+    };
+    let mut in_flight = Vec::new();
+    for _ in 0..50 {
+        in_flight.push(svc.ready().await.expect("ready").call(req()));
+    }
+    // Counted as sent, none refused or accepted: no throttling (counted as refusals: 50/51).
+    assert_eq!(layer.counts(Some(&dest)), (50, 0));
+    assert_eq!(layer.probability(Some(&dest)), 0.0);
+    // One is answered and accepted; the rest are dropped unanswered (their callers gave up):
+    // from then on they count as not accepted, (50 − 2 · 1) / 51.
+    gate.add_permits(1);
+    let first = in_flight.remove(0);
+    first.await.expect("answered");
+    assert_eq!(layer.counts(Some(&dest)), (50, 1));
+    assert_eq!(layer.probability(Some(&dest)), 0.0);
+    drop(in_flight);
+    let p = layer.probability(Some(&dest));
+    assert!((p - 48.0 / 51.0).abs() < 1e-12, "{p}");
+}

@@ -1,4 +1,6 @@
-//! [`ResponseFuture`] of the throttle: records whether the backend accepted the request.
+//! [`ResponseFuture`] of the throttle: records whether the backend accepted the request, and
+//! settles it in the throttle when its outcome is known — or when the future is dropped
+//! first (its caller gave up: no accept, as the SRE book counts a request that timed out).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,7 +29,7 @@ pin_project! {
         Sent {
             #[pin]
             fut: F,
-            entry: Arc<Entry>,
+            entry: Outstanding,
             clock: Arc<dyn Clock>,
         },
         Refused {
@@ -37,9 +39,14 @@ pin_project! {
 }
 
 impl<F> ResponseFuture<F> {
+    /// `fut` sends a request `entry`'s throttle let through (outstanding there).
     pub(crate) fn sent(fut: F, entry: Arc<Entry>, clock: Arc<dyn Clock>) -> Self {
         Self {
-            kind: Kind::Sent { fut, entry, clock },
+            kind: Kind::Sent {
+                fut,
+                entry: Outstanding(Some(entry)),
+                clock,
+            },
         }
     }
 
@@ -85,12 +92,34 @@ where
                     Ok(resp) => !classify::is_overload_refusal(resp),
                     Err(_) => false,
                 };
-                if accepted {
-                    entry.throttle.record_accept(now);
+                if let Some(entry) = entry.settle(accepted.then_some(now)) {
+                    entry.probability.set(entry.throttle.probability(now));
                 }
-                entry.probability.set(entry.throttle.probability(now));
                 Poll::Ready(result.map_err(Into::into))
             }
         }
+    }
+}
+
+/// A request its entry's throttle let through, outstanding there until settled: once, when its
+/// outcome is known or, failing that, when the future is dropped.
+struct Outstanding(Option<Arc<Entry>>);
+
+impl Outstanding {
+    /// The outcome is known (accepted at `accepted`, if it was): recorded and settled. The
+    /// entry, the first time; `None` if settled already (polled after completion).
+    fn settle(&mut self, accepted: Option<std::time::Instant>) -> Option<Arc<Entry>> {
+        let entry = self.0.take()?;
+        if let Some(now) = accepted {
+            entry.throttle.record_accept(now);
+        }
+        entry.throttle.settle();
+        Some(entry)
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.settle(None);
     }
 }
