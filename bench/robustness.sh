@@ -71,6 +71,7 @@ w100-50ms-exp-t5-0.5x-c0           100 50  exp       5  0.5 0   poisson    plain
 w100-500ms-exp-t5-0.9x-c0.6        100 500 exp       5  0.9 0.6 poisson    plain
 w100-500ms-lognormal-t5-2x-c0.6    100 500 lognormal 5  2   0.6 poisson    plain
 w128-500ms-bimodal-t5-10x-c0.6     128 500 bimodal   5  10  0.6 poisson    plain
+w1000-500ms-exp-t5-0.9x-c0.6       1000 500 exp      5  0.9 0.6 poisson    plain
 "
 
 if [ "${1:-}" = --list ]; then

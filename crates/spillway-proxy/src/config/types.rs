@@ -166,7 +166,9 @@ pub struct UpstreamConfig {
     pub addresses: Vec<String>,
     /// HTTP version to the upstream. Default `auto`.
     pub protocol: UpstreamProtocol,
-    /// TCP connect timeout. Default 1 000 ms.
+    /// TCP connect timeout. Default 2 000 ms: past Linux's first SYN retransmission at 1 s
+    /// (RFC 6298's initial RTO), so one SYN dropped by a task's full accept queue costs a
+    /// second, not the request.
     pub connect_timeout_ms: u64,
     /// Time to the response head; beyond → 504. Default 30 000 ms.
     pub request_timeout_ms: u64,
@@ -221,7 +223,7 @@ impl Default for UpstreamConfig {
         UpstreamConfig {
             addresses: vec!["127.0.0.1:9000".into()],
             protocol: UpstreamProtocol::Auto,
-            connect_timeout_ms: 1_000,
+            connect_timeout_ms: 2_000,
             // The simulator reads the same figure from core's preset.
             request_timeout_ms: u64::try_from(
                 spillway_core::preset::proxy_default()
