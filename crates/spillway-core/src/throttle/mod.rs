@@ -53,14 +53,15 @@
 //! cost does not grow with the number of buckets: both counts are running totals
 //! ([`Windowed`]), corrected once per bucket as it leaves the window, so a decision is a
 //! few atomic loads, a draw only when `P > 0`, and one compare-exchange plus one atomic add
-//! (and one more of each for the outstanding count, sent and settled).
+//! — and the outstanding count's add when a request is let through and subtraction when it
+//! settles, on a cache line of its own.
 //! (Summing the 120 buckets of both counters on every decision was most of its cost.) Both
 //! counts of a slice share one 8-byte word (960 bytes per throttle at the defaults, half of
 //! what two words a slice took); each saturates at [`Windowed::MAX_SLICE_COUNT`] events per
 //! slice.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{check_range, ConfigError};
@@ -179,7 +180,7 @@ pub struct AdaptiveThrottle<R: RandomSource = ThreadRandom> {
     /// `min_requests_per_sec × window` in requests: below it the throttle stays open.
     min_requests: f64,
     /// Requests let through by [`try_acquire`](Self::try_acquire) and not yet settled.
-    outstanding: AtomicU64,
+    outstanding: Outstanding,
     rng: R,
 }
 
@@ -198,7 +199,7 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
             counts: Windowed::new(cfg.window, cfg.buckets, origin),
             k: cfg.k,
             min_requests: cfg.min_requests_per_sec * cfg.window.as_secs_f64(),
-            outstanding: AtomicU64::new(0),
+            outstanding: Outstanding::default(),
             rng,
         })
     }
@@ -249,7 +250,7 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
         if probability > 0.0 && self.rng.uniform() < probability {
             Err(Throttled { probability })
         } else {
-            self.outstanding.fetch_add(1, Ordering::Relaxed);
+            self.outstanding.0.fetch_add(1, Ordering::Relaxed);
             Ok(())
         }
     }
@@ -257,18 +258,18 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
     /// A request [`try_acquire`](Self::try_acquire) let through has its outcome: answered,
     /// refused, failed or timed out (an accept is recorded first, with
     /// [`record_accept`](Self::record_accept)). Call it once per request let through; from
-    /// here on the request counts in the formula. More calls than requests let through are
-    /// ignored.
+    /// here on the request counts in the formula. A call too many is
+    /// made good by the next request let through (the count never reads below zero).
     pub fn settle(&self) {
-        // Saturating: a stray call must not wrap the count and freeze the formula.
-        let _ = self
-            .outstanding
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        // One atomic subtraction, no compare-exchange loop (two threads settling the same
+        // throttle retried it); signed, so a stray call goes below zero, read as zero, and is
+        // made good by the next request let through.
+        self.outstanding.0.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Requests let through and not yet settled.
     pub fn outstanding(&self) -> u64 {
-        self.outstanding.load(Ordering::Relaxed)
+        u64::try_from(self.outstanding.0.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// The backend accepted a request sent earlier (anything but an overload refusal).
@@ -314,6 +315,13 @@ impl<R: RandomSource> fmt::Debug for AdaptiveThrottle<R> {
             .finish_non_exhaustive()
     }
 }
+
+/// The outstanding count, on a cache line of its own: every request writes it twice (sent,
+/// settled), and beside the fields every decision reads it made two threads' decisions on one
+/// throttle wait on each other's writes.
+#[derive(Default)]
+#[repr(align(64))]
+struct Outstanding(AtomicI64);
 
 /// The SRE book's client-side throttling formula, `max(0, (requests − K·accepts) / (requests + 1))`,
 /// clamped to `[0, `[`MAX_PROBABILITY`]`]` (and 0 for a `K` that is not a finite number > 0).

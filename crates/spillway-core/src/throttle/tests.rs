@@ -119,9 +119,17 @@ fn requests_in_flight_are_neither_refused_nor_accepted() {
         t.counts.add(now, REQUESTS, 1);
     }
     assert!((t.probability(now) - 9.0 / 132.0).abs() < 1e-15);
-    // A stray settle does not wrap the count.
+    // A stray settle does not wrap the count: it reads zero, and the next request let
+    // through makes it good.
     t.settle();
     assert_eq!(t.outstanding(), 0);
+    assert!((t.probability(now) - 9.0 / 132.0).abs() < 1e-15);
+    let (t, clock) = throttle_with(ThrottleConfig::default(), 1.0 - f64::EPSILON);
+    t.settle();
+    assert_eq!(t.try_acquire(clock.now()), Ok(()));
+    assert_eq!(t.outstanding(), 0);
+    assert_eq!(t.try_acquire(clock.now()), Ok(()));
+    assert_eq!(t.outstanding(), 1);
 }
 
 #[test]
