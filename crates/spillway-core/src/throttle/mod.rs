@@ -54,7 +54,7 @@
 //! ([`Windowed`]), corrected once per bucket as it leaves the window, so a decision is a
 //! few atomic loads, a draw only when `P > 0`, and one compare-exchange plus one atomic add
 //! — and the outstanding count's add when a request is let through and subtraction when it
-//! settles, on a cache line of its own.
+//! settles.
 //! (Summing the 120 buckets of both counters on every decision was most of its cost.) Both
 //! counts of a slice share one 8-byte word (960 bytes per throttle at the defaults, half of
 //! what two words a slice took); each saturates at [`Windowed::MAX_SLICE_COUNT`] events per
@@ -180,7 +180,7 @@ pub struct AdaptiveThrottle<R: RandomSource = ThreadRandom> {
     /// `min_requests_per_sec × window` in requests: below it the throttle stays open.
     min_requests: f64,
     /// Requests let through by [`try_acquire`](Self::try_acquire) and not yet settled.
-    outstanding: Outstanding,
+    outstanding: AtomicI64,
     rng: R,
 }
 
@@ -199,7 +199,7 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
             counts: Windowed::new(cfg.window, cfg.buckets, origin),
             k: cfg.k,
             min_requests: cfg.min_requests_per_sec * cfg.window.as_secs_f64(),
-            outstanding: Outstanding::default(),
+            outstanding: AtomicI64::new(0),
             rng,
         })
     }
@@ -250,7 +250,7 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
         if probability > 0.0 && self.rng.uniform() < probability {
             Err(Throttled { probability })
         } else {
-            self.outstanding.0.fetch_add(1, Ordering::Relaxed);
+            self.outstanding.fetch_add(1, Ordering::Relaxed);
             Ok(())
         }
     }
@@ -264,12 +264,12 @@ impl<R: RandomSource> AdaptiveThrottle<R> {
         // One atomic subtraction, no compare-exchange loop (two threads settling the same
         // throttle retried it); signed, so a stray call goes below zero, read as zero, and is
         // made good by the next request let through.
-        self.outstanding.0.fetch_sub(1, Ordering::Relaxed);
+        self.outstanding.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Requests let through and not yet settled.
     pub fn outstanding(&self) -> u64 {
-        u64::try_from(self.outstanding.0.load(Ordering::Relaxed)).unwrap_or(0)
+        u64::try_from(self.outstanding.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// The backend accepted a request sent earlier (anything but an overload refusal).
@@ -315,13 +315,6 @@ impl<R: RandomSource> fmt::Debug for AdaptiveThrottle<R> {
             .finish_non_exhaustive()
     }
 }
-
-/// The outstanding count, on a cache line of its own: every request writes it twice (sent,
-/// settled), and beside the fields every decision reads it made two threads' decisions on one
-/// throttle wait on each other's writes.
-#[derive(Default)]
-#[repr(align(64))]
-struct Outstanding(AtomicI64);
 
 /// The SRE book's client-side throttling formula, `max(0, (requests − K·accepts) / (requests + 1))`,
 /// clamped to `[0, `[`MAX_PROBABILITY`]`]` (and 0 for a `K` that is not a finite number > 0).
