@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use crate::controller::AdmissionConfig;
+use crate::throttle::ThrottleConfig;
 
 /// The part of the proxy's default configuration that decides what happens to a request:
 /// how it is admitted, and how long the proxy waits for an answer from the upstream.
@@ -22,6 +23,12 @@ pub struct ProxyPreset {
     /// `upstream.request_timeout_ms`): 30 s, long enough for any ordinary request; overload is
     /// handled by admission, not by this timer.
     pub request_timeout: Duration,
+    /// The client throttle the proxy keeps per upstream task and criticality (its
+    /// `[upstream.throttle]`): the SRE book's (K = 2 over 120 s) with a floor of 1 request/s
+    /// (120 requests in the window) below which it never refuses — a task that has answered
+    /// for a handful of requests has too little history to judge (one refused first request
+    /// reads as P = 1/2).
+    pub throttle: ThrottleConfig,
 }
 
 /// The proxy's zero-config policy (see [`ProxyPreset`]).
@@ -29,5 +36,9 @@ pub fn proxy_default() -> ProxyPreset {
     ProxyPreset {
         admission: AdmissionConfig::zero_config(),
         request_timeout: Duration::from_secs(30),
+        throttle: ThrottleConfig {
+            min_requests_per_sec: 1.0,
+            ..ThrottleConfig::default()
+        },
     }
 }

@@ -419,6 +419,7 @@ mod tests {
             u128::from(cfg.upstream.request_timeout_ms),
             preset.request_timeout.as_millis()
         );
+        assert_eq!(cfg.upstream.throttle, preset.throttle);
     }
     #[test]
     fn a_partial_admission_table_keeps_the_proxy_defaults() {

@@ -248,20 +248,14 @@ impl Default for UpstreamConfig {
     }
 }
 
-/// The per-task client throttle's default: spillway-core's (K = 2 over 120 s, SRE ch. 21) with
-/// a floor of 1 request/s (120 requests in the window) below which it never refuses.
-///
-/// Why the floor: a task that has answered for only a handful of requests has too little
-/// history to judge (two refusals of three read as P = 1/2). Requests still in flight no
-/// longer count against it either way (spillway-core's throttle leaves outstanding requests
-/// out); before they did, a fresh proxy's burst of slow requests, with many requests and no
-/// answers yet, was refused locally although the upstream refused nothing
-/// (`tests/proxy_throttle.rs`: 8 concurrent 0.8 s requests, 6 throttled without the floor).
+/// The per-task client throttle's default: core's proxy preset
+/// ([`spillway_core::preset::ProxyPreset::throttle`] says why its floor of 1 request/s), which
+/// the simulator's sweep models too. Requests still in flight count neither as refused nor as
+/// accepted (spillway-core's throttle leaves outstanding requests out); before they did, a
+/// fresh proxy's burst of slow requests was refused locally although the upstream refused
+/// nothing (`tests/proxy_throttle.rs`: 8 concurrent 0.8 s requests, 6 throttled).
 pub fn default_throttle() -> ThrottleConfig {
-    ThrottleConfig {
-        min_requests_per_sec: 1.0,
-        ..ThrottleConfig::default()
-    }
+    spillway_core::preset::proxy_default().throttle
 }
 
 /// Passive outlier ejection (Envoy's `consecutive_5xx` detector, simplified).

@@ -40,6 +40,7 @@ mod admission;
 mod backend;
 #[cfg(test)]
 mod tests;
+mod throttle;
 mod tuned;
 
 use std::cmp::Reverse;
@@ -58,6 +59,7 @@ use std::time::{Duration, Instant};
 use spillway_core::controller::{
     Admission, AdmissionController, AdmissionRequest, NoAnswer, Outcome, Permit, Refusal,
 };
+use spillway_core::throttle::AdaptiveThrottle;
 use spillway_core::{Clock, Criticality};
 
 use super::config::{ArrivalKind, BackendKind, CellSpec, Dist, ModelConfig, SweepConfig};
@@ -119,6 +121,9 @@ struct Sim<'a> {
     origin: Instant,
     clock: Arc<SimClock>,
     proxy: Option<AdmissionController>,
+    /// With the proxy: its client throttle for the one upstream task, SHEDDABLE's and
+    /// CRITICAL's (`throttle.rs`).
+    throttles: Option<[AdaptiveThrottle<SimRandom>; 2]>,
     /// The tuned baseline's (or the oracle's) queue and slots, in those modes.
     tuned: Option<tuned::Tuned>,
     /// Offer only CRITICAL requests (the oracle of R2).
@@ -210,6 +215,15 @@ pub fn run_mode(
     } else {
         None
     };
+    let throttles = if protected {
+        let cfg = spillway_core::preset::proxy_default().throttle;
+        let t = |salt: u64| {
+            AdaptiveThrottle::with_random(cfg.clone(), origin, SimRandom::new(seed ^ salt))
+        };
+        Some([t(0x7417_0001)?, t(0x7417_0002)?])
+    } else {
+        None
+    };
     let end = ms_to_nanos(duration * 1e3);
     let slice = (end / SLICES as u64).max(1);
     let m = &sweep.model;
@@ -232,6 +246,7 @@ pub fn run_mode(
         origin,
         clock,
         proxy,
+        throttles,
         tuned: match mode {
             Mode::Tuned => Some(tuned::Tuned::new(spec.workers, false)),
             Mode::Oracle { .. } => Some(tuned::Tuned::new(spec.workers, true)),
@@ -492,6 +507,9 @@ impl Sim<'_> {
 
     fn send_to_backend(&mut self, id: u32, held: Held) {
         let proxied = matches!(held, Held::Permit(_));
+        if proxied && self.throttled(id) {
+            return self.refuse_throttled(id, held);
+        }
         let r = &mut self.reqs[id as usize];
         let was_queued = matches!(r.held, Held::Queued(_) | Held::Waiting);
         r.phase = Phase::Backend;
@@ -528,6 +546,7 @@ impl Sim<'_> {
     /// lets go (the backend is not told).
     fn upstream_timeout(&mut self, id: u32, gen: u32) {
         if self.live(id, gen) && self.reqs[id as usize].phase == Phase::Backend {
+            self.settle_throttle(id, false);
             self.release(id, NoAnswer::UpstreamTimeout.outcome());
             self.end_request(id, End::TimedOut);
         }
@@ -592,6 +611,9 @@ impl Sim<'_> {
                     NoAnswer::CallerGone
                 };
                 p.set_outcome(why.outcome());
+                // The proxy's own timeout is the task's failure; the caller's deadline or
+                // departure is not, and its throttle records an accept (`forward::attempt`).
+                self.settle_throttle(id, why != NoAnswer::UpstreamTimeout);
                 if why == NoAnswer::UpstreamTimeout {
                     // The proxy's own timeout: it lets go of the exchange and the slot.
                     drop(p);

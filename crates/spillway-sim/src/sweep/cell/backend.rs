@@ -172,6 +172,7 @@ impl Sim<'_> {
             // Its client left; the slot it held is free now (its outcome set then).
             p.release_at(self.clock.at(self.now));
         } else if self.live(id, gen) && self.reqs[id as usize].phase == Phase::Backend {
+            self.settle_throttle(id, true);
             self.release(id, Outcome::Success);
             self.end_request(id, End::Ok);
         }
