@@ -1,8 +1,9 @@
 //! A request's path through the fleet: send, admit, work, call down, answer up, retry.
 //!
-//! Every decision here is the core's: `AdaptiveThrottle::try_acquire` before an attempt,
-//! `AdmissionController::admit` at the task, `RetryPolicy::decide` on a failure (with the
-//! outcome recorded first, as the policy's docs ask), and the `Permit`'s drop on completion.
+//! Every decision here is the core's: `AdaptiveThrottle::try_acquire` before an attempt (and
+//! `settle` once its outcome is in), `AdmissionController::admit` at the task,
+//! `RetryPolicy::decide` on a failure (with the outcome recorded first, as the policy's docs
+//! ask), and the `Permit`'s drop on completion.
 //! What this file adds is only the plumbing a real deployment has around them: timers, load
 //! balancing, workers, and the don't-retry marker on failures passed up by gated callers
 //! (as `spillway-tower`'s retry layer does).
