@@ -370,6 +370,15 @@ def render(rows, fast, duration, host):
         out += ["", f"Real run within {GAP_PP:g} pp of the range the simulation gives over "
                 f"{max(r['seeds'] for r in seeded)} seeds (one 12 s run of a cell varies by chance; "
                 f"the range's width is the spread): {inside} of {len(seeded)} cells."]
+    # The unprotected run is every comparison's baseline: one whose requests failed (the
+    # backend closing connections on a host short of sockets, seen once at 1,800/s) makes the
+    # protected run look good and is no baseline. Errors are never the backend's answer there.
+    broken = [(r["cell"]["name"], u["errors"], u["offered"]) for r in rows
+              for u in [r["runs"].get("unprotected")] if u and u["offered"] and u["errors"] > 0.01 * u["offered"]]
+    if broken:
+        out += ["", "**Baseline runs that failed** (unprotected errors above 1 % of offered; rerun "
+                "these cells before comparing): "
+                + "; ".join(f"`{n}` {e} of {o}" for n, e, o in broken) + "."]
     hosts = [r for r in rows if r.get("host_at")]
     if hosts:
         out += ["", "When each cell ran (UTC), and the host then: "
