@@ -20,9 +20,10 @@
 //! of 1 s; K = 2 (SRE ch. 21: "K = 2 … allows twice as many requests as the backend is
 //! accepting"; lower K is more aggressive). The optional minimum request rate is the
 //! `rps_threshold` idea of Envoy's admission-control filter: a client that has sent too little
-//! has too little history to judge — notably a cold client whose first burst is still in flight,
-//! which the formula alone would throttle (`n` unanswered requests give `P = n / (n + 1)`). It is
-//! off by default, as the formula is specified; setting ~1 request/s is a sensible guard.
+//! has too little history to judge (one refused first request gives `P = 1 / 2`). A cold
+//! client's first burst still in flight is not such a case any more (below: outstanding
+//! requests are left out). It is off by default, as the formula is specified; setting ~1
+//! request/s is a sensible guard.
 //!
 //! **Unanswered is not refused.** A request sent is *outstanding* until its caller
 //! [`settle`](AdaptiveThrottle::settle)s it (its answer, refusal, failure or timeout is known),
