@@ -36,14 +36,19 @@
 //!   exponential service lies anywhere in 0.3–1.3 × the mean, and read as minRTT a low one
 //!   ended slow start at once and held a 100-worker service's cold start at 20–25 for a
 //!   quarter of a second (issue 28's sweep: 547 refused at 0.9×). Growth on fast answers only
-//!   still stops slow start where the queue starts;
+//!   still stops slow start where the queue starts. While the round is out the low levels'
+//!   percentile counts their missing answers as the slowest (the round's requests left
+//!   together, so they come back in order of latency): the median of five is the third
+//!   back, not the second of three ([`LiveMinRtt::round_low_estimate`]);
 //! - from the start the limit grows in slow start: by one per request answered within
 //!   `minRTT·(1 + buffer)` while at least half of it was in use — doubling per round trip, as
 //!   TCP's window grows by one per acknowledgement (RFC 5681 §3.1) — so a cold start reaches
 //!   what the service can run in a few round trips rather than a few 100 ms windows, and stops
 //!   by itself where latency starts to rise (past the knee few requests are that fast). The
 //!   first window whose latency leaves that tolerance ends slow start; from then on only the
-//!   gradient moves the limit;
+//!   gradient moves the limit. Answers back before there is any minRTT are judged once there
+//!   is one, as if it had been known (the first answers back are the fastest, and the first
+//!   low level's, which sets minRTT, often comes after them);
 //! - slow start grows only while the limit is below twice the highest in-flight level an
 //!   answer came back from within an eighth of minRTT (HyStart's delay threshold). Requests
 //!   admitted just past an upstream's workers still come back within the gradient's 1.5 ×
@@ -83,6 +88,12 @@ use super::levels::LevelFit;
 /// (`LiveMinRtt::small_upstream`).
 const SMALL_UPSTREAM_Z: f64 = 2.0;
 
+/// Answers after which minRTT no longer counts as resting on the start's first answers back
+/// ([`LiveMinRtt::partial`]), whatever is still out: three times the zero-config preset's
+/// initial limit of 20 (the first round). A first-round request whose end never reaches the
+/// limit (a failed connection is no sample) would otherwise keep it partial for ever.
+const PARTIAL_ANSWERS: u32 = 64;
+
 /// The low-concurrency samples of the measurement in progress.
 #[derive(Debug)]
 pub(super) struct LiveMinRtt {
@@ -118,10 +129,16 @@ pub(super) struct LiveMinRtt {
     first_round_top: usize,
     /// One of the first round's requests timed out: its percentile is unknown.
     first_round_spoiled: bool,
+    /// The first round's answers at low levels, sorted (at most `low`: one request per
+    /// level): while some are out, the low levels' percentile counts them as the slowest
+    /// ([`LiveMinRtt::round_low_estimate`]).
+    round_low: Vec<u64>,
     /// The provisional minRTT of the low-concurrency samples alone.
     low_estimate: Option<f64>,
     /// The provisional minRTT last reported (ns; 0 before any).
     reported_ns: f64,
+    /// Answers seen (completed or dropped), up to [`PARTIAL_ANSWERS`].
+    answers: u32,
     /// The level fit has new samples since [`LiveMinRtt::queued_min_rtt`] last looked: the
     /// fit is quadratic in them and its answer cannot change without them.
     fit_unchecked: bool,
@@ -150,8 +167,10 @@ impl LiveMinRtt {
             first_answer_ns: None,
             first_round_top: 0,
             first_round_spoiled: false,
+            round_low: Vec::new(),
             low_estimate: None,
             reported_ns: 0.0,
+            answers: 0,
             fit_unchecked: false,
         }
     }
@@ -166,6 +185,7 @@ impl LiveMinRtt {
         in_flight: usize,
         dropped: bool,
     ) -> Option<f64> {
+        self.answers = (self.answers + 1).min(PARTIAL_ANSWERS);
         let first_answer_ns = *self.first_answer_ns.get_or_insert(now_ns);
         let first_round = self.provisional && now_ns.saturating_sub(rtt_ns) < first_answer_ns;
         if dropped {
@@ -176,6 +196,10 @@ impl LiveMinRtt {
         if first_round {
             self.first_round.record(rtt_ns);
             self.first_round_top = self.first_round_top.max(in_flight);
+            if in_flight <= self.low && self.round_low.len() < self.low {
+                let at = self.round_low.partition_point(|&r| r <= rtt_ns);
+                self.round_low.insert(at, rtt_ns);
+            }
         }
         if in_flight > self.low {
             // Reported only when it moves: each report resets minRTT, and a re-baseline above
@@ -212,10 +236,60 @@ impl LiveMinRtt {
             return q;
         }
         if self.provisional {
-            self.low_estimate = self.estimate();
+            self.low_estimate = self
+                .low_levels_out()
+                .then(|| self.round_low_estimate())
+                .flatten()
+                .or_else(|| self.estimate());
             self.provisional_estimate()
         } else {
             None
+        }
+    }
+
+    /// Whether the first round is still out with some of its low levels' answers missing
+    /// (no measurement has completed): the low levels' percentile is then
+    /// [`round_low_estimate`](Self::round_low_estimate)'s.
+    fn low_levels_out(&self) -> bool {
+        self.provisional
+            && !self.round_low.is_empty()
+            && !(self.first_round_spoiled || self.first_round_all_in())
+            && self.round_low.len() < self.round_low_levels()
+    }
+
+    /// How many of the first round's requests ran at low levels: one per level, every low
+    /// level once the round is seen to have reached past them.
+    fn round_low_levels(&self) -> usize {
+        self.first_round_top.min(self.low).max(self.round_low.len())
+    }
+
+    /// The low levels' percentile while some of the first round's are still out, counting
+    /// those as slower than every answer back — `None` until its rank is among the answers
+    /// back. At a start the round's requests left together, so they come back in order of
+    /// latency and the missing ones are the slowest: the median of five is the third answer
+    /// back, which the plain percentile of the three back puts at the second (a 1000-worker,
+    /// 500 ms exponential service's read 19.5 ms for a median of 347 ms, and slow start took
+    /// one answer in twenty for fast). Before its rank is in, the plain percentile of those
+    /// back stands, and [`LiveMinRtt::partial`] keeps slow start from ending or cutting on it.
+    /// Not a bound rising with the time the missing ones have been out: a request whose caller
+    /// gave up need never report to the measurement, and the bound would rise with it.
+    fn round_low_estimate(&self) -> Option<f64> {
+        let n = self.round_low_levels();
+        let rank = ((self.percentile * n as f64).ceil() as usize).clamp(1, n.max(1));
+        self.round_low.get(rank - 1).map(|&r| r as f64)
+    }
+
+    /// A request whose caller gave up after `rtt_ns`: one of the first round's spoils it as a
+    /// timed-out one does (its latency is unknown, so the round's percentile is too) — and
+    /// ends [`partial`](Self::partial), which would otherwise wait for its answer for ever.
+    pub(super) fn on_abandoned(&mut self, now_ns: u64, rtt_ns: u64) {
+        let started_ns = now_ns.saturating_sub(rtt_ns);
+        if self.provisional
+            && self
+                .first_answer_ns
+                .map_or(true, |first| started_ns < first)
+        {
+            self.first_round_spoiled = true;
         }
     }
 
@@ -316,6 +390,7 @@ impl LiveMinRtt {
         let round_ended = self.first_round_spoiled || self.first_round_all_in();
         self.provisional
             && !round_ended
+            && self.answers < PARTIAL_ANSWERS
             && (self.hist.count() as usize).saturating_mul(2) <= self.low
     }
 

@@ -298,6 +298,94 @@ fn a_start_does_not_end_on_its_first_answers_back() {
 }
 
 #[test]
+fn the_low_levels_median_at_a_start_counts_the_ones_still_out_as_slower() {
+    // A start's first round: 20 requests admitted before any answer, levels 1..=20. A
+    // variable upstream with workers for all answers them in order of latency, so of the
+    // three low levels (1..=3) the first two back are the fastest two; the median of the
+    // three is the second back, not the first.
+    let t0 = Instant::now();
+    let mut l = live(&live_cfg(), t0);
+    let seen = answers(&mut l, t0, &[(15, 5), (1, 10), (9, 20), (2, 30)]);
+    assert_eq!(seen[0], 0.0, "no low level back: no minRTT");
+    assert!((seen[1] - 10.0).abs() <= 0.5, "one of three back: {seen:?}");
+    assert!(
+        (seen[3] - 30.0).abs() <= 1.0,
+        "the median's rank is in: {seen:?}"
+    );
+    // The same answers with the round seen to reach only level 2 (a light start): both low
+    // levels it holds are back, and their plain median stands.
+    let mut light = live(&live_cfg(), t0);
+    let seen = answers(&mut light, t0, &[(1, 10), (2, 30)]);
+    assert!((seen[1] - 10.0).abs() <= 0.5, "{seen:?}");
+}
+
+#[test]
+fn answers_back_before_min_rtt_count_towards_slow_starts_ceiling() {
+    // The zero-config start at a large, variable upstream: the first two answers back came
+    // from levels 15 and 11 (10 and 40 ms), before the first low level's (60 ms) gave a
+    // minRTT. They ran well within its tolerance, so the limit of 20 is no ceiling yet: the
+    // limit still probes (its queue is not an overload's), and the level-15 answer, admitted
+    // with more than half the limit in use, grows it as if minRTT had been known.
+    let t0 = Instant::now();
+    let mut l = live(&zero_config_envoy(), t0);
+    answers(&mut l, t0, &[(15, 10), (11, 40)]);
+    assert!(l.probing(), "before any minRTT");
+    answers(&mut l, t0, &[(1, 60)]);
+    assert!((l.min_rtt_nanos() / 1e6 - 60.0).abs() <= 1.0);
+    assert!(l.probing(), "twice level 15 is past the initial 20");
+    assert_eq!(
+        l.limit(),
+        23,
+        "one fast answer at a level using the limit, gain 3"
+    );
+}
+
+#[test]
+fn a_start_probes_while_min_rtt_rests_on_its_first_answers_back() {
+    // The lowest level's answer came back first (19 ms), then answers from levels 7 and 11
+    // (37 and 42 ms) of the same first round: minRTT rests on the fastest answer of five
+    // low levels, and twice the highest level answered within an eighth of it (1) is no
+    // ceiling: the limit is still probing.
+    let t0 = Instant::now();
+    let mut l = live(&zero_config_envoy(), t0);
+    answers(&mut l, t0, &[(1, 19), (7, 37), (11, 42)]);
+    assert!((l.min_rtt_nanos() / 1e6 - 19.0).abs() <= 0.5);
+    assert!(l.probing(), "minRTT rests on one answer of five");
+    // Levels 2 and 3 back (230 and 330 ms): the third of the five is the median. The ceiling
+    // counts again: level 3 answered within an eighth of it, and twice that is below 20.
+    answers(&mut l, t0, &[(2, 230), (3, 330)]);
+    assert!((l.min_rtt_nanos() / 1e6 - 330.0).abs() <= 5.0);
+    assert!(!l.probing());
+}
+
+#[test]
+fn a_start_stops_waiting_for_its_first_round_once_one_of_it_is_abandoned_or_after_64_answers() {
+    // As above, minRTT rests on the lowest level's answer alone while the round is out …
+    let t0 = Instant::now();
+    let start = |l: &mut EnvoyGradientLimit| {
+        answers(l, t0, &[(1, 19), (7, 37)]);
+        assert!(l.probing());
+    };
+    // … until the caller of one of the round's requests gives up, even within minRTT's
+    // tolerance (25 ms, admitted before the first answer came back): its latency is unknown,
+    // so is the round's median, and the lowest level's answer is judged as any provisional
+    // minRTT (the limit of 20 is past twice level 1).
+    let mut l = live(&zero_config_envoy(), t0);
+    start(&mut l);
+    l.on_abandoned(&sample(at(t0, 110), 25 * MS, 12, false));
+    assert!(!l.probing(), "the round is spoiled");
+    // … or until 64 answers have come back (a request of the round may end with no sample at
+    // all: a connection that failed): here from a round of 100 never all in.
+    let mut l = live(&zero_config_envoy(), t0);
+    start(&mut l);
+    let more: Vec<(usize, u32)> = (0..61).map(|_| (100, 300)).collect();
+    answers(&mut l, t0, &more);
+    assert!(l.probing(), "63 answers");
+    answers(&mut l, t0, &[(100, 300)]);
+    assert!(!l.probing(), "64 answers");
+}
+
+#[test]
 fn new_fields_validate() {
     let bad = |cfg: EnvoyGradientConfig| cfg.validate().expect_err("invalid").field;
     assert_eq!(
