@@ -167,7 +167,8 @@ impl LiveMinRtt {
             first_answer_ns: None,
             first_round_top: 0,
             first_round_spoiled: false,
-            round_low: Vec::new(),
+            // Allocated here, not on the hot path of the first answers.
+            round_low: Vec::with_capacity(low.clamp(1, 64)),
             low_estimate: None,
             reported_ns: 0.0,
             answers: 0,

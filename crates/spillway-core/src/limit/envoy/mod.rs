@@ -337,7 +337,7 @@ impl EnvoyGradientLimit {
             slow_start_gain: finite_or(cfg.slow_start_gain, 1.0, 8.0, 1.0),
             slow_start_credit: 0.0,
             slow_start_level: 0,
-            answers_before_min_rtt: Vec::new(),
+            answers_before_min_rtt: slow_start::answers_before_min_rtt(),
             fast_share: 1.0,
             limit: cfg
                 .initial_limit

@@ -16,6 +16,12 @@ const SLOW_START_KNEE: f64 = 0.125;
 /// never runs at low levels may never give a minRTT, and must not grow this without end.
 const ANSWERS_BEFORE_MIN_RTT: usize = 64;
 
+/// Room for the answers back before any minRTT, allocated with the limit rather than on the
+/// hot path of the first answers (`tests/no_alloc.rs`).
+pub(super) fn answers_before_min_rtt() -> Vec<(u64, usize)> {
+    Vec::with_capacity(ANSWERS_BEFORE_MIN_RTT)
+}
+
 impl EnvoyGradientLimit {
     /// Slow start (live.rs), for a completed answer that took `rtt_ns` and was admitted at
     /// `in_flight`: the ceiling is twice the highest level an answer came back from at minRTT
