@@ -82,6 +82,14 @@ impl LatencyHistogram {
         }
         let q = if q.is_nan() { 0.5 } else { q.clamp(0.0, 1.0) };
         let rank = ((q * f64::from(self.total)).ceil() as u64).clamp(1, u64::from(self.total));
+        self.at_rank(rank)
+    }
+
+    /// The `rank`-th smallest value (from 1) as a bucket midpoint; `None` past the count.
+    pub(super) fn at_rank(&self, rank: u64) -> Option<f64> {
+        if rank == 0 || rank > u64::from(self.total) {
+            return None;
+        }
         let mut seen = 0u64;
         for (i, &c) in self.counts.iter().enumerate() {
             seen += u64::from(c);

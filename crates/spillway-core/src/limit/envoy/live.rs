@@ -129,10 +129,10 @@ pub(super) struct LiveMinRtt {
     first_round_top: usize,
     /// One of the first round's requests timed out: its percentile is unknown.
     first_round_spoiled: bool,
-    /// The first round's answers at low levels, sorted (at most `low`: one request per
-    /// level): while some are out, the low levels' percentile counts them as the slowest
-    /// ([`LiveMinRtt::round_low_estimate`]).
-    round_low: Vec<u64>,
+    /// How many of the first round's answers came from low levels (at most `low`: one
+    /// request per level): while some are out, the low levels' percentile counts them as the
+    /// slowest ([`LiveMinRtt::round_low_estimate`]).
+    round_low: usize,
     /// The provisional minRTT of the low-concurrency samples alone.
     low_estimate: Option<f64>,
     /// The provisional minRTT last reported (ns; 0 before any).
@@ -167,8 +167,7 @@ impl LiveMinRtt {
             first_answer_ns: None,
             first_round_top: 0,
             first_round_spoiled: false,
-            // Allocated here, not on the hot path of the first answers.
-            round_low: Vec::with_capacity(low.clamp(1, 64)),
+            round_low: 0,
             low_estimate: None,
             reported_ns: 0.0,
             answers: 0,
@@ -197,9 +196,8 @@ impl LiveMinRtt {
         if first_round {
             self.first_round.record(rtt_ns);
             self.first_round_top = self.first_round_top.max(in_flight);
-            if in_flight <= self.low && self.round_low.len() < self.low {
-                let at = self.round_low.partition_point(|&r| r <= rtt_ns);
-                self.round_low.insert(at, rtt_ns);
+            if in_flight <= self.low {
+                self.round_low = (self.round_low + 1).min(self.low);
             }
         }
         if in_flight > self.low {
@@ -253,15 +251,15 @@ impl LiveMinRtt {
     /// [`round_low_estimate`](Self::round_low_estimate)'s.
     fn low_levels_out(&self) -> bool {
         self.provisional
-            && !self.round_low.is_empty()
+            && self.round_low > 0
             && !(self.first_round_spoiled || self.first_round_all_in())
-            && self.round_low.len() < self.round_low_levels()
+            && self.round_low < self.round_low_levels()
     }
 
     /// How many of the first round's requests ran at low levels: one per level, every low
     /// level once the round is seen to have reached past them.
     fn round_low_levels(&self) -> usize {
-        self.first_round_top.min(self.low).max(self.round_low.len())
+        self.first_round_top.min(self.low).max(self.round_low)
     }
 
     /// The low levels' percentile while some of the first round's are still out, counting
@@ -273,11 +271,15 @@ impl LiveMinRtt {
     /// one answer in twenty for fast). Before its rank is in, the plain percentile of those
     /// back stands, and [`LiveMinRtt::partial`] keeps slow start from ending or cutting on it.
     /// Not a bound rising with the time the missing ones have been out: a request whose caller
-    /// gave up need never report to the measurement, and the bound would rise with it.
+    /// gave up need never report to the measurement, and the bound would rise with it. Read
+    /// from the measurement's histogram, which holds the low levels' answers: while the round
+    /// is out under load they are the round's.
     fn round_low_estimate(&self) -> Option<f64> {
         let n = self.round_low_levels();
         let rank = ((self.percentile * n as f64).ceil() as usize).clamp(1, n.max(1));
-        self.round_low.get(rank - 1).map(|&r| r as f64)
+        (self.round_low >= rank)
+            .then(|| self.hist.at_rank(rank as u64))
+            .flatten()
     }
 
     /// A request whose caller gave up after `rtt_ns`: one of the first round's spoils it as a
