@@ -63,8 +63,9 @@ trusted = ["127.0.0.0/8"]
 
 #[tokio::test]
 async fn a_burst_of_slow_requests_on_a_fresh_proxy_is_not_throttled() {
-    let b = backend("b").await; // `/slow` answers 200 after 0.8 s
-                                // Without the proxy's floor of 1 request/s, so the rule itself is what is tested.
+    // `/slow` answers 200 after 0.8 s. Without the proxy's floor of 1 request/s, so that the
+    // rule itself is what is tested.
+    let b = backend("b").await;
     let p = proxy_toml(&format!(
         r#"
 [upstream]
