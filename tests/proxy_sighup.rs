@@ -76,6 +76,9 @@ fn sighup_reloads_valid_refuses_invalid_keeps_connections_and_sigterm_drains() {
     let mut proxy = spawn(&["proxy", "--config", path.to_str().expect("utf-8 path")]);
 
     wait_for("the proxy to forward a request", || {
+        if let Some(st) = proxy.0.try_wait().expect("wait for the proxy") {
+            panic!("the proxy exited ({st}) before forwarding: {}", proxy.stderr());
+        }
         get(data, "/x").filter(|(code, _)| *code == 200)
     });
     assert_eq!(route_names(admin), ["before"]);

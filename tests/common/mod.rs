@@ -9,10 +9,32 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, and that no other call in this process returned.
+///
+/// Not the kernel's `bind(:0)`: that hands out ports from the ephemeral range, which outgoing
+/// connections (the test's own, the proxy's to its upstream) draw from too, so a port could be
+/// taken between this call and the child's bind; and once its listener is dropped the next call
+/// may get the same port again. Ports below the ephemeral range (32768 on Linux) are never
+/// picked for a connection, and the ones handed out are remembered.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local address").port()
+    use std::collections::hash_map::RandomState;
+    use std::collections::HashSet;
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    const LOW: u16 = 20_000;
+    const SPAN: u64 = 12_000;
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    for _ in 0..1_000 {
+        // RandomState is seeded randomly per instance: a random start per process and try.
+        let port = LOW + (RandomState::new().build_hasher().finish() % SPAN) as u16;
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port in {LOW}..{} after 1000 tries", u64::from(LOW) + SPAN)
 }
 
 /// `127.0.0.1:port`.
