@@ -572,7 +572,8 @@ impl Limit for EnvoyGradientLimit {
             return;
         }
         self.hist.record(rtt_ns);
-        if let (Some(f), false) = (self.flat.as_mut(), s.dropped) {
+        // flat.rs: not during slow start, whose ramp makes the level follow the time.
+        if let (Some(f), false) = (self.flat.as_mut(), s.dropped || self.slow_start) {
             f.record(s.in_flight, rtt_ns);
         }
         self.window_peak_counted = self.window_peak_counted.max(s.in_flight);

@@ -189,6 +189,7 @@ impl EnvoyGradientLimit {
                     f.end_calm();
                 }
             } else if self.min_rtt_ns <= self.measured_min_rtt_ns
+                && !self.slow_start
                 && (f.flat() || f.stepped(now_ns, sample, peak_counted, 1.0 + self.buffer))
                 && !self.live.as_mut().is_some_and(LiveMinRtt::small_upstream)
             {

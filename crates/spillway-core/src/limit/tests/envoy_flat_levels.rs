@@ -180,3 +180,35 @@ fn a_rise_past_the_calm_levels_is_still_cut() {
     calm_then(&mut l, t0, 24..=36, |k, i| noisy(i) * (k as u32) / 12);
     assert!(l.min_rtt_nanos() < 60e6, "{}", l.min_rtt_nanos());
 }
+
+#[test]
+fn slow_start_is_never_read_as_a_slower_upstream() {
+    let t0 = Instant::now();
+    let mut l = zero_config(t0);
+    // Three answers at one to three in flight (a provisional minRTT of about 50 ms), then a
+    // second of answers at levels 6–18 at 1.7 × that, flat across the levels: within twice the
+    // provisional minRTT's tolerance, so slow start goes on, held. At a start that flatness is
+    // the ramp's: the level follows the time, and a window sees the latest levels' fast answers
+    // only (a 100-worker, 1 ms upstream at 10 × its capacity: raised, then held at 430 in
+    // flight, a 3.3 ms queue for callers allowing 5 ms).
+    let mut t = 0;
+    answers(&mut l, t0, &mut t, (3, 2), |i| 1 + i, |_, i| noisy(i));
+    answers(
+        &mut l,
+        t0,
+        &mut t,
+        (200, 5),
+        |i| 6 + i % 13,
+        |_, i| noisy(i) * 17 / 10,
+    );
+    assert!(
+        l.measured_min_rtt_nanos() < 60e6,
+        "still the provisional minRTT"
+    );
+    assert!(
+        l.min_rtt_nanos() <= l.measured_min_rtt_nanos(),
+        "raised to {} from {}",
+        l.min_rtt_nanos(),
+        l.measured_min_rtt_nanos()
+    );
+}
