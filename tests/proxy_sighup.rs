@@ -77,7 +77,10 @@ fn sighup_reloads_valid_refuses_invalid_keeps_connections_and_sigterm_drains() {
 
     wait_for("the proxy to forward a request", || {
         if let Some(st) = proxy.0.try_wait().expect("wait for the proxy") {
-            panic!("the proxy exited ({st}) before forwarding: {}", proxy.stderr());
+            panic!(
+                "the proxy exited ({st}) before forwarding: {}",
+                proxy.stderr()
+            );
         }
         get(data, "/x").filter(|(code, _)| *code == 200)
     });

@@ -34,7 +34,10 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
-    panic!("no free loopback port in {LOW}..{} after 1000 tries", u64::from(LOW) + SPAN)
+    panic!(
+        "no free loopback port in {LOW}..{} after 1000 tries",
+        u64::from(LOW) + SPAN
+    )
 }
 
 /// `127.0.0.1:port`.
