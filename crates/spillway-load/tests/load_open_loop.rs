@@ -107,16 +107,16 @@ async fn requests_past_their_timeout_are_abandoned_and_counted() {
     }
 }
 
-/// A target that refuses everything with 503.
-async fn refusing_target() -> SocketAddr {
+/// A target that answers everything at once with `status`.
+async fn answering_target(status: StatusCode) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(|_req| async {
-                    let mut r = Response::new(Full::new(Bytes::from_static(b"overloaded")));
-                    *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                let svc = hyper::service::service_fn(move |_req| async move {
+                    let mut r = Response::new(Full::new(Bytes::from_static(b"no")));
+                    *r.status_mut() = status;
                     Ok::<_, Infallible>(r)
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -126,6 +126,35 @@ async fn refusing_target() -> SocketAddr {
         }
     });
     addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_timeout_counts_as_timed_out_and_other_5xx_as_errors() {
+    for (status, timed_out) in [
+        (StatusCode::GATEWAY_TIMEOUT, true),
+        (StatusCode::INTERNAL_SERVER_ERROR, false),
+    ] {
+        let mut cfg = LoadConfig::new(answering_target(status).await);
+        cfg.shape = RateShape::Constant(100.0);
+        cfg.duration = Duration::from_millis(500);
+        cfg.timeout = Duration::from_millis(500);
+        let report = LoadGenerator::new(cfg).unwrap().run().await.unwrap();
+        let c = &report.summary.counts;
+        assert!(c.is_balanced(), "{c:?}");
+        assert!(c.offered > 0, "{c:?}");
+        // A proxy's 504 is its answer once the caller's deadline passed upstream.
+        let (t, e) = if timed_out {
+            (c.offered, 0)
+        } else {
+            (0, c.offered)
+        };
+        assert_eq!((c.timed_out, c.errors), (t, e), "{status}: {c:?}");
+    }
+}
+
+/// A target that refuses everything with 503.
+async fn refusing_target() -> SocketAddr {
+    answering_target(StatusCode::SERVICE_UNAVAILABLE).await
 }
 
 async fn against_refusals(addr: SocketAddr, behaviour: Behaviour) -> spillway_load::report::Counts {

@@ -181,6 +181,13 @@ pub(crate) async fn execute(
                     retryable: true,
                 }
             }
+            // A proxy's 504 (`spillway proxy`: `upstream_timeout`) comes when the deadline this
+            // attempt sent, or the proxy's own request timeout, passed before the upstream
+            // answered: no answer within the timeout, as when this attempt's own timer fires.
+            Ok(Ok(parts)) if parts.status == StatusCode::GATEWAY_TIMEOUT => {
+                done.outcome = Outcome::TimedOut;
+                Failure::overloaded(done.attempts)
+            }
             Ok(Ok(_other_status)) => {
                 if gated {
                     throttle.record_accept(now);
