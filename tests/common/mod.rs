@@ -18,14 +18,13 @@ use std::time::{Duration, Instant};
 /// picked for a connection, and the ones handed out are remembered.
 pub fn free_port() -> u16 {
     use std::collections::hash_map::RandomState;
-    use std::collections::HashSet;
+    use std::collections::BTreeSet;
     use std::hash::{BuildHasher, Hasher};
     use std::sync::Mutex;
-    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     const LOW: u16 = 20_000;
     const SPAN: u64 = 12_000;
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    let given = given.get_or_insert_with(HashSet::new);
     for _ in 0..1_000 {
         // RandomState is seeded randomly per instance: a random start per process and try.
         let port = LOW + (RandomState::new().build_hasher().finish() % SPAN) as u16;

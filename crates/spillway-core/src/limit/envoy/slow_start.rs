@@ -63,9 +63,13 @@ impl EnvoyGradientLimit {
     /// 0.14 s).
     pub(super) fn slow_start_answer(&mut self, rtt_ns: u64, in_flight: usize, measured: bool) {
         if measured {
-            for (rtt, level) in std::mem::take(&mut self.answers_before_min_rtt) {
+            // Taken out and put back emptied: its room stays allocated (no free on this path).
+            let mut kept = std::mem::take(&mut self.answers_before_min_rtt);
+            for &(rtt, level) in &kept {
                 self.grow_in_slow_start(rtt as f64, level);
             }
+            kept.clear();
+            self.answers_before_min_rtt = kept;
             self.grow_in_slow_start(rtt_ns as f64, in_flight);
         } else if self.answers_before_min_rtt.len() < ANSWERS_BEFORE_MIN_RTT {
             self.answers_before_min_rtt.push((rtt_ns, in_flight));
