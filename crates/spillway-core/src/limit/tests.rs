@@ -689,6 +689,8 @@ mod envoy_once_per_rtt;
 mod envoy_slow_start_gain;
 #[path = "tests/envoy_small_limits.rs"]
 mod envoy_small_limits;
+#[path = "tests/envoy_start_cohort.rs"]
+mod envoy_start_cohort;
 #[path = "tests/envoy_throughput_ceiling.rs"]
 mod envoy_throughput_ceiling;
 #[path = "tests/envoy_unanswered.rs"]

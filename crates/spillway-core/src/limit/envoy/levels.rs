@@ -169,7 +169,7 @@ impl LevelFit {
 /// independence over its standard deviation, corrected for ties in the level (latencies in
 /// ns hardly tie): Var S = [n(n−1)(2n+5) − Σ t(t−1)(2t+5)] / 18 over the level's groups.
 /// 0 when there is nothing to rank (one level).
-fn kendall_z(points: &[(u32, u64)], scratch: &mut Vec<f64>) -> f64 {
+pub(super) fn kendall_z(points: &[(u32, u64)], scratch: &mut Vec<f64>) -> f64 {
     let mut s: i64 = 0;
     for (i, &(xi, yi)) in points.iter().enumerate() {
         for &(xj, yj) in &points[i + 1..] {

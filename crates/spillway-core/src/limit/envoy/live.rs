@@ -40,6 +40,12 @@
 //!   percentile counts their missing answers as the slowest (the round's requests left
 //!   together, so they come back in order of latency): the median of five is the third
 //!   back, not the second of three ([`LiveMinRtt::round_low_estimate`]);
+//! - and once the start's first 64 admissions are all back, without a rise with the level
+//!   above the low ones, their percentile replaces a provisional minRTT above 1.5 × it
+//!   (`cohort.rs`): under a load that never goes light the five low-level answers are all a
+//!   start has, and a median of five answers of an exponential service is past 1.5 × its
+//!   own one time in four — a tolerance the gradient then keeps as a queue in the upstream
+//!   for good;
 //! - from the start the limit grows in slow start: by one per request answered within
 //!   `minRTT·(1 + buffer)` while at least half of it was in use — doubling per round trip, as
 //!   TCP's window grows by one per acknowledgement (RFC 5681 §3.1) — so a cold start reaches
@@ -82,6 +88,7 @@
 //!   (`bench/results/unqueued-latency-issue28.md` §3).
 
 use super::super::histogram::LatencyHistogram;
+use super::cohort::StartCohort;
 use super::levels::LevelFit;
 
 /// Kendall's `z` among the low levels from which an upstream counts as smaller than them
@@ -93,6 +100,10 @@ const SMALL_UPSTREAM_Z: f64 = 2.0;
 /// initial limit of 20 (the first round). A first-round request whose end never reaches the
 /// limit (a failed connection is no sample) would otherwise keep it partial for ever.
 const PARTIAL_ANSWERS: u32 = 64;
+
+/// A provisional minRTT above this multiple of the start cohort's estimate is replaced by it:
+/// the gradient's tolerance above it would be a queue of over a service time.
+const COHORT_ABOVE: f64 = 1.5;
 
 /// The low-concurrency samples of the measurement in progress.
 #[derive(Debug)]
@@ -142,6 +153,12 @@ pub(super) struct LiveMinRtt {
     /// The level fit has new samples since [`LiveMinRtt::queued_min_rtt`] last looked: the
     /// fit is quadratic in them and its answer cannot change without them.
     fit_unchecked: bool,
+    /// The start's first admissions, for a check on the provisional minRTT (`cohort.rs`).
+    cohort: StartCohort,
+    /// The cohort's estimate, once complete without a rise: while no measurement has
+    /// completed it replaces the low levels' and the first round's where those are past
+    /// [`COHORT_ABOVE`] × it.
+    cohort_estimate: Option<f64>,
 }
 
 impl LiveMinRtt {
@@ -172,6 +189,8 @@ impl LiveMinRtt {
             reported_ns: 0.0,
             answers: 0,
             fit_unchecked: false,
+            cohort: StartCohort::default(),
+            cohort_estimate: None,
         }
     }
 
@@ -179,6 +198,37 @@ impl LiveMinRtt {
     /// one has — the provisional one from the low-concurrency samples so far.
     /// A dropped (timed-out) request is no sample: its latency is where its caller gave up.
     pub(super) fn on_sample(
+        &mut self,
+        now_ns: u64,
+        rtt_ns: u64,
+        in_flight: usize,
+        dropped: bool,
+    ) -> Option<f64> {
+        let checked = self.provisional
+            && self
+                .cohort
+                .on_end(
+                    now_ns,
+                    rtt_ns,
+                    in_flight,
+                    !dropped,
+                    self.low,
+                    self.percentile,
+                )
+                .map(|m| self.cohort_estimate = Some(m))
+                .is_some();
+        let reported = self.reported_ns;
+        self.measure(now_ns, rtt_ns, in_flight, dropped)
+            .or_else(|| {
+                checked
+                    .then(|| self.provisional_estimate())
+                    .flatten()
+                    .filter(|&m| m != reported)
+            })
+    }
+
+    /// [`on_sample`](Self::on_sample) but for the cohort's check.
+    fn measure(
         &mut self,
         now_ns: u64,
         rtt_ns: u64,
@@ -285,7 +335,12 @@ impl LiveMinRtt {
     /// A request whose caller gave up after `rtt_ns`: one of the first round's spoils it as a
     /// timed-out one does (its latency is unknown, so the round's percentile is too) — and
     /// ends [`partial`](Self::partial), which would otherwise wait for its answer for ever.
-    pub(super) fn on_abandoned(&mut self, now_ns: u64, rtt_ns: u64) {
+    pub(super) fn on_abandoned(&mut self, now_ns: u64, rtt_ns: u64, in_flight: usize) {
+        if self.provisional {
+            // Its latency is unknown: a cohort it belongs to gives no estimate.
+            self.cohort
+                .on_end(now_ns, rtt_ns, in_flight, false, self.low, self.percentile);
+        }
         let started_ns = now_ns.saturating_sub(rtt_ns);
         if self.provisional
             && self
@@ -326,6 +381,19 @@ impl LiveMinRtt {
         // to lower; the limit measures at low concurrency first (`window.rs`).
         let low = self.low_estimate?;
         let m = round.map_or(low, |round| low.min(round));
+        // The cohort (`cohort.rs`): more answers, all back, none visibly queued — but the
+        // levels where a queue starts hardly show in its rank test and raise its percentile,
+        // so it corrects only an estimate past the band it would itself be tolerated in. And
+        // only one too high: a minRTT too low has the gradient cut, down to the levels where
+        // every answer is a low-concurrency sample and a measurement completes; one too high
+        // has it tolerate a queue in the upstream, which a load that never goes light keeps
+        // for good. Corrected both ways, the low side's corrections cost more than they
+        // gained (issue 28's sweep, seeds 28–32: R2 −0.0001, closed loops −6.8 %, s.e. 3.3;
+        // `bench/results/start-cohort-issue28.md`).
+        let m = match self.cohort_estimate {
+            Some(c) if m > c * COHORT_ABOVE => c,
+            _ => m,
+        };
         self.reported_ns = m;
         Some(m)
     }

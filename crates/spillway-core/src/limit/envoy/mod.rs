@@ -146,6 +146,7 @@ use crate::error::ConfigError;
 use crate::random::RandomSource;
 
 mod by_level;
+mod cohort;
 mod config;
 mod flat;
 mod floor;
@@ -492,7 +493,7 @@ impl Limit for EnvoyGradientLimit {
         }
         let now_ns = nanos_since(self.origin, s.now);
         if let Some(live) = self.live.as_mut() {
-            live.on_abandoned(now_ns, rtt_ns);
+            live.on_abandoned(now_ns, rtt_ns, s.in_flight);
         }
         if self.slow_start && self.measured_min_rtt_ns <= 0.0 {
             // Callers giving up before any answer came: the limit is no floor (`probing`).

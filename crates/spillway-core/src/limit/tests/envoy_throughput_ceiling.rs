@@ -66,16 +66,15 @@ fn a_thrashing_upstream_is_held_near_its_workers() {
     let (without, none) = run(false, true);
     assert_eq!(none, 0);
     assert!(caps > 0, "with: {with:?}");
-    // Without the ceiling the gradient's tolerance holds well past the 20 workers, where each
-    // extra request slows every other; with it the limit sits near them.
-    assert!(settled(&without) > 30, "without: {without:?}");
+    // With the ceiling the limit sits near the 20 workers, past which each extra request
+    // slows every other.
     assert!(settled(&with) <= 26, "with: {with:?}");
     assert!(settled(&with) >= 16, "with: {with:?}");
-    // Once the cap has held, the limit probes above it by an eighth a window (`thrash.rs`):
-    // the gradient's own probe doubled it, to 41 in 0.1 s.
-    let after = &with[20..];
-    let peak = after.iter().copied().max().unwrap_or(0);
-    assert!(peak < 2 * settled(&with), "with: {with:?}");
+    // Once the cap has held, the limit probes above it by an eighth a window (`thrash.rs`);
+    // the gradient's own probe doubles it, and without the ceiling it reached 54 here.
+    let peak = |path: &[usize]| path[20..].iter().copied().max().unwrap_or(0);
+    assert!(peak(&with) < 2 * settled(&with), "with: {with:?}");
+    assert!(peak(&without) >= 2 * settled(&with), "without: {without:?}");
 }
 
 #[test]
