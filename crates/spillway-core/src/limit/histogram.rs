@@ -80,9 +80,7 @@ impl LatencyHistogram {
         if self.total == 0 {
             return None;
         }
-        let q = if q.is_nan() { 0.5 } else { q.clamp(0.0, 1.0) };
-        let rank = ((q * f64::from(self.total)).ceil() as u64).clamp(1, u64::from(self.total));
-        self.at_rank(rank)
+        self.at_rank(quantile_rank(q, u64::from(self.total)))
     }
 
     /// The `rank`-th smallest value (from 1) as a bucket midpoint; `None` past the count.
@@ -99,6 +97,13 @@ impl LatencyHistogram {
         }
         None
     }
+}
+
+/// The rank (from 1) of the `q`-quantile among `n ≥ 1` sorted values: `⌈q·n⌉`, at least the
+/// first; a `q` that is NaN counts as the median. One convention for every minRTT estimate.
+pub(super) fn quantile_rank(q: f64, n: u64) -> u64 {
+    let q = if q.is_nan() { 0.5 } else { q.clamp(0.0, 1.0) };
+    ((q * n as f64).ceil() as u64).clamp(1, n.max(1))
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@
 //! and the low levels' (with their fit at one in flight) stand. A cohort with a request that
 //! timed out or whose caller gave up has an unknown percentile: no estimate either.
 
+use super::super::histogram::quantile_rank;
 use super::levels::kendall_z;
 
 /// Requests in the cohort: a bit per rank in a `u64`. The median of 64 answers of an
@@ -141,12 +142,7 @@ impl StartCohort {
                 self.scratch.clear();
                 self.scratch.extend(set.iter().map(|p| p.1 as f64));
                 self.scratch.sort_unstable_by(f64::total_cmp);
-                let q = if percentile.is_nan() {
-                    0.5
-                } else {
-                    percentile.clamp(0.0, 1.0)
-                };
-                let rank = ((q * upto as f64).ceil() as usize).clamp(1, upto);
+                let rank = quantile_rank(percentile, upto as u64) as usize;
                 return Some(self.scratch[rank - 1]);
             }
             // Down to the next lower level: drop every answer at the highest one.

@@ -87,7 +87,7 @@
 //!   while the upstream drained the requests admitted before
 //!   (`bench/results/unqueued-latency-issue28.md` §3).
 
-use super::super::histogram::LatencyHistogram;
+use super::super::histogram::{quantile_rank, LatencyHistogram};
 use super::cohort::StartCohort;
 use super::levels::LevelFit;
 
@@ -326,9 +326,9 @@ impl LiveMinRtt {
     /// is out under load they are the round's.
     fn round_low_estimate(&self) -> Option<f64> {
         let n = self.round_low_levels();
-        let rank = ((self.percentile * n as f64).ceil() as usize).clamp(1, n.max(1));
-        (self.round_low >= rank)
-            .then(|| self.hist.at_rank(rank as u64))
+        let rank = quantile_rank(self.percentile, n as u64);
+        (self.round_low as u64 >= rank)
+            .then(|| self.hist.at_rank(rank))
             .flatten()
     }
 
