@@ -45,8 +45,10 @@ pub struct EnvoyGradientConfig {
     /// `limit / f` (see the module docs; Netflix uses 2), `f` in `[1, 100]`. Default unset
     /// (Envoy: the limit grows whenever latency allows).
     pub app_limited_growth: Option<f64>,
-    /// After the limit changes, summarise windows only from requests started after the change
-    /// (see the module docs). Default false (Envoy: every sample counts).
+    /// After the limit changes, summarise windows only from requests started after the change,
+    /// and grow by one at most on a window of fewer than `request_count` answers that closes
+    /// sooner after the change than the latency that made it (see the module docs). Default false
+    /// (Envoy: every sample counts).
     pub one_change_per_rtt: bool,
     /// When the latency of recent windows whose limit was reached does not follow their limit
     /// (the cuts were futile), re-measure minRTT at the latency seen and take the cuts back (the

@@ -57,7 +57,20 @@
 //! per round trip, on evidence about itself — TCP's rule of reducing the congestion window at
 //! most once per window of data, since losses of segments sent before the reduction belong to
 //! the old window (RFC 5681 §3.2, RFC 6582 NewReno), and the same discard Envoy already applies
-//! to samples predating a minRTT window.
+//! to samples predating a minRTT window. The first window after a change has the opposite
+//! bias: it closes on its timer holding only the requests started since that have already
+//! answered — the fastest, the slow ones still out. So a window that closes with fewer answers
+//! than a measurement takes (`request_count`), sooner after the change than the latency that
+//! made it, may cut but grows the limit by one at most (TCP's congestion avoidance past a
+//! loss, RFC 5681 §3.1). Without this, each cut of a 20-worker upstream that slows with what it
+//! holds was undone by the next window's two to seven early answers: it stayed at 35 in flight
+//! (issue 28's sweep, `c=20 mean=50ms lognormal timeout=20x offered=2x crit=0.8 slowdown`).
+//! Not growing at all there lifted that cell further but held limits cut below the workers in a
+//! capacity drop there too (`bench/results/early-window-issue28.md`). Windows that fill with
+//! `request_count` answers are left alone: at a 1000-worker upstream every window after a
+//! change closes within one latency, and holding them all halved the gradient's probes above
+//! the knee that `knee.rs` reads its cap from (`limit::tests`' saturated 1000-worker upstream:
+//! its limit drifted to twice the workers).
 //!
 //! A third addition, off by default: `rebaseline_on_futile_cut` (needs `one_change_per_rtt`).
 //! A latency gradient cannot tell a busy *host* from an overloaded upstream: with foreign work
@@ -238,6 +251,9 @@ pub struct EnvoyGradientLimit {
     /// With `one_change_per_rtt`: when the limit last changed (samples of requests started
     /// earlier are not used to change it again); 0 otherwise.
     change_epoch_ns: u64,
+    /// With `one_change_per_rtt`: the window latency that made the last change (0 when the
+    /// change was not a window's verdict).
+    change_rtt_ns: f64,
     next_min_rtt_ns: u64,
     window_start_ns: u64,
     /// The baseline the gradient uses: the measured minRTT, or above it after a re-baseline.
@@ -348,6 +364,7 @@ impl EnvoyGradientLimit {
             in_min_rtt_window: false,
             min_rtt_epoch_ns: 0,
             change_epoch_ns: 0,
+            change_rtt_ns: 0.0,
             next_min_rtt_ns: 0,
             window_start_ns: 0,
             min_rtt_ns: fixed.unwrap_or(0.0),

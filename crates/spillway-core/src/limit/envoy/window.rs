@@ -66,6 +66,7 @@ impl EnvoyGradientLimit {
         if self.one_change_per_rtt {
             // Requests admitted at the pinned limit say nothing about the restored one.
             self.change_epoch_ns = now_ns;
+            self.change_rtt_ns = 0.0;
         }
         // Envoy: interval + (random % ceil(interval · jitter)); here U·interval·jitter, U ∈ [0,1).
         let u = self.rng.uniform();
@@ -133,6 +134,12 @@ impl EnvoyGradientLimit {
         self.censored = u64::from(dropped) * 2 >= u64::from(self.hist.count()) || unanswered;
         self.hist.clear();
         let knee = self.knee.as_mut().map(|k| k.close(self.limit));
+        // One change per RTT: a window that closes on its timer with fewer answers than a
+        // measurement takes, sooner after the last change than the latency that prompted it,
+        // holds only the answers that beat that latency (module docs).
+        let early = self.one_change_per_rtt
+            && answered < self.request_count
+            && (now_ns.saturating_sub(self.change_epoch_ns) as f64) < self.change_rtt_ns;
         self.sample_rtt_ns = sample;
         if self.live.is_some() && self.measured_min_rtt_ns <= 0.0 {
             // No minRTT yet (live measurement): nothing to compare with; hold the limit — and
@@ -210,6 +217,11 @@ impl EnvoyGradientLimit {
         }
         let mut new_limit = self.calculate_new_limit();
         let old = self.limit;
+        if early && !self.slow_start {
+            // Cuts stand (the fast answers only understate the latency); growth is by one at
+            // most, as TCP's congestion avoidance grows past a loss (RFC 5681 §3.1).
+            new_limit = new_limit.min(old.saturating_add(1));
+        }
         if provisional {
             // Held, not cut: slow start's own rule (growth only on fast answers) stops it
             // where the queue starts.
@@ -277,6 +289,7 @@ impl EnvoyGradientLimit {
         self.limit = new_limit;
         if self.one_change_per_rtt && new_limit != old {
             self.change_epoch_ns = now_ns;
+            self.change_rtt_ns = sample;
         }
         if old == self.floor && new_limit == self.floor {
             self.consecutive_at_floor += 1;
@@ -303,6 +316,7 @@ impl EnvoyGradientLimit {
             self.limit = low;
             if self.one_change_per_rtt {
                 self.change_epoch_ns = now_ns;
+                self.change_rtt_ns = 0.0;
             }
         }
     }

@@ -77,3 +77,47 @@ fn envoy_one_change_per_rtt_ignores_requests_started_before_the_change() {
     let path = feed(&mut once, t0, 1700, 2100, 300);
     assert_eq!(path.len(), 1, "{path:?}");
 }
+
+/// With one change per RTT, a window that closes sooner after a change than the latency that
+/// prompted it holds only the answers that beat that latency: it may cut, and grow by one at
+/// most.
+#[test]
+fn envoy_one_change_per_rtt_grows_by_one_at_most_on_the_answers_that_beat_the_rest() {
+    let t0 = Instant::now();
+    let cfg = EnvoyGradientConfig {
+        interval: Duration::from_secs(3600),
+        one_change_per_rtt: true,
+        ..envoy_cfg()
+    };
+    let mut l = envoy_measured(t0, &cfg, Box::new(FixedRandom(0.0)));
+    assert!(
+        !feed(&mut l, t0, 100, 1000, 10).is_empty(),
+        "grew at minRTT"
+    );
+    // Answers take 150 ms now; the first window of requests started after the last change
+    // cuts, at `cut`.
+    let high = l.limit();
+    let mut cut = None;
+    for now in (1160..1600).step_by(10) {
+        l.on_sample(&sample(at(t0, now), 150 * MS, l.limit(), false));
+        if l.limit() < high {
+            cut = Some(now);
+            break;
+        }
+    }
+    let cut = cut.expect("the slow answers cut the limit");
+    let low = l.limit();
+    // The first answers of requests started after the cut are the fast ones (10 ms); the
+    // window opened at the cut closes 100 ms later, before 150 ms have passed: one more at
+    // most (the gradient alone doubles on them).
+    for now in (cut + 20..=cut + 100).step_by(20) {
+        l.on_sample(&sample(at(t0, now), 10 * MS, low, false));
+    }
+    assert_eq!(l.limit(), low + 1, "grew on the answers that beat the rest");
+    // Answering that fast for longer than the cut's latency, they are the upstream's latency:
+    // the window that closes then grows the limit.
+    for now in (cut + 120..=cut + 300).step_by(20) {
+        l.on_sample(&sample(at(t0, now), 10 * MS, l.limit(), false));
+    }
+    assert!(l.limit() > low + 1, "{} after {low}", l.limit());
+}
