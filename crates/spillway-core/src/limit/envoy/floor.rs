@@ -38,15 +38,23 @@
 //! level is divided by the share of the limit the closing window used (at least one half), so
 //! that all-SHEDDABLE traffic still reaches the level that ran unqueued.
 //!
-//! Off in the default policy, for what it costs. Over issue 28's sweep (five seeds, against
-//! the same policy without it): failing R1 cells 89 → 79, 91 → 78, 95 → 84, 93 → 83,
-//! 97 → 80; R2's figure +0.0016 on average (four standard errors); R3's mean unchanged but
-//! 0–12 more cells failing per seed, mostly bimodal services in a capacity drop: the floor
-//! holds the level through the drop, the throughput ceiling then compares the old levels'
-//! fast answers with the held level's slow ones and caps below the workers. And a level read
-//! while the limit never went below the knee is itself queued: in front of a saturated
-//! thrashing upstream the floor held the limit at 21–33 for 20 workers where the ceiling alone
-//! holds 19–24 (`bench/results/floor-issue28.md`).
+//! On in the default policy, with `knee_cap` (`controller::preset`). Measured alone (issue
+//! 28's sweep, five seeds, against the same policy without it): failing R1 cells 89 → 79,
+//! 91 → 78, 95 → 84, 93 → 83, 97 → 80; R2's figure +0.0016 on average (four standard errors);
+//! R3's mean unchanged but 0–12 more cells failing per seed, mostly bimodal services in a
+//! capacity drop: the floor holds the level through the drop, the throughput ceiling then
+//! compares the old levels' fast answers with the held level's slow ones and caps below the
+//! workers. And a level read while the limit never went below the knee is itself queued: in
+//! front of a saturated thrashing upstream the floor held the limit at 21–33 for 20 workers
+//! where the ceiling alone holds 19–24 (`bench/results/floor-issue28.md`); the sweep's `c=20
+//! mean=50ms lognormal timeout=20x offered=2x crit=0.8 slowdown` ran at 35 in flight for its
+//! 20 workers, the floor read from a lowest pool at 33. Three bounds tried against that — no
+//! floor when the lowest pool's mean is past the gradient's tolerance; Little's bound taken on
+//! the tolerated latency rather than the lowest pool's; no floor unless the lowest pool is at
+//! or below the cut's target — each lifted that cell (CRITICAL 72.9 → 88–96 %) and lost more
+//! than it gained over five seeds: the same unproven floor keeps closed loops' limits above
+//! their workers through a capacity drop (R1 failing cells +2 to +22 per seed;
+//! `bench/results/early-window-issue28.md`).
 
 use super::knee::DELAY_SHARE;
 use super::thrash::CONFOUNDED_BELOW;
