@@ -63,11 +63,8 @@ impl EnvoyGradientLimit {
         self.hist.clear();
         self.limit = self.deferred_limit.clamp(self.floor, self.max);
         self.in_min_rtt_window = false;
-        if self.one_change_per_rtt {
-            // Requests admitted at the pinned limit say nothing about the restored one.
-            self.change_epoch_ns = now_ns;
-            self.change_rtt_ns = 0.0;
-        }
+        // Requests admitted at the pinned limit say nothing about the restored one.
+        self.note_change(now_ns, 0.0);
         // Envoy: interval + (random % ceil(interval · jitter)); here U·interval·jitter, U ∈ [0,1).
         let u = self.rng.uniform();
         let u = if (0.0..1.0).contains(&u) { u } else { 0.0 };
@@ -287,9 +284,8 @@ impl EnvoyGradientLimit {
             new_limit = new_limit.min(c.clamp(self.floor, self.max));
         }
         self.limit = new_limit;
-        if self.one_change_per_rtt && new_limit != old {
-            self.change_epoch_ns = now_ns;
-            self.change_rtt_ns = sample;
+        if new_limit != old {
+            self.note_change(now_ns, sample);
         }
         if old == self.floor && new_limit == self.floor {
             self.consecutive_at_floor += 1;
@@ -314,10 +310,17 @@ impl EnvoyGradientLimit {
         let low = self.min_concurrency.max(self.floor);
         if self.limit > low {
             self.limit = low;
-            if self.one_change_per_rtt {
-                self.change_epoch_ns = now_ns;
-                self.change_rtt_ns = 0.0;
-            }
+            self.note_change(now_ns, 0.0);
+        }
+    }
+
+    /// With `one_change_per_rtt`: the limit changed at `now_ns` on a window whose latency was
+    /// `rtt_ns` (0 when the change was no window's verdict): later windows judge only requests
+    /// started since, and one that closes thin before `rtt_ns` has passed grows by one at most.
+    fn note_change(&mut self, now_ns: u64, rtt_ns: f64) {
+        if self.one_change_per_rtt {
+            self.change_epoch_ns = now_ns;
+            self.change_rtt_ns = rtt_ns;
         }
     }
 
