@@ -9,13 +9,16 @@
 //! evidence would decide forever.
 
 /// One in-flight level's latencies: count, sum and sum of squares (ns), and the sum of the
-/// levels themselves (a group spans a range of levels).
+/// levels themselves (a group spans a range of levels); and, apart, the requests whose callers
+/// gave up: their count and the sum of the time they held a slot (ns).
 #[derive(Debug, Default, Clone, Copy)]
 struct Group {
     n: f64,
     sum: f64,
     sum_sq: f64,
     level: f64,
+    gone: f64,
+    gone_sum: f64,
 }
 
 impl Group {
@@ -24,6 +27,17 @@ impl Group {
         self.sum += g.sum;
         self.sum_sq += g.sum_sq;
         self.level += g.level;
+        self.gone += g.gone;
+        self.gone_sum += g.gone_sum;
+    }
+
+    fn halve(&mut self) {
+        self.n /= 2.0;
+        self.sum /= 2.0;
+        self.sum_sq /= 2.0;
+        self.level /= 2.0;
+        self.gone /= 2.0;
+        self.gone_sum /= 2.0;
     }
 
     /// Mean latency, its standard error and the mean level, once `min_samples` are in.
@@ -38,6 +52,8 @@ impl Group {
             mean,
             se,
             level: self.level / self.n,
+            held_mean: (self.sum + self.gone_sum) / (self.n + self.gone),
+            answered_share: self.n / (self.n + self.gone),
         })
     }
 }
@@ -51,6 +67,11 @@ pub(super) struct Pool {
     pub(super) se: f64,
     /// Mean in-flight level of the pooled requests.
     pub(super) level: f64,
+    /// Mean time a request held its slot (ns), the answered and those given up on alike: by
+    /// Little's law the level over it is the rate slots turn over.
+    pub(super) held_mean: f64,
+    /// The share of those requests that were answered.
+    pub(super) answered_share: f64,
 }
 
 /// The run of pools, from the lowest up, whose mean latency is within a share of the lowest
@@ -92,21 +113,32 @@ impl<const GROUPS: usize, const PER_DOUBLING: usize> LatencyByLevel<GROUPS, PER_
 
     /// One completed (not dropped) request, admitted with `in_flight` in flight.
     pub(super) fn record(&mut self, now_ns: u64, in_flight: usize, rtt_ns: u64) {
-        if now_ns.saturating_sub(self.aged_ns) >= self.half_life_ns {
-            self.aged_ns = now_ns;
-            for g in self.groups.iter_mut() {
-                g.n /= 2.0;
-                g.sum /= 2.0;
-                g.sum_sq /= 2.0;
-                g.level /= 2.0;
-            }
-        }
+        self.age(now_ns);
         let x = rtt_ns as f64;
         let g = &mut self.groups[Self::group_of(in_flight)];
         g.n += 1.0;
         g.sum += x;
         g.sum_sq += x * x;
         g.level += in_flight.max(1) as f64;
+    }
+
+    /// A request admitted with `in_flight` in flight whose caller gave up after `rtt_ns`
+    /// (timed out or abandoned): it held a slot that long, and delivered nothing.
+    pub(super) fn record_given_up(&mut self, now_ns: u64, in_flight: usize, rtt_ns: u64) {
+        self.age(now_ns);
+        let g = &mut self.groups[Self::group_of(in_flight)];
+        g.gone += 1.0;
+        g.gone_sum += rtt_ns as f64;
+    }
+
+    /// Halves every group once per half-life.
+    fn age(&mut self, now_ns: u64) {
+        if now_ns.saturating_sub(self.aged_ns) >= self.half_life_ns {
+            self.aged_ns = now_ns;
+            for g in self.groups.iter_mut() {
+                g.halve();
+            }
+        }
     }
 
     /// Forgets every level.

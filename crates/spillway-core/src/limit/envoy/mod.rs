@@ -581,9 +581,14 @@ impl Limit for EnvoyGradientLimit {
         if let (Some(k), false) = (self.knee.as_mut(), s.dropped) {
             k.record(now_ns, s.in_flight, rtt_ns);
         }
-        // So does thrash.rs, for the same reason.
-        if let (Some(t), false) = (self.thrash.as_mut(), s.dropped) {
-            t.record(now_ns, s.in_flight, rtt_ns);
+        // So does thrash.rs, for the same reason; a request given up on held its slot and
+        // delivered nothing, which counts there.
+        if let Some(t) = self.thrash.as_mut() {
+            if s.dropped {
+                t.given_up(now_ns, s.in_flight, rtt_ns);
+            } else {
+                t.record(now_ns, s.in_flight, rtt_ns);
+            }
         }
 
         if !self.counts(now_ns, rtt_ns) {

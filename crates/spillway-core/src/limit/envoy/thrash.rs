@@ -15,8 +15,10 @@
 //! Throughput is what tells the two apart, as BBR's model of a path does (Cardwell et al.,
 //! "BBR: Congestion-Based Congestion Control", ACM Queue 2016: past the bottleneck's
 //! bandwidth-delay product, more in flight only adds delay; here it also removes delivery).
-//! By Little's law a level of `n` in flight whose requests take `R` on average delivers
-//! `n / R`. Completed requests are grouped by how many were in flight when they were admitted
+//! By Little's law a level of `n` in flight whose requests hold their slots `R` on average
+//! turns them over at `n / R`, and delivers that times the share of them answered: a request
+//! whose caller gave up (timed out, abandoned) held its slot until then and delivered nothing.
+//! Requests are grouped by how many were in flight when they were admitted
 //! ([`Sample::in_flight`](crate::limit::Sample)), [`PER_DOUBLING`] groups per doubling;
 //! neighbouring groups are pooled, lowest first, until each pool holds [`MIN_SAMPLES`]. The
 //! pool that delivers most is the best level; when a pool *above* it delivers clearly less —
@@ -24,6 +26,17 @@
 //! [`CONFOUNDED_BELOW`] in flight, where long requests move level and latency together) —
 //! more in flight destroyed throughput, and the limit is capped where in flight stays at the
 //! best level.
+//!
+//! Why count the requests given up on: on the answered alone, a plain FIFO whose long
+//! requests outlive their callers reads as thrashing. Its low levels answer their short
+//! requests at once and its high levels after a wait, and the long ones, given up on at every
+//! level, count nowhere: a 20-worker FIFO with 5 % of requests at 512 ms and callers allowing
+//! 250 ms delivered 780 answers a second at 20 in flight and 546 at 29, by that count — a fall
+//! of 26 %, where slots turned over within 8 % of each other — and its limit was capped at
+//! 21–22 while SHEDDABLE work waited and was refused (issue 28's sweep, `c=20 mean=50ms bimodal
+//! timeout=5x offered=0.9x crit=0.6`: −2.8 pp of requests served in time against the
+//! unprotected service). The other way round, a thrashing upstream whose callers give up at
+//! its high levels delivers less there than its answers alone say.
 //!
 //! What it leaves alone: below the knee delivery rises with the level; past the knee of a
 //! plain FIFO it is flat (latency grows in proportion to the level), so no pool falls below
@@ -101,17 +114,28 @@ const FIRST_LEVEL: usize = 2;
 /// without the level causing it: 1- and 4-worker services with 5 % of requests 20× slower,
 /// judged on [`FALL`], looked like thrashing and were capped below their workers (issue 28's
 /// sweep: R1 −0.3 to −1 pp, late queue exits in 40 cells). Never judged there, a 4-worker
-/// upstream that thrashes past its workers was held at 6–24 in flight.
+/// upstream that thrashes past its workers was held at 6–24 in flight. Below it delivery is
+/// read on the answered alone: the callers waiting behind a long request give up there too,
+/// and counted, they steepened the confounded fall (the same services, callers allowing 5
+/// mean service times: 10 more cells over five seeds of the sweep had queued requests
+/// leave after their deadlines, R4b).
 pub(super) const CONFOUNDED_BELOW: usize = 10;
 /// The fall that counts below [`CONFOUNDED_BELOW`]: more than a long request holding one of
 /// four workers takes from delivery (a quarter), less than what a 4-worker upstream that
 /// slows with what it holds loses at 8 in flight (half).
 const STEEP_FALL: f64 = 0.4;
-/// Consecutive capped windows after which the cap is remembered and probed above gently: a
-/// fall seen once may be a burst of long requests at a plain upstream (at 100 workers with 5 %
-/// of requests 20× slower, a cap remembered from single verdicts held the limit below the
-/// workers, and requests waited in the queue past their deadlines in 3 of the sweep's cells);
-/// a thrashing upstream renews its cap window after window.
+/// Consecutive capped windows after which the cap is remembered and probed above gently — once
+/// [`MIN_SAMPLES`] answers came in since the first: a fall seen once may be a burst of long
+/// requests at a plain upstream (at 100 workers with 5 % of requests 20× slower, a cap
+/// remembered from single verdicts held the limit below the workers, and requests waited in
+/// the queue past their deadlines in 3 of the sweep's cells); a thrashing upstream renews its
+/// cap window after window, while its capped levels answer afresh. A fall first seen just
+/// after the upstream got slower compares levels run before (fast) with levels run after
+/// (slow); held at the cap, the low levels answer slowly too, and the fall is gone. Windows
+/// close about once a round trip: four of them took 0.4 s, and a 20-worker service at half
+/// speed had a cap of 15 remembered on evidence from before its drop (issue 28's sweep,
+/// `c=20 mean=50ms lognormal timeout=5x offered=0.5x crit=0.3 capacity_drop`, seed 32: −6.9 pp
+/// of requests served in time; −0.5 pp with the answers).
 const CONFIRMED: u32 = 4;
 /// Groups per doubling of the in-flight count: one per ~9 %, so that the best level near a
 /// knee of 20 is known to within two requests.
@@ -129,11 +153,13 @@ pub(super) struct ThroughputCeiling {
     caps: u64,
     /// Whether the last window was capped.
     held: bool,
-    /// The last cap that held for [`CONFIRMED`] windows in a row (0: none since the levels
-    /// were last forgotten).
+    /// The last cap that held for [`CONFIRMED`] windows in a row, with [`MIN_SAMPLES`]
+    /// answers meanwhile (0: none since the levels were last forgotten).
     known: usize,
     /// Consecutive windows capped.
     streak: u32,
+    /// Answers recorded since the streak began.
+    streak_answers: f64,
     /// The lowest level seen falling when the cap was last set (refutation, module docs).
     fell_at: f64,
     /// Answers from requests admitted at `step_from` in flight or more since the last step.
@@ -152,6 +178,7 @@ impl ThroughputCeiling {
             held: false,
             known: 0,
             streak: 0,
+            streak_answers: 0.0,
             fell_at: f64::INFINITY,
             step_answers: 0.0,
             step_from: 0,
@@ -162,9 +189,18 @@ impl ThroughputCeiling {
     /// One completed (not dropped) request, admitted with `in_flight` in flight.
     pub(super) fn record(&mut self, now_ns: u64, in_flight: usize, rtt_ns: u64) {
         self.levels.record(now_ns, in_flight, rtt_ns);
+        if self.streak > 0 {
+            self.streak_answers += 1.0;
+        }
         if self.known > 0 && in_flight >= self.step_from {
             self.step_answers += 1.0;
         }
+    }
+
+    /// A request admitted with `in_flight` in flight whose caller gave up after `rtt_ns`: it
+    /// held its slot that long and delivered nothing (module docs).
+    pub(super) fn given_up(&mut self, now_ns: u64, in_flight: usize, rtt_ns: u64) {
+        self.levels.record_given_up(now_ns, in_flight, rtt_ns);
     }
 
     /// Forgets every level (the upstream was re-measured).
@@ -213,8 +249,15 @@ impl ThroughputCeiling {
         let split = LatencyByLevel::<GROUPS, PER_DOUBLING>::group_of(CONFOUNDED_BELOW);
         let low = self.levels.pools_in(first, split, MIN_SAMPLES);
         low.chain(self.levels.pools(split, MIN_SAMPLES)).map(|p| {
-            let rate = p.level / p.mean;
-            // The rate's relative error is the mean's.
+            // Answers per second: slots turn over at level / held time, and only the answered
+            // share of them delivered (module docs) — but for the low pools, read on the
+            // answered alone ([`CONFOUNDED_BELOW`]).
+            let rate = if p.level < CONFOUNDED_BELOW as f64 {
+                p.level / p.mean
+            } else {
+                p.level / p.held_mean * p.answered_share
+            };
+            // The rate's relative error is taken as the answered latency's mean's.
             (rate, rate * p.se / p.mean, p.level)
         })
     }
@@ -301,8 +344,11 @@ impl ThroughputCeiling {
             self.step_need = (self.step_need * 2.0).min(MIN_SAMPLES * MAX_BACKOFF);
         }
         self.held = true;
+        if self.streak == 0 {
+            self.streak_answers = 0.0;
+        }
         self.streak = self.streak.saturating_add(1);
-        if self.streak >= CONFIRMED {
+        if self.streak >= CONFIRMED && self.streak_answers >= MIN_SAMPLES {
             self.known = cap;
             // The first probe steps at once; one after a failed probe waits for its answers.
             self.step_answers = if self.step_need > MIN_SAMPLES {

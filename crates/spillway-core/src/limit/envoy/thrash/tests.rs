@@ -26,12 +26,16 @@ fn age_out(c: &mut ThroughputCeiling, mut now_ns: u64) -> u64 {
     now_ns
 }
 
-/// A ceiling that capped `windows` windows in a row at 20.
+/// A ceiling that capped `windows` windows in a row at 20, the capped level answering
+/// [`MIN_SAMPLES`] times meanwhile.
 fn capped(windows: u32) -> (ThroughputCeiling, u64) {
     let mut c = ThroughputCeiling::new();
     thrashing(&mut c, 0);
-    for _ in 0..windows {
+    for w in 0..windows {
         assert_eq!(c.ceiling(40, 40, true), Some(20));
+        if w == 0 {
+            answers(&mut c, 0, 20, MIN_SAMPLES as usize);
+        }
     }
     let now = age_out(&mut c, 0);
     (c, now)
@@ -87,8 +91,11 @@ fn a_probe_that_finds_the_fall_again_waits_twice_as_long_for_its_next_step() {
     let (mut c, now) = capped(CONFIRMED);
     assert_eq!(c.ceiling(20, 20, false), Some(22));
     thrashing(&mut c, now);
-    for _ in 0..CONFIRMED {
+    for w in 0..CONFIRMED {
         assert_eq!(c.ceiling(22, 22, false), Some(20));
+        if w == 0 {
+            answers(&mut c, now, 20, MIN_SAMPLES as usize);
+        }
     }
     let now = age_out(&mut c, now);
     // Re-confirmed: no step at once this time; twice [`MIN_SAMPLES`] answers first.
@@ -102,6 +109,38 @@ fn a_probe_that_finds_the_fall_again_waits_twice_as_long_for_its_next_step() {
 #[test]
 fn a_cap_seen_fewer_windows_than_confirmed_is_forgotten_with_its_evidence() {
     let (mut c, _) = capped(CONFIRMED - 1);
+    assert_eq!(c.ceiling(20, 20, false), None);
+}
+
+#[test]
+fn a_cap_is_remembered_only_once_its_level_answered_under_it() {
+    // Four windows, but fewer than [`MIN_SAMPLES`] answers since the first: not remembered.
+    let mut c = ThroughputCeiling::new();
+    thrashing(&mut c, 0);
+    for w in 0..CONFIRMED {
+        assert_eq!(c.ceiling(40, 40, true), Some(20));
+        if w == 0 {
+            answers(&mut c, 0, 20, MIN_SAMPLES as usize - 1);
+        }
+    }
+    age_out(&mut c, 0);
+    assert_eq!(c.ceiling(20, 20, false), None);
+}
+
+#[test]
+fn a_fall_the_capped_level_no_longer_shows_is_not_remembered() {
+    // 20 in flight answered in 50 ms before the upstream got slower, 40 in 200 ms after: a
+    // fall, and a cap. Held there, 20 in flight now answer in 100 ms, and the fall is gone.
+    let mut c = ThroughputCeiling::new();
+    thrashing(&mut c, 0);
+    assert_eq!(c.ceiling(40, 40, true), Some(20));
+    for _ in 0..4 * MIN_SAMPLES as usize {
+        c.record(0, 20, 100 * MS);
+    }
+    for _ in 1..CONFIRMED {
+        assert_eq!(c.ceiling(20, 20, false), None);
+    }
+    age_out(&mut c, 0);
     assert_eq!(c.ceiling(20, 20, false), None);
 }
 
@@ -186,4 +225,42 @@ fn below_ten_in_flight_a_fall_a_long_request_explains_is_not_thrashing() {
         c.record(0, 40, 135 * MS);
     }
     assert_eq!(c.ceiling(40, 40, true), Some(20));
+}
+
+/// `answered` answers in `answer_ms` and `gone` requests given up on after `gone_ms`, all
+/// admitted at `level` in flight.
+fn level_of(c: &mut ThroughputCeiling, level: usize, answered: (usize, u64), gone: (usize, u64)) {
+    for _ in 0..answered.0 {
+        c.record(0, level, answered.1 * MS);
+    }
+    for _ in 0..gone.0 {
+        c.given_up(0, level, gone.1 * MS);
+    }
+}
+
+#[test]
+fn a_fifo_whose_long_requests_outlive_their_callers_is_not_read_as_thrashing() {
+    // 20 workers, 95 % of requests 25.6 ms, 5 % 512 ms given up at 250 ms: at 20 in flight
+    // the answered wait for nothing; at 29 they wait 22 ms behind the full workers. Slots
+    // turn over at 20 / 36.8 ms and 29 / 57.7 ms (8 % apart: past the knee a FIFO delivers
+    // the same); the answered alone read 20 / 25.6 ms and 29 / 47.6 ms, 22 % apart.
+    let mut c = ThroughputCeiling::new();
+    level_of(&mut c, 20, (190, 26), (10, 250));
+    level_of(&mut c, 29, (190, 48), (10, 250));
+    assert_eq!(c.ceiling(29, 29, true), None);
+}
+
+#[test]
+fn requests_given_up_on_deliver_nothing() {
+    // 40 in flight answer in 100 ms — as many per second as 20 in 50 ms — but half of them
+    // were given up on after 250 ms: the upstream delivers a quarter of what it did at 20.
+    let mut c = ThroughputCeiling::new();
+    level_of(&mut c, 20, (200, 50), (0, 0));
+    level_of(&mut c, 40, (100, 100), (100, 250));
+    assert_eq!(c.ceiling(40, 40, true), Some(20));
+    // Answered alone, the two levels deliver alike.
+    let mut c = ThroughputCeiling::new();
+    level_of(&mut c, 20, (200, 50), (0, 0));
+    level_of(&mut c, 40, (100, 100), (0, 0));
+    assert_eq!(c.ceiling(40, 40, true), None);
 }
