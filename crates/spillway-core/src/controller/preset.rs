@@ -98,8 +98,8 @@ impl AdmissionConfig {
     ///   suffices to double.
     /// - `throughput_ceiling` (`limit/envoy/thrash.rs`, BBR's reasoning by Little's law):
     ///   when an in-flight level is seen to deliver clearly less than a lower one (level /
-    ///   mean latency), the limit is held where in flight stays at the level that delivered
-    ///   most. An upstream that thrashes past its workers (a pool that context-switches, a
+    ///   mean time a slot was held × the share answered), the limit is held where in flight
+    ///   stays at the level that delivered most. An upstream that thrashes past its workers (a pool that context-switches, a
     ///   database that contends) otherwise sat at 30–150 in flight for 20 workers, the window
     ///   after each cut doubling the limit again, and served a third of its rate (issue 28's
     ///   sweep, `slowdown` cells). A plain FIFO upstream delivers the same past its knee, so

@@ -86,8 +86,9 @@ pub struct EnvoyGradientConfig {
     pub knee_cap: bool,
     /// Cap the limit where more in flight made the upstream deliver less (see `thrash.rs`):
     /// requests are grouped by the in-flight count they were admitted at, and when a level
-    /// delivers (by Little's law, level / mean latency) clearly less than a lower one, the
-    /// limit is held where in flight stays at the level that delivered most. Default false
+    /// delivers (by Little's law, level / mean time a slot was held × the share answered)
+    /// clearly less than a lower one, the limit is held where in flight stays at the level that
+    /// delivered most. Default false
     /// (Envoy: the gradient alone).
     pub throughput_ceiling: bool,
     /// With `throughput_ceiling` (whose levels it reads): a cut does not take the limit below

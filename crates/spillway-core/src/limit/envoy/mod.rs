@@ -117,7 +117,8 @@
 //! thrashes when given more than it can run delivers *less* past its knee, and the gradient's
 //! tolerance sits past it (a 20-worker thrashing service at 1× its capacity was held at 30–150
 //! in flight and served a third of its rate); by Little's law each in-flight level's delivery
-//! is level / mean latency, and when a level delivers clearly less than a lower one the limit
+//! is level / mean time a slot was held, times the share answered (a request given up on held
+//! its slot and delivered nothing), and when a level delivers clearly less than a lower one the limit
 //! is held where in flight stays at the level that delivered most — only then, so a plain FIFO
 //! upstream (flat delivery past its knee) is left to the gradient.
 //!
