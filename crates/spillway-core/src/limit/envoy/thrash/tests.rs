@@ -26,17 +26,30 @@ fn age_out(c: &mut ThroughputCeiling, mut now_ns: u64) -> u64 {
     now_ns
 }
 
+/// `windows` windows in a row that close at `limit` (read as `queued` or not) and are capped
+/// at 20, the capped level answering `answered` times after the first.
+fn hold(
+    c: &mut ThroughputCeiling,
+    now_ns: u64,
+    limit: usize,
+    queued: bool,
+    windows: u32,
+    answered: usize,
+) {
+    for w in 0..windows {
+        assert_eq!(c.ceiling(limit, limit, queued), Some(20));
+        if w == 0 {
+            answers(c, now_ns, 20, answered);
+        }
+    }
+}
+
 /// A ceiling that capped `windows` windows in a row at 20, the capped level answering
 /// [`MIN_SAMPLES`] times meanwhile.
 fn capped(windows: u32) -> (ThroughputCeiling, u64) {
     let mut c = ThroughputCeiling::new();
     thrashing(&mut c, 0);
-    for w in 0..windows {
-        assert_eq!(c.ceiling(40, 40, true), Some(20));
-        if w == 0 {
-            answers(&mut c, 0, 20, MIN_SAMPLES as usize);
-        }
-    }
+    hold(&mut c, 0, 40, true, windows, MIN_SAMPLES as usize);
     let now = age_out(&mut c, 0);
     (c, now)
 }
@@ -91,12 +104,7 @@ fn a_probe_that_finds_the_fall_again_waits_twice_as_long_for_its_next_step() {
     let (mut c, now) = capped(CONFIRMED);
     assert_eq!(c.ceiling(20, 20, false), Some(22));
     thrashing(&mut c, now);
-    for w in 0..CONFIRMED {
-        assert_eq!(c.ceiling(22, 22, false), Some(20));
-        if w == 0 {
-            answers(&mut c, now, 20, MIN_SAMPLES as usize);
-        }
-    }
+    hold(&mut c, now, 22, false, CONFIRMED, MIN_SAMPLES as usize);
     let now = age_out(&mut c, now);
     // Re-confirmed: no step at once this time; twice [`MIN_SAMPLES`] answers first.
     assert_eq!(c.ceiling(20, 20, false), Some(20));
@@ -117,12 +125,7 @@ fn a_cap_is_remembered_only_once_its_level_answered_under_it() {
     // Four windows, but fewer than [`MIN_SAMPLES`] answers since the first: not remembered.
     let mut c = ThroughputCeiling::new();
     thrashing(&mut c, 0);
-    for w in 0..CONFIRMED {
-        assert_eq!(c.ceiling(40, 40, true), Some(20));
-        if w == 0 {
-            answers(&mut c, 0, 20, MIN_SAMPLES as usize - 1);
-        }
-    }
+    hold(&mut c, 0, 40, true, CONFIRMED, MIN_SAMPLES as usize - 1);
     age_out(&mut c, 0);
     assert_eq!(c.ceiling(20, 20, false), None);
 }
@@ -135,9 +138,7 @@ fn a_fall_the_capped_level_no_longer_shows_is_not_remembered() {
     // (remembered after four windows alone, it bounded the limit at 22).
     let mut c = ThroughputCeiling::new();
     thrashing(&mut c, 0);
-    for _ in 0..CONFIRMED {
-        assert_eq!(c.ceiling(40, 40, true), Some(20));
-    }
+    hold(&mut c, 0, 40, true, CONFIRMED, 0);
     for _ in 0..4 * MIN_SAMPLES as usize {
         c.record(0, 20, 100 * MS);
     }
