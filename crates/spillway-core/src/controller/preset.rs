@@ -114,7 +114,11 @@ impl AdmissionConfig {
     ///   while at most half the limit was in use (a step, judged on the first window past
     ///   tolerance; the rank test needs a 2× span of levels, and the gradient cut a slower
     ///   upstream below its workers while it waited for one: sweep R1 90 → 84, none newly
-    ///   failing).
+    ///   failing). And so is a held level's latency stepping up: a closed loop held by the
+    ///   floor above tolerance, then slower at the same level (the same queue of ours), with
+    ///   no request given up on — raised by the ratio, the limit not growing past where it was
+    ///   held meanwhile (a 20-worker bimodal service at half speed behind 64 clients: goodput
+    ///   −21.6 → −0.1 % of the same proxy with no limit).
     /// - `knee_cap` (`limit/envoy/knee.rs`, BBR's bandwidth × `RTprop` by Little's law),
     ///   **only while some level's overload is sustained** (refused for a second on end) and
     ///   **as the lowest level's share** of the limit (the knee ÷ 0.8: the levels above keep

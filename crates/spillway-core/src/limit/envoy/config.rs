@@ -102,8 +102,10 @@ pub struct EnvoyGradientConfig {
     /// With `live_min_rtt`: when latency above tolerance does not rise with the in-flight level
     /// requests were admitted at (Kendall's test over at least 40 of them spanning 2×), the
     /// upstream got slower: the baseline is raised to that latency (at most doubled, once until
-    /// a window is back within the measured minRTT's tolerance) instead of cutting (see
-    /// `flat.rs`). Default false (Envoy: cut until the floor, then re-measure).
+    /// a window is back within the measured minRTT's tolerance) instead of cutting; so it is
+    /// on a step past latency that ran calm at the same levels, and on a step of a level held
+    /// above tolerance (raised by the ratio; the limit not grown past the held one meanwhile)
+    /// (see `flat.rs`). Default false (Envoy: cut until the floor, then re-measure).
     pub rebaseline_on_flat_levels: bool,
     /// With `live_min_rtt`: slots slow start adds per answer within minRTT's tolerance, in
     /// `[1, 8]` (see `live.rs`). 1 doubles the limit per round trip when every answer is

@@ -54,6 +54,32 @@
 //! under plain overload (in a variant without this condition, sweep R3 640 → 686 failing
 //! cells). The same dropped-share rule applies.
 //!
+//! A third signature, for loads that never leave the limit free: a **step at a held level**.
+//! A closed loop keeps the limit in use, so no window is calm; and where the levels' own
+//! evidence holds the limit against the gradient's cuts (`floor.rs`), windows above tolerance
+//! leave it where it is, window after window. A queue of ours at a given level is the same
+//! queue whenever that level is held, so such a run's latency is what the level gives: when
+//! [`HELD_STEPS`] windows in a row are past the run's latency (the median of its window
+//! medians) by more than the buffer, at levels no higher than the run held, the upstream got
+//! slower. The baseline is raised by as much as the held level slowed (its latency held a
+//! queue of ours; at most doubled, once, as above), and while the raise stands the limit does
+//! not grow past where it was held: the queue was ours and stays the size it was. Windows past
+//! the run's latency neither join the run nor end it; a window that changes the limit
+//! otherwise ends it. A 20-worker bimodal upstream (95 % at 25.6 ms) behind 64 closed-loop
+//! clients, held at 29 in flight by the floor, slowed to half speed for 12 s: every fast
+//! answer took 51.5 ms, twice minRTT at any level, and the gradient cut the limit one window
+//! at a time from 18 to 11, with 20 workers to feed (issue 28's sweep, seed 28: goodput
+//! −21.6 % of the same proxy with no limit; −0.10 % with the rule).
+//!
+//! Stricter than the other two, it is off while any request was given up on over the last one
+//! to two [`PERIOD_NS`]: a request whose caller left still runs upstream, so the same level of
+//! ours is then more work there, and a held level's latency rises with the work left behind —
+//! in front of an upstream that slows with what it holds (`slowdown` in the sweep, 5 service
+//! times allowed) the rule fired on that rise and goodput fell from 362 to 277/s, where cuts
+//! were what kept it. Without the growth cap, a run of slow answers of a bimodal service
+//! (a few 512 ms requests on the workers at once, a passing loss of capacity) read as a step
+//! let the limit grow from 29 to 44 in front of a thrashing upstream (308 → 286/s).
+//!
 //! It does run on a provisional minRTT (`live.rs`: no measurement of `request_count`
 //! low-concurrency answers has completed), with too few of those answers to test the low
 //! levels: that is an upstream whose load kept more than `min_concurrency` in flight from
@@ -90,6 +116,13 @@ const MIN_CALM_WINDOWS: u32 = 3;
 /// How many times their highest latency the calm windows must span (module docs).
 const CALM_SPANS: f64 = 4.0;
 
+/// Window medians a held run keeps: its reference is their median.
+const HELD_WINDOWS: usize = 16;
+/// Windows in a row past the held run's latency before they count as a step: one window of a
+/// few dozen answers of an exponential service passes 1.5 × its median about one time in
+/// twenty; three independent ones in a row, about one in ten thousand.
+const HELD_STEPS: u32 = 3;
+
 /// The period over which timed-out or abandoned requests are counted (ns).
 const PERIOD_NS: u64 = 1_000_000_000;
 /// The rule is off while more than one request in this many timed out or was abandoned.
@@ -109,6 +142,40 @@ pub(super) struct WindowLevels {
     period_ns: u64,
     /// The calm windows in a row so far (module docs: a step).
     calm: Option<Calm>,
+    /// The windows above tolerance at an unchanged limit, in a row (module docs: a step at a
+    /// held level).
+    held: Option<Held>,
+    /// The limit when a step at a held level raised the baseline: no growth past it while
+    /// the raise stands.
+    held_limit: Option<usize>,
+}
+
+/// Windows above tolerance that left the limit where it was, in a row.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    /// Their medians (ns), the latest [`HELD_WINDOWS`].
+    medians: [f64; HELD_WINDOWS],
+    /// How many windows, in all.
+    windows: u32,
+    /// Their highest in-flight level among the samples they counted.
+    peak: usize,
+    /// When the first closed (ns since the origin).
+    since_ns: u64,
+    /// Windows in a row since past [`Held::reference`] by the factor, at levels the run held.
+    steps: u32,
+    /// The latest window was one of those: it neither joins nor ends the run.
+    stepping: bool,
+}
+
+impl Held {
+    /// The median of the run's window medians (ns).
+    fn reference(&self) -> f64 {
+        let n = (self.windows as usize).min(HELD_WINDOWS);
+        let mut m = self.medians;
+        let m = &mut m[..n];
+        m.sort_unstable_by(f64::total_cmp);
+        m[n / 2]
+    }
 }
 
 /// Windows within tolerance while at most half the limit was in use, in a row.
@@ -184,6 +251,76 @@ impl WindowLevels {
                     && peak <= c.peak
                     && latency_ns > factor * c.latency_ns
             })
+    }
+
+    /// Whether a window above tolerance with median `latency_ns` and levels up to `peak` is a
+    /// step at a held level (module docs): the [`HELD_STEPS`]th in a row past `factor` × the
+    /// held run's latency at levels the run held, with no request dropped over the last one to
+    /// two periods (module docs). Returns the run's latency (ns) then. Call for every window
+    /// above tolerance, before [`held_window`](Self::held_window).
+    pub(super) fn held_step(
+        &mut self,
+        now_ns: u64,
+        latency_ns: f64,
+        peak: usize,
+        factor: f64,
+    ) -> Option<f64> {
+        let none_dropped = self.drops == [0, 0];
+        let h = self.held.as_mut()?;
+        let reference = h.reference();
+        h.stepping = none_dropped
+            && h.windows >= MIN_CALM_WINDOWS
+            && now_ns.saturating_sub(h.since_ns) as f64 >= CALM_SPANS * reference
+            && peak <= h.peak
+            && latency_ns > factor * reference;
+        h.steps = if h.stepping { h.steps + 1 } else { 0 };
+        (h.steps >= HELD_STEPS).then_some(reference)
+    }
+
+    /// A window closed: `held` if above tolerance, uncensored, out of slow start, with the
+    /// limit left where it was. It joins the held run (or starts one) — unless it was a step
+    /// candidate ([`held_step`](Self::held_step)), which neither joins nor ends it; any other
+    /// window ends the run.
+    pub(super) fn held_window(&mut self, now_ns: u64, latency_ns: f64, peak: usize, held: bool) {
+        if let Some(h) = self.held.as_mut() {
+            if std::mem::take(&mut h.stepping) {
+                return;
+            }
+        }
+        if !held {
+            self.held = None;
+            return;
+        }
+        let h = self.held.get_or_insert(Held {
+            medians: [0.0; HELD_WINDOWS],
+            windows: 0,
+            peak,
+            since_ns: now_ns,
+            steps: 0,
+            stepping: false,
+        });
+        h.medians[h.windows as usize % HELD_WINDOWS] = latency_ns;
+        h.windows = h.windows.saturating_add(1);
+        h.peak = h.peak.max(peak);
+        h.steps = 0;
+    }
+
+    /// A raise used the held run: it is over. `limit` is the limit a step at the held level
+    /// raised the baseline at, if that is what used it.
+    pub(super) fn end_held(&mut self, limit: Option<usize>) {
+        self.held = None;
+        if limit.is_some() {
+            self.held_limit = limit;
+        }
+    }
+
+    /// How far the limit may grow: `None` when not `raised` (the baseline is the measured
+    /// minRTT again), else the limit a step at a held level raised it at, if that raised it.
+    pub(super) fn growth_cap(&mut self, raised: bool) -> Option<usize> {
+        if !raised {
+            self.held_limit = None;
+        }
+        self.held_limit
     }
 
     /// At most one request in [`MAX_DROPPED_SHARE`] timed out or was abandoned over the last

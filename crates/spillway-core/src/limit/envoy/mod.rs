@@ -127,7 +127,8 @@
 //! request was admitted at is the upstream's, not a queue of ours; the baseline is raised to
 //! it (at most doubled, once until it is back) instead of cutting. A 20-worker upstream that
 //! dropped to half speed at half its capacity's load was otherwise cut one by one to a limit
-//! of 1.
+//! of 1. So is a step up at levels that ran calm just before, or at a level held above
+//! tolerance (a closed loop's, held by `unqueued_floor`).
 //!
 //! A ninth addition, off by default: `unqueued_floor` (needs `throughput_ceiling`;
 //! `floor.rs`). A cut does not take the limit below the in-flight level `thrash.rs`'s levels

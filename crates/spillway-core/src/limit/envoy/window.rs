@@ -192,17 +192,25 @@ impl EnvoyGradientLimit {
                 } else {
                     f.end_calm();
                 }
-            } else if self.min_rtt_ns <= self.measured_min_rtt_ns
-                && !self.slow_start
-                && (f.flat() || f.stepped(now_ns, sample, peak_counted, 1.0 + self.buffer))
-                && !self.live.as_mut().is_some_and(LiveMinRtt::small_upstream)
-            {
-                // flat.rs: the upstream's latency, not a queue of ours.
-                f.clear();
-                f.end_calm();
-                self.min_rtt_ns = sample
-                    .min(self.min_rtt_ns * futile::MAX_STEP)
-                    .max(self.min_rtt_ns);
+            } else {
+                let held = f.held_step(now_ns, sample, peak_counted, 1.0 + self.buffer);
+                if self.min_rtt_ns <= self.measured_min_rtt_ns
+                    && !self.slow_start
+                    && (held.is_some()
+                        || f.flat()
+                        || f.stepped(now_ns, sample, peak_counted, 1.0 + self.buffer))
+                    && !self.live.as_mut().is_some_and(LiveMinRtt::small_upstream)
+                {
+                    // flat.rs: the upstream's latency, not a queue of ours. After a held run,
+                    // by as much as the held level slowed: its latency held a queue of ours.
+                    let target = held.map_or(sample, |r| self.min_rtt_ns * sample / r);
+                    f.clear();
+                    f.end_calm();
+                    f.end_held(held.map(|_| self.limit));
+                    self.min_rtt_ns = target
+                        .min(self.min_rtt_ns * futile::MAX_STEP)
+                        .max(self.min_rtt_ns);
+                }
             }
         }
         if self.min_rtt_ns > self.measured_min_rtt_ns
@@ -237,6 +245,11 @@ impl EnvoyGradientLimit {
             } else {
                 old
             };
+            new_limit = new_limit.min(cap.max(old));
+        }
+        let raised = self.min_rtt_ns > self.measured_min_rtt_ns;
+        if let Some(cap) = self.flat.as_mut().and_then(|f| f.growth_cap(raised)) {
+            // flat.rs: a held level got slower; the queue it held was ours and stays that size.
             new_limit = new_limit.min(cap.max(old));
         }
         if self.overloaded
@@ -282,6 +295,12 @@ impl EnvoyGradientLimit {
             // thrash.rs: a higher level delivered less than this one (or did, and the limit
             // probes above it gently).
             new_limit = new_limit.min(c.clamp(self.floor, self.max));
+        }
+        // flat.rs: a held level's latency, for a step at it.
+        let held =
+            new_limit == old && !self.slow_start && !self.censored && sample > self.tolerated_ns();
+        if let Some(f) = self.flat.as_mut() {
+            f.held_window(now_ns, sample, peak_counted, held);
         }
         self.limit = new_limit;
         if new_limit != old {

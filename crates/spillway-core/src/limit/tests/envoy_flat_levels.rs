@@ -212,3 +212,66 @@ fn slow_start_is_never_read_as_a_slower_upstream() {
         l.measured_min_rtt_nanos()
     );
 }
+
+#[test]
+fn a_held_level_that_slows_raises_the_baseline() {
+    let t0 = Instant::now();
+    let mut l = zero_config(t0);
+    let mut t = 0;
+    answers(&mut l, t0, &mut t, (40, 2), |i| 1 + i % 5, |_, i| noisy(i));
+    // Eight seconds at levels 22–28 (a span too narrow for the rank test) taking 1.8 × the
+    // measured minRTT at every one: past tolerance, the gradient cuts until the levels' own
+    // pools hold the limit (`floor.rs`), as a closed loop's is held at its upstream's workers.
+    answers(
+        &mut l,
+        t0,
+        &mut t,
+        (1600, 5),
+        |i| 22 + i % 7,
+        |_, i| noisy(i) * 9 / 5,
+    );
+    let held = l.limit();
+    assert!(
+        l.min_rtt_nanos() < 60e6,
+        "not raised yet: {}",
+        l.min_rtt_nanos()
+    );
+    // Then twice as slow at the same levels: a queue of ours is the same at the same level, so
+    // that is the upstream's. Raised, by as much as the held level slowed (at most twice).
+    let lowest = answers(
+        &mut l,
+        t0,
+        &mut t,
+        (600, 5),
+        |i| 22 + i % 7,
+        |_, i| noisy(1600 + i) * 18 / 5,
+    );
+    assert!(
+        l.min_rtt_nanos() >= 1.5 * l.measured_min_rtt_nanos(),
+        "baseline {} from {}",
+        l.min_rtt_nanos(),
+        l.measured_min_rtt_nanos()
+    );
+    assert!(l.measured_min_rtt_nanos() < 60e6, "measured at about 50 ms");
+    assert!(lowest + 1 >= held, "held {held}, lowest {lowest}");
+    // Then quicker again, yet past the measured minRTT's tolerance: the raise stands, and
+    // within its tolerance the gradient would grow the limit — not past where it was held,
+    // since the queue there was ours.
+    let mut highest = 0;
+    for i in 0..400 {
+        t += 5;
+        let k = 22 + i % 7;
+        l.on_sample(&sample(
+            at(t0, t),
+            noisy(2200 + i) * 8 / 5,
+            k as usize,
+            false,
+        ));
+        highest = highest.max(l.limit());
+    }
+    assert!(
+        l.min_rtt_nanos() > l.measured_min_rtt_nanos(),
+        "the raise stands"
+    );
+    assert!(highest <= held, "held {held}, highest {highest}");
+}
