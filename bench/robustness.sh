@@ -64,6 +64,7 @@ w4-10ms-lognormal-t20-closed64     4   10  lognormal 20 0   0.6 closed:64  plain
 w4-10ms-exp-t5-closed256           4   10  exp       5  0   0.6 closed:256 plain
 w4-10ms-exp-t5-2x-c0.6-slowdown    4   10  exp       5  2   0.6 poisson    slowdown
 w4-10ms-bimodal-t20-2x-c0.3-drop   4   10  bimodal   20 2   0.3 poisson    capacity_drop
+w20-50ms-bimodal-t20-closed64-drop 20  50  bimodal   20 0   0.3 closed:64  capacity_drop
 w20-50ms-exp-t20-0.9x-c0.8         20  50  exp       20 0.9 0.8 poisson    plain
 w20-50ms-lognormal-t20-2x-c0.6     20  50  lognormal 20 2   0.6 poisson    plain
 w20-500ms-exp-t5-10x-c0.8          20  500 exp       5  10  0.8 poisson    plain
