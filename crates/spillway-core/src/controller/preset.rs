@@ -86,6 +86,15 @@ impl AdmissionConfig {
     ///   exponential service, anywhere in 0.3–1.3 × the mean) unless a window is past twice
     ///   its tolerance or mostly timed out: it stalled a 100-worker service's cold start at
     ///   20–25 and refused 547 of 4,000 requests at 0.9 × capacity (253 now).
+    /// - `proportional_growth`: a window of fewer than `request_count` answers grows the
+    ///   limit by that share of the gradient's step. A slow or 1-worker service's windows
+    ///   close on their 100 ms timer with a few answers, whose median swung the limit of a
+    ///   1-worker 10 ms service 4 → 10 → 4 within a quarter second (CRITICAL queued in the
+    ///   upstream behind SHEDDABLE), and just after a change the first answers back are the
+    ///   fastest: a 20-worker service that slows with what it holds went 37 → 43 on a window
+    ///   of two.
+    ///   Cuts are not scaled: a queue is undone at once (issue 28's sweep, seeds 28–32:
+    ///   `bench/results/proportional-growth-issue28.md`).
     /// - `slow_start_gain = 3`: in slow start each answer within minRTT's tolerance adds
     ///   three slots, not TCP's one, up to twice the level in flight when it was admitted (the
     ///   same ceiling as before, so the overshoot past the knee is no larger). With one per
@@ -177,6 +186,7 @@ impl AdmissionConfig {
                 latency_slack: 0.1,
                 exact_cuts: true,
                 rtt_windows: true,
+                proportional_growth: true,
                 slow_start_gain: 3.0,
                 throughput_ceiling: true,
                 rebaseline_on_flat_levels: true,

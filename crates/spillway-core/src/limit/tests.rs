@@ -685,6 +685,8 @@ mod envoy_levels;
 mod envoy_live;
 #[path = "tests/envoy_once_per_rtt.rs"]
 mod envoy_once_per_rtt;
+#[path = "tests/envoy_proportional_growth.rs"]
+mod envoy_proportional_growth;
 #[path = "tests/envoy_slow_start_gain.rs"]
 mod envoy_slow_start_gain;
 #[path = "tests/envoy_small_limits.rs"]

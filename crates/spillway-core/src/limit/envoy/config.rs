@@ -76,6 +76,10 @@ pub struct EnvoyGradientConfig {
     /// A sampling window also closes once it holds `request_count` samples and has lasted
     /// minRTT (see the module docs). Default false (Envoy: every `update_interval`).
     pub rtt_windows: bool,
+    /// A window that closes with fewer than `request_count` answers grows the limit by that
+    /// share of the step the gradient asks (at least one slot); cuts are not scaled (see the
+    /// module docs). Default false (Envoy: every window's median counts in full).
+    pub proportional_growth: bool,
     /// Cap the limit where more in flight only adds queueing in the upstream (see the module
     /// docs and `knee.rs`): requests are grouped by the in-flight count they were admitted
     /// at; the first group (of at least 100) whose mean latency is confidently more than a
@@ -140,6 +144,7 @@ impl Default for EnvoyGradientConfig {
             latency_slack: 0.0,
             exact_cuts: false,
             rtt_windows: false,
+            proportional_growth: false,
             knee_cap: false,
             throughput_ceiling: false,
             unqueued_floor: false,

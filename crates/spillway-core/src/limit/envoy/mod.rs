@@ -135,6 +135,20 @@
 //! show running unqueued: an exponential service's window medians otherwise swung a 20-worker
 //! upstream's limit below its workers, idling them while requests waited in the proxy.
 //!
+//! A tenth addition, off by default: `proportional_growth`. Envoy's step assumes each window
+//! holds a measurement; a window that closes on its timer with a few answers does not — the
+//! median of three exponential draws lies in 0.2–1.6 × the mean only four times in five, and
+//! just after a change the first answers back are the fastest. With the rule, a window of fewer than
+//! `request_count` answers grows the limit by that share of the step the gradient asks (at
+//! least one slot), so growth comes per measurement's worth of answers, as TCP's congestion
+//! avoidance grows per acknowledged window rather than per timer tick (RFC 5681 §3.1). Cuts
+//! are not scaled: a queue is undone at once, and a window that timed out is censored, not
+//! thin. Without it a 1-worker 10 ms service's limit swung 4 → 10 → 4 within a quarter second,
+//! growing on a window of 8 answers, and a 20-worker service that slows with what it holds
+//! went 37 → 43 and 37 → 48 on windows of two, each step a queue its CRITICAL work waited in
+//! (issue 28's sweep). Scaling cuts the same way held a slow exponential service's limit low after its
+//! cold start (`bench/results/proportional-growth-issue28.md`).
+//!
 //! Differences forced by our shape: Envoy runs timers; here everything happens on the next sample
 //! (a window due at `t` opens at the first sample at or after `t`), with time only from
 //! [`Sample::now`]. Percentiles come from a fixed log-linear histogram (two significant digits,
@@ -210,6 +224,7 @@ pub struct EnvoyGradientLimit {
     latency_slack: f64,
     exact_cuts: bool,
     rtt_windows: bool,
+    proportional_growth: bool,
     /// `knee_cap` (`knee.rs`).
     knee: Option<KneeCap>,
     /// `throughput_ceiling` (`thrash.rs`).
@@ -342,6 +357,7 @@ impl EnvoyGradientLimit {
             latency_slack: finite_or(cfg.latency_slack, 0.0, 1.0, 0.0),
             exact_cuts: cfg.exact_cuts,
             rtt_windows: cfg.rtt_windows,
+            proportional_growth: cfg.proportional_growth,
             knee: cfg.knee_cap.then(|| KneeCap::new(interval_ns)),
             thrash: cfg.throughput_ceiling.then(ThroughputCeiling::new),
             unqueued_floor: cfg.unqueued_floor && cfg.throughput_ceiling,

@@ -227,6 +227,18 @@ impl EnvoyGradientLimit {
             // most, as TCP's congestion avoidance grows past a loss (RFC 5681 §3.1).
             new_limit = new_limit.min(old.saturating_add(1));
         }
+        if self.proportional_growth
+            && !self.slow_start
+            && !self.censored
+            && answered < self.request_count
+            && new_limit > old
+        {
+            // A median of a few answers is a noisy measurement (module docs): the step grows
+            // by the share of one that the window holds.
+            let share = f64::from(answered) / f64::from(self.request_count);
+            let step = ((new_limit - old) as f64 * share).ceil() as usize;
+            new_limit = old.saturating_add(step.max(1));
+        }
         if provisional {
             // Held, not cut: slow start's own rule (growth only on fast answers) stops it
             // where the queue starts.

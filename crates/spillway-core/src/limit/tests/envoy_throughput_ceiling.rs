@@ -11,6 +11,9 @@ fn preset(throughput_ceiling: bool) -> EnvoyGradientConfig {
         // The ceiling alone: the preset's `unqueued_floor` reads the ceiling's levels, so with
         // it the paths with and without the ceiling would differ by the floor too.
         unqueued_floor: false,
+        // And the gradient's whole steps, whose probes the ceiling is compared with: growing
+        // by the share of a measurement, the gradient alone peaks at 34 here, not 54.
+        proportional_growth: false,
         ..zero_config_envoy()
     }
 }
