@@ -235,15 +235,19 @@ fn path_at(item: &Item, span: &Range<usize>, prefix: &str) -> String {
     }
 }
 
+/// Where a table starts: the earliest of its own span and its entries'. A table that exists
+/// only through a dotted header (`admission` of `[admission.limit]`) spans from its key, one
+/// byte after the header's `[` where the child table and a tagged table's errors begin.
 fn table_start(t: &toml_edit::Table) -> Option<usize> {
-    t.span().map(|s| s.start).or_else(|| {
-        t.iter()
-            .filter_map(|(k, v)| {
-                let ks = t.key(k).and_then(|key| key.span()).map(|s| s.start);
-                item_start(v).into_iter().chain(ks).min()
-            })
-            .min()
-    })
+    let own = t.span().map(|s| s.start);
+    let entries = t
+        .iter()
+        .filter_map(|(k, v)| {
+            let ks = t.key(k).and_then(|key| key.span()).map(|s| s.start);
+            item_start(v).into_iter().chain(ks).min()
+        })
+        .min();
+    own.into_iter().chain(entries).min()
 }
 
 fn item_start(i: &Item) -> Option<usize> {
@@ -306,6 +310,18 @@ mod tests {
         let text = format!("[admission{}]\n", ".a".repeat(200));
         let e = parse(&text, "c.toml").unwrap_err();
         assert!(e.message.contains("nested too deeply"), "{e:?}");
+    }
+
+    /// A wrong value in the tagged `[admission.limit]` table is named there, not in the table
+    /// before it: the error's span is the whole tagged table's, and `admission` exists only
+    /// through its dotted header.
+    #[test]
+    fn a_bad_limit_value_names_the_limit_table() {
+        let text = "[upstream]\naddresses = [\"127.0.0.1:1\"]\n\n[admission.limit]\n\
+                    algorithm = \"envoy_gradient\"\nexact_cuts = \"yes\"\n";
+        let e = parse(text, "c.toml").unwrap_err();
+        assert!(e.key.starts_with("admission.limit"), "{e}");
+        assert!(e.message.contains("expected a boolean"), "{e}");
     }
 
     #[test]
