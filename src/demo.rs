@@ -163,6 +163,27 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
+/// Goodput target at every level from 1× on and over the jump: a share of min(offered, capacity).
+pub(crate) const GOODPUT_TARGET: f64 = 0.95;
+/// CRITICAL success target, over the run and over the 10× seconds.
+pub(crate) const CRITICAL_TARGET: f64 = 0.999;
+/// Success target of the well-behaved customer `good`.
+pub(crate) const GOOD_TARGET: f64 = 0.99;
+/// Whole seconds after the jump within which goodput is back to 95%.
+pub(crate) const RECOVERY_TARGET_S: u64 = 2;
+
+/// A protected run's lowest goodput from 1× on, the jump included (0 for a level not measured).
+pub(crate) fn lowest_goodput(r: &DemoRow) -> f64 {
+    r.levels
+        .iter()
+        .zip(&r.goodput_at)
+        .filter(|(level, _)| **level >= 1.0)
+        .map(|(_, g)| *g)
+        .chain([r.jump_goodput])
+        .map(|g| g.unwrap_or(0.0))
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// Each target of issue 5 with the measured figure and whether it was met.
 fn targets(rows: &[DemoRow]) -> String {
     let mut out = String::new();
@@ -188,21 +209,13 @@ fn targets(rows: &[DemoRow]) -> String {
         );
     }
     for r in rows.iter().filter(|r| r.title != Mode::Unprotected.title()) {
-        let plateau = r
-            .levels
-            .iter()
-            .zip(&r.goodput_at)
-            .filter(|(level, _)| **level >= 1.0)
-            .map(|(_, g)| *g)
-            .chain([r.jump_goodput])
-            .map(|g| g.unwrap_or(0.0))
-            .fold(f64::INFINITY, f64::min);
+        let plateau = lowest_goodput(r);
         let _ = writeln!(
             out,
             "  {}: goodput ≥ 95% of min(offered, capacity) from 1× to 10×: lowest {} — {}",
             r.title,
             fmt(Some(plateau)),
-            verdict(plateau >= 0.95)
+            verdict(plateau >= GOODPUT_TARGET)
         );
         let crit = demo::share(r.critical_counts).unwrap_or(0.0);
         let top = demo::share(r.critical_at_top).unwrap_or(0.0);
@@ -212,9 +225,9 @@ fn targets(rows: &[DemoRow]) -> String {
              run — {}; {} over the 10× seconds (staircase hold and jump) — {}",
             r.title,
             demo::pct_of(r.critical_counts),
-            verdict(crit >= 0.999),
+            verdict(crit >= CRITICAL_TARGET),
             demo::pct_of(r.critical_at_top),
-            verdict(top >= 0.999)
+            verdict(top >= CRITICAL_TARGET)
         );
         let good = r.good_success.unwrap_or(0.0);
         let _ = writeln!(
@@ -222,7 +235,7 @@ fn targets(rows: &[DemoRow]) -> String {
             "  {}: customer `good` success ≥ 99%: {} — {}",
             r.title,
             fmt(r.good_success),
-            verdict(good >= 0.99)
+            verdict(good >= GOOD_TARGET)
         );
         let secs = |v: Option<u64>| v.map_or_else(|| "not recovered".into(), |s| format!("{s} s"));
         let _ = writeln!(
@@ -230,7 +243,7 @@ fn targets(rows: &[DemoRow]) -> String {
             "  {}: goodput back to ≥ 95% within 2 s after the jump: {} — {}",
             r.title,
             secs(r.recovery_s),
-            verdict(r.recovery_s.is_some_and(|s| s <= 2))
+            verdict(r.recovery_s.is_some_and(|s| s <= RECOVERY_TARGET_S))
         );
         if r.server_recovery_s != r.recovery_s {
             let _ = writeln!(

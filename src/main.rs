@@ -18,6 +18,7 @@ mod logging;
 mod open_files;
 mod proxy;
 mod sim;
+mod sim_demo;
 mod trim;
 
 /// Overload protection: criticality-aware admission, quotas, adaptive throttling, retry budgets.

@@ -90,8 +90,19 @@ pub struct SimArgs {
     /// convergence of the Redis leases for every fleet size × lease interval in the file.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["name", "scenario", "versus_demo", "sweep"])]
     lease: Option<PathBuf>,
-    /// With --versus-demo: the demo's --quick form (15 s instead of 34 s).
-    #[arg(long, requires = "versus_demo")]
+    /// Run `spillway demo`'s protected scenario simulated at N seeds (from --seed, default 1)
+    /// and print, per target, the mean and lowest figure and how many seeds missed it.
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with_all = [
+            "name", "scenario", "versus_demo", "sweep", "lease", "duration", "scale", "shards",
+            "network_ms", "variant", "json", "html", "series",
+        ]
+    )]
+    demo_seeds: Option<u64>,
+    /// With --versus-demo or --demo-seeds: the demo's --quick form (15 s instead of 34 s).
+    #[arg(long)]
     quick: bool,
 }
 
@@ -225,8 +236,10 @@ fn load(args: &SimArgs) -> Result<Scenario> {
 pub fn run(args: &SimArgs) -> Result<()> {
     // clap's `requires` is not enforced when a conflicting argument is given (`NAME --quick`,
     // `--scenario F --cell X` ran without a word): a flag that would be ignored is an error.
-    if args.quick && !args.versus_demo {
-        return Err(UsageError("--quick applies only with --versus-demo".into()).into());
+    if args.quick && !args.versus_demo && args.demo_seeds.is_none() {
+        return Err(
+            UsageError("--quick applies only with --versus-demo or --demo-seeds".into()).into(),
+        );
     }
     if !args.cell.is_empty() && args.sweep.is_none() {
         return Err(UsageError("--cell applies only with --sweep FILE".into()).into());
@@ -252,6 +265,14 @@ pub fn run(args: &SimArgs) -> Result<()> {
     }
     if args.versus_demo {
         return versus_demo(args, &mut out);
+    }
+    if let Some(n) = args.demo_seeds {
+        let cfg = if args.quick {
+            spillway_load::demo::DemoConfig::quick()
+        } else {
+            spillway_load::demo::DemoConfig::full()
+        };
+        return crate::sim_demo::demo_seeds(&cfg, args.seed.unwrap_or(cfg.seed), n, &mut out);
     }
     if let Some(path) = &args.sweep {
         return sweep(args, path, &mut out);

@@ -1,6 +1,6 @@
 //! `spillway sim` end to end: the sharding flags run a scenario in shards and report it, and
 //! bad values exit 2 with a message naming the key and the flag that fixes it; `--sweep` prints
-//! its verdicts and writes its cells.
+//! its verdicts and writes its cells; `--demo-seeds` tallies the demo's targets over seeds.
 
 use std::process::{Command, Output};
 
@@ -122,4 +122,47 @@ fn a_sweep_prints_each_requirement_and_writes_its_cells() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("matrix"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The CRITICAL counts `--demo-seeds` prints: (succeeded, offered) over its seeds.
+fn demo_critical(out: &str) -> (u64, u64) {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("CRITICAL: "))
+        .unwrap_or_else(|| panic!("no CRITICAL line:\n{out}"));
+    let counts = line["CRITICAL: ".len()..]
+        .split_whitespace()
+        .next()
+        .expect("counts");
+    let (ok, of) = counts.split_once('/').expect("ok/offered");
+    (ok.parse().expect("ok"), of.parse().expect("offered"))
+}
+
+#[test]
+fn demo_seeds_tallies_the_demo_targets_over_its_seeds() {
+    let o = sim(&["--demo-seeds", "2", "--seed", "2", "--quick"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    for part in ["seeds 2..=3", "@1×", "@10×", "jump", "`good`", "recovery", "of 2 seeds"] {
+        assert!(out.contains(part), "{part} missing:\n{out}");
+    }
+    // The tally is the sum of the seeds' own runs.
+    let one = |seed: &str| {
+        let o = sim(&["--demo-seeds", "1", "--seed", seed, "--quick"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        demo_critical(&String::from_utf8_lossy(&o.stdout))
+    };
+    let (a, b) = (one("2"), one("3"));
+    assert!(a.1 > 0 && b.1 > 0);
+    assert_eq!(demo_critical(&out), (a.0 + b.0, a.1 + b.1));
+    // No seeds, too many, or a flag it would ignore: a usage error.
+    for args in [
+        &["--demo-seeds", "0"][..],
+        &["--demo-seeds", "100001"],
+        &["--demo-seeds", "1", "--json", "x.json"],
+    ] {
+        let o = sim(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+    assert!(stderr(&sim(&["--demo-seeds", "0"])).contains("expected 1 to 100000"));
 }
