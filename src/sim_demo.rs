@@ -22,7 +22,8 @@ use crate::UsageError;
 /// The most seeds one invocation runs (a few milliseconds each).
 pub const MAX_SEEDS: u64 = 100_000;
 
-/// One figure over the seeds: its sum, lowest and how many seeds missed the target.
+/// One figure over the seeds (goodput at a level, or `good`'s success): its sum, lowest and
+/// how many seeds missed the target.
 #[derive(Default)]
 struct Tally {
     sum: f64,
@@ -112,7 +113,7 @@ pub fn demo_seeds(cfg: &DemoConfig, first: u64, n: u64, out: &mut impl Write) ->
     writeln!(
         out,
         "{:<10} {:>8} {:>8} {:>8}",
-        "goodput", "mean", "lowest", "missed"
+        "success", "mean", "lowest", "missed"
     )?;
     for (level, t) in &levels {
         let target = if *level >= 1.0 {
@@ -127,11 +128,13 @@ pub fn demo_seeds(cfg: &DemoConfig, first: u64, n: u64, out: &mut impl Write) ->
     let pct = |c: (u64, u64)| share(c).map_or_else(|| "-".into(), |s| format!("{:.3}%", s * 100.0));
     writeln!(
         out,
-        "\nCRITICAL: {}/{} ({}) over all seeds, {} at 10× ({}/{}); seeds below {:.1}%: {crit_missed}",
+        "\nCRITICAL: {}/{} ({}) over all seeds, {} at {}× ({}/{}); seeds below {:.1}%: \
+         {crit_missed}",
         crit.0,
         crit.1,
         pct(crit),
         pct(crit_top),
+        cfg.top(),
         crit_top.0,
         crit_top.1,
         CRITICAL_TARGET * 100.0
@@ -152,6 +155,6 @@ pub fn demo_seeds(cfg: &DemoConfig, first: u64, n: u64, out: &mut impl Write) ->
 
 /// Whether a run's CRITICAL success met its target over the run and over the 10× seconds.
 fn critical_met(row: &DemoRow) -> bool {
-    let met = |c: (u64, u64)| share(c).map_or(true, |s| s >= CRITICAL_TARGET);
+    let met = |c: (u64, u64)| share(c).is_none_or(|s| s >= CRITICAL_TARGET);
     met(row.critical_counts) && met(row.critical_at_top)
 }

@@ -143,7 +143,15 @@ fn demo_seeds_tallies_the_demo_targets_over_its_seeds() {
     let o = sim(&["--demo-seeds", "2", "--seed", "2", "--quick"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    for part in ["seeds 2..=3", "@1×", "@10×", "jump", "`good`", "recovery", "of 2 seeds"] {
+    for part in [
+        "seeds 2..=3",
+        "@1×",
+        "@10×",
+        "jump",
+        "`good`",
+        "recovery",
+        "of 2 seeds",
+    ] {
         assert!(out.contains(part), "{part} missing:\n{out}");
     }
     // The tally is the sum of the seeds' own runs.
