@@ -12,11 +12,9 @@
 use std::io::Write;
 
 use anyhow::Result;
-use spillway_load::demo::{share, simulated, summarise, DemoConfig, DemoRow, Mode};
+use spillway_load::demo::{share, simulated, summarise, DemoConfig, Mode};
 
-use crate::demo::{
-    lowest_goodput, CRITICAL_TARGET, GOODPUT_TARGET, GOOD_TARGET, RECOVERY_TARGET_S,
-};
+use crate::demo::{TargetsMet, CRITICAL_TARGET, GOODPUT_TARGET, GOOD_TARGET, RECOVERY_TARGET_S};
 use crate::UsageError;
 
 /// The most seeds one invocation runs (a few milliseconds each).
@@ -94,13 +92,10 @@ pub fn demo_seeds(cfg: &DemoConfig, first: u64, n: u64, out: &mut impl Write) ->
             crit_top.0 + row.critical_at_top.0,
             crit_top.1 + row.critical_at_top.1,
         );
-        let crit_ok = critical_met(&row);
-        crit_missed += u64::from(!crit_ok);
-        let recovered = row.recovery_s.is_some_and(|s| s <= RECOVERY_TARGET_S);
-        slow_recovery += u64::from(!recovered);
-        let good_ok = row.good_success.unwrap_or(0.0) >= GOOD_TARGET;
-        all_met +=
-            u64::from(lowest_goodput(&row) >= GOODPUT_TARGET && crit_ok && good_ok && recovered);
+        let met = TargetsMet::of(&row);
+        crit_missed += u64::from(!(met.critical && met.critical_at_top));
+        slow_recovery += u64::from(!met.recovered);
+        all_met += u64::from(met.all());
     }
     let last = first.wrapping_add(n - 1);
     writeln!(
@@ -151,10 +146,4 @@ pub fn demo_seeds(cfg: &DemoConfig, first: u64, n: u64, out: &mut impl Write) ->
         GOOD_TARGET * 100.0
     )?;
     Ok(())
-}
-
-/// Whether a run's CRITICAL success met its target over the run and over the 10× seconds.
-fn critical_met(row: &DemoRow) -> bool {
-    let met = |c: (u64, u64)| share(c).is_none_or(|s| s >= CRITICAL_TARGET);
-    met(row.critical_counts) && met(row.critical_at_top)
 }
