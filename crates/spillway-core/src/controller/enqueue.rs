@@ -27,9 +27,10 @@ impl AdmissionController {
     ) -> Admission {
         let inner = &self.inner;
         let c = req.criticality;
+        let retry = req.attempt > 1;
         let refuse = |reason| {
             inner.quota.settle(now, charge, 0.0);
-            inner.refuse(reason, c, now)
+            inner.refuse(reason, c, retry, now)
         };
         let limit = inner.limiter.limit();
         let capacity = inner.queue_cfg.capacity(limit);
@@ -69,7 +70,7 @@ impl AdmissionController {
         } else {
             expected / u32::try_from(running).unwrap_or(u32::MAX)
         };
-        let waiter = Arc::new(Waiter::new(c, charge));
+        let waiter = Arc::new(Waiter::new(c, charge, retry));
         // The lowest level refused for overload within one max wait: the level being shed.
         // Work above it is first in line for the slots it gives up, so it is not refused on a
         // guess about its wait — neither the standing queue's nor the estimate's (below).
@@ -214,6 +215,7 @@ impl AdmissionController {
                     Duration::ZERO,
                     in_flight,
                     charge,
+                    retry,
                 ));
             }
             Some(WaiterState::Refused(r)) => return Admission::Refused(r),

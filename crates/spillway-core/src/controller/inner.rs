@@ -102,9 +102,9 @@ impl Inner {
         }
     }
 
-    /// The sheddable levels whose overload, if any, is a burst: not refused for overload for
-    /// a second on end nor more often than admitted (`Episode::is_burst`; bit per level, see
-    /// `AdmissionQueue::set_burst_levels`).
+    /// The sheddable levels whose overload, if any, is a burst: refused for overload no more
+    /// often than admitted, and past a second on end at most a third of their first attempts
+    /// (`Episode::is_burst`; bit per level, see `AdmissionQueue::set_burst_levels`).
     pub(super) fn burst_levels(&self, now: Instant) -> u8 {
         if self.limiter.probing() {
             // The limit is still growing from a start that knew nothing of the upstream
@@ -141,10 +141,17 @@ impl Inner {
         }
     }
 
-    pub(super) fn refuse(&self, reason: RefusalReason, c: Criticality, now: Instant) -> Admission {
+    /// Refuses a request at the door; `retry`: attempt 2 and on.
+    pub(super) fn refuse(
+        &self,
+        reason: RefusalReason,
+        c: Criticality,
+        retry: bool,
+        now: Instant,
+    ) -> Admission {
         // The refusal first: a new episode notes the counts before it (`Episode::refused`).
         let refusal = self.refusal(reason, c, now);
-        self.counters.refused(reason, c);
+        self.counters.refused(reason, c, retry);
         Admission::Refused(refusal)
     }
 
@@ -204,7 +211,7 @@ impl Inner {
             now,
         ))) {
             self.quota.settle(now, w.charge, 0.0);
-            self.counters.refused(reason, w.criticality);
+            self.counters.refused(reason, w.criticality, w.retry);
         }
     }
 

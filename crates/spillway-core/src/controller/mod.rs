@@ -22,6 +22,7 @@
 
 mod config;
 mod enqueue;
+mod episode;
 #[cfg(feature = "hints")]
 mod hints;
 mod inner;
@@ -82,9 +83,10 @@ use crate::shed::ShedPolicy;
 use crate::signal::LoadSignal;
 
 pub use config::AdmissionConfig;
+pub use episode::{EPISODE_GAP, SUSTAINED_AFTER};
 pub use no_answer::NoAnswer;
 pub use permit::{Outcome, Permit, QueuedAdmission};
-pub use refusal::{Refusal, RefusalCounts, RefusalReason, EPISODE_GAP, SUSTAINED_AFTER};
+pub use refusal::{Refusal, RefusalCounts, RefusalReason};
 pub use request::{Admission, AdmissionRequest};
 pub use snapshot::ControllerSnapshot;
 
@@ -145,7 +147,7 @@ pub(crate) struct Inner {
     /// lines.
     budget_ns: AtomicU64,
     /// How long overload refusals of each level have gone on (momentary or sustained).
-    episode: refusal::Episode,
+    episode: episode::Episode,
     /// Which levels are being refused for overload (the estimate's exemption, see `enqueue`).
     shedding: refusal::Shedding,
     /// The cautious service time deadlines are budgeted with (`queue::service`).
@@ -233,7 +235,7 @@ impl AdmissionController {
                 // Callers that send no deadline are given the queue's max wait: what the
                 // controller itself lets them wait.
                 budget_ns: AtomicU64::new(max_wait_ns),
-                episode: refusal::Episode::new(origin),
+                episode: episode::Episode::new(origin, cfg.max_attempts),
                 shedding: refusal::Shedding::new(origin),
                 service_budget: ServiceBudget::new(),
                 revised_budget_ns: AtomicU64::new(0),
@@ -286,12 +288,13 @@ impl AdmissionController {
     pub fn admit_at(&self, req: &AdmissionRequest<'_>, now: Instant) -> Admission {
         let inner = &self.inner;
         let c = req.criticality;
+        let retry = req.attempt > 1;
         if req.health_check {
             return Admission::Admitted(Permit::health(Arc::clone(inner), c, now));
         }
         if let Some(d) = req.deadline {
             if d <= now {
-                return inner.refuse(RefusalReason::DeadlineExceeded, c, now);
+                return inner.refuse(RefusalReason::DeadlineExceeded, c, retry, now);
             }
             inner.note_budget(d - now);
         }
@@ -300,7 +303,7 @@ impl AdmissionController {
         let queued = inner.queued.load(Ordering::SeqCst);
         let overloaded = inner.overloaded(utilisation, queued);
         if overloaded && req.attempt > inner.max_attempts {
-            return inner.refuse(RefusalReason::TooManyAttempts, c, now);
+            return inner.refuse(RefusalReason::TooManyAttempts, c, retry, now);
         }
         let charge =
             match inner
@@ -309,7 +312,7 @@ impl AdmissionController {
             {
                 Ok(charge) => charge,
                 Err(over) => {
-                    inner.counters.refused(RefusalReason::OverQuota, c);
+                    inner.counters.refused(RefusalReason::OverQuota, c, retry);
                     return Admission::Refused(Refusal {
                         reason: RefusalReason::OverQuota,
                         criticality: c,
@@ -320,7 +323,7 @@ impl AdmissionController {
             };
         if inner.should_shed(c, inner.shed_utilisation(c, of_limit, of_signals, now)) {
             inner.quota.settle(now, charge, 0.0);
-            return inner.refuse(RefusalReason::Shed, c, now);
+            return inner.refuse(RefusalReason::Shed, c, retry, now);
         }
         // Nobody waiting: take a slot directly. Otherwise join the queue, so an arrival never
         // overtakes a more critical waiter.
@@ -333,6 +336,7 @@ impl AdmissionController {
                     Duration::ZERO,
                     n,
                     charge,
+                    retry,
                 ));
             }
         }

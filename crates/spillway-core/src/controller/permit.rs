@@ -66,8 +66,9 @@ impl Permit {
         queue_time: Duration,
         in_flight: usize,
         charge: QuotaCharge,
+        retry: bool,
     ) -> Self {
-        Counters::bump(&inner.counters.admitted[criticality.index()]);
+        inner.counters.admitted(criticality, retry);
         Permit {
             inner,
             criticality,
@@ -240,6 +241,8 @@ pub(crate) enum WaiterState {
 pub(crate) struct Waiter {
     pub(crate) criticality: Criticality,
     pub(crate) charge: QuotaCharge,
+    /// A retry (attempt 2 and on), for the counters (`Counters::retries_admitted`).
+    pub(crate) retry: bool,
     state: Mutex<WaiterState>,
     /// When it gives up waiting, in nanoseconds after it was enqueued: set on enqueue, brought
     /// forward when the cautious service time grows ([`Waiter::bring_forward`]).
@@ -247,10 +250,11 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    pub(crate) fn new(criticality: Criticality, charge: QuotaCharge) -> Self {
+    pub(crate) fn new(criticality: Criticality, charge: QuotaCharge, retry: bool) -> Self {
         Waiter {
             criticality,
             charge,
+            retry,
             state: Mutex::new(WaiterState::Waiting(None)),
             give_up_ns: AtomicU64::new(u64::MAX),
         }
@@ -389,7 +393,7 @@ impl QueuedAdmission {
                 .quota
                 .settle(inner.clock.now(), self.waiter.charge, 0.0);
             let r = self.timeout_refusal();
-            inner.counters.refused(r.reason, c);
+            inner.counters.refused(r.reason, c, self.waiter.retry);
             return r;
         }
         match self.waiter.take() {
@@ -402,7 +406,7 @@ impl QueuedAdmission {
                     .settle(inner.clock.now(), self.waiter.charge, 0.0);
                 inner.release_slot(c, None, false);
                 let r = self.timeout_refusal();
-                inner.counters.refused(r.reason, c);
+                inner.counters.refused(r.reason, c, self.waiter.retry);
                 r
             }
             WaiterState::Waiting(_) | WaiterState::Taken => self.timeout_refusal(),
@@ -444,6 +448,7 @@ impl Future for QueuedAdmission {
                         queue_time,
                         in_flight,
                         this.waiter.charge,
+                        this.waiter.retry,
                     )));
                 }
                 WaiterState::Refused(r) => {

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use crate::criticality::{Criticality, PerCriticality};
 
+use super::episode::LevelCounts;
+
 /// Why a request was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -103,10 +105,11 @@ pub struct Refusal {
     /// When the client may try again (`Retry-After`), if there is a useful hint.
     pub retry_after: Option<Duration>,
     /// The task's overload is sustained, not momentary: it has refused work of this
-    /// criticality for [`SUSTAINED_AFTER`] without a pause of [`EPISODE_GAP`]. A retry elsewhere would then
-    /// meet a fleet just as full and only add load (gRFC A6: the server's pushback tells the
-    /// client not to retry; SRE book ch. 21: retries amplify overload), so the edge marks it
-    /// "don't retry" whatever the reason.
+    /// criticality for [`SUSTAINED_AFTER`](super::SUSTAINED_AFTER) without a pause of
+    /// [`EPISODE_GAP`](super::EPISODE_GAP). A retry elsewhere would then meet a fleet just as
+    /// full and only add load (gRFC A6: the server's pushback tells the client not to retry;
+    /// SRE book ch. 21: retries amplify overload), so the edge marks it "don't retry" whatever
+    /// the reason.
     pub sustained: bool,
 }
 
@@ -117,132 +120,6 @@ impl Refusal {
         self.reason.retry_elsewhere_can_help() && !self.sustained
     }
 }
-
-/// An overload that has gone on this long is sustained: 1 s, ten CoDel intervals — longer than
-/// a burst a queue absorbs, short enough that retries amplify only its first second (at 3×
-/// overload for 15 s, at most about 1.1 attempts per call reach the task).
-pub const SUSTAINED_AFTER: Duration = Duration::from_secs(1);
-/// An overload episode ends after this long without an overload refusal: 1 s.
-pub const EPISODE_GAP: Duration = Duration::from_secs(1);
-
-/// How long the task has been refusing work of each criticality for overload (reasons where
-/// retrying elsewhere can help), to tell a momentary overload from a sustained one — per level,
-/// because "sustained" answers "would a retry elsewhere meet a fleet just as full?" for the work
-/// refused: SHEDDABLE refused for seconds on end is, and its retries only add load; a CRITICAL
-/// request refused once while CRITICAL is otherwise served (a limit cut, a burst) is not, and
-/// another task, which serves CRITICAL ahead of the SHEDDABLE it is refusing, will likely take
-/// it (`spillway demo`'s throttling clients, which obey "don't retry", lost CRITICAL requests
-/// and `good`'s SHEDDABLE_PLUS refused once each inside the noisy customer's 10-second surge).
-/// Two relaxed atomics per level; each level's last refusal is written at most once per
-/// millisecond, so refusals, the bulk of the work under overload, rarely write a shared line.
-#[derive(Debug)]
-pub(crate) struct Episode {
-    origin: Instant,
-    /// Nanoseconds since `origin` + 1 of each level's episode's first refusal (0: none yet).
-    start: [AtomicU64; Criticality::COUNT],
-    /// The same for its latest refusal (to within a millisecond).
-    last: [AtomicU64; Criticality::COUNT],
-    /// Each level's overload refusals and admissions (`Counters`) when its episode began.
-    refused_before: [AtomicU64; Criticality::COUNT],
-    admitted_before: [AtomicU64; Criticality::COUNT],
-}
-
-impl Episode {
-    pub(crate) fn new(origin: Instant) -> Self {
-        Episode {
-            origin,
-            start: std::array::from_fn(|_| AtomicU64::new(0)),
-            last: std::array::from_fn(|_| AtomicU64::new(0)),
-            refused_before: std::array::from_fn(|_| AtomicU64::new(0)),
-            admitted_before: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
-    }
-
-    /// Notes an overload refusal of level `c` at `now`; whether that level's overload is
-    /// sustained. A new episode notes `counters`' figures for [`is_burst`](Self::is_burst).
-    pub(crate) fn refused(&self, c: Criticality, now: Instant, counters: &Counters) -> bool {
-        let i = c.index();
-        let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
-        let Some(age) = self.age(c, now) else {
-            self.start[i].store(t, Ordering::Relaxed);
-            self.last[i].store(t, Ordering::Relaxed);
-            self.refused_before[i].store(counters.overload_refusals(c), Ordering::Relaxed);
-            let admitted = counters.admitted[i].load(Ordering::Relaxed);
-            self.admitted_before[i].store(admitted, Ordering::Relaxed);
-            return SUSTAINED_AFTER.is_zero();
-        };
-        if t > self.last[i]
-            .load(Ordering::Relaxed)
-            .saturating_add(1_000_000)
-        {
-            self.last[i].store(t, Ordering::Relaxed);
-        }
-        age >= crate::clock::saturating_nanos(SUSTAINED_AFTER)
-    }
-
-    /// Whether level `c`'s overload is sustained at `now` — as [`refused`](Self::refused)
-    /// would answer for a refusal now, without noting one.
-    pub(crate) fn is_sustained(&self, c: Criticality, now: Instant) -> bool {
-        self.age(c, now)
-            .is_some_and(|age| age >= crate::clock::saturating_nanos(SUSTAINED_AFTER))
-    }
-
-    /// How long (ns) level `c`'s episode has lasted at `now`; `None` outside one.
-    fn age(&self, c: Criticality, now: Instant) -> Option<u64> {
-        let t = crate::clock::nanos_since(self.origin, now).saturating_add(1);
-        let last = self.last[c.index()].load(Ordering::Relaxed);
-        if last == 0 || t.saturating_sub(last) > crate::clock::saturating_nanos(EPISODE_GAP) {
-            return None;
-        }
-        Some(t.saturating_sub(self.start[c.index()].load(Ordering::Relaxed)))
-    }
-
-    /// Whether level `c`'s overload is a burst at `now`: an episode neither sustained nor
-    /// refusing that level more often than it admits it. A burst the queue absorbs turns away
-    /// a few of the level's requests while it serves most; when more than half bounce
-    /// ([`BURST_REFUSALS`] of them at least), its arrivals run at over twice the rate it is
-    /// served — a step in load, not a burst — and waiting for a second to call it sustained
-    /// only holds work that will be refused anyway.
-    pub(crate) fn is_burst(&self, c: Criticality, now: Instant, counters: &Counters) -> bool {
-        match self.age(c, now) {
-            None => return true,
-            Some(age) if age >= crate::clock::saturating_nanos(SUSTAINED_AFTER) => return false,
-            Some(_) => {}
-        }
-        let (refused, admitted) = self.counts_since_start(c, counters);
-        refused < BURST_REFUSALS || refused <= admitted
-    }
-
-    /// Whether level `c`'s episode refuses it steadily: at least one overload refusal for
-    /// every [`STEADY_ADMISSIONS`] admissions since the episode began. Overload that outruns
-    /// the service refuses a steady share of what arrives; a trickle of refusals among a level
-    /// served in full (a cold start's wait estimates, a cluster of long requests) is not it.
-    pub(crate) fn refuses_steadily(&self, c: Criticality, counters: &Counters) -> bool {
-        let (refused, admitted) = self.counts_since_start(c, counters);
-        refused.saturating_mul(STEADY_ADMISSIONS) >= admitted
-    }
-
-    /// Level `c`'s overload refusals and admissions since its episode began.
-    fn counts_since_start(&self, c: Criticality, counters: &Counters) -> (u64, u64) {
-        let i = c.index();
-        let refused = counters
-            .overload_refusals(c)
-            .saturating_sub(self.refused_before[i].load(Ordering::Relaxed));
-        let admitted = counters.admitted[i]
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.admitted_before[i].load(Ordering::Relaxed));
-        (refused, admitted)
-    }
-}
-
-/// The fewest refusals of a level in one episode that can tell a step in load from a burst
-/// ([`Episode::is_burst`]): fewer are a handful of unlucky arrivals.
-pub(crate) const BURST_REFUSALS: u64 = 8;
-
-/// Admissions per overload refusal above which an episode is a trickle, not steady refusal
-/// ([`Episode::refuses_steadily`]): one refusal in nine arrivals. Not a fine setting: 4 and 16
-/// judge the sweep's cells alike (`bench/results/closed64-issue28.md`).
-pub(crate) const STEADY_ADMISSIONS: u64 = 8;
 
 /// When each criticality was last refused for this task's overload: which level is being shed
 /// now. A request more critical than a level shed within its own wait is not refused on an
@@ -296,6 +173,11 @@ pub(crate) struct Counters {
     pub(crate) enqueued: [AtomicU64; Criticality::COUNT],
     pub(crate) cancelled: [AtomicU64; Criticality::COUNT],
     pub(crate) refused: [[AtomicU64; Criticality::COUNT]; RefusalReason::COUNT],
+    /// Of `admitted`, and of the overload refusals, those of retries (attempt 2 and on): what
+    /// retries add, so an episode can be judged on first attempts (`Episode::is_burst`).
+    /// Bumped only for retries, off the first attempts' path.
+    pub(crate) retries_admitted: [AtomicU64; Criticality::COUNT],
+    pub(crate) retries_refused: [AtomicU64; Criticality::COUNT],
     pub(crate) health_checks: AtomicU64,
     pub(crate) health_in_flight: AtomicUsize,
 }
@@ -306,9 +188,22 @@ impl Counters {
         cell.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a refusal; `retry`: of a retry (attempt 2 and on).
     #[inline]
-    pub(crate) fn refused(&self, reason: RefusalReason, c: Criticality) {
+    pub(crate) fn refused(&self, reason: RefusalReason, c: Criticality, retry: bool) {
         Self::bump(&self.refused[reason.index()][c.index()]);
+        if retry && reason.retry_elsewhere_can_help() {
+            Self::bump(&self.retries_refused[c.index()]);
+        }
+    }
+
+    /// Counts an admission; `retry`: of a retry (attempt 2 and on).
+    #[inline]
+    pub(crate) fn admitted(&self, c: Criticality, retry: bool) {
+        Self::bump(&self.admitted[c.index()]);
+        if retry {
+            Self::bump(&self.retries_admitted[c.index()]);
+        }
     }
 
     /// Level `c`'s refusals for overload so far (reasons where retrying elsewhere can help).
@@ -318,6 +213,17 @@ impl Counters {
             .filter(|r| r.retry_elsewhere_can_help())
             .map(|r| self.refused[r.index()][c.index()].load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// Level `c`'s overload refusals and admissions so far, and the retries' among them.
+    pub(crate) fn level(&self, c: Criticality) -> LevelCounts {
+        let i = c.index();
+        LevelCounts {
+            refused: self.overload_refusals(c),
+            admitted: self.admitted[i].load(Ordering::Relaxed),
+            retries_refused: self.retries_refused[i].load(Ordering::Relaxed),
+            retries_admitted: self.retries_admitted[i].load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn read(cells: &[AtomicU64; Criticality::COUNT]) -> PerCriticality<u64> {

@@ -35,8 +35,9 @@ impl<T> AdmissionQueue<T> {
     /// waiting up to the deadline throughout kept abandoned attempts queued and goodput fell
     /// to 24 % of capacity at 5× in one run; and in front of a 4-worker service closed-loop
     /// callers kept in the queue longer instead of being refused lost 12 % of the goodput
-    /// (issue 28's sweep). A burst's patience lasts until the level has been refused for a
-    /// second on end, or more often than admitted.
+    /// (issue 28's sweep). A burst's patience lasts until the level is refused more often
+    /// than admitted, or has been refused for a second on end while more than a third of its
+    /// first attempts are.
     ///
     /// Why not for CRITICAL (and CRITICAL_PLUS): it is served before everything less
     /// critical, so it waits only while the limit is full of work at least as critical or a
@@ -75,8 +76,9 @@ impl<T> AdmissionQueue<T> {
     }
 
     /// Notes which sheddable levels' overload the controller holds to be a burst rather than
-    /// sustained (bit `c` for level `c`; it has refused that level for overload for less
-    /// than a second on end, and no more often than it admitted it, `controller/refusal.rs`).
+    /// sustained (bit `c` for level `c`; it refuses that level for overload no more often
+    /// than it admits it, and past a second on end at most a third of its first attempts,
+    /// `controller/episode.rs`).
     /// Their work with a deadline waits as that deadline allows
     /// ([`give_up_at`](Self::give_up_at)), and CoDel neither drops it nor calls its queue
     /// standing: the max wait and CoDel's 5 ms target tell a standing queue from a burst for

@@ -14,7 +14,7 @@
 //! A burst and sustained overload look alike at any one instant; what tells them apart is
 //! time. A burst the callers' deadlines absorb is served without refusing CRITICAL work; once
 //! CRITICAL work has been refused for overload for a second on end (its refusals' own
-//! "sustained", `controller/refusal.rs`: the queue stands at its callers' deadlines and what
+//! "sustained", `controller/episode.rs`: the queue stands at its callers' deadlines and what
 //! arrives does not fit), the overload is *sustained* — DAGOR (Zhou et al., SoCC 2018) likewise
 //! moves its admission on the queueing it sees, and CoDel (Nichols & Jacobson 2012) calls a
 //! delay that has not drained for an interval a standing queue. Until these levels' queue next

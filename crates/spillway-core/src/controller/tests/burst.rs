@@ -1,9 +1,10 @@
-//! A sheddable level's overload is a burst until it has been refused for overload for a
-//! second on end, or more often than admitted: meanwhile its work with a deadline waits as
-//! that deadline allows, and in flight above the limit (a cut's leftover) does not shed it.
+//! A sheddable level's overload is a burst until it has been refused for overload more often
+//! than admitted, or for a second on end while its first attempts are refused more than a third
+//! of the time: meanwhile its work with a deadline waits as that deadline allows, and in flight
+//! above the limit (a cut's leftover) does not shed it.
 
 use super::*;
-use crate::controller::refusal::BURST_REFUSALS;
+use crate::controller::episode::BURST_REFUSALS;
 
 /// Limit 1, a queue of 10 with a 100 ms max wait, SHEDDABLE shed at 1.0 (ramp 0.03, as the
 /// zero-config preset); a 50 ms service time learnt and the slot held by CRITICAL.
@@ -21,17 +22,18 @@ fn held() -> (AdmissionController, ManualClock, Permit) {
     (ctl, clock, p)
 }
 
-/// Notes SHEDDABLE refused for overload over 1.1 s, ending now: its overload is sustained.
+/// Refuses SHEDDABLE first attempts for a full queue over 1.2 s, none admitted, ending now: its
+/// overload is sustained.
 fn sustain_sheddable(ctl: &AdmissionController, clock: &ManualClock) {
     for _ in 0..12 {
-        ctl.inner
-            .episode
-            .refused(Sheddable, ctl.now(), &ctl.inner.counters);
+        let _ = ctl
+            .inner
+            .refuse(RefusalReason::QueueFull, Sheddable, false, ctl.now());
         clock.advance(100 * MS);
     }
-    ctl.inner
-        .episode
-        .refused(Sheddable, ctl.now(), &ctl.inner.counters);
+    let _ = ctl
+        .inner
+        .refuse(RefusalReason::QueueFull, Sheddable, false, ctl.now());
 }
 
 #[test]
@@ -109,7 +111,7 @@ fn refuse_sheddable(
     for _ in 0..refusals {
         let _ = ctl
             .inner
-            .refuse(RefusalReason::QueueFull, Sheddable, ctl.now());
+            .refuse(RefusalReason::QueueFull, Sheddable, false, ctl.now());
         clock.advance(10 * MS);
     }
 }
@@ -127,7 +129,9 @@ fn a_level_refused_more_often_than_admitted_is_a_step_not_a_burst() {
     refuse_sheddable(&ctl, &clock, 0, BURST_REFUSALS as usize - 1);
     let now = ctl.now();
     assert!(burst(&ctl, now), "a handful");
-    let _ = ctl.inner.refuse(RefusalReason::QueueFull, Sheddable, now);
+    let _ = ctl
+        .inner
+        .refuse(RefusalReason::QueueFull, Sheddable, false, now);
     assert!(
         !burst(&ctl, now),
         "{BURST_REFUSALS} refused, none admitted, {:?} into the episode",
@@ -142,7 +146,9 @@ fn a_level_refused_more_often_than_admitted_is_a_step_not_a_burst() {
     clock.advance(1100 * MS);
     let now = ctl.now();
     assert!(burst(&ctl, now));
-    let _ = ctl.inner.refuse(RefusalReason::QueueFull, Sheddable, now);
+    let _ = ctl
+        .inner
+        .refuse(RefusalReason::QueueFull, Sheddable, false, now);
     assert!(burst(&ctl, now));
 }
 
@@ -158,8 +164,141 @@ fn a_level_mostly_admitted_stays_a_burst_through_its_refusals() {
     refuse_sheddable(&ctl, &clock, 30, 20);
     let now = ctl.now();
     assert!(burst(&ctl, now), "20 refused, 30 admitted");
-    // Refused for over a second on end: sustained, however much was admitted.
+    // Refused for over a second on end, and more than a third of the time: not a burst.
     refuse_sheddable(&ctl, &clock, 0, 90);
     assert!(ctl.inner.episode.is_sustained(Sheddable, ctl.now()));
-    assert!(!burst(&ctl, ctl.now()));
+    assert!(!burst(&ctl, ctl.now()), "111 refused, 30 admitted");
+}
+
+/// One 10 ms tick of SHEDDABLE traffic: `first` first attempts admitted, `first_refused` refused
+/// for a full queue, and `retries` retries refused.
+fn tick(
+    ctl: &AdmissionController,
+    clock: &ManualClock,
+    first: usize,
+    first_refused: usize,
+    retries: usize,
+) {
+    for _ in 0..first {
+        drop(admitted(ctl.admit(&req(Sheddable))));
+    }
+    let now = ctl.now();
+    for retry in std::iter::repeat(false)
+        .take(first_refused)
+        .chain(std::iter::repeat(true).take(retries))
+    {
+        let _ = ctl
+            .inner
+            .refuse(RefusalReason::QueueFull, Sheddable, retry, now);
+    }
+    clock.advance(10 * MS);
+}
+
+#[test]
+fn past_a_second_a_level_is_judged_on_its_first_attempts_and_retries_do_not_count() {
+    let (ctl, clock) = controller(config(100, 10));
+    // 1.2 s in which 3 first attempts are admitted per one refused, each refusal retried
+    // twice (attempts 2 and 3) and refused again: all attempts counted, as many refused as
+    // admitted.
+    for _ in 0..120 {
+        tick(&ctl, &clock, 3, 1, 2);
+    }
+    let now = ctl.now();
+    assert!(ctl.inner.episode.is_sustained(Sheddable, now));
+    assert!(burst(&ctl, now), "a quarter of its first attempts refused");
+    assert_ne!(ctl.inner.burst_levels(now) & 1 << Sheddable.index(), 0);
+    assert_eq!(
+        ctl.inner.shed_utilisation(Sheddable, 1.5, 0.0, now),
+        1.0,
+        "in flight over the limit reads as a full limit while a burst"
+    );
+    // Half its first attempts refused, no retries: more than a third refused, over the window.
+    for _ in 0..200 {
+        tick(&ctl, &clock, 1, 1, 0);
+    }
+    let now = ctl.now();
+    assert!(!burst(&ctl, now));
+    assert_eq!(ctl.inner.burst_levels(now) & 1 << Sheddable.index(), 0);
+    assert_eq!(ctl.inner.shed_utilisation(Sheddable, 1.5, 0.0, now), 1.5);
+}
+
+#[test]
+fn a_step_up_late_in_a_long_episode_is_judged_on_the_last_seconds() {
+    let (ctl, clock) = controller(config(100, 10));
+    // 10 s with one first attempt refused per 5 admitted: a burst throughout.
+    for i in 0..1000 {
+        tick(&ctl, &clock, 5, 1, 0);
+        if i % 10 == 0 {
+            assert!(burst(&ctl, ctl.now()), "at {i}0 ms");
+        }
+    }
+    // Then two refused per one admitted: since the episode began, 1,000 + 2 × n refused
+    // against 5,000 + n admitted would read as a burst for another 5 s; the window that moves
+    // each second says otherwise within two.
+    let mut turned = None;
+    for i in 0..250 {
+        tick(&ctl, &clock, 1, 2, 0);
+        if !burst(&ctl, ctl.now()) && turned.is_none() {
+            turned = Some(i);
+        }
+    }
+    let turned = turned.expect("the step is seen");
+    assert!(turned <= 200, "seen after {turned}0 ms");
+    assert!(!burst(&ctl, ctl.now()), "and stays seen");
+}
+
+#[test]
+fn retries_admitted_and_refused_from_the_queue_are_counted_apart() {
+    let (ctl, clock) = controller(config(1, 10));
+    let held = admitted(ctl.admit(&req(Critical)));
+    let retry = |c| AdmissionRequest {
+        attempt: 2,
+        ..req(c)
+    };
+    let w = queued(ctl.admit(&retry(Sheddable)));
+    clock.advance(200 * MS);
+    let r = w.expire();
+    assert!(r.reason.retry_elsewhere_can_help(), "{r:?}");
+    let mut w = queued(ctl.admit(&retry(Sheddable)));
+    drop(held);
+    let p = match poll(&mut w, &noop()) {
+        Poll::Ready(Ok(p)) => p,
+        other => panic!("granted the freed slot, got {other:?}"),
+    };
+    drop(p);
+    drop(admitted(ctl.admit(&req(Sheddable))));
+    let counters = &ctl.inner.counters;
+    assert_eq!(counters.overload_refusals(Sheddable), 1);
+    let level = counters.level(Sheddable);
+    assert_eq!(
+        (level.retries_refused, level.retries_admitted),
+        (1, 1),
+        "the retry's refusal and admission counted apart"
+    );
+    assert_eq!(ctl.snapshot().admitted[Sheddable], 2);
+}
+
+#[test]
+fn retries_that_refusals_do_not_explain_are_judged_as_demand() {
+    let (ctl, clock) = controller(config(100, 10));
+    let retry = AdmissionRequest {
+        attempt: 2,
+        ..req(Sheddable)
+    };
+    // Every request says it is a retry, none a first attempt: one admitted per two refused.
+    for _ in 0..150 {
+        drop(admitted(ctl.admit(&retry)));
+        for _ in 0..2 {
+            let _ = ctl
+                .inner
+                .refuse(RefusalReason::QueueFull, Sheddable, true, ctl.now());
+        }
+        clock.advance(10 * MS);
+    }
+    let now = ctl.now();
+    assert!(ctl.inner.episode.is_sustained(Sheddable, now));
+    assert!(
+        !burst(&ctl, now),
+        "no first attempt refused explains 450 retries: judged on every attempt"
+    );
 }

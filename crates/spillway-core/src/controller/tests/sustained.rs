@@ -201,7 +201,7 @@ fn episode_then_queue(
     let refuse = |ctl: &AdmissionController| {
         let _ = ctl
             .inner
-            .refuse(RefusalReason::QueueTimeout, Critical, ctl.now());
+            .refuse(RefusalReason::QueueTimeout, Critical, false, ctl.now());
     };
     refuse(&ctl);
     for _ in 0..served {
