@@ -131,6 +131,8 @@ pub(crate) struct Episode {
     window: [Snapshot; Criticality::COUNT],
     next_window: [Snapshot; Criticality::COUNT],
     next_at: [AtomicU64; Criticality::COUNT],
+    /// Each level's requests in the queue, as last published ([`waiting`](Self::waiting)).
+    waiting: [AtomicU64; Criticality::COUNT],
 }
 
 impl Episode {
@@ -145,6 +147,14 @@ impl Episode {
             window: Default::default(),
             next_window: Default::default(),
             next_at: Default::default(),
+            waiting: Default::default(),
+        }
+    }
+
+    /// Notes how many requests of each level wait in the queue (after each change to it).
+    pub(crate) fn waiting(&self, by_level: [usize; Criticality::COUNT]) {
+        for (cell, n) in self.waiting.iter().zip(by_level) {
+            cell.store(n as u64, Ordering::Relaxed);
         }
     }
 
@@ -203,7 +213,12 @@ impl Episode {
     /// Past that second it stays one while, over the last 1–2 s, the level's first attempts
     /// are admitted at least [`BURST_ADMISSIONS_PER_REFUSAL`] times as often as refused:
     /// demand then runs within about 1.5 × what the level is served, and the queue's lulls are
-    /// worth filling. Judged on every attempt, the retries' echo made a level at capacity look
+    /// worth filling. The level's requests still waiting count as refused: a burst's waiters
+    /// wait as their deadlines allow and are refused late, so refusals counted as they happen
+    /// lag the demand that causes them. Behind a slow service (4 workers × 500 ms, 10 s
+    /// deadlines, sheddable work at 1.4 × capacity) a level judged on refusals alone stayed a
+    /// burst and its median refusal came after 1.1 s instead of at once (issue 28's sweep,
+    /// R4a, one seed in four). Judged on every attempt, the retries' echo made a level at capacity look
     /// overloaded for good (`spillway demo`'s 1 × level, simulated over 500 seeds: 137 draws
     /// under 95 % goodput, 82 judged on first attempts; `bench/results/demo-seeds-issue28.md`).
     /// Retries are set aside only while refusals explain them — at most `max_attempts − 1` per
@@ -229,7 +244,11 @@ impl Episode {
         } else {
             (d.refused, d.admitted)
         };
-        refused.saturating_mul(BURST_ADMISSIONS_PER_REFUSAL) <= admitted
+        let waiting = self.waiting[c.index()].load(Ordering::Relaxed);
+        refused
+            .saturating_add(waiting)
+            .saturating_mul(BURST_ADMISSIONS_PER_REFUSAL)
+            <= admitted
     }
 
     /// Level `c`'s counts over the last 1–2 s of its episode: the window moves on once its

@@ -302,3 +302,32 @@ fn retries_that_refusals_do_not_explain_are_judged_as_demand() {
         "no first attempt refused explains 450 retries: judged on every attempt"
     );
 }
+
+#[test]
+fn a_level_whose_work_waits_in_the_queue_counts_the_waiters_as_refused() {
+    let (ctl, clock) = controller(config(4, 200));
+    // 1.2 s in which 3 first attempts are admitted per one refused: a burst.
+    for _ in 0..120 {
+        tick(&ctl, &clock, 3, 1, 0);
+    }
+    assert!(burst(&ctl, ctl.now()));
+    // The slots CRITICAL may take held, and 100 SHEDDABLE requests queued behind them (a
+    // burst's waiters wait as their deadlines allow; none has been refused yet).
+    let held: Vec<_> = (0..3)
+        .map(|_| admitted(ctl.admit(&req(Critical))))
+        .collect();
+    let waiters: Vec<_> = (0..100)
+        .map(|_| queued(ctl.admit(&req(Sheddable))))
+        .collect();
+    let now = ctl.now();
+    assert!(
+        !burst(&ctl, now),
+        "100 waiting and 120 refused count against 357 admitted"
+    );
+    drop(waiters);
+    assert!(
+        burst(&ctl, now),
+        "the queue emptied, its waiters no longer count"
+    );
+    drop(held);
+}
