@@ -36,8 +36,9 @@ pub(crate) const BURST_REFUSALS: u64 = 8;
 
 /// First attempts admitted per first attempt refused at which a level's overload, past its
 /// first second, is still a burst ([`Episode::is_burst`]): a third of the level's demand
-/// refused, or less. 1 (half refused) met the demo's targets as often over 500 seeds but missed
-/// its 2 × level more (40 draws against 31); 3 missed its 1 × level in 98 (83 at 2).
+/// refused, or less. Tried judged since the episode began (`demo-seeds-issue28.md`), 1 (half
+/// refused) met the demo's targets as often over 500 seeds but missed its 2 × level more (40
+/// draws against 31), and 3 missed its 1 × level in 98 (83 at 2).
 pub(crate) const BURST_ADMISSIONS_PER_REFUSAL: u64 = 2;
 
 /// Admissions per overload refusal above which an episode is a trickle, not steady refusal
@@ -131,7 +132,8 @@ pub(crate) struct Episode {
     window: [Snapshot; Criticality::COUNT],
     next_window: [Snapshot; Criticality::COUNT],
     next_at: [AtomicU64; Criticality::COUNT],
-    /// Each level's requests in the queue, as last published ([`waiting`](Self::waiting)).
+    /// Each level's requests in the queue, as last published
+    /// ([`note_waiting`](Self::note_waiting)).
     waiting: [AtomicU64; Criticality::COUNT],
 }
 
@@ -152,7 +154,7 @@ impl Episode {
     }
 
     /// Notes how many requests of each level wait in the queue (after each change to it).
-    pub(crate) fn waiting(&self, by_level: [usize; Criticality::COUNT]) {
+    pub(crate) fn note_waiting(&self, by_level: [usize; Criticality::COUNT]) {
         for (cell, n) in self.waiting.iter().zip(by_level) {
             cell.store(n as u64, Ordering::Relaxed);
         }
@@ -213,16 +215,19 @@ impl Episode {
     /// Past that second it stays one while, over the last 1–2 s, the level's first attempts
     /// are admitted at least [`BURST_ADMISSIONS_PER_REFUSAL`] times as often as refused:
     /// demand then runs within about 1.5 × what the level is served, and the queue's lulls are
-    /// worth filling. The level's requests still waiting count as refused: a burst's waiters
-    /// wait as their deadlines allow and are refused late, so refusals counted as they happen
-    /// lag the demand that causes them. Behind a slow service (4 workers × 500 ms, 10 s
-    /// deadlines, sheddable work at 1.4 × capacity) a level judged on refusals alone stayed a
-    /// burst and its median refusal came after 1.1 s instead of at once (issue 28's sweep,
-    /// R4a, one seed in four). Judged on every attempt, the retries' echo made a level at capacity look
+    /// worth filling. Judged on every attempt, the retries' echo made a level at capacity look
     /// overloaded for good (`spillway demo`'s 1 × level, simulated over 500 seeds: 137 draws
-    /// under 95 % goodput, 82 judged on first attempts; `bench/results/demo-seeds-issue28.md`).
-    /// Retries are set aside only while refusals explain them — at most `max_attempts − 1` per
-    /// first attempt refused, and [`BURST_REFUSALS`] for those a window's edge cuts off;
+    /// under 95 % goodput; 87 judged on first attempts, `bench/results/demo-seeds-issue28.md`).
+    ///
+    /// The level's requests still waiting count as refused: a burst's waiters wait as their
+    /// deadlines allow and are refused late, so refusals counted as they happen lag the
+    /// demand that causes them. Behind a slow service (4 workers × 500 ms, 10 s deadlines,
+    /// sheddable work at 1.4 × capacity) a level judged on refusals alone stayed a burst and
+    /// its median refusal came after 1.1 s instead of at once (issue 28's sweep, R4a, one
+    /// seed in four).
+    ///
+    /// Retries are set aside only while refusals explain them — at most `max_attempts − 1`
+    /// per first attempt refused, and [`BURST_REFUSALS`] for those a window's edge cuts off;
     /// beyond that (a caller marking every request a retry, or another task's refusals
     /// retried here) every attempt is judged. Callers that send no attempt count make first
     /// attempts only.

@@ -307,7 +307,7 @@ impl Inner {
     /// Publishes the queue's length (and where its next dequeue will read, for hints).
     pub(super) fn publish(&self, q: &AdmissionQueue<Arc<Waiter>>) {
         self.queued.store(q.len(), Ordering::SeqCst);
-        self.episode.waiting(q.len_by_criticality());
+        self.episode.note_waiting(q.len_by_criticality());
         for (hint, addr) in self.queue_next.iter().zip(q.next_addrs()) {
             hint.store(addr, Ordering::Relaxed);
         }
