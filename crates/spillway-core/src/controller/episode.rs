@@ -236,7 +236,7 @@ impl Episode {
             return true;
         };
         if age < crate::clock::saturating_nanos(SUSTAINED_AFTER) {
-            let d = counters.level(c).since(self.at_start[c.index()].load());
+            let d = self.since_start(c, counters);
             return d.refused < BURST_REFUSALS || d.refused <= d.admitted;
         }
         let d = self.in_window(c, now, counters);
@@ -254,6 +254,11 @@ impl Episode {
             .saturating_add(waiting)
             .saturating_mul(BURST_ADMISSIONS_PER_REFUSAL)
             <= admitted
+    }
+
+    /// Level `c`'s counts since its episode began.
+    fn since_start(&self, c: Criticality, counters: &Counters) -> LevelCounts {
+        counters.level(c).since(self.at_start[c.index()].load())
     }
 
     /// Level `c`'s counts over the last 1–2 s of its episode: the window moves on once its
@@ -280,7 +285,7 @@ impl Episode {
     /// the service refuses a steady share of what arrives; a trickle of refusals among a level
     /// served in full (a cold start's wait estimates, a cluster of long requests) is not it.
     pub(crate) fn refuses_steadily(&self, c: Criticality, counters: &Counters) -> bool {
-        let d = counters.level(c).since(self.at_start[c.index()].load());
+        let d = self.since_start(c, counters);
         d.refused.saturating_mul(STEADY_ADMISSIONS) >= d.admitted
     }
 }
