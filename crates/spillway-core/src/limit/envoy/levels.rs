@@ -27,6 +27,24 @@
 //! second of 50). So each number of free workers from 1 (the line) up to the highest level
 //! seen is fitted — flat up to it, Theil–Sen slope past it — and the fit with the smallest
 //! sum of absolute deviations says; both shapes have two parameters, so neither is favoured.
+//!
+//! Below the lowest level sampled the samples say nothing: every stick flat up to a `free` at
+//! or below it fits alike (the same slope, shifted), and the first of those ties, the straight
+//! line, stands — the lowest reading. 4 workers × 40 ms seen at 4 and 5 in flight answer like
+//! 1 worker × 10 ms (40 ms at 4, 50 at 5, the same throughput); only answers below them tell
+//! which. So a cut made on a minRTT read from samples that never reached one in flight stops
+//! one level below the lowest seen ([`cut_floor`]) until answers there measure again: a
+//! 1-worker upstream comes down a level per measurement, 4 workers lose one of theirs until
+//! the next. Without the stop the demo's 4 workers (uniform 20–60 ms) seen at 4–5 under
+//! overload read 20.4 ms at one in flight, and the gradient cut the limit 5 → 1 in four
+//! windows with the workers idle (`spillway sim --demo-seeds 500`: the 2× level missed its
+//! goodput target in 34 draws, 27 with the stop). Taking the last tie instead (no queue below
+//! what was seen) kept a 1-worker service's queue of four at its worker (issue 28's sweep,
+//! 1-worker cells: R2 −0.013), and so did extrapolating one level only (the fit then rarely
+//! clears the percentile by the tolerance). Remembering the workers a probe found, so as not
+//! to probe again once its answers leave the 64 samples kept, helped the demo more (20 draws)
+//! and cost 1-worker cells, whose noisy levels read as flat now and then
+//! (`bench/results/demo-seeds-issue28.md`).
 
 /// Fewer samples than this make no test (the level's effect is not told from noise).
 const MIN_POINTS: usize = 10;
@@ -43,6 +61,20 @@ const MAX_FREE: u32 = 8;
 /// every second or so, once read a slope into its troughs over issue 28's sweep and cut its
 /// limit from 42 to 8 (R1: −0.99 pp).
 const Z: f64 = 4.0;
+
+/// The limit under a cut made on a minRTT that a fit read from samples whose lowest in-flight
+/// level was `lowest` (module docs): low enough for the lowest criticality to run one level
+/// below them, and no lower until answers there say more. `peak` of `old` is the
+/// share of the limit the closing window used, which the headroom ladder gives that
+/// criticality (at least one half; `floor.rs` reads it the same way). 0 when the fit saw one in
+/// flight (nothing was extrapolated); never above `old`.
+pub(super) fn cut_floor(lowest: u32, old: usize, peak: usize) -> usize {
+    if lowest <= 1 || old == 0 {
+        return 0;
+    }
+    let share = (peak as f64 / old as f64).clamp(0.5, 1.0);
+    ((f64::from(lowest - 1) / share).ceil() as usize).min(old)
+}
 
 /// The latest `(in-flight level, latency)` pairs, and the fit's
 /// scratch space: allocated once, so that admitting and releasing never allocate.

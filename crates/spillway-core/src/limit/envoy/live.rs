@@ -77,8 +77,9 @@
 //!   once per `interval`, a fit at one in flight below minRTT by more than the buffer, from
 //!   low levels whose latency shows a sign of rising (`z` ≥ 2), becomes minRTT
 //!   ([`LiveMinRtt::queued_min_rtt`]). The gradient then cuts as from any lower minRTT, step
-//!   by step, and the low levels it reaches measure minRTT again: a fit that was wrong is
-//!   replaced by the next measurement. Without overload the `z` of 4 stands (at 3 a 20-worker
+//!   by step — not below one level under the lowest the fit saw (`levels.rs`) — and the low
+//!   levels it reaches measure minRTT again: a fit that was wrong is replaced by the next
+//!   measurement. Without overload the `z` of 4 stands (at 3 a 20-worker
 //!   lognormal service at half its capacity read a slope into its troughs and was cut from
 //!   42 to 8, `levels.rs`). Over issue 28's sweep (seeds 28–32): failing R2 cells −1, −1,
 //!   0, 0, −1 and R3 −4, −3, −2, −2, +1, R1 unchanged (`c=1 mean=10ms exp timeout=20x
@@ -159,6 +160,9 @@ pub(super) struct LiveMinRtt {
     /// completed it replaces the low levels' and the first round's where those are past
     /// [`COHORT_ABOVE`] × it.
     cohort_estimate: Option<f64>,
+    /// The fit at one in flight last taken for minRTT (ns), and the lowest in-flight level
+    /// among its samples ([`LiveMinRtt::fitted`]).
+    fitted: Option<(f64, u32)>,
 }
 
 impl LiveMinRtt {
@@ -191,6 +195,7 @@ impl LiveMinRtt {
             fit_unchecked: false,
             cohort: StartCohort::default(),
             cohort_estimate: None,
+            fitted: None,
         }
     }
 
@@ -412,10 +417,9 @@ impl LiveMinRtt {
     /// callers kept the percentile; `bench/results/span-issue28.md`).
     fn estimate(&mut self) -> Option<f64> {
         let q = self.hist.quantile(self.percentile)?;
-        Some(match self.levels.at_one() {
-            Some(one) if one * self.tolerance < q => one,
-            _ => q,
-        })
+        let one = self.levels.at_one().filter(|&one| one * self.tolerance < q);
+        self.note_fit(one);
+        Some(one.unwrap_or(q))
     }
 
     /// Whether the low-concurrency samples may hold a queue in the upstream (`flat.rs`):
@@ -441,9 +445,24 @@ impl LiveMinRtt {
         if !std::mem::take(&mut self.fit_unchecked) || self.provisional || !self.small_upstream() {
             return None;
         }
-        self.levels
+        let one = self
+            .levels
             .fit_at_one()
-            .filter(|&one| one * self.tolerance < min_rtt_ns)
+            .filter(|&one| one * self.tolerance < min_rtt_ns)?;
+        self.note_fit(Some(one));
+        Some(one)
+    }
+
+    /// The fit at one in flight last taken for minRTT (ns) and the lowest in-flight level its
+    /// samples reached, when that was above one: a minRTT extrapolated below what was seen,
+    /// under which cuts stop a level lower (`levels.rs`, [`cut_floor`](super::levels::cut_floor)).
+    pub(super) fn fitted(&self) -> Option<(f64, u32)> {
+        self.fitted.filter(|&(_, lowest)| lowest > 1)
+    }
+
+    /// Remembers the fit at one in flight taken for minRTT, or that the percentile was.
+    fn note_fit(&mut self, one: Option<f64>) {
+        self.fitted = one.zip(self.levels.span().map(|(lowest, _)| lowest));
     }
 
     /// Whether the provisional minRTT rests on no more than half of the low levels' requests

@@ -9,6 +9,7 @@
 use super::floor;
 use super::futile;
 use super::knee::Verdict;
+use super::levels;
 use super::live::LiveMinRtt;
 use super::thrash::ThroughputCeiling;
 use super::{EnvoyGradientLimit, GRADIENT_MAX, GRADIENT_MIN, STALE_MIN_RTT_WINDOWS};
@@ -276,7 +277,15 @@ impl EnvoyGradientLimit {
                 self.overload_fit_ns = Some(now_ns);
                 self.min_rtt_ns = one;
                 self.measured_min_rtt_ns = one;
+                self.extrapolated = self.live.as_ref().and_then(LiveMinRtt::fitted);
             }
+        }
+        match self.extrapolated {
+            // levels.rs: a minRTT extrapolated below the levels seen cuts one level below them.
+            Some((one, lowest)) if one == self.min_rtt_ns && new_limit < old => {
+                new_limit = new_limit.max(levels::cut_floor(lowest, old, peak_counted));
+            }
+            _ => {}
         }
         if new_limit < old && self.unqueued_floor {
             // floor.rs: not below the level the upstream was just seen to run unqueued (before

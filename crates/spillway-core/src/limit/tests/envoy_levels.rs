@@ -148,3 +148,110 @@ fn without_overload_the_noisy_queue_keeps_the_median() {
     assert!(measured > 20e6, "measured minRTT {measured}");
     assert_eq!(after, measured);
 }
+
+/// A service's spread (deterministic): 0.95–1.05 ×, one answer in eight at half (at odd and
+/// even indices alike). One with no fast answers answers no faster than the lowest level
+/// seen, and the fit never goes below the fastest answer; a wide spread hides the levels'
+/// rise from the rank test.
+fn spread(i: u64) -> f64 {
+    if i % 16 == 3 || i % 16 == 8 {
+        0.5
+    } else {
+        0.95 + 0.1 * ((i as f64 * 0.618_033_988_7) % 1.0)
+    }
+}
+
+/// Windows of 10 answers each at an upstream answering `latency_ms(k)` ([`spread`]) for a request
+/// admitted with `k` in flight, every answer admitted at the limit or one below it (a
+/// saturating load), overloaded; from `t_ms` on. Returns the limit after each window.
+fn saturated_windows(
+    l: &mut EnvoyGradientLimit,
+    t0: Instant,
+    mut t_ms: u64,
+    windows: u64,
+    latency_ms: impl Fn(u64) -> u64,
+) -> Vec<usize> {
+    l.set_overloaded(true);
+    let mut limits = Vec::new();
+    for w in 0..windows {
+        let n = l.limit() as u64;
+        for i in 0..10u64 {
+            let k = (n - i % 2).max(1);
+            t_ms += 12;
+            let rtt = latency_ms(k) as f64 * 1e3 * spread(w * 10 + i);
+            l.on_sample(&sample(
+                at(t0, t_ms),
+                Duration::from_micros(rtt as u64),
+                k as usize,
+                false,
+            ));
+        }
+        limits.push(l.limit());
+    }
+    limits
+}
+
+/// The limit held at 5 at most, as a load that keeps it there does.
+fn at_most_five() -> EnvoyGradientConfig {
+    EnvoyGradientConfig {
+        max_concurrency_limit: 5,
+        ..cfg()
+    }
+}
+
+/// A measurement from answers at 4 and 5 in flight only, 40 and 50 ms ([`spread`]): what 4
+/// workers × 40 ms and 1 worker × 10 ms both give there.
+fn measured_at_four_and_five(l: &mut EnvoyGradientLimit, t0: Instant) -> u64 {
+    let mut t = 0u64;
+    for i in 0..64u64 {
+        let k = 4 + i % 2;
+        t += 12;
+        let rtt = k as f64 * 10e3 * spread(i);
+        l.on_sample(&sample(
+            at(t0, t),
+            Duration::from_micros(rtt as u64),
+            k as usize,
+            false,
+        ));
+    }
+    t
+}
+
+#[test]
+fn a_min_rtt_extrapolated_below_the_levels_seen_cuts_one_level_at_a_time() {
+    // Four workers × 40 ms: a request admitted past four waits for one.
+    let four_workers = |k: u64| 40 + 10 * k.saturating_sub(4);
+    let t0 = Instant::now();
+    let mut l =
+        EnvoyGradientLimit::new(&at_most_five(), t0, Box::new(FixedRandom(0.0))).expect("valid");
+    let t = measured_at_four_and_five(&mut l, t0);
+    // The straight line's reading at one in flight (floored at the fastest answer, 20 ms):
+    // the same as a 1-worker, 10 ms service's.
+    let m = l.min_rtt_nanos();
+    assert!(m < 25e6, "minRTT {m}");
+    // The gradient may cut to 3 and no further; the answers there (40 ms, as at 4) put
+    // minRTT back where the workers are. Once they have left the samples the fit keeps (64,
+    // about six windows) the same probe repeats: never below 3, back at 5 within three windows.
+    let limits = saturated_windows(&mut l, t0, t, 30, four_workers);
+    assert!(
+        limits.iter().all(|&n| n >= 3),
+        "the limit fell below 3 with 4 workers: {limits:?}"
+    );
+    assert!(
+        limits.windows(4).all(|w| w.contains(&5)),
+        "the limit stayed below the workers: {limits:?}"
+    );
+}
+
+#[test]
+fn a_one_worker_upstream_seen_only_at_four_and_five_still_comes_down_to_one() {
+    let one_worker = |k: u64| 10 * k;
+    let t0 = Instant::now();
+    let mut l =
+        EnvoyGradientLimit::new(&at_most_five(), t0, Box::new(FixedRandom(0.0))).expect("valid");
+    let t = measured_at_four_and_five(&mut l, t0);
+    // A level per measurement: from 4 down to the worker's one in flight.
+    saturated_windows(&mut l, t0, t, 60, one_worker);
+    assert!(l.limit() <= 2, "limit {}", l.limit());
+    assert!(l.min_rtt_nanos() <= 12e6, "minRTT {}", l.min_rtt_nanos());
+}

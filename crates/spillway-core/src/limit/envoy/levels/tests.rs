@@ -95,3 +95,17 @@ fn one_worker_with_answers_alone_keeps_the_line() {
     let one = f.at_one().expect("latency follows the level");
     assert!((10e6..=10.2e6).contains(&one), "{one}");
 }
+
+#[test]
+fn the_cut_floor_is_one_level_below_the_lowest_seen_for_the_share_the_window_used() {
+    // Nothing extrapolated: no floor.
+    assert_eq!(cut_floor(1, 5, 5), 0);
+    // The window filled the limit: one level below 4.
+    assert_eq!(cut_floor(4, 5, 5), 3);
+    // It used 4 of 5 (the ladder's share for the lowest criticality): 3 in flight needs 4.
+    assert_eq!(cut_floor(4, 5, 4), 4);
+    // A share below one half counts as one half; never above the limit being cut.
+    assert_eq!(cut_floor(4, 10, 1), 6);
+    assert_eq!(cut_floor(8, 5, 5), 5);
+    assert_eq!(cut_floor(4, 0, 0), 0);
+}
