@@ -15,7 +15,8 @@ import sys
 def cell_overhead(path):
     try:
         with open(path) as f:
-            lat = json.load(f)[0]["latency"]
+            # null when the run had no successes (an unprotected cell past its capacity).
+            lat = json.load(f)[0]["latency"] or {}
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return None
     t, q, p = lat.get("total", {}), lat.get("queue", {}), lat.get("processing", {})
