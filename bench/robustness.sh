@@ -283,6 +283,9 @@ done
 
 # The same cells in simulation: one [[matrix]] per cell, each simulated for DURATION s.
 if [ ${#SELECTED[@]} -gt 0 ]; then
+  # Computed apart, so that a failure stops the script rather than leaving the model's value
+  # empty (which the simulation then refuses to parse, for every seed).
+  overhead_ms=${SIM_OVERHEAD_MS:-$(python3 bench/robustness/overhead.py "$WORK" "${SELECTED[@]}")}
   {
     echo "name = \"robustness-real\""
     echo "description = \"the cells of bench/robustness.sh\""
@@ -296,7 +299,7 @@ if [ ${#SELECTED[@]} -gt 0 ]; then
     # over cells with at least 50 of them), unless SIM_OVERHEAD_MS says.
     echo "[model]"
     echo "backend_timer_tick_ms = ${SIM_TICK_MS:-1}"
-    echo "overhead_ms = ${SIM_OVERHEAD_MS:-$(python3 bench/robustness/overhead.py "$WORK" "${SELECTED[@]}")}"
+    echo "overhead_ms = $overhead_ms"
     echo "backend_wake_ms = ${SIM_WAKE_MS:-0}"
     for n in "${SELECTED[@]}"; do
       read -r _ w m d tx off crit arr b <<<"$(grep "^$n " <<<"$CELLS")"
