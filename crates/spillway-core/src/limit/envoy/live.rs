@@ -455,7 +455,9 @@ impl LiveMinRtt {
 
     /// The fit at one in flight last taken for minRTT (ns) and the lowest in-flight level its
     /// samples reached, when that was above one: a minRTT extrapolated below what was seen,
-    /// under which cuts stop a level lower (`levels.rs`, [`cut_floor`](super::levels::cut_floor)).
+    /// under which cuts stop a level lower (`levels.rs`, [`cut_floor`](super::levels::cut_floor))
+    /// while minRTT is still that value (the controller compares: a measurement or a
+    /// re-baseline since replaced it).
     pub(super) fn fitted(&self) -> Option<(f64, u32)> {
         self.fitted.filter(|&(_, lowest)| lowest > 1)
     }

@@ -236,9 +236,6 @@ pub struct EnvoyGradientLimit {
     /// When the live minRTT last took the latency at one in flight under sustained overload
     /// (`live.rs`; ns since the origin), if ever: at most once per `interval`.
     overload_fit_ns: Option<u64>,
-    /// A minRTT that `live.rs`'s fit extrapolated below the lowest in-flight level it saw, and
-    /// that level: while minRTT is that value, cuts stop one level below it (`levels.rs`).
-    extrapolated: Option<(f64, u32)>,
     /// `rebaseline_on_flat_levels`: samples by level since latency left tolerance (`flat.rs`).
     flat: Option<WindowLevels>,
     /// The callers' latency budget in nanoseconds (0 = unknown).
@@ -366,7 +363,6 @@ impl EnvoyGradientLimit {
             unqueued_floor: cfg.unqueued_floor && cfg.throughput_ceiling,
             floor_holds: 0,
             overload_fit_ns: None,
-            extrapolated: None,
             flat: (cfg.rebaseline_on_flat_levels && cfg.live_min_rtt && fixed.is_none())
                 .then(WindowLevels::default),
             budget_ns: 0.0,
@@ -561,7 +557,6 @@ impl Limit for EnvoyGradientLimit {
                 // A measurement supersedes a futile-cut re-baseline, as Envoy's window does.
                 self.min_rtt_ns = m;
                 self.measured_min_rtt_ns = m;
-                self.extrapolated = live.fitted().filter(|&(one, _)| one == m);
             }
             // The upstream got slower (live.rs): re-measured at once, not after the floor.
             if let Some(m) = live.slower(self.limit, self.measured_min_rtt_ns * (1.0 + self.buffer))

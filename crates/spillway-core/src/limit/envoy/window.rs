@@ -277,11 +277,10 @@ impl EnvoyGradientLimit {
                 self.overload_fit_ns = Some(now_ns);
                 self.min_rtt_ns = one;
                 self.measured_min_rtt_ns = one;
-                self.extrapolated = self.live.as_ref().and_then(LiveMinRtt::fitted);
             }
         }
-        match self.extrapolated {
-            // levels.rs: a minRTT extrapolated below the levels seen cuts one level below them.
+        match self.live.as_ref().and_then(LiveMinRtt::fitted) {
+            // levels.rs: while minRTT is a fit from levels above one, cuts stop one below them.
             Some((one, lowest)) if one == self.min_rtt_ns && new_limit < old => {
                 new_limit = new_limit.max(levels::cut_floor(lowest, old, peak_counted));
             }
