@@ -9,8 +9,9 @@
 //! tenth to twice what it is. Too high, it is never measured again: 72.5 ms for a 34.7 ms
 //! median let the gradient hold a `slowdown` upstream at 27 in flight for its 20 workers for a
 //! whole run (issue 28's sweep, seed 28: goodput 82 %, 88 % once checked here). Too low, the
-//! gradient cuts down to where every answer measures it afresh; `live.rs` corrects only the
-//! high side.
+//! gradient cuts down to where every answer measures it afresh; `live.rs` corrects that side
+//! only when far off and when some answer of the set above the low levels was as fast (the
+//! set's fastest is returned with its percentile: a set that queues has none that fast).
 //!
 //! Answers back so far are no better: they come back in order of latency, the slow ones
 //! still out (a check on all the start's answers read the ramp's censoring as levels without
@@ -46,6 +47,18 @@ const MAX_COMPLETIONS: usize = 256;
 /// workers for every level of the set passes by chance about five times in six (`z` < 1).
 const NO_RISE_Z: f64 = 1.0;
 
+/// What a complete cohort says of the upstream's latency without a queue of ours.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct CohortEstimate {
+    /// The set's percentile (ns): the estimate.
+    pub(super) percentile_ns: f64,
+    /// The set's fastest answer admitted above the low levels (ns). Where those levels hold
+    /// no queue their answers are draws of the service time as the low levels' are, and
+    /// some are as fast as the low levels' percentile; where they queue (fewer workers than
+    /// the levels, a rise the rank test missed in a heavy tail's spread) none is.
+    pub(super) fastest_above_low_ns: f64,
+}
+
 /// The cohort of the start's first admissions.
 #[derive(Debug)]
 pub(super) struct StartCohort {
@@ -75,9 +88,8 @@ impl Default for StartCohort {
 
 impl StartCohort {
     /// One completion: ended at `now_ns` after `rtt_ns`, admitted at `in_flight`; `answered`
-    /// unless it timed out or its caller gave up. Returns the cohort's estimate (ns, at
-    /// `percentile`) once, when it completes without a rise among at least `2 × low` of its
-    /// answers.
+    /// unless it timed out or its caller gave up. Returns the cohort's estimate once, when it
+    /// completes without a rise among at least `2 × low` of its answers.
     pub(super) fn on_end(
         &mut self,
         now_ns: u64,
@@ -86,7 +98,7 @@ impl StartCohort {
         answered: bool,
         low: usize,
         percentile: f64,
-    ) -> Option<f64> {
+    ) -> Option<CohortEstimate> {
         if self.done {
             return None;
         }
@@ -121,13 +133,14 @@ impl StartCohort {
 
     /// The percentile of the largest set of answers up to some level whose levels above
     /// `low` show no rise, with at least `2 × low` answers, `low` of them above it, and
-    /// levels up to `2 × low` at least; `None` when every such set rises.
+    /// levels up to `2 × low` at least (with the set's fastest answer above `low`); `None`
+    /// when every such set rises.
     ///
     /// Not tested at the low levels: their five answers are the estimate under check. Slow,
     /// they would hide a rise above them; fast, the set rises from them for that reason alone
     /// (a 20-worker, 50 ms exponential service whose levels 1–5 answered in 3–42 ms read a
     /// rise at every cut, `z` 1.2–2.4).
-    fn estimate(&mut self, low: usize, percentile: f64) -> Option<f64> {
+    fn estimate(&mut self, low: usize, percentile: f64) -> Option<CohortEstimate> {
         let low = low.max(1);
         self.members.sort_unstable();
         let above = self.members.partition_point(|p| p.0 as usize <= low);
@@ -143,7 +156,11 @@ impl StartCohort {
                 self.scratch.extend(set.iter().map(|p| p.1 as f64));
                 self.scratch.sort_unstable_by(f64::total_cmp);
                 let rank = quantile_rank(percentile, upto as u64) as usize;
-                return Some(self.scratch[rank - 1]);
+                let fastest_above_low = set[above..].iter().map(|p| p.1).min().unwrap_or(0);
+                return Some(CohortEstimate {
+                    percentile_ns: self.scratch[rank - 1],
+                    fastest_above_low_ns: fastest_above_low as f64,
+                });
             }
             // Down to the next lower level: drop every answer at the highest one.
             let top = set[upto - 1].0;

@@ -45,7 +45,9 @@
 //!   (`cohort.rs`): under a load that never goes light the five low-level answers are all a
 //!   start has, and a median of five answers of an exponential service is past 1.5 × its
 //!   own one time in four — a tolerance the gradient then keeps as a queue in the upstream
-//!   for good;
+//!   for good; and one below a fifth of it, when some answer of the set above the low
+//!   levels was as fast (an unqueued set's answers are draws of the service time too): there
+//!   the gradient halves the limit at every window until the levels measure it afresh;
 //! - from the start the limit grows in slow start: by one per request answered within
 //!   `minRTT·(1 + buffer)` while at least half of it was in use — doubling per round trip, as
 //!   TCP's window grows by one per acknowledgement (RFC 5681 §3.1) — so a cold start reaches
@@ -89,7 +91,7 @@
 //!   (`bench/results/unqueued-latency-issue28.md` §3).
 
 use super::super::histogram::{quantile_rank, LatencyHistogram};
-use super::cohort::StartCohort;
+use super::cohort::{CohortEstimate, StartCohort};
 use super::levels::LevelFit;
 
 /// Kendall's `z` among the low levels from which an upstream counts as smaller than them
@@ -105,6 +107,15 @@ const PARTIAL_ANSWERS: u32 = 64;
 /// A provisional minRTT above this multiple of the start cohort's estimate is replaced by it:
 /// the gradient's tolerance above it would be a queue of over a service time.
 const COHORT_ABOVE: f64 = 1.5;
+
+/// A provisional minRTT below the start cohort's estimate divided by this is replaced by it,
+/// when some answer of the cohort's set above the low levels was as fast
+/// ([`LiveMinRtt::provisional_estimate`]). Five answers of an exponential service read a
+/// median below a fifth of its own about once in 55 starts (each answer falls there with
+/// probability 1 − 2^−0.2 = 0.13, and three of five must), a lognormal (σ = 1) one's about
+/// once in 700; there every window at the service's median is past twice the tolerance and
+/// the gradient halves the limit at each.
+const COHORT_BELOW: f64 = 5.0;
 
 /// The low-concurrency samples of the measurement in progress.
 #[derive(Debug)]
@@ -158,8 +169,9 @@ pub(super) struct LiveMinRtt {
     cohort: StartCohort,
     /// The cohort's estimate, once complete without a rise: while no measurement has
     /// completed it replaces the low levels' and the first round's where those are past
-    /// [`COHORT_ABOVE`] × it.
-    cohort_estimate: Option<f64>,
+    /// [`COHORT_ABOVE`] × it, or below it ÷ [`COHORT_BELOW`] with an answer of its set as
+    /// fast.
+    cohort_estimate: Option<CohortEstimate>,
     /// The fit at one in flight last taken for minRTT (ns), and the lowest in-flight level
     /// among its samples ([`LiveMinRtt::fitted`]).
     fitted: Option<(f64, u32)>,
@@ -388,15 +400,23 @@ impl LiveMinRtt {
         let m = round.map_or(low, |round| low.min(round));
         // The cohort (`cohort.rs`): more answers, all back, none visibly queued — but the
         // levels where a queue starts hardly show in its rank test and raise its percentile,
-        // so it corrects only an estimate past the band it would itself be tolerated in. And
-        // only one too high: a minRTT too low has the gradient cut, down to the levels where
-        // every answer is a low-concurrency sample and a measurement completes; one too high
-        // has it tolerate a queue in the upstream, which a load that never goes light keeps
-        // for good. Corrected both ways, the low side's corrections cost more than they
-        // gained (issue 28's sweep, seeds 28–32: R2 −0.0001, closed loops −6.8 %, s.e. 3.3;
-        // `bench/results/start-cohort-issue28.md`).
+        // so it corrects only an estimate past the band it would itself be tolerated in. A
+        // minRTT too high has the gradient tolerate a queue in the upstream, which a load that
+        // never goes light keeps for good. One too low has it cut, down to the levels where
+        // every answer is a low-concurrency sample and a measurement completes — mostly
+        // harmless, and corrected within [0.5, 1.5] × the cohort's both ways the low side's
+        // corrections cost more than they gained (issue 28's sweep, seeds 28–32: R2 −0.0001,
+        // closed loops −6.8 %, s.e. 3.3; `bench/results/start-cohort-issue28.md`). Far below
+        // (`COHORT_BELOW`) the cuts halve the limit window after window: 256 closed-loop
+        // callers of a 20-worker, 50 ms exponential service read 3.85 ms (the cohort 40 ms)
+        // and held 6–13 in flight for two seconds. Only with one of the set's answers above
+        // the low levels as fast: a set that queues (a 1-worker service whose heavy tail hid
+        // the rise from the rank test read 9.3 ms for a 1.45 ms start) has none.
         let m = match self.cohort_estimate {
-            Some(c) if m > c * COHORT_ABOVE => c,
+            Some(c) if m > c.percentile_ns * COHORT_ABOVE => c.percentile_ns,
+            Some(c) if m * COHORT_BELOW < c.percentile_ns && c.fastest_above_low_ns <= m => {
+                c.percentile_ns
+            }
             _ => m,
         };
         self.reported_ns = m;

@@ -32,6 +32,7 @@ fn exponential(n: usize, mean_ns: f64) -> Vec<u64> {
 fn run(c: &mut StartCohort, done: &[(u64, u64, usize)]) -> Option<f64> {
     done.iter()
         .find_map(|&(end, rtt, level)| c.on_end(end, rtt, level, true, 5, 0.5))
+        .map(|e| e.percentile_ns)
 }
 
 #[test]
