@@ -111,7 +111,7 @@ const COHORT_ABOVE: f64 = 1.5;
 /// A provisional minRTT below the start cohort's estimate divided by this is replaced by it,
 /// when some answer of the cohort's set above the low levels was as fast
 /// ([`LiveMinRtt::provisional_estimate`]). Five answers of an exponential service read a
-/// median below a fifth of its own about once in 55 starts (each answer falls there with
+/// median below a fifth of its own about once in 57 starts (each answer falls there with
 /// probability 1 − 2^−0.2 = 0.13, and three of five must), a lognormal (σ = 1) one's about
 /// once in 700; there every window at the service's median is past twice the tolerance and
 /// the gradient halves the limit at each.
