@@ -94,6 +94,8 @@ impl AdmissionController {
             return refuse(RefusalReason::QueueFull);
         }
         let mut give_up_at = q.give_up_at(now, req.deadline, budget, c);
+        // Before the max wait bounds it (below): as late as its deadline's budget allows.
+        let by_deadline = give_up_at;
         let by_wait = now + inner.queue_cfg.max_wait;
         // CRITICAL work may wait for its deadline to absorb a burst, but not once its own
         // overload is sustained (refused for overload for a second on end, until its queue
@@ -140,15 +142,31 @@ impl AdmissionController {
         let late = now.checked_add(wait).map_or(true, |t| t > give_up_at);
         // Its deadline, not the max wait, set the budget: retrying cannot help.
         let deadline_bound = give_up_at < now + inner.queue_cfg.max_wait;
-        if late && (deadline_bound || (c < Criticality::Critical && !above_shed) || sustained) {
+        // CRITICAL work that would not start by its deadline's budget even were the queue
+        // ahead drained twice as fast as estimated: that is no guess about a burst, and it is
+        // refused now (the estimate is Little's law on the mean service time; for it to start
+        // in time slots would have to free at over twice that rate). Held to the max wait
+        // instead, an all-CRITICAL burst at 20× a 4-worker service's capacity kept 800
+        // waiters, two seconds of work for callers allowing 190 ms, and refused most of its
+        // work after 100 ms for its first second (issue 28's sweep, R4a: median refusal
+        // 100 ms; 0 ms with this).
+        let hopeless = c >= Criticality::Critical
+            && req.deadline.is_some()
+            && now.checked_add(wait / 2).map_or(true, |t| t > by_deadline);
+        if late
+            && (deadline_bound
+                || (c < Criticality::Critical && !above_shed)
+                || sustained
+                || hopeless)
+        {
             // It could not start in time: refuse now instead of after waiting in vain. Past
             // its own deadline's budget that is `DeadlineExceeded`; past the queue's max wait
             // it is a queueing refusal (another task may serve it: retryable while the
             // overload is momentary), and then nothing less critical may keep waiting in its
             // place either. Critical work bound only by the max wait is not refused on the
-            // estimate: it is a guess (a cut limit's slots free faster than the mean says),
-            // and such work is served ahead of all that queues after it, so it waits out its
-            // max wait instead. So does any work above a level being shed (refused for
+            // estimate unless hopeless (above): it is a guess (a cut limit's slots free
+            // faster than the mean says), and such work is served ahead of all that queues
+            // after it, so it waits out its max wait instead. So does any work above a level being shed (refused for
             // overload within one max wait): the slots that level gives up come to it first,
             // and refusing it on the guess let the shed level run in its place (`spillway
             // demo`: the `good` customer's SHEDDABLE_PLUS, 10/s of a capacity of 100/s,

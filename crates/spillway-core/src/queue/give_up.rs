@@ -48,7 +48,8 @@ impl<T> AdmissionQueue<T> {
     /// deadline): issue 28's R4 — a queued request waits as long as its remaining deadline
     /// allows, not a flat limit. The controller still bounds by `max_wait` CRITICAL work not
     /// expected to start in time (its wait estimate past this), so that a CRITICAL queue
-    /// that outgrew its callers' deadlines is not held until they run out.
+    /// that outgrew its callers' deadlines is not held until they run out, and refuses at
+    /// once what would not start in time even at twice the estimated drain.
     pub fn give_up_at(
         &self,
         enqueued_at: Instant,

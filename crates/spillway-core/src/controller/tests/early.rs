@@ -289,6 +289,43 @@ fn critical_waits_for_its_deadline_only_when_expected_to_start_in_time() {
     assert_eq!(late.give_up_at(), ctl.now() + 100 * MS);
 }
 
+/// CRITICAL work not expected to start within its deadline's budget waits out the max wait
+/// (above) — unless even a drain twice as fast as estimated would not start it in time: then it
+/// is refused at once, not after waiting in vain.
+#[test]
+fn critical_is_refused_at_once_when_twice_the_drain_would_still_be_too_late() {
+    let mut cfg = config(2, 40);
+    cfg.queue.max_wait = 100 * MS;
+    cfg.headroom = PerCriticality([1.0; Criticality::COUNT]);
+    let (ctl, clock) = controller(cfg);
+    let warm = admitted(ctl.admit(&req(Critical)));
+    clock.advance(50 * MS);
+    drop(warm);
+    let _held = [
+        admitted(ctl.admit(&req(Critical))),
+        admitted(ctl.admit(&req(Critical))),
+    ];
+    // A slot frees every 25 ms; 250 ms left, 200 of them to wait.
+    let with_deadline = || AdmissionRequest {
+        deadline: Some(ctl.now() + 250 * MS),
+        ..req(Critical)
+    };
+    let mut ahead: Vec<_> = (0..15).map(|_| queued(ctl.admit(&req(Critical)))).collect();
+    // Behind 15 (16 slots, 400 ms): twice as fast would start it at 200 ms, in time: it waits,
+    // bounded by the max wait.
+    let edge = queued(ctl.admit(&with_deadline()));
+    assert_eq!(edge.give_up_at(), ctl.now() + 100 * MS);
+    ahead.push(edge);
+    // Behind 16 (425 ms): not even then.
+    let r = refused(ctl.admit(&with_deadline()));
+    assert_eq!(r.reason, RefusalReason::QueueFull);
+    assert_eq!(ctl.snapshot().queued, 16);
+    // Without a deadline nothing says when it is too late: it waits out the max wait.
+    let patient = queued(ctl.admit(&req(Critical)));
+    assert_eq!(patient.give_up_at(), ctl.now() + 100 * MS);
+    drop(ahead);
+}
+
 /// At a cold start no service time is known, so a waiter with a deadline is armed to wait
 /// until it. Once an answer shows the service takes 50 ms, its give-up time moves to its
 /// deadline less that and its future is woken, so that the caller re-arms its timer; a waiter
