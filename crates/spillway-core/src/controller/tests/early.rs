@@ -6,7 +6,12 @@ use super::*;
 /// Limit 2 (no headroom), queue of 10, 100 ms max wait, FIFO; service time learnt as 50 ms
 /// and both slots taken: a slot frees about every 25 ms.
 fn saturated() -> (AdmissionController, ManualClock, Vec<Permit>) {
-    let mut cfg = config(2, 10);
+    saturated_with_queue(10)
+}
+
+/// [`saturated`] with room for `queue` waiters.
+fn saturated_with_queue(queue: usize) -> (AdmissionController, ManualClock, Vec<Permit>) {
+    let mut cfg = config(2, queue);
     cfg.queue.max_wait = 100 * MS;
     cfg.headroom = PerCriticality([1.0; Criticality::COUNT]);
     let (ctl, clock) = controller(cfg);
@@ -294,17 +299,7 @@ fn critical_waits_for_its_deadline_only_when_expected_to_start_in_time() {
 /// is refused at once, not after waiting in vain.
 #[test]
 fn critical_is_refused_at_once_when_twice_the_drain_would_still_be_too_late() {
-    let mut cfg = config(2, 40);
-    cfg.queue.max_wait = 100 * MS;
-    cfg.headroom = PerCriticality([1.0; Criticality::COUNT]);
-    let (ctl, clock) = controller(cfg);
-    let warm = admitted(ctl.admit(&req(Critical)));
-    clock.advance(50 * MS);
-    drop(warm);
-    let _held = [
-        admitted(ctl.admit(&req(Critical))),
-        admitted(ctl.admit(&req(Critical))),
-    ];
+    let (ctl, _clock, _held) = saturated_with_queue(40);
     // A slot frees every 25 ms; 250 ms left, 200 of them to wait.
     let with_deadline = || AdmissionRequest {
         deadline: Some(ctl.now() + 250 * MS),
