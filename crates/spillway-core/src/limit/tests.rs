@@ -197,6 +197,18 @@ fn gradient2_long_rtt_decays_toward_short_after_overload() {
     );
 }
 
+/// `n` latencies spread as an exponential service's quantiles (`mean` × −ln(1 − u), u at the
+/// middle of each n-th; median ≈ 0.69 × mean), shuffled by a fixed stride so that their order
+/// (by level or by arrival) is no ramp.
+pub(in crate::limit) fn exponential_quantiles(n: usize, mean: f64) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            let u = ((i * 37) % n) as f64 / n as f64 + 0.5 / n as f64;
+            -(1.0 - u).ln() * mean
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------- envoy gradient
 
 /// The Envoy gradient of the zero-config policy (`AdmissionConfig::zero_config`).

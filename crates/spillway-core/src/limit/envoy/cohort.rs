@@ -156,10 +156,14 @@ impl StartCohort {
                 self.scratch.extend(set.iter().map(|p| p.1 as f64));
                 self.scratch.sort_unstable_by(f64::total_cmp);
                 let rank = quantile_rank(percentile, upto as u64) as usize;
-                let fastest_above_low = set[above..].iter().map(|p| p.1).min().unwrap_or(0);
+                // The loop keeps `low` answers above `low`; none would be no evidence.
+                let fastest_above_low = set[above..]
+                    .iter()
+                    .map(|p| p.1 as f64)
+                    .min_by(f64::total_cmp);
                 return Some(CohortEstimate {
                     percentile_ns: self.scratch[rank - 1],
-                    fastest_above_low_ns: fastest_above_low as f64,
+                    fastest_above_low_ns: fastest_above_low.unwrap_or(f64::INFINITY),
                 });
             }
             // Down to the next lower level: drop every answer at the highest one.

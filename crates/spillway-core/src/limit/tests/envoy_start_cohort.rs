@@ -82,17 +82,6 @@ fn min_rtt_after_a_cohort(low: [f64; 5], rest: &[f64]) -> f64 {
     l.min_rtt_nanos()
 }
 
-/// 59 latencies spread as an exponential service's quantiles (50 ms mean, 34.7 ms median),
-/// in an order unrelated to the level.
-fn exponential_by_level() -> Vec<f64> {
-    (0..59)
-        .map(|i| {
-            let u = ((i * 37) % 59) as f64 / 59.0 + 0.5 / 59.0;
-            -(1.0 - u).ln() * 50.0
-        })
-        .collect()
-}
-
 #[test]
 fn a_start_whose_low_levels_read_far_below_an_unqueued_cohort_takes_the_cohorts() {
     // The five low-level answers of a start of 256 closed-loop callers at a 20-worker, 50 ms
@@ -100,7 +89,10 @@ fn a_start_whose_low_levels_read_far_below_an_unqueued_cohort_takes_the_cohorts(
     // service's. Levels 6–64 answer as the service does, some as fast as 3.8 ms: no queue
     // there, so the cohort's median stands — not the gradient halving the limit at every
     // window until the low levels measure afresh (it held 6–13 in flight for two seconds).
-    let m = min_rtt_after_a_cohort([0.8, 1.8, 3.8, 17.7, 114.0], &exponential_by_level());
+    let m = min_rtt_after_a_cohort(
+        [0.8, 1.8, 3.8, 17.7, 114.0],
+        &exponential_quantiles(59, 50.0),
+    );
     assert!((25e6..50e6).contains(&m), "minRTT {:.1} ms", m / 1e6);
 }
 
@@ -109,7 +101,10 @@ fn a_cohort_with_no_answer_as_fast_as_the_low_levels_leaves_them() {
     // The same spread of latencies above the low levels, but none as fast as their median:
     // the levels above them waited (a small upstream whose rise the rank test missed), and
     // the low levels' reading is the upstream's.
-    let rest: Vec<f64> = exponential_by_level().iter().map(|ms| ms + 5.0).collect();
+    let rest: Vec<f64> = exponential_quantiles(59, 50.0)
+        .iter()
+        .map(|ms| ms + 5.0)
+        .collect();
     let m = min_rtt_after_a_cohort([0.8, 1.8, 3.8, 17.7, 114.0], &rest);
     assert!((3e6..4e6).contains(&m), "minRTT {:.1} ms", m / 1e6);
 }

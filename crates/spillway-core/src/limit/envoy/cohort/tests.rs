@@ -18,14 +18,11 @@ fn fifo(workers: usize, arrivals: &[u64], service: &[u64]) -> Vec<(u64, u64, usi
     out
 }
 
-/// Service times spread as an exponential's quantiles (median ≈ 0.69 × mean), shuffled by a
-/// fixed stride so that the order is no ramp.
+/// Service times spread as an exponential's quantiles, in no ramp (`limit::tests`).
 fn exponential(n: usize, mean_ns: f64) -> Vec<u64> {
-    (0..n)
-        .map(|i| {
-            let u = ((i * 37) % n) as f64 / n as f64 + 0.5 / n as f64;
-            (-(1.0 - u).ln() * mean_ns) as u64
-        })
+    crate::limit::tests::exponential_quantiles(n, mean_ns)
+        .into_iter()
+        .map(|ns| ns as u64)
         .collect()
 }
 
